@@ -1,0 +1,421 @@
+//! The emulator's management API: what a job is, the checks a job must pass,
+//! and the request/response messages of the control endpoint (one JSON object
+//! per line over TCP). The control plane's emulator target is its client.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::counters::{Counters, JobCounters};
+use crate::faults::FaultConfig;
+use crate::switch::SwitchConfig;
+
+/// A job as installed on the switch: who its workers are and which slots of
+/// aggregator memory it owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Job id, carried in every packet.
+    pub id: u16,
+    /// Worker endpoints; worker id = index. Results are sent to these.
+    pub workers: Vec<SocketAddr>,
+    /// First slot of the pool in the switch's memory.
+    pub pool_base: u32,
+    /// Slots in the pool: [pool_base, pool_base + pool_size).
+    pub pool_size: u32,
+    /// Elements (int32) per packet, K.
+    pub elements: u16,
+    /// Membership generation; packets with another generation are dropped.
+    #[serde(default)]
+    pub generation: u16,
+}
+
+impl JobSpec {
+    /// End of the pool (exclusive).
+    pub fn pool_end(&self) -> u64 {
+        u64::from(self.pool_base) + u64::from(self.pool_size)
+    }
+}
+
+/// Why a job cannot be installed, found or removed. The operator's fault:
+/// every message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "error", rename_all = "snake_case")]
+pub enum JobError {
+    /// The id is taken.
+    #[error("job {id} already exists; delete it first or pick another id")]
+    DuplicateId {
+        /// The id asked for.
+        id: u16,
+    },
+    /// No such job.
+    #[error("no job {id} is installed")]
+    UnknownJob {
+        /// The id asked for.
+        id: u16,
+    },
+    /// A job needs at least one worker.
+    #[error("job {id} has no workers")]
+    NoWorkers {
+        /// The job.
+        id: u16,
+    },
+    /// More workers than the slot bitmap holds.
+    #[error("job {id} has {count} workers; at most {max} are supported")]
+    TooManyWorkers {
+        /// The job.
+        id: u16,
+        /// Workers given.
+        count: usize,
+        /// The bitmap width.
+        max: usize,
+    },
+    /// Two workers with the same endpoint: the switch could not tell them apart.
+    #[error("job {id}: worker endpoint {addr} is listed twice")]
+    DuplicateWorker {
+        /// The job.
+        id: u16,
+        /// The repeated endpoint.
+        addr: SocketAddr,
+    },
+    /// A zero-sized pool, or one larger than a 16-bit slot index reaches.
+    #[error("job {id}: pool size {size} must be between 1 and 65536 slots")]
+    BadPoolSize {
+        /// The job.
+        id: u16,
+        /// Slots asked for.
+        size: u32,
+    },
+    /// The pool runs past the end of aggregator memory.
+    #[error("job {id}: pool [{base}, {end}) runs past the switch's {slots} slots")]
+    PoolBeyondMemory {
+        /// The job.
+        id: u16,
+        /// First slot.
+        base: u32,
+        /// End of the pool.
+        end: u64,
+        /// Slots the switch has.
+        slots: u32,
+    },
+    /// The pool overlaps another job's.
+    #[error("job {id}: pool [{base}, {end}) overlaps job {other}'s pool [{other_base}, {other_end})")]
+    PoolOverlap {
+        /// The job.
+        id: u16,
+        /// First slot.
+        base: u32,
+        /// End of the pool.
+        end: u64,
+        /// The job it collides with.
+        other: u16,
+        /// That job's first slot.
+        other_base: u32,
+        /// That job's pool end.
+        other_end: u64,
+    },
+    /// K is zero or larger than the switch supports.
+    #[error("job {id}: {elements} elements per packet; the switch supports 1 to {max}")]
+    BadElements {
+        /// The job.
+        id: u16,
+        /// K asked for.
+        elements: u16,
+        /// The switch's maximum.
+        max: u16,
+    },
+}
+
+/// Checks a new job against the switch's memory and the jobs installed.
+pub fn validate_job<'a>(
+    spec: &JobSpec,
+    existing: impl IntoIterator<Item = &'a JobSpec>,
+    config: SwitchConfig,
+) -> Result<(), JobError> {
+    let id = spec.id;
+    if spec.workers.is_empty() {
+        return Err(JobError::NoWorkers { id });
+    }
+    if spec.workers.len() > inagg_wire::MAX_WORKERS {
+        return Err(JobError::TooManyWorkers { id, count: spec.workers.len(), max: inagg_wire::MAX_WORKERS });
+    }
+    for (i, a) in spec.workers.iter().enumerate() {
+        if spec.workers[..i].contains(a) {
+            return Err(JobError::DuplicateWorker { id, addr: *a });
+        }
+    }
+    if spec.elements == 0 || spec.elements > config.max_elements {
+        return Err(JobError::BadElements { id, elements: spec.elements, max: config.max_elements });
+    }
+    if spec.pool_size == 0 || spec.pool_size > 65_536 {
+        return Err(JobError::BadPoolSize { id, size: spec.pool_size });
+    }
+    let (base, end) = (spec.pool_base, spec.pool_end());
+    if end > u64::from(config.slots) {
+        return Err(JobError::PoolBeyondMemory { id, base, end, slots: config.slots });
+    }
+    for other in existing {
+        if other.id == id {
+            return Err(JobError::DuplicateId { id });
+        }
+        if u64::from(base) < other.pool_end() && u64::from(other.pool_base) < end {
+            return Err(JobError::PoolOverlap {
+                id,
+                base,
+                end,
+                other: other.id,
+                other_base: other.pool_base,
+                other_end: other.pool_end(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A job and its counters, as the control endpoint reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// What was installed.
+    pub spec: JobSpec,
+    /// What it has done.
+    pub counters: JobCounters,
+}
+
+/// The switch's memory and limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchInfo {
+    /// Slots of aggregator memory.
+    pub slots: u32,
+    /// Largest K.
+    pub max_elements: u16,
+    /// Jobs installed.
+    pub jobs: usize,
+}
+
+/// One contiguous range of slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRange {
+    /// First slot.
+    pub base: u32,
+    /// Slots in the range.
+    pub size: u32,
+    /// The job owning it, or none for free space.
+    pub job: Option<u16>,
+}
+
+/// The layout of aggregator memory: every used and free range, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolMap {
+    /// Total slots.
+    pub slots: u32,
+    /// Slots not in any pool.
+    pub free: u32,
+    /// Used and free ranges covering [0, slots).
+    pub ranges: Vec<SlotRange>,
+}
+
+impl PoolMap {
+    /// Builds the map from the installed jobs (whose pools never overlap).
+    pub fn new<'a>(slots: u32, jobs: impl IntoIterator<Item = &'a JobSpec>) -> PoolMap {
+        let mut used: Vec<SlotRange> =
+            jobs.into_iter().map(|j| SlotRange { base: j.pool_base, size: j.pool_size, job: Some(j.id) }).collect();
+        used.sort_by_key(|r| r.base);
+        let mut ranges = Vec::new();
+        let mut at = 0u32;
+        for r in used {
+            if r.base > at {
+                ranges.push(SlotRange { base: at, size: r.base - at, job: None });
+            }
+            at = r.base + r.size;
+            ranges.push(r);
+        }
+        if at < slots {
+            ranges.push(SlotRange { base: at, size: slots - at, job: None });
+        }
+        let free = ranges.iter().filter(|r| r.job.is_none()).map(|r| r.size).sum();
+        PoolMap { slots, free, ranges }
+    }
+}
+
+/// A request to the control endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Memory, limits and the data-plane address.
+    Info,
+    /// Install a job.
+    CreateJob {
+        /// The job.
+        spec: JobSpec,
+    },
+    /// Remove a job.
+    DeleteJob {
+        /// Its id.
+        id: u16,
+    },
+    /// One job with counters.
+    GetJob {
+        /// Its id.
+        id: u16,
+    },
+    /// Every job with counters.
+    ListJobs,
+    /// The memory layout.
+    Pools,
+    /// Switch-wide counters.
+    Counters,
+    /// Zero every counter.
+    ResetCounters,
+    /// The fault injector's settings.
+    GetFaults,
+    /// Change the fault injector's settings (reseeds it).
+    SetFaults {
+        /// New settings.
+        faults: FaultConfig,
+    },
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// To `Info`.
+    Info {
+        /// Memory and limits.
+        info: SwitchInfo,
+        /// Where the data plane listens.
+        data_addr: SocketAddr,
+    },
+    /// Done, nothing to report.
+    Done,
+    /// One job.
+    Job {
+        /// The job.
+        job: JobInfo,
+    },
+    /// Every job.
+    Jobs {
+        /// The jobs.
+        jobs: Vec<JobInfo>,
+    },
+    /// The memory layout.
+    Pools {
+        /// The map.
+        pools: PoolMap,
+    },
+    /// Switch-wide counters.
+    Counters {
+        /// The counters.
+        counters: Counters,
+    },
+    /// Fault settings.
+    Faults {
+        /// The settings.
+        faults: FaultConfig,
+    },
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ApiError {
+    /// The job operation was refused.
+    #[error("{error}")]
+    Job {
+        /// Why.
+        error: JobError,
+    },
+    /// The request was not understood (the client's fault).
+    #[error("bad request: {message}")]
+    BadRequest {
+        /// What the parser said.
+        message: String,
+    },
+    /// A setting is out of range (the client's fault).
+    #[error("invalid setting: {message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl From<JobError> for ApiError {
+    fn from(error: JobError) -> Self {
+        ApiError::Job { error }
+    }
+}
+
+/// One line of response: a reply or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    /// Success.
+    Ok(Reply),
+    /// Failure.
+    Err(ApiError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: u16, base: u32, size: u32) -> JobSpec {
+        JobSpec {
+            id,
+            workers: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            pool_base: base,
+            pool_size: size,
+            elements: 64,
+            generation: 0,
+        }
+    }
+
+    const CONFIG: SwitchConfig = SwitchConfig { slots: 100, max_elements: 1024 };
+
+    #[test]
+    fn overlapping_pools_are_refused_with_both_ranges() {
+        let a = spec(1, 0, 50);
+        let err = validate_job(&spec(2, 40, 20), [&a], CONFIG).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "job 2: pool [40, 60) overlaps job 1's pool [0, 50)"
+        );
+        assert!(validate_job(&spec(2, 50, 50), [&a], CONFIG).is_ok());
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        assert!(matches!(validate_job(&spec(1, 90, 20), [], CONFIG), Err(JobError::PoolBeyondMemory { end: 110, .. })));
+        assert!(matches!(validate_job(&spec(1, 0, 0), [], CONFIG), Err(JobError::BadPoolSize { .. })));
+        let a = spec(1, 0, 10);
+        assert_eq!(validate_job(&spec(1, 20, 10), [&a], CONFIG), Err(JobError::DuplicateId { id: 1 }));
+        let mut s = spec(3, 0, 10);
+        s.workers.push(s.workers[0]);
+        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::DuplicateWorker { .. })));
+        s.workers.clear();
+        assert_eq!(validate_job(&s, [], CONFIG), Err(JobError::NoWorkers { id: 3 }));
+        let mut s = spec(3, 0, 10);
+        s.elements = 2000;
+        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::BadElements { .. })));
+        s.workers = (0..65).map(|p| SocketAddr::from(([127, 0, 0, 1], p))).collect();
+        s.elements = 64;
+        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::TooManyWorkers { count: 65, .. })));
+    }
+
+    #[test]
+    fn pool_map_lists_used_and_free_ranges() {
+        let jobs = [spec(2, 60, 10), spec(1, 10, 20)];
+        let map = PoolMap::new(100, &jobs);
+        assert_eq!(map.free, 70);
+        let shape: Vec<(u32, u32, Option<u16>)> = map.ranges.iter().map(|r| (r.base, r.size, r.job)).collect();
+        assert_eq!(shape, vec![(0, 10, None), (10, 20, Some(1)), (30, 30, None), (60, 10, Some(2)), (70, 30, None)]);
+    }
+
+    #[test]
+    fn requests_and_errors_serialise_as_tagged_json() {
+        let line = serde_json::to_string(&Request::DeleteJob { id: 4 }).unwrap();
+        assert_eq!(line, r#"{"op":"delete_job","id":4}"#);
+        let resp = Response::Err(JobError::UnknownJob { id: 4 }.into());
+        let back: Response = serde_json::from_str(&serde_json::to_string(&resp).unwrap()).unwrap();
+        assert_eq!(back, resp);
+    }
+}

@@ -1,0 +1,108 @@
+//! What the switch counts: packets in and out, drops by reason, and per-job
+//! aggregation activity. Serialisable so the control plane can show them.
+
+use serde::{Deserialize, Serialize};
+
+/// Why the switch dropped a packet. Every drop is counted under one reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Not a valid inagg packet (length, version, kind code, reserved bits).
+    Malformed,
+    /// A valid packet that a switch does not accept (a result).
+    NotContribution,
+    /// No job with the packet's job id is installed.
+    UnknownJob,
+    /// The sender is not the worker the packet names, or the id is out of range.
+    UnknownWorker,
+    /// The slot index is outside the job's pool.
+    SlotOutOfPool,
+    /// The element count differs from the job's K.
+    WrongElements,
+    /// The membership generation differs from the job's.
+    StaleGeneration,
+    /// A retransmission to a slot that is not complete yet (normal under loss).
+    DuplicatePending,
+    /// Dropped by the fault injector on the way in.
+    InjectedIngress,
+    /// Dropped by the fault injector on the way out (one per copy).
+    InjectedEgress,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 10] = [
+        DropReason::Malformed,
+        DropReason::NotContribution,
+        DropReason::UnknownJob,
+        DropReason::UnknownWorker,
+        DropReason::SlotOutOfPool,
+        DropReason::WrongElements,
+        DropReason::StaleGeneration,
+        DropReason::DuplicatePending,
+        DropReason::InjectedIngress,
+        DropReason::InjectedEgress,
+    ];
+
+    /// The snake_case name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::NotContribution => "not_contribution",
+            DropReason::UnknownJob => "unknown_job",
+            DropReason::UnknownWorker => "unknown_worker",
+            DropReason::SlotOutOfPool => "slot_out_of_pool",
+            DropReason::WrongElements => "wrong_elements",
+            DropReason::StaleGeneration => "stale_generation",
+            DropReason::DuplicatePending => "duplicate_pending",
+            DropReason::InjectedIngress => "injected_ingress",
+            DropReason::InjectedEgress => "injected_egress",
+        }
+    }
+}
+
+/// Switch-wide counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Datagrams that reached the switch logic.
+    pub rx_packets: u64,
+    /// Bytes of those datagrams.
+    pub rx_bytes: u64,
+    /// Datagrams sent (every multicast copy counts).
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Drops, indexed like [`DropReason::ALL`].
+    pub drops: [u64; 10],
+    /// Packets the fault injector duplicated.
+    pub injected_duplicates: u64,
+    /// Packets the fault injector reordered.
+    pub injected_reorders: u64,
+}
+
+impl Counters {
+    /// Counts one drop.
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+
+    /// Drops counted under `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+}
+
+/// Per-job counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCounters {
+    /// Contributions that passed the job's checks.
+    pub contributions: u64,
+    /// Slots completed (results multicast).
+    pub results: u64,
+    /// Stored results sent again to a worker that retransmitted.
+    pub resent_results: u64,
+    /// Retransmissions to a slot not yet complete (dropped).
+    pub duplicates: u64,
+    /// Packets naming this job dropped by its checks (worker, slot, K, generation).
+    pub dropped: u64,
+}

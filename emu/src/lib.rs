@@ -1,0 +1,24 @@
+//! inagg's software aggregation switch.
+//!
+//! The emulator implements docs/PROTOCOL.md exactly as the P4 programs do,
+//! over real UDP datagrams, so the whole stack runs without a switch: in CI,
+//! on a laptop, in benchmarks.
+//!
+//! - [`switch`]: the job table, aggregator memory and slot state machine
+//!   (pure, no I/O);
+//! - [`counters`]: what is counted, drops by reason;
+//! - [`faults`]: seeded loss, duplication and reordering;
+//! - [`api`]: job specs, their validation, and the control messages;
+//! - [`server`]: the running emulator (UDP data plane, TCP control endpoint).
+
+pub mod api;
+pub mod counters;
+pub mod faults;
+pub mod server;
+pub mod switch;
+
+pub use api::{JobError, JobSpec};
+pub use counters::DropReason;
+pub use faults::FaultConfig;
+pub use server::{Emulator, EmulatorConfig};
+pub use switch::{Switch, SwitchConfig};

@@ -1,0 +1,398 @@
+//! The emulator as a running switch: a data-plane thread serving UDP
+//! datagrams through [`Switch`] and the [`FaultInjector`], and a control
+//! thread serving the JSON-lines API of [`crate::api`] over TCP.
+//!
+//! Both listen on loopback by default; exposing the control endpoint
+//! elsewhere is an explicit choice of address.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_wire::{Packet, HEADER_LEN, MAX_ELEMENTS};
+
+use crate::api::{ApiError, Reply, Request, Response};
+use crate::counters::DropReason;
+use crate::faults::{Direction, Fate, FaultConfig, FaultInjector};
+use crate::switch::{Action, Switch, SwitchConfig};
+
+/// Datagrams moved per system call.
+const BATCH: usize = 64;
+/// Largest datagram accepted (a bigger one is counted as malformed).
+const MTU: usize = HEADER_LEN + MAX_ELEMENTS * 4;
+/// How long the data loop sleeps in `poll` before looking at the stop flag.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+/// How long a reordered packet may wait for a successor.
+const HOLD_POLL: Duration = Duration::from_millis(1);
+/// Longest control request line accepted.
+const MAX_REQUEST: u64 = 1 << 20;
+
+/// How to run an emulator.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    /// Data-plane UDP address.
+    pub data_addr: SocketAddr,
+    /// Control TCP address.
+    pub control_addr: SocketAddr,
+    /// Memory and limits.
+    pub switch: SwitchConfig,
+    /// Fault injection.
+    pub faults: FaultConfig,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        EmulatorConfig {
+            data_addr: SocketAddr::from(([127, 0, 0, 1], inagg_wire::DEFAULT_DATA_PORT)),
+            control_addr: SocketAddr::from(([127, 0, 0, 1], inagg_wire::DEFAULT_CONTROL_PORT)),
+            switch: SwitchConfig::default(),
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+impl EmulatorConfig {
+    /// Loopback, ephemeral ports: for tests and the in-process demo.
+    pub fn ephemeral() -> EmulatorConfig {
+        EmulatorConfig {
+            data_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            control_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..EmulatorConfig::default()
+        }
+    }
+}
+
+/// Switch state shared by the data and control threads.
+#[derive(Debug)]
+pub struct State {
+    /// The switch.
+    pub switch: Switch,
+    /// The fault injector.
+    pub faults: FaultInjector,
+}
+
+/// A running emulator. Dropping it stops its threads.
+#[derive(Debug)]
+pub struct Emulator {
+    data_addr: SocketAddr,
+    control_addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Binds both endpoints and starts serving.
+    pub fn start(config: EmulatorConfig) -> io::Result<Emulator> {
+        config.faults.validate().map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+        let socket = BatchSocket::bind(config.data_addr)?;
+        let listener = TcpListener::bind(config.control_addr)?;
+        listener.set_nonblocking(true)?;
+        let data_addr = socket.local_addr()?;
+        let control_addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State {
+            switch: Switch::new(config.switch),
+            faults: FaultInjector::new(config.faults),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let data = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("emu-data".into())
+                .spawn(move || DataPlane::new(socket, state).run(&stop))?
+        };
+        let control = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("emu-control".into())
+                .spawn(move || serve_control(listener, state, data_addr, &stop))?
+        };
+        Ok(Emulator { data_addr, control_addr, state, stop, threads: vec![data, control] })
+    }
+
+    /// Where the data plane listens.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// Where the control endpoint listens.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control_addr
+    }
+
+    /// Direct access to the switch state, for in-process tools.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Blocks until the emulator is stopped (by a signal handler or another
+    /// thread calling [`Emulator::stop`] through a shared handle).
+    pub fn wait(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Asks both threads to stop and waits for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A poisoned lock means a panic elsewhere already reported itself; the
+/// switch state is still consistent per packet, so keep serving.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A packet held back by the reorder fault.
+#[derive(Debug)]
+struct Held {
+    bytes: Vec<u8>,
+    addr: SocketAddr,
+}
+
+/// The data-plane loop and its buffers.
+struct DataPlane {
+    socket: BatchSocket,
+    state: Arc<Mutex<State>>,
+    tx: SendBatch,
+    result: Vec<u8>,
+    held_in: Option<Held>,
+    held_out: Option<Held>,
+}
+
+impl DataPlane {
+    fn new(socket: BatchSocket, state: Arc<Mutex<State>>) -> DataPlane {
+        DataPlane {
+            socket,
+            state,
+            tx: SendBatch::new(),
+            result: Vec::with_capacity(MTU),
+            held_in: None,
+            held_out: None,
+        }
+    }
+
+    fn run(mut self, stop: &AtomicBool) {
+        let mut rx = RecvBatch::new(BATCH, MTU);
+        while !stop.load(Ordering::Relaxed) {
+            let holding = self.held_in.is_some() || self.held_out.is_some();
+            let n = match self.socket.recv_batch(&mut rx, if holding { HOLD_POLL } else { IDLE_POLL }) {
+                Ok(n) => n,
+                Err(err) => {
+                    eprintln!("inagg emu: receive failed: {err}");
+                    std::thread::sleep(IDLE_POLL);
+                    continue;
+                }
+            };
+            self.serve_batch(&rx, n);
+            if let Err(err) = self.socket.send_batch(&mut self.tx) {
+                eprintln!("inagg emu: send failed: {err}");
+            }
+        }
+    }
+
+    /// Runs one received batch through faults and the switch, queueing output.
+    fn serve_batch(&mut self, rx: &RecvBatch, n: usize) {
+        let state = self.state.clone();
+        let mut state = lock(&state);
+        for i in 0..n {
+            let d = rx.get(i);
+            let Some(from) = d.from else { continue };
+            let bytes = d.data;
+            match state.faults.decide(Direction::Ingress) {
+                Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedIngress),
+                Fate::Pass { duplicate, reorder } => {
+                    if reorder && self.held_in.is_none() {
+                        state.switch.counters_mut().injected_reorders += 1;
+                        self.held_in = Some(Held { bytes: bytes.to_vec(), addr: from });
+                        continue;
+                    }
+                    self.ingress(&mut state, bytes, from);
+                    if duplicate {
+                        state.switch.counters_mut().injected_duplicates += 1;
+                        self.ingress(&mut state, bytes, from);
+                    }
+                    if let Some(h) = self.held_in.take() {
+                        self.ingress(&mut state, &h.bytes, h.addr);
+                    }
+                }
+            }
+        }
+        if n == 0 {
+            // Idle: nothing will overtake the held packets, release them.
+            if let Some(h) = self.held_in.take() {
+                self.ingress(&mut state, &h.bytes, h.addr);
+            }
+            if let Some(h) = self.held_out.take() {
+                self.queue(&mut state, &h.bytes, h.addr);
+            }
+        }
+    }
+
+    /// One packet through the switch; results go to egress.
+    fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
+        match state.switch.process(bytes, from, &mut self.result) {
+            Action::Multicast { job } => {
+                let workers = state.switch.workers(job).map(|w| w.to_vec()).unwrap_or_default();
+                let mut copy = std::mem::take(&mut self.result);
+                for (id, addr) in workers.into_iter().enumerate() {
+                    // The egress rewrite: each copy names its receiver.
+                    Packet::new_unchecked(&mut copy[..]).set_worker(id as u16);
+                    self.egress(state, &copy, addr);
+                }
+                self.result = copy;
+            }
+            Action::Unicast { to } => {
+                let copy = std::mem::take(&mut self.result);
+                self.egress(state, &copy, to);
+                self.result = copy;
+            }
+            Action::Absorbed | Action::Drop(_) => {}
+        }
+    }
+
+    /// One outgoing copy through the egress faults.
+    fn egress(&mut self, state: &mut State, bytes: &[u8], to: SocketAddr) {
+        match state.faults.decide(Direction::Egress) {
+            Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedEgress),
+            Fate::Pass { duplicate, reorder } => {
+                if reorder && self.held_out.is_none() {
+                    state.switch.counters_mut().injected_reorders += 1;
+                    self.held_out = Some(Held { bytes: bytes.to_vec(), addr: to });
+                    return;
+                }
+                self.queue(state, bytes, to);
+                if duplicate {
+                    state.switch.counters_mut().injected_duplicates += 1;
+                    self.queue(state, bytes, to);
+                }
+                if let Some(h) = self.held_out.take() {
+                    self.queue(state, &h.bytes, h.addr);
+                }
+            }
+        }
+    }
+
+    fn queue(&mut self, state: &mut State, bytes: &[u8], to: SocketAddr) {
+        let c = state.switch.counters_mut();
+        c.tx_packets += 1;
+        c.tx_bytes += bytes.len() as u64;
+        self.tx.push(bytes, Some(to));
+    }
+}
+
+/// Accepts control connections until stopped; one thread per connection.
+fn serve_control(listener: TcpListener, state: Arc<Mutex<State>>, data_addr: SocketAddr, stop: &Arc<AtomicBool>) {
+    let mut conns = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if !wait_readable(&listener, IDLE_POLL) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let (state, stop) = (state.clone(), stop.clone());
+                conns.push(std::thread::spawn(move || serve_connection(stream, &state, data_addr, &stop)));
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => eprintln!("inagg emu: control accept failed: {err}"),
+        }
+        conns.retain(|c: &JoinHandle<()>| !c.is_finished());
+    }
+    for c in conns {
+        let _ = c.join();
+    }
+}
+
+fn wait_readable(listener: &TcpListener, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) > 0 }
+}
+
+/// Serves JSON-lines requests on one connection until EOF or stop.
+fn serve_connection(stream: TcpStream, state: &Mutex<State>, data_addr: SocketAddr, stop: &AtomicBool) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(IDLE_POLL));
+    let Ok(mut writer) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        match (&mut reader).take(MAX_REQUEST).read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) if !line.ends_with(b"\n") && line.len() as u64 >= MAX_REQUEST => {
+                let _ = reply(&mut writer, &Response::Err(ApiError::BadRequest { message: "request line too long".into() }));
+                return;
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+            Err(_) => return,
+        }
+        if !line.ends_with(b"\n") {
+            continue; // partial line; the rest follows
+        }
+        let response = match serde_json::from_slice::<Request>(&line) {
+            Ok(request) => handle(request, &mut lock(state), data_addr),
+            Err(e) => Response::Err(ApiError::BadRequest { message: e.to_string() }),
+        };
+        line.clear();
+        if reply(&mut writer, &response).is_err() {
+            return;
+        }
+    }
+}
+
+fn reply(writer: &mut TcpStream, response: &Response) -> io::Result<()> {
+    let mut out = serde_json::to_vec(response).map_err(io::Error::other)?;
+    out.push(b'\n');
+    writer.write_all(&out)
+}
+
+/// Executes one control request against the switch.
+pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Response {
+    let sw = &mut state.switch;
+    let result: Result<Reply, ApiError> = match request {
+        Request::Info => Ok(Reply::Info { info: sw.info(), data_addr }),
+        Request::CreateJob { spec } => sw.create_job(spec).map(|_| Reply::Done).map_err(Into::into),
+        Request::DeleteJob { id } => sw.delete_job(id).map(|_| Reply::Done).map_err(Into::into),
+        Request::GetJob { id } => sw.job(id).map(|job| Reply::Job { job }).map_err(Into::into),
+        Request::ListJobs => Ok(Reply::Jobs { jobs: sw.jobs() }),
+        Request::Pools => Ok(Reply::Pools { pools: sw.pools() }),
+        Request::Counters => Ok(Reply::Counters { counters: sw.counters().clone() }),
+        Request::ResetCounters => {
+            sw.reset_counters();
+            Ok(Reply::Done)
+        }
+        Request::GetFaults => Ok(Reply::Faults { faults: state.faults.config() }),
+        Request::SetFaults { faults } => match faults.validate() {
+            Ok(()) => {
+                state.faults = FaultInjector::new(faults);
+                Ok(Reply::Done)
+            }
+            Err(message) => Err(ApiError::Invalid { message }),
+        },
+    };
+    match result {
+        Ok(r) => Response::Ok(r),
+        Err(e) => Response::Err(e),
+    }
+}

@@ -1,0 +1,467 @@
+//! The aggregation switch proper: job table, aggregator memory and the slot
+//! state machine of docs/PROTOCOL.md ("Switch semantics"). Pure: no I/O, so
+//! every transition is unit-tested here and the same code serves the UDP
+//! server, benchmarks and conformance vectors.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
+
+use crate::api::{validate_job, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
+use crate::counters::{Counters, DropReason, JobCounters};
+
+/// Size of the switch's aggregator memory and the packets it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// Slots of aggregator memory shared by all jobs' pools.
+    pub slots: u32,
+    /// Largest element count (K) a job may use.
+    pub max_elements: u16,
+}
+
+impl Default for SwitchConfig {
+    /// 8192 slots, as SwitchML's Tofino program holds per pipeline stage;
+    /// K up to the largest that fits one UDP datagram.
+    fn default() -> Self {
+        SwitchConfig { slots: 8192, max_elements: inagg_wire::MAX_ELEMENTS as u16 }
+    }
+}
+
+/// One shadow set of one slot: what a Tofino program holds in registers.
+#[derive(Debug, Clone, Default)]
+struct SetState {
+    /// Workers that have contributed to this set's current round.
+    bitmap: u64,
+    /// Contributions added since the set was last first-written.
+    count: u16,
+    /// Max-reduced block exponent.
+    exponent: u8,
+    /// Packet id of the round (echoed in results).
+    packet_id: u32,
+    /// Priority class of the round's packets (echoed in results).
+    priority: u8,
+}
+
+/// A job installed on the switch with its pool's memory.
+#[derive(Debug)]
+struct Job {
+    spec: JobSpec,
+    /// `pool_size * 2` shadow sets, index `slot * 2 + set`.
+    sets: Vec<SetState>,
+    /// Accumulators, `elements` per shadow set, same indexing.
+    values: Vec<i32>,
+    counters: JobCounters,
+}
+
+/// What the switch does with one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Dropped and counted under this reason.
+    Drop(DropReason),
+    /// Added to its slot; the slot is not complete yet.
+    Absorbed,
+    /// Completed its slot: the result (written to the output buffer) goes to
+    /// every worker of the job. Each copy's `worker` field names its receiver.
+    Multicast {
+        /// The job whose workers receive it.
+        job: u16,
+    },
+    /// A retransmission to a completed slot: the stored result (written to the
+    /// output buffer) goes back to the sender only.
+    Unicast {
+        /// The receiver.
+        to: SocketAddr,
+    },
+}
+
+/// The software switch's state.
+#[derive(Debug)]
+pub struct Switch {
+    config: SwitchConfig,
+    jobs: BTreeMap<u16, Job>,
+    counters: Counters,
+}
+
+impl Switch {
+    /// An empty switch.
+    pub fn new(config: SwitchConfig) -> Switch {
+        Switch { config, jobs: BTreeMap::new(), counters: Counters::default() }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> SwitchConfig {
+        self.config
+    }
+
+    /// Installs a job after checking it against the memory and the other jobs.
+    pub fn create_job(&mut self, spec: JobSpec) -> Result<(), JobError> {
+        let existing: Vec<&JobSpec> = self.jobs.values().map(|j| &j.spec).collect();
+        validate_job(&spec, existing, self.config)?;
+        let sets = spec.pool_size as usize * 2;
+        let job = Job {
+            sets: vec![SetState::default(); sets],
+            values: vec![0; sets * usize::from(spec.elements)],
+            counters: JobCounters::default(),
+            spec,
+        };
+        self.jobs.insert(job.spec.id, job);
+        Ok(())
+    }
+
+    /// Removes a job and frees its pool.
+    pub fn delete_job(&mut self, id: u16) -> Result<JobSpec, JobError> {
+        self.jobs.remove(&id).map(|j| j.spec).ok_or(JobError::UnknownJob { id })
+    }
+
+    /// A job's spec and counters.
+    pub fn job(&self, id: u16) -> Result<JobInfo, JobError> {
+        self.jobs.get(&id).map(Job::info).ok_or(JobError::UnknownJob { id })
+    }
+
+    /// Every job, by id.
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.jobs.values().map(Job::info).collect()
+    }
+
+    /// The worker endpoints of a job (for multicast).
+    pub fn workers(&self, id: u16) -> Option<&[SocketAddr]> {
+        self.jobs.get(&id).map(|j| j.spec.workers.as_slice())
+    }
+
+    /// Which slots are used by whom, and what is free.
+    pub fn pools(&self) -> PoolMap {
+        PoolMap::new(self.config.slots, self.jobs.values().map(|j| &j.spec))
+    }
+
+    /// Memory and limits.
+    pub fn info(&self) -> SwitchInfo {
+        SwitchInfo { slots: self.config.slots, max_elements: self.config.max_elements, jobs: self.jobs.len() }
+    }
+
+    /// Global counters (per-reason drops, packets in and out).
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Mutable global counters, for the server's I/O-level counts.
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Zeroes every counter, global and per job.
+    pub fn reset_counters(&mut self) {
+        self.counters = Counters::default();
+        for job in self.jobs.values_mut() {
+            job.counters = JobCounters::default();
+        }
+    }
+
+    /// Processes one datagram from `from`. When the action is `Multicast` or
+    /// `Unicast`, `out` holds the result packet (for multicast, with worker id
+    /// 0; the sender rewrites it per copy, as the P4 egress does).
+    pub fn process(&mut self, data: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += data.len() as u64;
+        let action = self.process_inner(data, from, out);
+        if let Action::Drop(reason) = action {
+            self.counters.drop(reason);
+        }
+        action
+    }
+
+    fn process_inner(&mut self, data: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+        let repr = match Packet::new_checked(data).and_then(|p| Repr::parse(&p)) {
+            Ok(r) => r,
+            Err(_) => return Action::Drop(DropReason::Malformed),
+        };
+        if repr.kind != Kind::Contribution {
+            return Action::Drop(DropReason::NotContribution);
+        }
+        let Some(job) = self.jobs.get_mut(&repr.job) else {
+            return Action::Drop(DropReason::UnknownJob);
+        };
+        if let Err(reason) = job.admit(&repr, from) {
+            job.counters.dropped += 1;
+            return Action::Drop(reason);
+        }
+        job.contribute(&repr, &data[HEADER_LEN..], from, out)
+    }
+}
+
+impl Job {
+    fn info(&self) -> JobInfo {
+        JobInfo { spec: self.spec.clone(), counters: self.counters.clone() }
+    }
+
+    /// The checks a P4 job table and range check make before any register is
+    /// touched: sender known, slot inside the pool, K and generation right.
+    fn admit(&self, repr: &Repr, from: SocketAddr) -> Result<(), DropReason> {
+        let worker = usize::from(repr.worker);
+        if self.spec.workers.get(worker) != Some(&from) {
+            return Err(DropReason::UnknownWorker);
+        }
+        if u32::from(repr.slot) >= self.spec.pool_size {
+            return Err(DropReason::SlotOutOfPool);
+        }
+        if repr.elements != self.spec.elements {
+            return Err(DropReason::WrongElements);
+        }
+        if repr.generation != self.spec.generation {
+            return Err(DropReason::StaleGeneration);
+        }
+        Ok(())
+    }
+
+    /// The slot state machine (docs/PROTOCOL.md, "Slot state machine").
+    fn contribute(&mut self, repr: &Repr, values: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+        let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
+        let other = index ^ 1;
+        let bit = 1u64 << repr.worker;
+        let n = self.spec.workers.len() as u16;
+        let k = usize::from(self.spec.elements);
+        let acc = &mut self.values[index * k..(index + 1) * k];
+        let set = &mut self.sets[index];
+        self.counters.contributions += 1;
+        if set.bitmap & bit != 0 {
+            if set.count == n {
+                self.counters.resent_results += 1;
+                emit_result(repr, set, acc, out);
+                return Action::Unicast { to: from };
+            }
+            self.counters.duplicates += 1;
+            return Action::Drop(DropReason::DuplicatePending);
+        }
+        if set.bitmap == 0 {
+            // First contribution of a round: overwrite, no clearing needed.
+            payload::read_i32s(values, acc);
+            *set = SetState { bitmap: bit, count: 1, exponent: repr.exponent, packet_id: repr.packet_id, priority: repr.priority };
+        } else {
+            payload::add_i32s(acc, values);
+            set.bitmap |= bit;
+            set.count += 1;
+            set.exponent = set.exponent.max(repr.exponent);
+        }
+        // Moving on to this set frees the worker's place in the other one.
+        self.sets[other].bitmap &= !bit;
+        let set = &self.sets[index];
+        if set.count == n {
+            self.counters.results += 1;
+            emit_result(repr, set, acc_of(&self.values, index, k), out);
+            Action::Multicast { job: self.spec.id }
+        } else {
+            Action::Absorbed
+        }
+    }
+}
+
+fn acc_of(values: &[i32], index: usize, k: usize) -> &[i32] {
+    &values[index * k..(index + 1) * k]
+}
+
+/// Writes the result packet of a complete set into `out`.
+fn emit_result(request: &Repr, set: &SetState, acc: &[i32], out: &mut Vec<u8>) {
+    let repr = Repr {
+        kind: Kind::Result,
+        count: set.count,
+        exponent: set.exponent,
+        packet_id: set.packet_id,
+        priority: set.priority,
+        ..*request
+    };
+    out.clear();
+    out.resize(repr.buffer_len(), 0);
+    let mut packet = Packet::new_unchecked(&mut out[..]);
+    repr.emit(&mut packet);
+    payload::write_i32s(packet.payload_mut(), acc);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// Job 1: three workers at ports 1000..1003, pool [10, 14), K = 2.
+    fn switch() -> Switch {
+        let mut sw = Switch::new(SwitchConfig { slots: 64, max_elements: 64 });
+        sw.create_job(JobSpec {
+            id: 1,
+            workers: vec![addr(1000), addr(1001), addr(1002)],
+            pool_base: 10,
+            pool_size: 4,
+            elements: 2,
+            generation: 0,
+        })
+        .unwrap();
+        sw
+    }
+
+    fn packet(worker: u16, slot: u16, set: u8, exponent: u8, values: [i32; 2]) -> Vec<u8> {
+        let repr = Repr {
+            kind: Kind::Contribution,
+            set,
+            priority: 0,
+            job: 1,
+            slot,
+            worker,
+            generation: 0,
+            exponent,
+            count: 0,
+            elements: 2,
+            packet_id: 100 + u32::from(slot),
+        };
+        let mut buf = vec![0; repr.buffer_len()];
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        repr.emit(&mut p);
+        payload::write_i32s(p.payload_mut(), &values);
+        buf
+    }
+
+    fn send(sw: &mut Switch, worker: u16, slot: u16, set: u8, values: [i32; 2], out: &mut Vec<u8>) -> Action {
+        sw.process(&packet(worker, slot, set, 0, values), addr(1000 + worker), out)
+    }
+
+    fn result(out: &[u8]) -> (Repr, [i32; 2]) {
+        let p = Packet::new_checked(out).unwrap();
+        (Repr::parse(&p).unwrap(), [p.element(0), p.element(1)])
+    }
+
+    #[test]
+    fn n_workers_complete_a_slot_and_multicast() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        assert_eq!(send(&mut sw, 0, 1, 0, [1, 2], &mut out), Action::Absorbed);
+        assert_eq!(send(&mut sw, 1, 1, 0, [10, 20], &mut out), Action::Absorbed);
+        assert_eq!(send(&mut sw, 2, 1, 0, [100, -200], &mut out), Action::Multicast { job: 1 });
+        let (repr, values) = result(&out);
+        assert_eq!(values, [111, -178]);
+        assert_eq!((repr.kind, repr.count, repr.slot, repr.set, repr.packet_id), (Kind::Result, 3, 1, 0, 101));
+        assert_eq!(sw.job(1).unwrap().counters.results, 1);
+    }
+
+    #[test]
+    fn duplicate_before_completion_is_dropped_and_not_added() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 0, 0, [1, 1], &mut out);
+        assert_eq!(send(&mut sw, 0, 0, 0, [1, 1], &mut out), Action::Drop(DropReason::DuplicatePending));
+        send(&mut sw, 1, 0, 0, [1, 1], &mut out);
+        assert_eq!(send(&mut sw, 2, 0, 0, [1, 1], &mut out), Action::Multicast { job: 1 });
+        assert_eq!(result(&out).1, [3, 3]);
+        assert_eq!(sw.counters().dropped(DropReason::DuplicatePending), 1);
+    }
+
+    #[test]
+    fn duplicate_after_completion_resends_result_to_sender_only() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        for w in 0..3 {
+            send(&mut sw, w, 2, 1, [5, 6], &mut out);
+        }
+        out.clear();
+        assert_eq!(send(&mut sw, 1, 2, 1, [5, 6], &mut out), Action::Unicast { to: addr(1001) });
+        let (repr, values) = result(&out);
+        assert_eq!((values, repr.count, repr.set), ([15, 18], 3, 1));
+        assert_eq!(sw.job(1).unwrap().counters.resent_results, 1);
+    }
+
+    #[test]
+    fn shadow_set_reuse_overwrites_the_old_round() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        // Round 0 in set 0, round 1 in set 1, round 2 back in set 0.
+        for (set, v) in [(0u8, 7), (1, 8), (0, 9)] {
+            for w in 0..3 {
+                send(&mut sw, w, 3, set, [v, -v], &mut out);
+            }
+            assert_eq!(result(&out).1, [3 * v, -3 * v], "set {set}");
+        }
+    }
+
+    #[test]
+    fn a_lagging_worker_still_gets_its_result_while_others_move_on() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        for w in 0..3 {
+            send(&mut sw, w, 0, 0, [1, 0], &mut out);
+        }
+        // Workers 0 and 1 go on to set 1; worker 2 lost its result.
+        send(&mut sw, 0, 0, 1, [2, 0], &mut out);
+        send(&mut sw, 1, 0, 1, [2, 0], &mut out);
+        assert_eq!(send(&mut sw, 2, 0, 0, [1, 0], &mut out), Action::Unicast { to: addr(1002) });
+        assert_eq!(result(&out).1, [3, 0]);
+        assert_eq!(send(&mut sw, 2, 0, 1, [2, 0], &mut out), Action::Multicast { job: 1 });
+        assert_eq!(result(&out).1, [6, 0]);
+    }
+
+    #[test]
+    fn exponent_is_max_reduced() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        for (w, e) in [(0u16, 120u8), (1, 140), (2, 130)] {
+            sw.process(&packet(w, 0, 0, e, [0, 0]), addr(1000 + w), &mut out);
+        }
+        assert_eq!(result(&out).0.exponent, 140);
+    }
+
+    #[test]
+    fn addition_wraps_like_a_32_bit_register() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 0, 0, [i32::MAX, i32::MIN], &mut out);
+        send(&mut sw, 1, 0, 0, [1, -1], &mut out);
+        send(&mut sw, 2, 0, 0, [0, 0], &mut out);
+        assert_eq!(result(&out).1, [i32::MIN, i32::MAX]);
+    }
+
+    #[test]
+    fn bad_packets_are_dropped_by_reason_and_change_nothing() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let good = packet(0, 0, 0, 0, [1, 1]);
+        let cases: Vec<(Vec<u8>, SocketAddr, DropReason)> = vec![
+            (good[..10].to_vec(), addr(1000), DropReason::Malformed),
+            ({ let mut b = good.clone(); b[1] = 2; b }, addr(1000), DropReason::NotContribution),
+            ({ let mut b = good.clone(); b[5] = 9; b }, addr(1000), DropReason::UnknownJob),
+            (good.clone(), addr(999), DropReason::UnknownWorker),
+            ({ let mut b = good.clone(); b[9] = 5; b }, addr(1000), DropReason::UnknownWorker),
+            ({ let mut b = good.clone(); b[7] = 4; b }, addr(1000), DropReason::SlotOutOfPool),
+            ({ let mut b = good.clone(); b[11] = 1; b }, addr(1000), DropReason::StaleGeneration),
+            ({ let mut b = good[..28].to_vec(); b[17] = 1; b }, addr(1000), DropReason::WrongElements),
+        ];
+        for (bytes, from, reason) in cases {
+            assert_eq!(sw.process(&bytes, from, &mut out), Action::Drop(reason), "{reason:?}");
+        }
+        for reason in [DropReason::Malformed, DropReason::NotContribution, DropReason::UnknownJob, DropReason::SlotOutOfPool, DropReason::StaleGeneration, DropReason::WrongElements] {
+            assert_eq!(sw.counters().dropped(reason), 1, "{reason:?}");
+        }
+        assert_eq!(sw.job(1).unwrap().counters.dropped, 5);
+        assert_eq!(sw.counters().dropped(DropReason::UnknownWorker), 2);
+        // Nothing was absorbed: a full round still sums exactly the good values.
+        for w in 0..3 {
+            send(&mut sw, w, 0, 0, [1, 1], &mut out);
+        }
+        assert_eq!(result(&out).1, [3, 3]);
+    }
+
+    #[test]
+    fn two_jobs_with_disjoint_pools_are_independent() {
+        let mut sw = switch();
+        sw.create_job(JobSpec { id: 2, workers: vec![addr(2000), addr(2001)], pool_base: 14, pool_size: 4, elements: 2, generation: 0 })
+            .unwrap();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 0, 0, [1, 1], &mut out);
+        let mut p = packet(0, 0, 0, 0, [50, 50]);
+        p[5] = 2;
+        assert_eq!(sw.process(&p, addr(2000), &mut out), Action::Absorbed);
+        p[9] = 1;
+        assert_eq!(sw.process(&p, addr(2001), &mut out), Action::Multicast { job: 2 });
+        assert_eq!(result(&out).1, [100, 100]);
+        send(&mut sw, 1, 0, 0, [1, 1], &mut out);
+        send(&mut sw, 2, 0, 0, [1, 1], &mut out);
+        assert_eq!(result(&out).1, [3, 3]);
+    }
+}
