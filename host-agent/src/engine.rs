@@ -1,0 +1,268 @@
+//! The self-clocking window: one outstanding packet per slot of the job's
+//! pool, the next round of a slot sent when its result arrives (into the
+//! slot's other shadow set), and per-slot retransmission on timeout.
+//!
+//! Timers cost nothing per packet: sending stores a deadline in the slot's
+//! entry, and the loop scans the (small) slot table for expired deadlines
+//! once per scan interval, not once per packet. The round-trip estimate
+//! (Jacobson/Karels, Karn's rule: no samples from retransmitted rounds) sets
+//! each slot's timeout; a slot that times out again doubles its own timeout,
+//! up to the configured maximum.
+//!
+//! What goes into each packet, and what to do with each result, is the
+//! [`Codec`]'s business: the same engine runs int32 and float all-reduces.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
+
+use crate::stats::Stats;
+use crate::{AgentConfig, Error};
+
+/// Datagrams per receive system call.
+const RECV_BATCH: usize = 64;
+
+/// What a slot's rounds carry. Round `r` of slot `s` is the `r`-th packet the
+/// slot sends in this all-reduce.
+pub(crate) trait Codec {
+    /// How many rounds slot `slot` runs when `window` slots are in use.
+    fn rounds(&self, slot: usize, window: usize) -> usize;
+    /// Writes round `round`'s payload and returns the exponent to send.
+    fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> u8;
+    /// Takes round `round`'s result.
+    fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
+}
+
+/// Per-slot progress.
+#[derive(Debug, Clone)]
+struct Slot {
+    round: usize,
+    rounds: usize,
+    packet_id: u32,
+    set: u8,
+    sent_at: Instant,
+    deadline: Instant,
+    rto: Duration,
+    retransmitted: bool,
+    /// The packet in flight, kept for retransmission.
+    packet: Vec<u8>,
+}
+
+/// Round-trip estimate (RFC 6298 arithmetic).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RttEstimator {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+}
+
+impl RttEstimator {
+    pub(crate) fn new() -> Self {
+        RttEstimator { srtt: None, rttvar: Duration::ZERO }
+    }
+
+    fn sample(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let delta = if srtt > rtt { srtt - rtt } else { rtt - srtt };
+                self.rttvar = (self.rttvar * 3 + delta) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+    }
+
+    fn rto(&self, config: &AgentConfig) -> Duration {
+        match self.srtt {
+            None => config.initial_rto,
+            Some(srtt) => (srtt + self.rttvar * 4).clamp(config.min_rto, config.max_rto),
+        }
+    }
+}
+
+/// Everything one all-reduce needs from its worker.
+pub(crate) struct Engine<'a> {
+    pub config: &'a AgentConfig,
+    pub socket: &'a BatchSocket,
+    /// Per-slot round counters that persist across all-reduces, so that a
+    /// slot keeps alternating shadow sets and packet ids stay fresh.
+    pub epochs: &'a mut [u32],
+    pub rtt: &'a mut RttEstimator,
+    pub switch: SocketAddr,
+}
+
+impl Engine<'_> {
+    /// Runs `chunks` chunks through the pool with `codec`; returns statistics.
+    pub fn run<C: Codec>(&mut self, codec: &mut C, chunks: usize, payload_bytes: u64) -> Result<Stats, Error> {
+        let start = Instant::now();
+        let mut stats = Stats { payload_bytes, ..Stats::default() };
+        let window = chunks.min(self.config.pool_size as usize);
+        let mut slots = self.start_slots(codec, window, start);
+        let mut tx = SendBatch::new();
+        for s in 0..window {
+            if slots[s].rounds > 0 {
+                self.send(codec, &mut slots[s], s, window, start, &mut tx, &mut stats);
+            }
+        }
+        let mut active = slots.iter().filter(|s| s.rounds > 0).count();
+        let mut rx = RecvBatch::new(RECV_BATCH, HEADER_LEN + usize::from(self.config.elements) * 4);
+        let scan_every = (self.config.min_rto / 4).max(Duration::from_micros(200));
+        let mut next_scan = start + scan_every;
+        let mut last_progress = start;
+        while active > 0 {
+            self.flush(&mut tx, &mut stats)?;
+            let now = Instant::now();
+            let wait = next_scan.saturating_duration_since(now);
+            let n = self.socket.recv_batch(&mut rx, wait).map_err(|e| Error::io("receive results", e))?;
+            let now = Instant::now();
+            for i in 0..n {
+                let d = rx.get(i);
+                stats.packets_received += 1;
+                stats.bytes_received += d.data.len() as u64;
+                let Some(slot) = self.accept(d.data, window, &slots, &mut stats) else { continue };
+                let (s, payload, exponent) = slot;
+                let entry = &mut slots[s];
+                if !entry.retransmitted {
+                    self.rtt.sample(now.saturating_duration_since(entry.sent_at));
+                }
+                codec.decode(s, entry.round, window, payload, exponent);
+                self.epochs[s] = self.epochs[s].wrapping_add(1);
+                entry.round += 1;
+                last_progress = now;
+                if entry.round < entry.rounds {
+                    self.send(codec, entry, s, window, now, &mut tx, &mut stats);
+                } else {
+                    active -= 1;
+                }
+            }
+            if now >= next_scan {
+                self.retransmit_expired(&mut slots, now, &mut tx, &mut stats);
+                next_scan = now + scan_every;
+                if now.duration_since(last_progress) > self.config.give_up_after {
+                    let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
+                    return Err(Error::Timeout {
+                        switch: self.switch,
+                        job: self.config.job,
+                        slot: stuck,
+                        waited: now.duration_since(last_progress),
+                        retransmissions: stats.retransmissions,
+                    });
+                }
+            }
+        }
+        self.flush(&mut tx, &mut stats)?;
+        stats.elapsed = start.elapsed();
+        Ok(stats)
+    }
+
+    fn start_slots<C: Codec>(&self, codec: &C, window: usize, now: Instant) -> Vec<Slot> {
+        (0..window)
+            .map(|s| Slot {
+                round: 0,
+                rounds: codec.rounds(s, window),
+                packet_id: 0,
+                set: 0,
+                sent_at: now,
+                deadline: now,
+                rto: self.rtt.rto(self.config),
+                retransmitted: false,
+                packet: vec![0; HEADER_LEN + usize::from(self.config.elements) * 4],
+            })
+            .collect()
+    }
+
+    /// Builds the slot's current round and queues it.
+    #[allow(clippy::too_many_arguments)]
+    fn send<C: Codec>(
+        &self,
+        codec: &mut C,
+        slot: &mut Slot,
+        s: usize,
+        window: usize,
+        now: Instant,
+        tx: &mut SendBatch,
+        stats: &mut Stats,
+    ) {
+        let epoch = self.epochs[s];
+        slot.set = (epoch & 1) as u8;
+        // Unique per (epoch, slot) for 65536 epochs: a late result from an
+        // earlier round of the slot cannot be mistaken for the current one.
+        slot.packet_id = epoch.wrapping_shl(16) | s as u32;
+        let mut packet = Packet::new_unchecked(&mut slot.packet[..]);
+        let exponent = codec.encode(s, slot.round, window, packet.payload_mut());
+        Repr {
+            kind: Kind::Contribution,
+            set: slot.set,
+            priority: self.config.priority,
+            job: self.config.job,
+            slot: s as u16,
+            worker: self.config.worker,
+            generation: self.config.generation,
+            exponent,
+            count: 0,
+            elements: self.config.elements,
+            packet_id: slot.packet_id,
+        }
+        .emit(&mut packet);
+        slot.sent_at = now;
+        slot.rto = self.rtt.rto(self.config);
+        slot.deadline = now + slot.rto;
+        slot.retransmitted = false;
+        tx.push(&slot.packet, None);
+        stats.packets_sent += 1;
+        stats.bytes_sent += slot.packet.len() as u64;
+    }
+
+    /// Checks a datagram is the result the slot is waiting for. Anything else
+    /// (malformed, another job, a stale or duplicate result) is counted and
+    /// ignored.
+    fn accept<'d>(&self, data: &'d [u8], window: usize, slots: &[Slot], stats: &mut Stats) -> Option<(usize, &'d [u8], u8)> {
+        let Ok(repr) = Packet::new_checked(data).and_then(|p| Repr::parse(&p)) else {
+            stats.malformed += 1;
+            return None;
+        };
+        if repr.kind != Kind::Result || repr.job != self.config.job || repr.elements != self.config.elements {
+            stats.foreign += 1;
+            return None;
+        }
+        let s = usize::from(repr.slot);
+        let current = s < window
+            && slots[s].round < slots[s].rounds
+            && repr.packet_id == slots[s].packet_id
+            && repr.set == slots[s].set
+            && usize::from(repr.count) == usize::from(self.config.workers);
+        if !current {
+            stats.stale_results += 1;
+            return None;
+        }
+        Some((s, &data[HEADER_LEN..], repr.exponent))
+    }
+
+    fn retransmit_expired(&self, slots: &mut [Slot], now: Instant, tx: &mut SendBatch, stats: &mut Stats) {
+        for slot in slots.iter_mut().filter(|s| s.round < s.rounds && s.deadline <= now) {
+            stats.timeouts += 1;
+            stats.retransmissions += 1;
+            slot.retransmitted = true;
+            slot.rto = (slot.rto * 2).min(self.config.max_rto);
+            slot.deadline = now + slot.rto;
+            tx.push(&slot.packet, None);
+            stats.packets_sent += 1;
+            stats.bytes_sent += slot.packet.len() as u64;
+        }
+    }
+
+    fn flush(&self, tx: &mut SendBatch, stats: &mut Stats) -> Result<(), Error> {
+        if tx.is_empty() {
+            return Ok(());
+        }
+        let report = self.socket.send_batch(tx).map_err(|e| Error::io("send contributions", e))?;
+        // A refused datagram (no switch listening yet) is recovered by the
+        // retransmission timer like any loss.
+        stats.send_errors += report.failed as u64;
+        Ok(())
+    }
+}

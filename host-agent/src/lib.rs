@@ -1,0 +1,253 @@
+//! inagg's host agent: the worker side of in-network aggregation.
+//!
+//! A [`Worker`] owns a UDP socket towards the switch (or the emulator) and
+//! all-reduces tensors through the job's pool of aggregator slots:
+//! [`Worker::allreduce_i32`] sums exactly (wrapping like the switch),
+//! [`Worker::allreduce_f32`] quantizes to int32 with a block exponent
+//! negotiated through the switch ([`quant`] states the error bound).
+//! [`AsyncWorker`] is the same for async code.
+//!
+//! Every worker of a job must make the same sequence of calls with tensors
+//! of the same lengths (the usual data-parallel contract): slots alternate
+//! shadow sets across calls. After an error, recreate the job (or bump its
+//! generation) before reusing it.
+//!
+//! Modules: [`quant`] (block floating point), `engine` (the self-clocking
+//! window and retransmission), `codec` (what each round carries), [`stats`].
+
+mod codec;
+mod engine;
+pub mod quant;
+pub mod stats;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inagg_wire::udp::BatchSocket;
+
+use crate::codec::{chunk_count, FloatCodec, IntCodec};
+use crate::engine::{Engine, RttEstimator};
+pub use crate::stats::Stats;
+
+/// How a worker reaches its job on the switch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// The switch's data-plane address.
+    pub switch: SocketAddr,
+    /// The local address to bind (must match the job's worker endpoint).
+    pub bind: SocketAddr,
+    /// Job id.
+    pub job: u16,
+    /// This worker's id in the job.
+    pub worker: u16,
+    /// Workers in the job.
+    pub workers: u16,
+    /// Slots in the job's pool: the window.
+    pub pool_size: u32,
+    /// Elements per packet, K (the job's).
+    pub elements: u16,
+    /// Membership generation of the job.
+    pub generation: u16,
+    /// Priority class of this worker's packets.
+    pub priority: u8,
+    /// Retransmission timeout before any round trip has been measured.
+    pub initial_rto: Duration,
+    /// Lower bound of the adaptive timeout.
+    pub min_rto: Duration,
+    /// Upper bound of the timeout after backoff.
+    pub max_rto: Duration,
+    /// Give up when no result at all arrives for this long.
+    pub give_up_after: Duration,
+}
+
+impl AgentConfig {
+    /// A configuration with the default timers (initial 20 ms, adaptive
+    /// between 5 ms and 1 s, give up after 10 s without progress).
+    pub fn new(switch: SocketAddr, job: u16, worker: u16, workers: u16, pool_size: u32, elements: u16) -> Self {
+        AgentConfig {
+            switch,
+            bind: if switch.is_ipv4() { SocketAddr::from(([0, 0, 0, 0], 0)) } else { SocketAddr::from(([0u16; 8], 0)) },
+            job,
+            worker,
+            workers,
+            pool_size,
+            elements,
+            generation: 0,
+            priority: 0,
+            initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(5),
+            max_rto: Duration::from_secs(1),
+            give_up_after: Duration::from_secs(10),
+        }
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let fail = |m: String| Err(Error::Config(m));
+        if self.workers == 0 || usize::from(self.workers) > inagg_wire::MAX_WORKERS {
+            return fail(format!("workers = {} must be 1 to {}", self.workers, inagg_wire::MAX_WORKERS));
+        }
+        if self.worker >= self.workers {
+            return fail(format!("worker id {} is not below the worker count {}", self.worker, self.workers));
+        }
+        if self.pool_size == 0 || self.pool_size > 65_536 {
+            return fail(format!("pool size {} must be 1 to 65536 slots", self.pool_size));
+        }
+        if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
+            return fail(format!("elements per packet {} must be 1 to {}", self.elements, inagg_wire::MAX_ELEMENTS));
+        }
+        if self.min_rto.is_zero() || self.min_rto > self.max_rto || self.initial_rto.is_zero() {
+            return fail("timeouts must be positive with min_rto <= max_rto".into());
+        }
+        Ok(())
+    }
+}
+
+/// What can go wrong in an all-reduce.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration is unusable (the caller's fault).
+    #[error("invalid agent configuration: {0}")]
+    Config(String),
+    /// A socket operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the agent was doing.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No progress for `give_up_after`: the switch or another worker is gone,
+    /// or the job is not installed as this worker believes.
+    #[error(
+        "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
+         {retransmissions} retransmissions; check that the job is installed with this worker's endpoint \
+         and that every worker is running"
+    )]
+    Timeout {
+        /// The switch address.
+        switch: SocketAddr,
+        /// The job.
+        job: u16,
+        /// A slot still waiting.
+        slot: usize,
+        /// Time without progress.
+        waited: Duration,
+        /// Retransmissions so far.
+        retransmissions: u64,
+    },
+}
+
+impl Error {
+    fn io(what: &'static str, source: std::io::Error) -> Error {
+        Error::Io { what, source }
+    }
+}
+
+/// One worker of a job.
+#[derive(Debug)]
+pub struct Worker {
+    config: AgentConfig,
+    socket: BatchSocket,
+    epochs: Vec<u32>,
+    rtt: RttEstimator,
+}
+
+impl Worker {
+    /// Binds the worker's socket and connects it to the switch.
+    pub fn new(config: AgentConfig) -> Result<Worker, Error> {
+        config.validate()?;
+        let socket = BatchSocket::bind(config.bind).map_err(|e| Error::io("bind the worker socket", e))?;
+        socket.socket().connect(config.switch).map_err(|e| Error::io("connect to the switch", e))?;
+        let epochs = vec![0; config.pool_size as usize];
+        Ok(Worker { config, socket, epochs, rtt: RttEstimator::new() })
+    }
+
+    /// The bound local address: the endpoint to install in the job.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket.local_addr().expect("bound socket has an address")
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    fn engine(&mut self) -> Engine<'_> {
+        Engine {
+            config: &self.config,
+            socket: &self.socket,
+            epochs: &mut self.epochs,
+            rtt: &mut self.rtt,
+            switch: self.config.switch,
+        }
+    }
+
+    /// Sums `data` across the job's workers in place, exactly (int32 adds
+    /// wrap, as on the switch).
+    pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<Stats, Error> {
+        let k = usize::from(self.config.elements);
+        let chunks = chunk_count(data.len(), k);
+        let bytes = data.len() as u64 * 4;
+        let mut codec = IntCodec { data, k, scratch: Vec::new() };
+        self.engine().run(&mut codec, chunks, bytes)
+    }
+
+    /// Sums `data` across the job's workers in place, within the bound of
+    /// [`quant::error_bound`]; chunks holding NaN or Inf on any worker come
+    /// back as NaN on every worker.
+    pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<Stats, Error> {
+        let k = usize::from(self.config.elements);
+        let chunks = chunk_count(data.len(), k);
+        let bytes = data.len() as u64 * 4;
+        let workers = self.config.workers;
+        let mut codec = FloatCodec::new(data, k, workers);
+        self.engine().run(&mut codec, chunks, bytes)
+    }
+}
+
+/// A [`Worker`] for async code: each all-reduce runs on tokio's blocking
+/// pool (the data path is a tight batched-syscall loop that must not stall
+/// the async executor), and the future completes with the reduced tensor.
+#[derive(Debug, Clone)]
+pub struct AsyncWorker {
+    inner: Arc<Mutex<Worker>>,
+}
+
+impl AsyncWorker {
+    /// Wraps a worker.
+    pub fn new(worker: Worker) -> AsyncWorker {
+        AsyncWorker { inner: Arc::new(Mutex::new(worker)) }
+    }
+
+    /// Async [`Worker::allreduce_f32`]: takes the tensor and gives it back reduced.
+    pub async fn allreduce_f32(&self, mut data: Vec<f32>) -> Result<(Vec<f32>, Stats), Error> {
+        let inner = self.inner.clone();
+        run_blocking(move || {
+            let stats = lock(&inner).allreduce_f32(&mut data)?;
+            Ok((data, stats))
+        })
+        .await
+    }
+
+    /// Async [`Worker::allreduce_i32`].
+    pub async fn allreduce_i32(&self, mut data: Vec<i32>) -> Result<(Vec<i32>, Stats), Error> {
+        let inner = self.inner.clone();
+        run_blocking(move || {
+            let stats = lock(&inner).allreduce_i32(&mut data)?;
+            Ok((data, stats))
+        })
+        .await
+    }
+}
+
+fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Result<T, Error> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(Error::io("run the all-reduce task", std::io::Error::other(e.to_string()))),
+    }
+}

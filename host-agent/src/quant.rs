@@ -1,0 +1,269 @@
+//! Block floating point: float gradients to int32 and back, with one shared
+//! exponent per chunk so the switch's integer sum cannot overflow.
+//!
+//! The exponent on the wire is the IEEE-754 binary32 *biased* exponent `b` of
+//! the chunk's largest magnitude: every |x| in the chunk is below 2^(b-126).
+//! Non-finite values have b = 255, so the switch's max-reduce carries "this
+//! chunk holds NaN or Inf" to every worker for free.
+//!
+//! With the agreed (max) exponent b and n workers, E = b - 126 and
+//!
+//! ```text
+//! scale = (2^31 - 1) / (n * 2^E),   q = clamp(round(x * scale), -L, L),   L = floor((2^31 - 1) / n)
+//! ```
+//!
+//! so |q| <= L and the sum of n contributions stays within int32: no overflow
+//! by construction. Products are formed in f64, so the only errors are the
+//! rounding to an integer (at most one quantum 1/scale per worker, the clamp
+//! included) and the final rounding of the result to f32:
+//!
+//! ```text
+//! |result - exact sum| <= n^2 * 2^E / (2^31 - 1) + 2^-23 * |exact sum|
+//! ```
+//!
+//! [`error_bound`] computes it; the tests and the demo check every element
+//! against it. Relative to the chunk's largest magnitude m (2^E <= 2m) the
+//! first term is at most 2 n^2 m / (2^31 - 1), about 3e-8 * m at n = 8.
+
+use inagg_wire::EXPONENT_NON_FINITE;
+
+/// 2^31 - 1.
+const INT_MAX: f64 = i32::MAX as f64;
+
+/// The block exponent of a chunk: the biased binary32 exponent of its largest
+/// magnitude (0 for all zeros, 255 if any value is NaN or infinite).
+pub fn block_exponent(chunk: &[f32]) -> u8 {
+    // On the bit patterns with the sign cleared, integer order is magnitude
+    // order, and NaN/Inf sort above every finite value.
+    let max = chunk.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff));
+    (max >> 23) as u8
+}
+
+/// The scale for an agreed exponent and `workers` contributors.
+pub fn scale(exponent: u8, workers: u16) -> f64 {
+    let e = i32::from(exponent) - 126;
+    INT_MAX / (f64::from(workers) * 2f64.powi(e))
+}
+
+/// The largest |q| one worker may contribute.
+fn limit(workers: u16) -> f64 {
+    (INT_MAX / f64::from(workers)).floor()
+}
+
+/// The documented bound on |result - exact sum| for one element.
+pub fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
+    let n = f64::from(workers);
+    let e = i32::from(exponent) - 126;
+    n * n * 2f64.powi(e) / INT_MAX + exact_sum.abs() * 2f64.powi(-23)
+}
+
+/// Quantizes `chunk` with the agreed exponent into `out` (big-endian int32,
+/// `out.len() / 4 >= chunk.len()`), zero-padding the rest. A non-finite
+/// exponent sends zeros: the result is replaced by NaN on every worker.
+pub fn quantize(chunk: &[f32], exponent: u8, workers: u16, out: &mut [u8]) {
+    debug_assert!(out.len() >= chunk.len() * 4);
+    let (body, pad) = out.split_at_mut(chunk.len() * 4);
+    pad.fill(0);
+    if exponent == EXPONENT_NON_FINITE {
+        body.fill(0);
+        return;
+    }
+    let (s, l) = (scale(exponent, workers), limit(workers));
+    dispatch_quantize(chunk, s, l, body);
+}
+
+/// Dequantizes the first `out.len()` elements of a result payload.
+pub fn dequantize(payload: &[u8], exponent: u8, workers: u16, out: &mut [f32]) {
+    debug_assert!(payload.len() >= out.len() * 4);
+    if exponent == EXPONENT_NON_FINITE {
+        out.fill(f32::NAN);
+        return;
+    }
+    let inv = 1.0 / scale(exponent, workers);
+    dispatch_dequantize(&payload[..out.len() * 4], inv, out);
+}
+
+#[inline(always)]
+fn quantize_body(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) {
+    for (x, o) in chunk.iter().zip(out.chunks_exact_mut(4)) {
+        let q = (f64::from(*x) * s).round_ties_even().clamp(-l, l) as i32;
+        o.copy_from_slice(&q.to_be_bytes());
+    }
+}
+
+#[inline(always)]
+fn dequantize_body(payload: &[u8], inv: f64, out: &mut [f32]) {
+    for (b, y) in payload.chunks_exact(4).zip(out.iter_mut()) {
+        let q = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        *y = (f64::from(q) * inv) as f32;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    //! The same loops compiled for AVX2, picked at run time: rounding and
+    //! f64 conversions become single vector instructions.
+    #[target_feature(enable = "avx2,fma,sse4.1")]
+    pub unsafe fn quantize(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) {
+        super::quantize_body(chunk, s, l, out)
+    }
+    #[target_feature(enable = "avx2,fma,sse4.1")]
+    pub unsafe fn dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
+        super::dequantize_body(payload, inv, out)
+    }
+}
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static AVX2: OnceLock<bool> = OnceLock::new();
+        *AVX2.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+fn dispatch_quantize(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { simd::quantize(chunk, s, l, out) };
+    }
+    quantize_body(chunk, s, l, out)
+}
+
+fn dispatch_dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { simd::dequantize(payload, inv, out) };
+    }
+    dequantize_body(payload, inv, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inagg_wire::payload::{add_i32s, read_i32s};
+
+    /// Simulates the switch: every worker quantizes its chunk with the agreed
+    /// exponent, the int32 payloads are summed with wrapping adds, and the
+    /// result is dequantized. Returns the result and the agreed exponent.
+    fn aggregate(chunks: &[Vec<f32>]) -> (Vec<f32>, u8) {
+        let n = chunks.len() as u16;
+        let k = chunks[0].len();
+        let e = chunks.iter().map(|c| block_exponent(c)).max().unwrap();
+        let mut acc = vec![0i32; k];
+        let mut buf = vec![0u8; k * 4];
+        for c in chunks {
+            quantize(c, e, n, &mut buf);
+            add_i32s(&mut acc, &buf);
+        }
+        let mut bytes = vec![0u8; k * 4];
+        inagg_wire::payload::write_i32s(&mut bytes, &acc);
+        let mut out = vec![0f32; k];
+        dequantize(&bytes, e, n, &mut out);
+        (out, e)
+    }
+
+    fn check(chunks: &[Vec<f32>]) {
+        let (out, e) = aggregate(chunks);
+        let n = chunks.len() as u16;
+        for i in 0..out.len() {
+            let exact: f64 = chunks.iter().map(|c| f64::from(c[i])).sum();
+            let err = (f64::from(out[i]) - exact).abs();
+            let bound = error_bound(e, n, exact);
+            assert!(err <= bound, "element {i}: got {} want {exact} err {err} > bound {bound}", out[i]);
+        }
+    }
+
+    #[test]
+    fn exponents_of_special_chunks() {
+        assert_eq!(block_exponent(&[0.0, -0.0]), 0);
+        assert_eq!(block_exponent(&[1.0]), 127);
+        assert_eq!(block_exponent(&[-3.0, 1.0]), 128);
+        assert_eq!(block_exponent(&[1.0, f32::NAN]), 255);
+        assert_eq!(block_exponent(&[f32::NEG_INFINITY]), 255);
+        assert_eq!(block_exponent(&[f32::MAX]), 254);
+        assert_eq!(block_exponent(&[f32::from_bits(1)]), 0);
+    }
+
+    #[test]
+    fn zeros_stay_zero() {
+        let (out, _) = aggregate(&[vec![0.0; 8], vec![0.0; 8]]);
+        assert!(out.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn mixed_signs_and_magnitudes_within_bound() {
+        let a: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3)).collect();
+        let b: Vec<f32> = (0..64).map(|i| -((i as f32) * 1.3).cos() * 2.5).collect();
+        let c: Vec<f32> = (0..64).map(|i| if i % 2 == 0 { 1e-3 } else { -7.0 }).collect();
+        check(&[a.clone(), b.clone(), c.clone()]);
+        check(&[a, b, c.clone(), c.clone(), c.clone(), c.clone(), c.clone(), c]);
+    }
+
+    #[test]
+    fn tiny_and_huge_values() {
+        check(&[vec![1e-30, -3e-31, 0.0, 1e-38], vec![2e-30, 1e-30, 5e-39, -1e-38]]);
+        check(&[vec![1.5e38, -3e38, 1.0, 0.0], vec![1.5e38, 3e38, -1.0, f32::MAX]]);
+        check(&[vec![f32::from_bits(1); 4], vec![f32::from_bits(7); 4]]);
+    }
+
+    #[test]
+    fn extremes_do_not_overflow_the_integer_sum() {
+        for n in [1u16, 2, 3, 7, 8, 64] {
+            let chunks: Vec<Vec<f32>> = (0..n).map(|_| vec![f32::MAX, -f32::MAX, 1.0, 0.999_999_9]).collect();
+            let e = block_exponent(&chunks[0]);
+            let mut buf = vec![0u8; 16];
+            let mut total = [0i64; 4];
+            for c in &chunks {
+                quantize(c, e, n, &mut buf);
+                let mut q = [0i32; 4];
+                read_i32s(&buf, &mut q);
+                for i in 0..4 {
+                    total[i] += i64::from(q[i]);
+                }
+            }
+            assert!(total.iter().all(|t| (i64::from(i32::MIN)..=i64::from(i32::MAX)).contains(t)), "n={n}: {total:?}");
+            // Sums that stay finite in f32 are also within the bound.
+            let m = f32::MAX / f32::from(n);
+            check(&(0..n).map(|_| vec![m, -m, 1.0, 0.999_999_9]).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn non_finite_chunk_becomes_nan_everywhere() {
+        let (out, e) = aggregate(&[vec![1.0, 2.0, 3.0], vec![f32::INFINITY, 0.0, 0.0]]);
+        assert_eq!(e, EXPONENT_NON_FINITE);
+        assert!(out.iter().all(|x| x.is_nan()));
+        let (out, _) = aggregate(&[vec![f32::NAN, 2.0], vec![1.0, 1.0]]);
+        assert!(out.iter().all(|x| x.is_nan()));
+    }
+
+    #[test]
+    fn partial_chunk_is_zero_padded() {
+        let mut out = [0xa5u8; 16];
+        quantize(&[1.0, -1.0], 127, 1, &mut out);
+        assert_eq!(&out[8..], &[0u8; 8]);
+        let mut back = [0f32; 2];
+        dequantize(&out, 127, 1, &mut back);
+        assert!((back[0] - 1.0).abs() < 1e-6 && (back[1] + 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn simd_and_scalar_paths_agree() {
+        let x: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0).collect();
+        let (s, l) = (scale(block_exponent(&x), 4), limit(4));
+        let mut a = vec![0u8; 4000];
+        let mut b = vec![0u8; 4000];
+        quantize_body(&x, s, l, &mut a);
+        dispatch_quantize(&x, s, l, &mut b);
+        assert_eq!(a, b);
+        let (mut ya, mut yb) = (vec![0f32; 1000], vec![0f32; 1000]);
+        dequantize_body(&a, 1.0 / s, &mut ya);
+        dispatch_dequantize(&a, 1.0 / s, &mut yb);
+        assert_eq!(ya, yb);
+    }
+}
