@@ -1,0 +1,309 @@
+//! `inagg ctl`: the operator CLI, one subcommand per noun. Human tables by
+//! default, `--json` for scripts.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use clap::{Args, Subcommand, ValueEnum};
+use inagg_emu::api::{JobInfo, JobSpec, PoolMap};
+use inagg_emu::counters::{Counters, DropReason};
+use inagg_emu::FaultConfig;
+use serde::Serialize;
+
+use crate::cluster::{self, ClusterFile};
+use crate::emu::EmuTarget;
+use crate::target::{install_job, ControlError, Result, Target};
+
+/// Arguments of `inagg ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// Which kind of switch to program.
+    #[arg(long, value_enum, default_value_t = TargetKind::Emu, global = true)]
+    pub target: TargetKind,
+    /// The target's control endpoint.
+    #[arg(long, default_value = "127.0.0.1:47001", global = true)]
+    pub addr: SocketAddr,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// Switch backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TargetKind {
+    /// inagg's software switch (`inagg emu`).
+    Emu,
+}
+
+/// Nouns.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// The switch's memory and limits.
+    Info,
+    /// Jobs: create, list, show, delete.
+    #[command(subcommand, alias = "jobs")]
+    Job(JobCommand),
+    /// Aggregator memory: which slots each job's pool holds, what is free.
+    #[command(alias = "pools")]
+    Pool,
+    /// Counters: switch-wide (drops by reason) and per job.
+    #[command(alias = "stats")]
+    Counters {
+        /// Zero them after showing.
+        #[arg(long)]
+        reset: bool,
+    },
+    /// The emulator's fault injection.
+    Faults {
+        /// Drop probability worker -> switch.
+        #[arg(long)]
+        drop_ingress: Option<f64>,
+        /// Drop probability switch -> worker.
+        #[arg(long)]
+        drop_egress: Option<f64>,
+        /// Duplication probability.
+        #[arg(long)]
+        duplicate: Option<f64>,
+        /// Reordering probability.
+        #[arg(long)]
+        reorder: Option<f64>,
+        /// RNG seed.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Make the switch hold exactly the jobs of a cluster file.
+    Apply {
+        /// The cluster file (TOML).
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// Also delete installed jobs the file does not list.
+        #[arg(long)]
+        prune: bool,
+        /// Show the plan, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Job verbs.
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Install a job.
+    Create {
+        /// Job id (0-65535).
+        #[arg(long)]
+        id: u16,
+        /// Worker endpoints, comma-separated (worker id = position).
+        #[arg(long, value_delimiter = ',', required = true)]
+        workers: Vec<SocketAddr>,
+        /// First slot of the pool.
+        #[arg(long)]
+        pool_base: u32,
+        /// Slots in the pool.
+        #[arg(long)]
+        pool_size: u32,
+        /// Elements per packet (K).
+        #[arg(long, default_value_t = 64)]
+        elements: u16,
+        /// Membership generation.
+        #[arg(long, default_value_t = 0)]
+        generation: u16,
+    },
+    /// List jobs.
+    #[command(alias = "ls")]
+    List,
+    /// One job in detail.
+    Show {
+        /// Job id.
+        id: u16,
+    },
+    /// Remove a job and free its pool.
+    #[command(alias = "rm")]
+    Delete {
+        /// Job id.
+        id: u16,
+    },
+}
+
+/// Connects to the chosen target.
+pub fn connect(kind: TargetKind, addr: SocketAddr) -> Result<Box<dyn Target>> {
+    match kind {
+        TargetKind::Emu => Ok(Box::new(EmuTarget::connect(addr)?)),
+    }
+}
+
+/// Runs `inagg ctl`, writing to `out`.
+pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
+    let mut target = connect(args.target, args.addr)?;
+    let t = target.as_mut();
+    let json = args.json;
+    match args.command {
+        CtlCommand::Info => {
+            let info = t.info()?;
+            let data = t.data_addr()?;
+            emit(out, json, &serde_json::json!({ "target": t.kind(), "info": info, "data_addr": data }), |o| {
+                writeln!(o, "target        {}", t.kind())?;
+                writeln!(o, "data plane    {}", data.map_or("-".into(), |a| a.to_string()))?;
+                writeln!(o, "slots         {}", info.slots)?;
+                writeln!(o, "max elements  {}", info.max_elements)?;
+                writeln!(o, "jobs          {}", info.jobs)
+            })
+        }
+        CtlCommand::Job(cmd) => run_job(cmd, t, json, out),
+        CtlCommand::Pool => {
+            let pools = t.pools()?;
+            emit(out, json, &pools, |o| write_pools(o, &pools))
+        }
+        CtlCommand::Counters { reset } => {
+            let counters = t.counters()?;
+            let jobs = t.jobs()?;
+            if reset {
+                t.reset_counters()?;
+            }
+            emit(out, json, &serde_json::json!({ "switch": counters_json(&counters), "jobs": jobs }), |o| {
+                write_counters(o, &counters, &jobs)
+            })
+        }
+        CtlCommand::Faults { drop_ingress, drop_egress, duplicate, reorder, seed } => {
+            let mut f = t.faults()?;
+            let changes = [drop_ingress, drop_egress, duplicate, reorder].iter().any(Option::is_some) || seed.is_some();
+            if changes {
+                f = FaultConfig {
+                    drop_ingress: drop_ingress.unwrap_or(f.drop_ingress),
+                    drop_egress: drop_egress.unwrap_or(f.drop_egress),
+                    duplicate: duplicate.unwrap_or(f.duplicate),
+                    reorder: reorder.unwrap_or(f.reorder),
+                    seed: seed.unwrap_or(f.seed),
+                };
+                t.set_faults(f)?;
+            }
+            emit(out, json, &f, |o| {
+                writeln!(
+                    o,
+                    "drop_ingress {}  drop_egress {}  duplicate {}  reorder {}  seed {}",
+                    f.drop_ingress, f.drop_egress, f.duplicate, f.reorder, f.seed
+                )
+            })
+        }
+        CtlCommand::Apply { file, prune, dry_run } => {
+            let parsed = ClusterFile::load(&file)?;
+            let steps = cluster::plan(&parsed, &file, t, prune)?;
+            if !dry_run {
+                cluster::execute(&steps, t)?;
+            }
+            emit(out, json, &serde_json::json!({ "applied": !dry_run, "steps": steps }), |o| {
+                for s in &steps {
+                    writeln!(o, "{s}")?;
+                }
+                writeln!(o, "{}", if dry_run { "dry run: nothing changed" } else { "applied" })
+            })
+        }
+    }
+}
+
+fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        JobCommand::Create { id, workers, pool_base, pool_size, elements, generation } => {
+            let spec = JobSpec { id, workers, pool_base, pool_size, elements, generation };
+            install_job(t, &spec)?;
+            emit(out, json, &spec, |o| writeln!(o, "created job {id}: pool [{pool_base}, {}) k={elements}", spec.pool_end()))
+        }
+        JobCommand::List => {
+            let jobs = t.jobs()?;
+            emit(out, json, &jobs, |o| write_jobs(o, &jobs))
+        }
+        JobCommand::Show { id } => {
+            let job = t.job(id)?;
+            emit(out, json, &job, |o| write_job(o, &job))
+        }
+        JobCommand::Delete { id } => {
+            t.delete_job(id)?;
+            emit(out, json, &serde_json::json!({ "deleted": id }), |o| writeln!(o, "deleted job {id}"))
+        }
+    }
+}
+
+/// Prints `value` as JSON or through `human`.
+fn emit<T: Serialize>(
+    out: &mut dyn Write,
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    if json {
+        let text = serde_json::to_string_pretty(value).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        writeln!(out, "{text}")?;
+    } else {
+        human(out)?;
+    }
+    Ok(())
+}
+
+fn counters_json(c: &Counters) -> serde_json::Value {
+    let drops: serde_json::Map<String, serde_json::Value> =
+        DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r).into())).collect();
+    serde_json::json!({
+        "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes,
+        "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
+        "injected_duplicates": c.injected_duplicates, "injected_reorders": c.injected_reorders,
+        "drops": drops,
+    })
+}
+
+fn write_jobs(o: &mut dyn Write, jobs: &[JobInfo]) -> std::io::Result<()> {
+    writeln!(o, "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}", "JOB", "WORKERS", "POOL", "K", "GEN", "CONTRIB", "RESULTS")?;
+    for j in jobs {
+        let s = &j.spec;
+        writeln!(
+            o,
+            "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}",
+            s.id,
+            s.workers.len(),
+            format!("[{}, {})", s.pool_base, s.pool_end()),
+            s.elements,
+            s.generation,
+            j.counters.contributions,
+            j.counters.results
+        )?;
+    }
+    if jobs.is_empty() {
+        writeln!(o, "(no jobs)")?;
+    }
+    Ok(())
+}
+
+fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
+    let s = &j.spec;
+    let c = &j.counters;
+    writeln!(o, "job {}  pool [{}, {})  k={}  generation {}", s.id, s.pool_base, s.pool_end(), s.elements, s.generation)?;
+    for (i, w) in s.workers.iter().enumerate() {
+        writeln!(o, "  worker {i:>3}  {w}")?;
+    }
+    writeln!(
+        o,
+        "  contributions {}  results {}  resent {}  duplicates {}  dropped {}",
+        c.contributions, c.results, c.resent_results, c.duplicates, c.dropped
+    )
+}
+
+fn write_pools(o: &mut dyn Write, p: &PoolMap) -> std::io::Result<()> {
+    writeln!(o, "{:>13}  {:>6}  OWNER", "SLOTS", "SIZE")?;
+    for r in &p.ranges {
+        let owner = r.job.map_or("free".to_string(), |j| format!("job {j}"));
+        writeln!(o, "{:>13}  {:>6}  {owner}", format!("[{}, {})", r.base, r.base + r.size), r.size)?;
+    }
+    writeln!(o, "{} of {} slots free", p.free, p.slots)
+}
+
+fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io::Result<()> {
+    writeln!(o, "rx {} packets {} bytes; tx {} packets {} bytes", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes)?;
+    writeln!(o, "injected: {} duplicates, {} reorders", c.injected_duplicates, c.injected_reorders)?;
+    writeln!(o, "drops:")?;
+    for r in DropReason::ALL {
+        writeln!(o, "  {:<18} {}", r.name(), c.dropped(r))?;
+    }
+    write_jobs(o, jobs)
+}

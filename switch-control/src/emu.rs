@@ -1,0 +1,179 @@
+//! The emulator target: a client of `inagg emu`'s control endpoint (one JSON
+//! request per line, one JSON response per line, over TCP).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use inagg_emu::api::{JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo};
+use inagg_emu::counters::Counters;
+use inagg_emu::FaultConfig;
+
+use crate::target::{ControlError, Result, Target};
+
+/// How long to wait for the emulator to connect or answer.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to an emulator's control endpoint.
+#[derive(Debug)]
+pub struct EmuTarget {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl EmuTarget {
+    /// Connects, with a timeout, so a missing emulator is an error not a hang.
+    pub fn connect(addr: SocketAddr) -> Result<EmuTarget> {
+        let connect_err = |source| ControlError::Connect { target: "emulator", addr, source };
+        let stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(connect_err)?;
+        stream.set_read_timeout(Some(TIMEOUT)).map_err(connect_err)?;
+        stream.set_write_timeout(Some(TIMEOUT)).map_err(connect_err)?;
+        let _ = stream.set_nodelay(true);
+        let writer = stream.try_clone().map_err(connect_err)?;
+        Ok(EmuTarget { reader: BufReader::new(stream), writer })
+    }
+
+    fn call(&mut self, request: &Request) -> Result<Reply> {
+        let mut line = serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line)?;
+        let mut answer = String::new();
+        if self.reader.read_line(&mut answer)? == 0 {
+            return Err(ControlError::Protocol("the emulator closed the connection".into()));
+        }
+        match serde_json::from_str::<Response>(&answer) {
+            Ok(Response::Ok(reply)) => Ok(reply),
+            Ok(Response::Err(e)) => Err(e.into()),
+            Err(e) => Err(ControlError::Protocol(format!("{e}: {}", answer.trim_end()))),
+        }
+    }
+}
+
+fn unexpected(reply: Reply) -> ControlError {
+    ControlError::Protocol(format!("unexpected reply {reply:?}"))
+}
+
+impl Target for EmuTarget {
+    fn kind(&self) -> &'static str {
+        "emulator"
+    }
+
+    fn info(&mut self) -> Result<SwitchInfo> {
+        match self.call(&Request::Info)? {
+            Reply::Info { info, .. } => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn data_addr(&mut self) -> Result<Option<SocketAddr>> {
+        match self.call(&Request::Info)? {
+            Reply::Info { data_addr, .. } => Ok(Some(data_addr)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn create_job(&mut self, spec: &JobSpec) -> Result<()> {
+        match self.call(&Request::CreateJob { spec: spec.clone() })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn delete_job(&mut self, id: u16) -> Result<()> {
+        match self.call(&Request::DeleteJob { id })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn job(&mut self, id: u16) -> Result<JobInfo> {
+        match self.call(&Request::GetJob { id })? {
+            Reply::Job { job } => Ok(job),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn jobs(&mut self) -> Result<Vec<JobInfo>> {
+        match self.call(&Request::ListJobs)? {
+            Reply::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn pools(&mut self) -> Result<PoolMap> {
+        match self.call(&Request::Pools)? {
+            Reply::Pools { pools } => Ok(pools),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn counters(&mut self) -> Result<Counters> {
+        match self.call(&Request::Counters)? {
+            Reply::Counters { counters } => Ok(counters),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn reset_counters(&mut self) -> Result<()> {
+        match self.call(&Request::ResetCounters)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn faults(&mut self) -> Result<FaultConfig> {
+        match self.call(&Request::GetFaults)? {
+            Reply::Faults { faults } => Ok(faults),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn set_faults(&mut self, faults: FaultConfig) -> Result<()> {
+        match self.call(&Request::SetFaults { faults })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::install_job;
+    use inagg_emu::{Emulator, EmulatorConfig, JobError};
+
+    fn spec(id: u16, base: u32, size: u32) -> JobSpec {
+        JobSpec {
+            id,
+            workers: vec!["127.0.0.1:7001".parse().unwrap()],
+            pool_base: base,
+            pool_size: size,
+            elements: 64,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn jobs_round_trip_through_a_real_emulator() {
+        let emu = Emulator::start(EmulatorConfig::ephemeral()).unwrap();
+        let mut t = EmuTarget::connect(emu.control_addr()).unwrap();
+        install_job(&mut t, &spec(1, 0, 100)).unwrap();
+        assert_eq!(t.jobs().unwrap().len(), 1);
+        assert_eq!(t.pools().unwrap().free, 8192 - 100);
+        let err = install_job(&mut t, &spec(2, 50, 100)).unwrap_err();
+        assert!(matches!(err, ControlError::Job(JobError::PoolOverlap { other: 1, .. })), "{err}");
+        // The emulator refuses it too when the check is bypassed.
+        let err = t.create_job(&spec(2, 50, 100)).unwrap_err();
+        assert!(matches!(err, ControlError::Job(JobError::PoolOverlap { .. })), "{err}");
+        t.delete_job(1).unwrap();
+        assert!(matches!(t.delete_job(1).unwrap_err(), ControlError::Job(JobError::UnknownJob { id: 1 })));
+        assert_eq!(t.data_addr().unwrap(), Some(emu.data_addr()));
+    }
+
+    #[test]
+    fn a_missing_emulator_is_a_clear_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let err = EmuTarget::connect(port).unwrap_err();
+        assert!(err.to_string().contains("is it running?"), "{err}");
+    }
+}

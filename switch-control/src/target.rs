@@ -1,0 +1,109 @@
+//! The switch abstraction: what the control plane can ask of any target.
+
+use std::net::SocketAddr;
+
+use inagg_emu::api::{validate_job, ApiError, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
+use inagg_emu::counters::Counters;
+use inagg_emu::switch::SwitchConfig;
+use inagg_emu::FaultConfig;
+
+/// Control-plane errors. Each variant says whose fault it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The target could not be reached (environment: is it running?).
+    #[error("cannot reach the {target} control endpoint at {addr}: {source}; is it running?")]
+    Connect {
+        /// Target kind.
+        target: &'static str,
+        /// Where we tried.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The connection failed mid-request (environment).
+    #[error("control connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The target answered something we cannot read (a version mismatch).
+    #[error("unexpected reply from the target: {0}")]
+    Protocol(String),
+    /// The job was refused (the operator's fault; the message says what to change).
+    #[error("{0}")]
+    Job(#[from] JobError),
+    /// The target refused the request for another reason.
+    #[error("{0}")]
+    Api(ApiError),
+    /// The target does not implement this operation.
+    #[error("the {target} target does not support {what}")]
+    Unsupported {
+        /// Target kind.
+        target: &'static str,
+        /// The operation.
+        what: &'static str,
+    },
+    /// A configuration file is unusable (the operator's fault).
+    #[error("{path}: {message}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl From<ApiError> for ControlError {
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::Job { error } => ControlError::Job(error),
+            other => ControlError::Api(other),
+        }
+    }
+}
+
+/// Result with [`ControlError`].
+pub type Result<T> = std::result::Result<T, ControlError>;
+
+/// A switch the control plane can program. Optional operations default to
+/// [`ControlError::Unsupported`].
+pub trait Target {
+    /// Short name of the backend ("emu", "bmv2", ...).
+    fn kind(&self) -> &'static str;
+    /// Memory and limits.
+    fn info(&mut self) -> Result<SwitchInfo>;
+    /// Where the data plane listens, when the target knows it.
+    fn data_addr(&mut self) -> Result<Option<SocketAddr>> {
+        Ok(None)
+    }
+    /// Installs a job (already validated by [`install_job`]).
+    fn create_job(&mut self, spec: &JobSpec) -> Result<()>;
+    /// Removes a job.
+    fn delete_job(&mut self, id: u16) -> Result<()>;
+    /// One job with counters.
+    fn job(&mut self, id: u16) -> Result<JobInfo>;
+    /// Every job with counters.
+    fn jobs(&mut self) -> Result<Vec<JobInfo>>;
+    /// The memory layout.
+    fn pools(&mut self) -> Result<PoolMap>;
+    /// Switch-wide counters.
+    fn counters(&mut self) -> Result<Counters>;
+    /// Zeroes all counters.
+    fn reset_counters(&mut self) -> Result<()>;
+    /// Fault injection settings (emulator only).
+    fn faults(&mut self) -> Result<FaultConfig> {
+        Err(ControlError::Unsupported { target: self.kind(), what: "fault injection" })
+    }
+    /// Changes fault injection (emulator only).
+    fn set_faults(&mut self, _faults: FaultConfig) -> Result<()> {
+        Err(ControlError::Unsupported { target: self.kind(), what: "fault injection" })
+    }
+}
+
+/// Checks a job against the target's memory and installed jobs, then
+/// installs it. The check refuses overlaps, pools beyond memory, duplicate
+/// ids and bad limits before the switch is touched.
+pub fn install_job(target: &mut dyn Target, spec: &JobSpec) -> Result<()> {
+    let info = target.info()?;
+    let jobs = target.jobs()?;
+    let config = SwitchConfig { slots: info.slots, max_elements: info.max_elements };
+    validate_job(spec, jobs.iter().map(|j| &j.spec), config)?;
+    target.create_job(spec)
+}
