@@ -1,1 +1,58 @@
-fn main() {}
+//! `inagg`: in-network aggregation for distributed training.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use inagg::{agent_cmd, bench, demo, emu_cmd};
+use inagg_switch_control::cli as ctl;
+
+/// In-network aggregation: all-reduce through a (software) switch.
+#[derive(Debug, Parser)]
+#[command(name = "inagg", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// All-reduce a float tensor through the emulator under loss and check it.
+    Demo(demo::DemoArgs),
+    /// Measure quantization, the emulator, and all-reduce against a TCP ring.
+    Bench(bench::BenchArgs),
+    /// Run the software switch.
+    Emu(emu_cmd::EmuArgs),
+    /// Run one worker.
+    Agent(agent_cmd::AgentArgs),
+    /// Program and inspect a switch.
+    Ctl(ctl::CtlArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(&args).and_then(|report| {
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                demo::print_summary(&report);
+            }
+            if report.verified {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("the all-reduce result did not verify"))
+            }
+        }),
+        Command::Bench(args) => bench::run(&args),
+        Command::Emu(args) => emu_cmd::run(&args),
+        Command::Agent(args) => agent_cmd::run(&args),
+        Command::Ctl(args) => ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("inagg: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

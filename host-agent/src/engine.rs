@@ -13,6 +13,7 @@
 //! [`Codec`]'s business: the same engine runs int32 and float all-reduces.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
@@ -93,6 +94,8 @@ pub(crate) struct Engine<'a> {
     pub epochs: &'a mut [u32],
     pub rtt: &'a mut RttEstimator,
     pub switch: SocketAddr,
+    /// Incremented once per result received, for progress displays.
+    pub progress: Option<&'a AtomicU64>,
 }
 
 impl Engine<'_> {
@@ -133,13 +136,18 @@ impl Engine<'_> {
                 self.epochs[s] = self.epochs[s].wrapping_add(1);
                 entry.round += 1;
                 last_progress = now;
+                if let Some(p) = self.progress {
+                    p.fetch_add(1, Ordering::Relaxed);
+                }
                 if entry.round < entry.rounds {
                     self.send(codec, entry, s, window, now, &mut tx, &mut stats);
                 } else {
                     active -= 1;
                 }
             }
-            if now >= next_scan {
+            // Scan only once the socket is drained: results already queued
+            // in it (a worker descheduled for a while) are not losses.
+            if n < RECV_BATCH && now >= next_scan {
                 self.retransmit_expired(&mut slots, now, &mut tx, &mut stats);
                 next_scan = now + scan_every;
                 if now.duration_since(last_progress) > self.config.give_up_after {

@@ -21,6 +21,7 @@ pub mod quant;
 pub mod stats;
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,8 +63,8 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// A configuration with the default timers (initial 20 ms, adaptive
-    /// between 5 ms and 1 s, give up after 10 s without progress).
+    /// A configuration with the default timers (initial 50 ms, adaptive
+    /// between 20 ms and 1 s, give up after 10 s without progress).
     pub fn new(switch: SocketAddr, job: u16, worker: u16, workers: u16, pool_size: u32, elements: u16) -> Self {
         AgentConfig {
             switch,
@@ -75,14 +76,14 @@ impl AgentConfig {
             elements,
             generation: 0,
             priority: 0,
-            initial_rto: Duration::from_millis(20),
-            min_rto: Duration::from_millis(5),
+            initial_rto: Duration::from_millis(50),
+            min_rto: Duration::from_millis(20),
             max_rto: Duration::from_secs(1),
             give_up_after: Duration::from_secs(10),
         }
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    fn validate(&self) -> Result<()> {
         let fail = |m: String| Err(Error::Config(m));
         if self.workers == 0 || usize::from(self.workers) > inagg_wire::MAX_WORKERS {
             return fail(format!("workers = {} must be 1 to {}", self.workers, inagg_wire::MAX_WORKERS));
@@ -138,6 +139,9 @@ pub enum Error {
     },
 }
 
+/// Result with the agent's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
 impl Error {
     fn io(what: &'static str, source: std::io::Error) -> Error {
         Error::Io { what, source }
@@ -151,16 +155,17 @@ pub struct Worker {
     socket: BatchSocket,
     epochs: Vec<u32>,
     rtt: RttEstimator,
+    progress: Option<Arc<AtomicU64>>,
 }
 
 impl Worker {
     /// Binds the worker's socket and connects it to the switch.
-    pub fn new(config: AgentConfig) -> Result<Worker, Error> {
+    pub fn new(config: AgentConfig) -> Result<Worker> {
         config.validate()?;
         let socket = BatchSocket::bind(config.bind).map_err(|e| Error::io("bind the worker socket", e))?;
         socket.socket().connect(config.switch).map_err(|e| Error::io("connect to the switch", e))?;
         let epochs = vec![0; config.pool_size as usize];
-        Ok(Worker { config, socket, epochs, rtt: RttEstimator::new() })
+        Ok(Worker { config, socket, epochs, rtt: RttEstimator::new(), progress: None })
     }
 
     /// The bound local address: the endpoint to install in the job.
@@ -173,6 +178,20 @@ impl Worker {
         &self.config
     }
 
+    /// A counter the worker increments once per result it receives (one
+    /// packet round of one slot), for progress displays.
+    pub fn set_progress(&mut self, counter: Arc<AtomicU64>) {
+        self.progress = Some(counter);
+    }
+
+    /// Packets (rounds) an all-reduce of `len` elements takes per worker:
+    /// one per chunk, plus one exponent round per slot for floats.
+    pub fn rounds(&self, len: usize, float: bool) -> u64 {
+        let chunks = chunk_count(len, usize::from(self.config.elements));
+        let extra = if float { chunks.min(self.config.pool_size as usize) } else { 0 };
+        (chunks + extra) as u64
+    }
+
     fn engine(&mut self) -> Engine<'_> {
         Engine {
             config: &self.config,
@@ -180,12 +199,13 @@ impl Worker {
             epochs: &mut self.epochs,
             rtt: &mut self.rtt,
             switch: self.config.switch,
+            progress: self.progress.as_deref(),
         }
     }
 
     /// Sums `data` across the job's workers in place, exactly (int32 adds
     /// wrap, as on the switch).
-    pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<Stats, Error> {
+    pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<Stats> {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
@@ -196,7 +216,7 @@ impl Worker {
     /// Sums `data` across the job's workers in place, within the bound of
     /// [`quant::error_bound`]; chunks holding NaN or Inf on any worker come
     /// back as NaN on every worker.
-    pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<Stats, Error> {
+    pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<Stats> {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
@@ -221,7 +241,7 @@ impl AsyncWorker {
     }
 
     /// Async [`Worker::allreduce_f32`]: takes the tensor and gives it back reduced.
-    pub async fn allreduce_f32(&self, mut data: Vec<f32>) -> Result<(Vec<f32>, Stats), Error> {
+    pub async fn allreduce_f32(&self, mut data: Vec<f32>) -> Result<(Vec<f32>, Stats)> {
         let inner = self.inner.clone();
         run_blocking(move || {
             let stats = lock(&inner).allreduce_f32(&mut data)?;
@@ -231,7 +251,7 @@ impl AsyncWorker {
     }
 
     /// Async [`Worker::allreduce_i32`].
-    pub async fn allreduce_i32(&self, mut data: Vec<i32>) -> Result<(Vec<i32>, Stats), Error> {
+    pub async fn allreduce_i32(&self, mut data: Vec<i32>) -> Result<(Vec<i32>, Stats)> {
         let inner = self.inner.clone();
         run_blocking(move || {
             let stats = lock(&inner).allreduce_i32(&mut data)?;
@@ -245,7 +265,7 @@ fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
     w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Result<T, Error> {
+async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err(Error::io("run the all-reduce task", std::io::Error::other(e.to_string()))),

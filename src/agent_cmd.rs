@@ -1,0 +1,179 @@
+//! `inagg agent`: one worker from the command line. The tensor comes from a
+//! file (raw little-endian f32 or i32) or from a deterministic pattern whose
+//! sum every worker can compute, so `--verify` checks the result without
+//! any other input.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use inagg_host_agent::quant::{block_exponent, error_bound};
+use inagg_host_agent::{AgentConfig, Stats, Worker};
+
+/// Element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    /// 32-bit floats (quantized with a block exponent).
+    F32,
+    /// 32-bit integers (exact).
+    I32,
+}
+
+/// Options of `inagg agent`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// The switch's data-plane address.
+    #[arg(long, default_value = "127.0.0.1:47000")]
+    pub switch: SocketAddr,
+    /// Local address; must be the endpoint installed for this worker.
+    #[arg(long)]
+    pub bind: SocketAddr,
+    /// Job id.
+    #[arg(long)]
+    pub job: u16,
+    /// This worker's id.
+    #[arg(long)]
+    pub worker: u16,
+    /// Workers in the job.
+    #[arg(long)]
+    pub workers: u16,
+    /// Slots in the job's pool.
+    #[arg(long)]
+    pub pool_size: u32,
+    /// Elements per packet (the job's K).
+    #[arg(long, default_value_t = 64)]
+    pub elements: u16,
+    /// Membership generation.
+    #[arg(long, default_value_t = 0)]
+    pub generation: u16,
+    /// Priority class.
+    #[arg(long, default_value_t = 0)]
+    pub priority: u8,
+    /// Element type.
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Read the tensor from this file (raw little-endian values).
+    #[arg(long, conflicts_with = "len")]
+    pub input: Option<String>,
+    /// Use the built-in pattern of this many elements instead of a file.
+    #[arg(long)]
+    pub len: Option<usize>,
+    /// Write the reduced tensor here (raw little-endian values).
+    #[arg(long)]
+    pub output: Option<String>,
+    /// Check the result against the pattern's known sum (with --len).
+    #[arg(long, requires = "len")]
+    pub verify: bool,
+    /// Give up after this many seconds without progress.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Print statistics as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The pattern worker `w` contributes at element `i` (ints: exact sums).
+fn pattern_i32(w: u16, i: usize) -> i32 {
+    ((i % 1000) as i32 - 500) * (i32::from(w) + 1)
+}
+
+/// The float pattern: mixed signs and magnitudes.
+fn pattern_f32(w: u16, i: usize) -> f32 {
+    ((i % 97) as f32 - 48.0) * 0.01 * (f32::from(w) + 1.0) * 10f32.powi((i / 1000 % 5) as i32 - 2)
+}
+
+/// Runs one all-reduce and reports.
+pub fn run(a: &AgentArgs) -> Result<()> {
+    if !(a.timeout > 0.0 && a.timeout.is_finite()) {
+        bail!("--timeout must be a positive number of seconds");
+    }
+    let mut config = AgentConfig::new(a.switch, a.job, a.worker, a.workers, a.pool_size, a.elements);
+    config.bind = a.bind;
+    config.generation = a.generation;
+    config.priority = a.priority;
+    config.give_up_after = Duration::from_secs_f64(a.timeout);
+    let mut worker = Worker::new(config)?;
+    let (stats, verified) = match a.dtype {
+        Dtype::I32 => run_i32(a, &mut worker)?,
+        Dtype::F32 => run_f32(a, &mut worker)?,
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&stats)?;
+        v["verified"] = verified.into();
+        v["goodput_gbps"] = stats.goodput_gbps().into();
+        println!("{v}");
+    } else {
+        println!(
+            "worker {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{}",
+            a.worker,
+            stats.payload_bytes,
+            stats.elapsed.as_secs_f64(),
+            stats.goodput_gbps(),
+            stats.packets_sent,
+            stats.retransmissions,
+            match verified {
+                Some(true) => ", result verified",
+                Some(false) => ", RESULT WRONG",
+                None => "",
+            }
+        );
+    }
+    if verified == Some(false) {
+        bail!("the reduced tensor does not match the expected sum");
+    }
+    Ok(())
+}
+
+fn load<T>(a: &AgentArgs, pattern: impl Fn(u16, usize) -> T, parse: impl Fn([u8; 4]) -> T) -> Result<Vec<T>> {
+    match (&a.input, a.len) {
+        (Some(path), _) => {
+            let bytes = std::fs::read(path).with_context(|| format!("read {path}"))?;
+            if bytes.len() % 4 != 0 {
+                bail!("{path}: {} bytes is not a whole number of 4-byte elements", bytes.len());
+            }
+            Ok(bytes.chunks_exact(4).map(|c| parse([c[0], c[1], c[2], c[3]])).collect())
+        }
+        (None, Some(n)) => Ok((0..n).map(|i| pattern(a.worker, i)).collect()),
+        (None, None) => bail!("give the tensor with --input FILE or --len N"),
+    }
+}
+
+fn save(path: &Option<String>, bytes: impl Iterator<Item = [u8; 4]>) -> Result<()> {
+    if let Some(p) = path {
+        let out: Vec<u8> = bytes.flatten().collect();
+        std::fs::write(p, out).with_context(|| format!("write {p}"))?;
+    }
+    Ok(())
+}
+
+fn run_i32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
+    let mut data = load(a, pattern_i32, i32::from_le_bytes)?;
+    let stats = worker.allreduce_i32(&mut data)?;
+    save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
+    let verified = a.verify.then(|| {
+        data.iter().enumerate().all(|(i, v)| *v == (0..a.workers).fold(0i32, |s, w| s.wrapping_add(pattern_i32(w, i))))
+    });
+    Ok((stats, verified))
+}
+
+fn run_f32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
+    let mut data = load(a, pattern_f32, f32::from_le_bytes)?;
+    let stats = worker.allreduce_f32(&mut data)?;
+    save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
+    let verified = a.verify.then(|| {
+        let k = usize::from(a.elements);
+        data.chunks(k).enumerate().all(|(c, chunk)| {
+            let start = c * k;
+            let e = (0..a.workers)
+                .map(|w| block_exponent(&(start..start + chunk.len()).map(|i| pattern_f32(w, i)).collect::<Vec<_>>()))
+                .max()
+                .unwrap_or(0);
+            chunk.iter().enumerate().all(|(j, y)| {
+                let exact: f64 = (0..a.workers).map(|w| f64::from(pattern_f32(w, start + j))).sum();
+                (f64::from(*y) - exact).abs() <= error_bound(e, a.workers, exact)
+            })
+        })
+    });
+    Ok((stats, verified))
+}

@@ -1,0 +1,206 @@
+//! `inagg demo`: the main job. Starts the emulator, installs a job through
+//! the control plane, runs N workers, all-reduces a float tensor under
+//! loss, checks every worker's result against an f64 reference within the
+//! documented bound, and reports time and throughput.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use inagg_emu::{DropReason, FaultConfig};
+use inagg_host_agent::Stats;
+use serde::Serialize;
+
+use crate::local::{run_all, JobParams, LocalCluster};
+use crate::verify::{check_f32, gradient, FloatCheck};
+
+/// Options of `inagg demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Workers in the job.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u16,
+    /// Float elements in the tensor.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub elements: usize,
+    /// Elements per packet (K).
+    #[arg(short = 'k', long = "k", default_value_t = 256)]
+    pub k: u16,
+    /// Slots in the job's pool: the window of outstanding packets.
+    #[arg(long, default_value_t = 256)]
+    pub window: u32,
+    /// Packet loss probability, each direction.
+    #[arg(long, default_value_t = 0.01)]
+    pub loss: f64,
+    /// Duplication probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Reordering probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Seed for the data and the faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// The demo's result.
+#[derive(Debug, Serialize)]
+pub struct DemoReport {
+    /// Every element of every worker within the bound.
+    pub verified: bool,
+    /// Workers.
+    pub workers: u16,
+    /// Tensor elements.
+    pub elements: usize,
+    /// K.
+    pub k: u16,
+    /// Pool slots.
+    pub window: u32,
+    /// Loss per direction.
+    pub loss: f64,
+    /// Wall time of the all-reduce (slowest worker).
+    pub seconds: f64,
+    /// Tensor payload per second, Gbit/s.
+    pub goodput_gbps: f64,
+    /// Elements reduced per second.
+    pub elements_per_second: f64,
+    /// Retransmissions, all workers.
+    pub retransmissions: u64,
+    /// Packets the fault injector dropped.
+    pub injected_drops: u64,
+    /// Details of the check.
+    pub check: FloatCheck,
+    /// All workers' statistics, summed.
+    pub stats: Stats,
+}
+
+/// Runs the demo and prints its report.
+pub fn run(args: &DemoArgs) -> Result<DemoReport> {
+    if args.elements == 0 || args.workers == 0 {
+        bail!("--elements and --workers must be at least 1");
+    }
+    if !(0.0..1.0).contains(&args.loss) {
+        bail!("--loss {} must be in [0, 1)", args.loss);
+    }
+    let faults = FaultConfig {
+        drop_ingress: args.loss,
+        drop_egress: args.loss,
+        duplicate: args.duplicate,
+        reorder: args.reorder,
+        seed: args.seed,
+    };
+    let cluster = LocalCluster::start(faults)?;
+    let params = JobParams { id: 1, workers: args.workers, pool_base: 0, pool_size: args.window, elements: args.k };
+    let mut workers = cluster.job(params, |_| {})?;
+    let inputs: Vec<Vec<f32>> = (0..args.workers as usize).map(|w| gradient(args.seed, w, args.elements)).collect();
+    let mut data = inputs.clone();
+    let progress = Arc::new(AtomicU64::new(0));
+    for w in &mut workers {
+        w.set_progress(progress.clone());
+    }
+    let total = workers[0].rounds(args.elements, true) * u64::from(args.workers);
+    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
+    let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d));
+    bar.finish_and_clear();
+    let stats = stats?;
+    let check = check_f32(&inputs, &data, usize::from(args.k));
+    let counters = cluster.emu.state().switch.counters().clone();
+    let mut sum = Stats::default();
+    stats.iter().for_each(|s| sum.merge(s));
+    let seconds = sum.elapsed.as_secs_f64();
+    Ok(DemoReport {
+        verified: check.verified,
+        workers: args.workers,
+        elements: args.elements,
+        k: args.k,
+        window: args.window,
+        loss: args.loss,
+        seconds,
+        goodput_gbps: sum.goodput_gbps(),
+        elements_per_second: args.elements as f64 / seconds,
+        retransmissions: sum.retransmissions,
+        injected_drops: counters.dropped(DropReason::InjectedIngress) + counters.dropped(DropReason::InjectedEgress),
+        check,
+        stats: sum,
+    })
+}
+
+fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
+    if !show || total < 20_000 {
+        return Ticker { bar: None, stop: Arc::new(AtomicU64::new(1)), thread: None };
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} all-reduce [{bar:40}] {percent}% {elapsed_precise}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let stop = Arc::new(AtomicU64::new(0));
+    let thread = {
+        let (bar, stop) = (bar.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while stop.load(Ordering::Relaxed) == 0 {
+                bar.set_position(done.load(Ordering::Relaxed).min(total));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    Ticker { bar: Some(bar), stop, thread: Some(thread) }
+}
+
+/// A progress bar refreshed from a counter by a helper thread.
+struct Ticker {
+    bar: Option<ProgressBar>,
+    stop: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn finish_and_clear(mut self) {
+        self.stop.store(1, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The human summary.
+pub fn print_summary(r: &DemoReport) {
+    let mib = r.elements as f64 * 4.0 / (1 << 20) as f64;
+    println!(
+        "inagg demo: {} workers all-reduce {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
+        r.workers,
+        r.elements,
+        r.k,
+        r.window,
+        r.loss * 100.0
+    );
+    if r.verified {
+        println!(
+            "result:      VERIFIED on every worker (max error {:.3e}, at most {:.1}% of the documented bound)",
+            r.check.max_abs_error,
+            r.check.max_bound_fraction * 100.0
+        );
+    } else {
+        let (w, i) = r.check.first_failure.unwrap_or_default();
+        println!("result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})", r.check.failures);
+    }
+    println!("time:        {:.3} s", r.seconds);
+    println!("throughput:  {:.3} Gbit/s of payload, {:.3e} elements/s", r.goodput_gbps, r.elements_per_second);
+    println!(
+        "loss:        {} packets dropped by the emulator, {} retransmissions",
+        r.injected_drops, r.retransmissions
+    );
+}

@@ -1,0 +1,67 @@
+//! `inagg emu`: run the software switch until killed.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
+
+/// Options of `inagg emu`.
+#[derive(Debug, Clone, Args)]
+pub struct EmuArgs {
+    /// UDP address of the data plane.
+    #[arg(long, default_value = "127.0.0.1:47000")]
+    pub data: SocketAddr,
+    /// TCP address of the control endpoint (loopback unless you say otherwise).
+    #[arg(long, default_value = "127.0.0.1:47001")]
+    pub control: SocketAddr,
+    /// Slots of aggregator memory.
+    #[arg(long, default_value_t = 8192)]
+    pub slots: u32,
+    /// Largest elements per packet (K) a job may use.
+    #[arg(long, default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
+    pub max_elements: u16,
+    /// Drop probability in both directions (shorthand).
+    #[arg(long)]
+    pub loss: Option<f64>,
+    /// Drop probability worker -> switch.
+    #[arg(long, default_value_t = 0.0)]
+    pub drop_ingress: f64,
+    /// Drop probability switch -> worker (per copy).
+    #[arg(long, default_value_t = 0.0)]
+    pub drop_egress: f64,
+    /// Duplication probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Reordering probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Fault RNG seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Starts the emulator, prints where it listens, serves until killed.
+pub fn run(args: &EmuArgs) -> Result<()> {
+    let faults = FaultConfig {
+        drop_ingress: args.loss.unwrap_or(args.drop_ingress),
+        drop_egress: args.loss.unwrap_or(args.drop_egress),
+        duplicate: args.duplicate,
+        reorder: args.reorder,
+        seed: args.seed,
+    };
+    faults.validate().map_err(anyhow::Error::msg).context("fault settings")?;
+    if args.slots == 0 || args.max_elements == 0 || usize::from(args.max_elements) > inagg_wire::MAX_ELEMENTS {
+        anyhow::bail!("--slots must be positive and --max-elements between 1 and {}", inagg_wire::MAX_ELEMENTS);
+    }
+    let config = EmulatorConfig {
+        data_addr: args.data,
+        control_addr: args.control,
+        switch: SwitchConfig { slots: args.slots, max_elements: args.max_elements },
+        faults,
+    };
+    let emu = Emulator::start(config).with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
+    println!("inagg emu: data plane udp://{}  control tcp://{}", emu.data_addr(), emu.control_addr());
+    emu.wait();
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The `inagg` command and the pieces it shares with the benchmarks and the
+//! end-to-end tests.
+//!
+//! The stack lives in its own crates: `inagg-wire` (the protocol),
+//! `inagg-emu` (the software switch), `inagg-host-agent` (workers),
+//! `inagg-switch-control` (control plane). This crate puts them together:
+//! [`local`] runs a whole cluster in one process, [`verify`] checks results,
+//! and one module per subcommand.
+
+pub mod agent_cmd;
+pub mod bench;
+pub mod demo;
+pub mod emu_cmd;
+pub mod local;
+pub mod ring;
+pub mod verify;

@@ -1,0 +1,96 @@
+//! A whole aggregation cluster in one process: an emulator on loopback, a job
+//! installed through the control plane, and N workers on their own threads
+//! and sockets. Real UDP and TCP all the way; used by the demo, the
+//! benchmarks and the end-to-end tests.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
+use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_switch_control::target::install_job;
+use inagg_switch_control::EmuTarget;
+
+/// A job to set up: id, size, pool and K.
+#[derive(Debug, Clone, Copy)]
+pub struct JobParams {
+    /// Job id.
+    pub id: u16,
+    /// Workers.
+    pub workers: u16,
+    /// First slot of the pool.
+    pub pool_base: u32,
+    /// Slots (the window).
+    pub pool_size: u32,
+    /// Elements per packet.
+    pub elements: u16,
+}
+
+/// An emulator running in this process.
+pub struct LocalCluster {
+    /// The emulator.
+    pub emu: Emulator,
+}
+
+impl LocalCluster {
+    /// Starts an emulator on loopback ephemeral ports with these faults.
+    pub fn start(faults: FaultConfig) -> Result<LocalCluster> {
+        Self::start_with(faults, SwitchConfig::default())
+    }
+
+    /// Same, with a switch configuration.
+    pub fn start_with(faults: FaultConfig, switch: SwitchConfig) -> Result<LocalCluster> {
+        let emu = Emulator::start(EmulatorConfig { faults, switch, ..EmulatorConfig::ephemeral() })
+            .context("start the emulator")?;
+        Ok(LocalCluster { emu })
+    }
+
+    /// The emulator's control endpoint.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.emu.control_addr()
+    }
+
+    /// Binds the job's workers, then installs the job with their endpoints
+    /// through the control plane. `tune` adjusts each worker's configuration.
+    pub fn job(&self, p: JobParams, tune: impl Fn(&mut AgentConfig)) -> Result<Vec<Worker>> {
+        let workers = (0..p.workers)
+            .map(|w| {
+                let mut c = AgentConfig::new(self.emu.data_addr(), p.id, w, p.workers, p.pool_size, p.elements);
+                c.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+                tune(&mut c);
+                Worker::new(c).with_context(|| format!("start worker {w}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let spec = JobSpec {
+            id: p.id,
+            workers: workers.iter().map(Worker::local_addr).collect(),
+            pool_base: p.pool_base,
+            pool_size: p.pool_size,
+            elements: p.elements,
+            generation: 0,
+        };
+        let mut target = EmuTarget::connect(self.control_addr())?;
+        install_job(&mut target, &spec).with_context(|| format!("install job {}", p.id))?;
+        Ok(workers)
+    }
+}
+
+/// Runs one all-reduce on every worker at once, each on its own thread.
+pub fn run_all<T: Send>(
+    workers: &mut [Worker],
+    data: &mut [Vec<T>],
+    op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
+) -> Result<Vec<Stats>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> =
+            workers.iter_mut().zip(data.iter_mut()).map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice()))).collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| match h.join() {
+                Ok(r) => r.with_context(|| format!("worker {i}")),
+                Err(_) => Err(anyhow::anyhow!("worker {i} panicked")),
+            })
+            .collect()
+    })
+}
