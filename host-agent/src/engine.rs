@@ -36,6 +36,16 @@ pub(crate) trait Codec {
     fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
 }
 
+/// What a received datagram means to the window.
+enum Verdict<'d> {
+    /// The result slot `slot` waits for.
+    Current { slot: usize, payload: &'d [u8], exponent: u8 },
+    /// A previous session's complete result in the set this slot starts on.
+    LeftOver { slot: usize },
+    /// Anything else.
+    Ignore,
+}
+
 /// Per-slot progress.
 #[derive(Debug, Clone)]
 struct Slot {
@@ -126,8 +136,19 @@ impl Engine<'_> {
                 let d = rx.get(i);
                 stats.packets_received += 1;
                 stats.bytes_received += d.data.len() as u64;
-                let Some(slot) = self.accept(d.data, window, &slots, &mut stats) else { continue };
-                let (s, payload, exponent) = slot;
+                let (s, payload, exponent) = match self.accept(d.data, window, &slots, &mut stats) {
+                    Verdict::Current { slot, payload, exponent } => (slot, payload, exponent),
+                    Verdict::Ignore => continue,
+                    Verdict::LeftOver { slot } => {
+                        // A previous session ended this slot on the set we
+                        // started with: every worker sees the same, and all
+                        // move to the other set together.
+                        stats.stale_results += 1;
+                        self.epochs[slot] = self.epochs[slot].wrapping_add(1);
+                        self.send(codec, &mut slots[slot], slot, window, now, &mut tx, &mut stats);
+                        continue;
+                    }
+                };
                 let entry = &mut slots[s];
                 if !entry.retransmitted {
                     self.rtt.sample(now.saturating_duration_since(entry.sent_at));
@@ -148,8 +169,6 @@ impl Engine<'_> {
             // Scan only once the socket is drained: results already queued
             // in it (a worker descheduled for a while) are not losses.
             if n < RECV_BATCH && now >= next_scan {
-                self.retransmit_expired(&mut slots, now, &mut tx, &mut stats);
-                next_scan = now + scan_every;
                 if now.duration_since(last_progress) > self.config.give_up_after {
                     let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
                     return Err(Error::Timeout {
@@ -160,6 +179,8 @@ impl Engine<'_> {
                         retransmissions: stats.retransmissions,
                     });
                 }
+                self.retransmit_expired(&mut slots, now, &mut tx, &mut stats);
+                next_scan = now + scan_every;
             }
         }
         self.flush(&mut tx, &mut stats)?;
@@ -225,29 +246,32 @@ impl Engine<'_> {
         stats.bytes_sent += slot.packet.len() as u64;
     }
 
-    /// Checks a datagram is the result the slot is waiting for. Anything else
-    /// (malformed, another job, a stale or duplicate result) is counted and
-    /// ignored.
-    fn accept<'d>(&self, data: &'d [u8], window: usize, slots: &[Slot], stats: &mut Stats) -> Option<(usize, &'d [u8], u8)> {
+    /// Classifies a datagram: the result a slot is waiting for, a complete
+    /// result left in our starting set by a previous session, or something to
+    /// count and ignore (malformed, another job, a stale or duplicate result).
+    fn accept<'d>(&self, data: &'d [u8], window: usize, slots: &[Slot], stats: &mut Stats) -> Verdict<'d> {
         let Ok(repr) = Packet::new_checked(data).and_then(|p| Repr::parse(&p)) else {
             stats.malformed += 1;
-            return None;
+            return Verdict::Ignore;
         };
         if repr.kind != Kind::Result || repr.job != self.config.job || repr.elements != self.config.elements {
             stats.foreign += 1;
-            return None;
+            return Verdict::Ignore;
         }
         let s = usize::from(repr.slot);
-        let current = s < window
-            && slots[s].round < slots[s].rounds
-            && repr.packet_id == slots[s].packet_id
-            && repr.set == slots[s].set
-            && usize::from(repr.count) == usize::from(self.config.workers);
-        if !current {
-            stats.stale_results += 1;
-            return None;
+        let waiting = s < window && slots[s].round < slots[s].rounds && repr.set == slots[s].set;
+        let complete = usize::from(repr.count) == usize::from(self.config.workers);
+        if waiting && complete && repr.packet_id == slots[s].packet_id {
+            return Verdict::Current { slot: s, payload: &data[HEADER_LEN..], exponent: repr.exponent };
         }
-        Some((s, &data[HEADER_LEN..], repr.exponent))
+        // Only a worker that has never completed a round on this slot can
+        // meet a foreign complete result in its set: within a session the
+        // set would have been freed by this worker's own contributions.
+        if waiting && complete && self.epochs[s] == 0 && slots[s].round == 0 {
+            return Verdict::LeftOver { slot: s };
+        }
+        stats.stale_results += 1;
+        Verdict::Ignore
     }
 
     fn retransmit_expired(&self, slots: &mut [Slot], now: Instant, tx: &mut SendBatch, stats: &mut Stats) {

@@ -1,0 +1,274 @@
+//! End-to-end all-reduce through the emulator over real UDP on loopback:
+//!
+//! ```text
+//!   worker 0 ──┐                       ┌── result multicast ──> every worker
+//!   worker 1 ──┼── UDP ──> emulator ───┤
+//!   worker N ──┘   (faults injected)   └── unicast resend on retransmission
+//! ```
+//!
+//! Int32 sums must be exact; float sums within host-agent's documented bound.
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use inagg::local::{run_all, JobParams, LocalCluster};
+use inagg::verify::{check_f32, check_i32, gradient};
+use inagg_emu::{DropReason, FaultConfig};
+use inagg_host_agent::{AsyncWorker, Error, Worker};
+
+fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
+    JobParams { id, workers, pool_base, pool_size, elements }
+}
+
+fn int_inputs(workers: usize, len: usize, seed: i32) -> Vec<Vec<i32>> {
+    (0..workers)
+        .map(|w| (0..len).map(|i| (i as i32).wrapping_mul(7919).wrapping_add(seed * 31 + w as i32 * 1_000_003)).collect())
+        .collect()
+}
+
+fn allreduce_ints(cluster: &LocalCluster, p: JobParams, len: usize) {
+    let mut workers = cluster.job(p, |_| {}).unwrap();
+    let inputs = int_inputs(p.workers.into(), len, p.id.into());
+    let mut data = inputs.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    check_i32(&inputs, &data).unwrap();
+}
+
+fn allreduce_floats(cluster: &LocalCluster, p: JobParams, len: usize, seed: u64) {
+    let mut workers = cluster.job(p, |_| {}).unwrap();
+    let inputs: Vec<Vec<f32>> = (0..p.workers.into()).map(|w| gradient(seed, w, len)).collect();
+    let mut data = inputs.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d)).unwrap();
+    let check = check_f32(&inputs, &data, p.elements.into());
+    assert!(check.verified, "{check:?}");
+}
+
+#[test]
+fn int_sums_are_exact_for_2_4_and_8_workers() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    for (id, n) in [(1, 2), (2, 4), (3, 8)] {
+        // Wrapping sums included: the inputs overflow int32 when added.
+        allreduce_ints(&cluster, job(id, n, u32::from(id) * 100, 64, 64), 40_000 + usize::from(n));
+    }
+}
+
+#[test]
+fn float_sums_are_within_the_bound_under_1_percent_loss() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.01, 11)).unwrap();
+    for (id, n) in [(1, 2), (2, 4), (3, 8)] {
+        allreduce_floats(&cluster, job(id, n, u32::from(id) * 100, 64, 256), 100_000, u64::from(id));
+    }
+    let c = cluster.emu.state().switch.counters().clone();
+    assert!(c.dropped(DropReason::InjectedIngress) > 0 && c.dropped(DropReason::InjectedEgress) > 0, "{c:?}");
+}
+
+#[test]
+fn ten_percent_loss_with_duplication_and_reordering() {
+    let faults = FaultConfig { drop_ingress: 0.1, drop_egress: 0.1, duplicate: 0.05, reorder: 0.05, seed: 3 };
+    let cluster = LocalCluster::start(faults).unwrap();
+    allreduce_ints(&cluster, job(1, 4, 0, 64, 64), 20_000);
+    allreduce_floats(&cluster, job(2, 4, 64, 64, 64), 20_000, 5);
+    let c = cluster.emu.state().switch.counters().clone();
+    assert!(c.injected_duplicates > 0 && c.injected_reorders > 0, "{c:?}");
+    let resent: u64 = cluster.emu.state().switch.jobs().iter().map(|j| j.counters.resent_results).sum();
+    assert!(resent > 0, "lost results must have been recovered by unicast resends");
+}
+
+#[test]
+fn k_1024_and_a_window_smaller_than_the_pool() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.01, 2)).unwrap();
+    // 3 chunks of 1024 through a pool of 512 slots: only 3 slots are used.
+    allreduce_floats(&cluster, job(1, 3, 0, 512, 1024), 3000, 9);
+    allreduce_ints(&cluster, job(2, 3, 512, 8, 1024), 100_000);
+}
+
+#[test]
+fn two_jobs_at_once_with_disjoint_pools_are_independent() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.01, 4)).unwrap();
+    let mut a = cluster.job(job(1, 3, 0, 32, 64), |_| {}).unwrap();
+    let mut b = cluster.job(job(2, 2, 32, 16, 128), |_| {}).unwrap();
+    let (ia, ib) = (int_inputs(3, 30_000, 1), int_inputs(2, 25_000, 2));
+    let (mut da, mut db) = (ia.clone(), ib.clone());
+    std::thread::scope(|s| {
+        let ta = s.spawn(|| run_all(&mut a, &mut da, |w, d| w.allreduce_i32(d)).unwrap());
+        let tb = s.spawn(|| run_all(&mut b, &mut db, |w, d| w.allreduce_i32(d)).unwrap());
+        ta.join().unwrap();
+        tb.join().unwrap();
+    });
+    check_i32(&ia, &da).unwrap();
+    check_i32(&ib, &db).unwrap();
+    let jobs = cluster.emu.state().switch.jobs();
+    assert_eq!(jobs[0].counters.results, 30_000u64.div_ceil(64), "job 1 completes one slot round per chunk");
+    assert_eq!(jobs[1].counters.results, 25_000u64.div_ceil(128));
+}
+
+#[test]
+fn repeated_allreduces_reuse_the_pool_across_calls() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.02, 8)).unwrap();
+    let mut workers = cluster.job(job(1, 3, 0, 16, 64), |_| {}).unwrap();
+    // Lengths that use all 16 slots, then 1, then an odd number of rounds.
+    for (round, len) in [5000usize, 10, 64 * 16 * 3 + 5, 700].into_iter().enumerate() {
+        let inputs = int_inputs(3, len, round as i32);
+        let mut data = inputs.clone();
+        run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+        check_i32(&inputs, &data).unwrap_or_else(|e| panic!("call {round}: {e}"));
+        let floats: Vec<Vec<f32>> = (0..3).map(|w| gradient(round as u64, w, len)).collect();
+        let mut fdata = floats.clone();
+        run_all(&mut workers, &mut fdata, |w, d| w.allreduce_f32(d)).unwrap();
+        assert!(check_f32(&floats, &fdata, 64).verified, "call {round}");
+    }
+}
+
+#[test]
+fn a_non_finite_chunk_is_nan_on_every_worker_and_the_rest_is_exact() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let mut workers = cluster.job(job(1, 3, 0, 8, 64), |_| {}).unwrap();
+    let mut inputs: Vec<Vec<f32>> = (0..3).map(|w| gradient(1, w, 640)).collect();
+    inputs[1][130] = f32::INFINITY; // chunk 2
+    inputs[2][600] = f32::NAN; // chunk 9
+    let mut data = inputs.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d)).unwrap();
+    for d in &data {
+        assert!(d[128..192].iter().all(|x| x.is_nan()));
+        assert!(d[576..640].iter().all(|x| x.is_nan()));
+        assert!(d[..128].iter().chain(&d[192..576]).all(|x| x.is_finite()));
+    }
+    assert!(check_f32(&inputs, &data, 64).verified);
+}
+
+#[test]
+fn malformed_and_foreign_packets_are_counted_and_change_nothing() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let mut workers = cluster.job(job(1, 2, 0, 8, 64), |_| {}).unwrap();
+    let intruder = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = cluster.emu.data_addr();
+    let mut good = vec![0u8; 24 + 64 * 4];
+    let mut p = inagg_wire::Packet::new_unchecked(&mut good[..]);
+    inagg_wire::Repr {
+        kind: inagg_wire::Kind::Contribution,
+        set: 0,
+        priority: 0,
+        job: 1,
+        slot: 0,
+        worker: 0,
+        generation: 0,
+        exponent: 0,
+        count: 0,
+        elements: 64,
+        packet_id: 0,
+    }
+    .emit(&mut p);
+    p.payload_mut().fill(0x11);
+    let unknown_job = {
+        let mut b = good.clone();
+        b[5] = 99;
+        b
+    };
+    // From a socket that is not worker 0: an impostor.
+    let junk: Vec<Vec<u8>> = vec![vec![], vec![1, 2, 3], good[..30].to_vec(), vec![0xff; 300], unknown_job, good.clone()];
+    for j in &junk {
+        intruder.send_to(j, to).unwrap();
+    }
+    let inputs = int_inputs(2, 5000, 0);
+    let mut data = inputs.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    check_i32(&inputs, &data).unwrap();
+    let c = cluster.emu.state().switch.counters().clone();
+    assert_eq!(c.dropped(DropReason::Malformed), 4, "{c:?}");
+    assert_eq!(c.dropped(DropReason::UnknownJob), 1);
+    assert_eq!(c.dropped(DropReason::UnknownWorker), 1);
+}
+
+#[test]
+fn async_workers_reduce_like_blocking_ones() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.01, 5)).unwrap();
+    let workers: Vec<AsyncWorker> =
+        cluster.job(job(1, 3, 0, 32, 64), |_| {}).unwrap().into_iter().map(AsyncWorker::new).collect();
+    let inputs = int_inputs(3, 10_000, 5);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let outputs: Vec<Vec<i32>> = rt.block_on(async {
+        let tasks: Vec<_> = workers
+            .iter()
+            .zip(&inputs)
+            .map(|(w, d)| {
+                let (w, d) = (w.clone(), d.clone());
+                tokio::spawn(async move { w.allreduce_i32(d).await })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap().unwrap().0);
+        }
+        out
+    });
+    check_i32(&inputs, &outputs).unwrap();
+}
+
+#[test]
+fn a_worker_whose_job_is_not_installed_fails_with_a_clear_error() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let mut config = inagg_host_agent::AgentConfig::new(cluster.emu.data_addr(), 42, 0, 2, 8, 64);
+    config.give_up_after = Duration::from_millis(300);
+    config.min_rto = Duration::from_millis(20);
+    let mut worker = Worker::new(config).unwrap();
+    let err = worker.allreduce_i32(&mut [1, 2, 3]).unwrap_err();
+    assert!(matches!(err, Error::Timeout { job: 42, .. }), "{err}");
+    assert!(err.to_string().contains("check that the job is installed"), "{err}");
+    // Every packet the worker sent was refused as unknown_job; the last may
+    // still be in the emulator's socket, so drain with a deadline.
+    let sent = 1 + worker_retransmissions(&err);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while cluster.emu.state().switch.counters().dropped(DropReason::UnknownJob) < sent && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(cluster.emu.state().switch.counters().dropped(DropReason::UnknownJob), sent);
+}
+
+fn worker_retransmissions(err: &Error) -> u64 {
+    match err {
+        Error::Timeout { retransmissions, .. } => *retransmissions,
+        _ => 0,
+    }
+}
+
+#[test]
+fn bad_agent_configurations_are_refused() {
+    let addr = "127.0.0.1:9".parse().unwrap();
+    let cases = [
+        (inagg_host_agent::AgentConfig::new(addr, 1, 2, 2, 8, 64), "worker id 2 is not below the worker count 2"),
+        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 0, 64), "pool size 0"),
+        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 8, 0), "elements per packet 0"),
+        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 65, 8, 64), "workers = 65"),
+    ];
+    for (config, want) in cases {
+        let err = Worker::new(config).unwrap_err();
+        assert!(err.to_string().contains(want), "{err} (wanted {want})");
+    }
+}
+
+#[test]
+fn fresh_workers_recover_from_a_previous_sessions_slot_state() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.01, 6)).unwrap();
+    let p = job(1, 3, 0, 8, 64);
+    let mut first = cluster.job(p, |_| {}).unwrap();
+    // 8 slots x 1 round: every slot ends complete in set 0.
+    let inputs = int_inputs(3, 8 * 64, 1);
+    let mut data = inputs.clone();
+    run_all(&mut first, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    let endpoints: Vec<_> = first.iter().map(Worker::local_addr).collect();
+    drop(first);
+    // New processes would bind the same endpoints and start from epoch 0.
+    let mut second: Vec<Worker> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(w, addr)| {
+            let mut c = inagg_host_agent::AgentConfig::new(cluster.emu.data_addr(), 1, w as u16, 3, 8, 64);
+            c.bind = *addr;
+            Worker::new(c).unwrap()
+        })
+        .collect();
+    let inputs = int_inputs(3, 5000, 2);
+    let mut data = inputs.clone();
+    run_all(&mut second, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    check_i32(&inputs, &data).unwrap();
+}
