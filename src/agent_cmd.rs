@@ -88,7 +88,14 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     if !(a.timeout > 0.0 && a.timeout.is_finite()) {
         bail!("--timeout must be a positive number of seconds");
     }
-    let mut config = AgentConfig::new(a.switch, a.job, a.worker, a.workers, a.pool_size, a.elements);
+    let mut config = AgentConfig::new(
+        a.switch,
+        a.job,
+        a.worker,
+        a.workers,
+        a.pool_size,
+        a.elements,
+    );
     config.bind = a.bind;
     config.generation = a.generation;
     config.priority = a.priority;
@@ -125,14 +132,24 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     Ok(())
 }
 
-fn load<T>(a: &AgentArgs, pattern: impl Fn(u16, usize) -> T, parse: impl Fn([u8; 4]) -> T) -> Result<Vec<T>> {
+fn load<T>(
+    a: &AgentArgs,
+    pattern: impl Fn(u16, usize) -> T,
+    parse: impl Fn([u8; 4]) -> T,
+) -> Result<Vec<T>> {
     match (&a.input, a.len) {
         (Some(path), _) => {
             let bytes = std::fs::read(path).with_context(|| format!("read {path}"))?;
             if bytes.len() % 4 != 0 {
-                bail!("{path}: {} bytes is not a whole number of 4-byte elements", bytes.len());
+                bail!(
+                    "{path}: {} bytes is not a whole number of 4-byte elements",
+                    bytes.len()
+                );
             }
-            Ok(bytes.chunks_exact(4).map(|c| parse([c[0], c[1], c[2], c[3]])).collect())
+            Ok(bytes
+                .chunks_exact(4)
+                .map(|c| parse([c[0], c[1], c[2], c[3]]))
+                .collect())
         }
         (None, Some(n)) => Ok((0..n).map(|i| pattern(a.worker, i)).collect()),
         (None, None) => bail!("give the tensor with --input FILE or --len N"),
@@ -152,7 +169,9 @@ fn run_i32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> 
     let stats = worker.allreduce_i32(&mut data)?;
     save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
     let verified = a.verify.then(|| {
-        data.iter().enumerate().all(|(i, v)| *v == (0..a.workers).fold(0i32, |s, w| s.wrapping_add(pattern_i32(w, i))))
+        data.iter()
+            .enumerate()
+            .all(|(i, v)| *v == (0..a.workers).fold(0i32, |s, w| s.wrapping_add(pattern_i32(w, i))))
     });
     Ok((stats, verified))
 }
@@ -166,11 +185,19 @@ fn run_f32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> 
         data.chunks(k).enumerate().all(|(c, chunk)| {
             let start = c * k;
             let e = (0..a.workers)
-                .map(|w| block_exponent(&(start..start + chunk.len()).map(|i| pattern_f32(w, i)).collect::<Vec<_>>()))
+                .map(|w| {
+                    block_exponent(
+                        &(start..start + chunk.len())
+                            .map(|i| pattern_f32(w, i))
+                            .collect::<Vec<_>>(),
+                    )
+                })
                 .max()
                 .unwrap_or(0);
             chunk.iter().enumerate().all(|(j, y)| {
-                let exact: f64 = (0..a.workers).map(|w| f64::from(pattern_f32(w, start + j))).sum();
+                let exact: f64 = (0..a.workers)
+                    .map(|w| f64::from(pattern_f32(w, start + j)))
+                    .sum();
                 (f64::from(*y) - exact).abs() <= error_bound(e, a.workers, exact)
             })
         })

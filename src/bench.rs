@@ -1,2 +1,5 @@
-pub fn run(_: &BenchArgs) -> anyhow::Result<()> { Ok(()) }
-#[derive(Debug, Clone, clap::Args)] pub struct BenchArgs {}
+pub fn run(_: &BenchArgs) -> anyhow::Result<()> {
+    Ok(())
+}
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {}

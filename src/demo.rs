@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use inagg_emu::{DropReason, FaultConfig};
 use inagg_host_agent::Stats;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::local::{run_all, JobParams, LocalCluster};
@@ -99,9 +99,17 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         seed: args.seed,
     };
     let cluster = LocalCluster::start(faults)?;
-    let params = JobParams { id: 1, workers: args.workers, pool_base: 0, pool_size: args.window, elements: args.k };
+    let params = JobParams {
+        id: 1,
+        workers: args.workers,
+        pool_base: 0,
+        pool_size: args.window,
+        elements: args.k,
+    };
     let mut workers = cluster.job(params, |_| {})?;
-    let inputs: Vec<Vec<f32>> = (0..args.workers as usize).map(|w| gradient(args.seed, w, args.elements)).collect();
+    let inputs: Vec<Vec<f32>> = (0..args.workers as usize)
+        .map(|w| gradient(args.seed, w, args.elements))
+        .collect();
     let mut data = inputs.clone();
     let progress = Arc::new(AtomicU64::new(0));
     for w in &mut workers {
@@ -128,7 +136,8 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         goodput_gbps: sum.goodput_gbps(),
         elements_per_second: args.elements as f64 / seconds,
         retransmissions: sum.retransmissions,
-        injected_drops: counters.dropped(DropReason::InjectedIngress) + counters.dropped(DropReason::InjectedEgress),
+        injected_drops: counters.dropped(DropReason::InjectedIngress)
+            + counters.dropped(DropReason::InjectedEgress),
         check,
         stats: sum,
     })
@@ -136,13 +145,19 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
 
 fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
     if !show || total < 20_000 {
-        return Ticker { bar: None, stop: Arc::new(AtomicU64::new(1)), thread: None };
+        return Ticker {
+            bar: None,
+            stop: Arc::new(AtomicU64::new(1)),
+            thread: None,
+        };
     }
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} all-reduce [{bar:40}] {percent}% {elapsed_precise}")
-            .expect("static template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} all-reduce [{bar:40}] {percent}% {elapsed_precise}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
     );
     let stop = Arc::new(AtomicU64::new(0));
     let thread = {
@@ -154,7 +169,11 @@ fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
             }
         })
     };
-    Ticker { bar: Some(bar), stop, thread: Some(thread) }
+    Ticker {
+        bar: Some(bar),
+        stop,
+        thread: Some(thread),
+    }
 }
 
 /// A progress bar refreshed from a counter by a helper thread.
@@ -195,10 +214,16 @@ pub fn print_summary(r: &DemoReport) {
         );
     } else {
         let (w, i) = r.check.first_failure.unwrap_or_default();
-        println!("result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})", r.check.failures);
+        println!(
+            "result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})",
+            r.check.failures
+        );
     }
     println!("time:        {:.3} s", r.seconds);
-    println!("throughput:  {:.3} Gbit/s of payload, {:.3e} elements/s", r.goodput_gbps, r.elements_per_second);
+    println!(
+        "throughput:  {:.3} Gbit/s of payload, {:.3e} elements/s",
+        r.goodput_gbps, r.elements_per_second
+    );
     println!(
         "loss:        {} packets dropped by the emulator, {} retransmissions",
         r.injected_drops, r.retransmissions

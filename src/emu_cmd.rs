@@ -50,18 +50,35 @@ pub fn run(args: &EmuArgs) -> Result<()> {
         reorder: args.reorder,
         seed: args.seed,
     };
-    faults.validate().map_err(anyhow::Error::msg).context("fault settings")?;
-    if args.slots == 0 || args.max_elements == 0 || usize::from(args.max_elements) > inagg_wire::MAX_ELEMENTS {
-        anyhow::bail!("--slots must be positive and --max-elements between 1 and {}", inagg_wire::MAX_ELEMENTS);
+    faults
+        .validate()
+        .map_err(anyhow::Error::msg)
+        .context("fault settings")?;
+    if args.slots == 0
+        || args.max_elements == 0
+        || usize::from(args.max_elements) > inagg_wire::MAX_ELEMENTS
+    {
+        anyhow::bail!(
+            "--slots must be positive and --max-elements between 1 and {}",
+            inagg_wire::MAX_ELEMENTS
+        );
     }
     let config = EmulatorConfig {
         data_addr: args.data,
         control_addr: args.control,
-        switch: SwitchConfig { slots: args.slots, max_elements: args.max_elements },
+        switch: SwitchConfig {
+            slots: args.slots,
+            max_elements: args.max_elements,
+        },
         faults,
     };
-    let emu = Emulator::start(config).with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
-    println!("inagg emu: data plane udp://{}  control tcp://{}", emu.data_addr(), emu.control_addr());
+    let emu = Emulator::start(config)
+        .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
+    println!(
+        "inagg emu: data plane udp://{}  control tcp://{}",
+        emu.data_addr(),
+        emu.control_addr()
+    );
     emu.wait();
     Ok(())
 }

@@ -40,8 +40,12 @@ impl LocalCluster {
 
     /// Same, with a switch configuration.
     pub fn start_with(faults: FaultConfig, switch: SwitchConfig) -> Result<LocalCluster> {
-        let emu = Emulator::start(EmulatorConfig { faults, switch, ..EmulatorConfig::ephemeral() })
-            .context("start the emulator")?;
+        let emu = Emulator::start(EmulatorConfig {
+            faults,
+            switch,
+            ..EmulatorConfig::ephemeral()
+        })
+        .context("start the emulator")?;
         Ok(LocalCluster { emu })
     }
 
@@ -55,7 +59,14 @@ impl LocalCluster {
     pub fn job(&self, p: JobParams, tune: impl Fn(&mut AgentConfig)) -> Result<Vec<Worker>> {
         let workers = (0..p.workers)
             .map(|w| {
-                let mut c = AgentConfig::new(self.emu.data_addr(), p.id, w, p.workers, p.pool_size, p.elements);
+                let mut c = AgentConfig::new(
+                    self.emu.data_addr(),
+                    p.id,
+                    w,
+                    p.workers,
+                    p.pool_size,
+                    p.elements,
+                );
                 c.bind = SocketAddr::from(([127, 0, 0, 1], 0));
                 tune(&mut c);
                 Worker::new(c).with_context(|| format!("start worker {w}"))
@@ -82,8 +93,11 @@ pub fn run_all<T: Send>(
     op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
 ) -> Result<Vec<Stats>> {
     std::thread::scope(|s| {
-        let handles: Vec<_> =
-            workers.iter_mut().zip(data.iter_mut()).map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice()))).collect();
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .zip(data.iter_mut())
+            .map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice())))
+            .collect();
         handles
             .into_iter()
             .enumerate()

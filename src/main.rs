@@ -46,7 +46,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Emu(args) => emu_cmd::run(&args),
         Command::Agent(args) => agent_cmd::run(&args),
-        Command::Ctl(args) => ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from),
+        Command::Ctl(args) => {
+            ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,9 +11,14 @@ use anyhow::{Context, Result};
 /// returns the slowest rank's time.
 pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<Duration> {
     let n = data.len();
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>().context("bind ring listeners")?;
-    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr()).collect::<std::io::Result<_>>()?;
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()
+        .context("bind ring listeners")?;
+    let addrs: Vec<_> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<std::io::Result<_>>()?;
     let times = std::thread::scope(|s| {
         let handles: Vec<_> = data
             .iter_mut()
@@ -31,7 +36,13 @@ pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<Duration> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("ring rank panicked"))?).collect::<Result<Vec<_>>>()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("ring rank panicked"))?
+            })
+            .collect::<Result<Vec<_>>>()
     })?;
     Ok(times.into_iter().max().unwrap_or_default())
 }
@@ -41,7 +52,13 @@ fn segment(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
     (i * per).min(len)..((i + 1) * per).min(len)
 }
 
-fn rank_allreduce(rank: usize, n: usize, buf: &mut [f32], mut tx: TcpStream, mut rx: TcpStream) -> Result<()> {
+fn rank_allreduce(
+    rank: usize,
+    n: usize,
+    buf: &mut [f32],
+    mut tx: TcpStream,
+    mut rx: TcpStream,
+) -> Result<()> {
     let len = buf.len();
     let mut incoming = vec![0u8; segment(len, n, 0).len() * 4];
     for phase in 0..2 {
@@ -54,7 +71,9 @@ fn rank_allreduce(rank: usize, n: usize, buf: &mut [f32], mut tx: TcpStream, mut
             std::thread::scope(|s| -> Result<()> {
                 let writer = s.spawn(|| tx.write_all(&out));
                 rx.read_exact(bytes)?;
-                writer.join().map_err(|_| anyhow::anyhow!("ring writer panicked"))??;
+                writer
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("ring writer panicked"))??;
                 Ok(())
             })?;
             let target = &mut buf[recv];
@@ -77,7 +96,9 @@ mod tests {
 
     #[test]
     fn ring_sums_exactly_for_small_integers() {
-        let mut data: Vec<Vec<f32>> = (0..4).map(|r| (0..1001).map(|i| (i % 10 + r) as f32).collect()).collect();
+        let mut data: Vec<Vec<f32>> = (0..4)
+            .map(|r| (0..1001).map(|i| (i % 10 + r) as f32).collect())
+            .collect();
         ring_allreduce(&mut data).unwrap();
         for d in &data {
             for (i, v) in d.iter().enumerate() {

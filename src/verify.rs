@@ -25,7 +25,8 @@ pub struct FloatCheck {
 /// A synthetic gradient: values of mixed sign whose magnitude varies by
 /// orders of magnitude across the tensor, deterministic in (seed, worker).
 pub fn gradient(seed: u64, worker: usize, len: usize) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng =
+        ChaCha8Rng::seed_from_u64(seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     (0..len)
         .map(|i| {
             let magnitude = 10f32.powi((i / 4096 % 7) as i32 - 4);
@@ -38,10 +39,17 @@ pub fn gradient(seed: u64, worker: usize, len: usize) -> Vec<f32> {
 pub fn check_f32(inputs: &[Vec<f32>], outputs: &[Vec<f32>], k: usize) -> FloatCheck {
     let n = inputs.len() as u16;
     let len = inputs[0].len();
-    let mut c = FloatCheck { verified: true, ..FloatCheck::default() };
+    let mut c = FloatCheck {
+        verified: true,
+        ..FloatCheck::default()
+    };
     for start in (0..len).step_by(k) {
         let end = (start + k).min(len);
-        let e = inputs.iter().map(|x| block_exponent(&x[start..end])).max().unwrap_or(0);
+        let e = inputs
+            .iter()
+            .map(|x| block_exponent(&x[start..end]))
+            .max()
+            .unwrap_or(0);
         for i in start..end {
             let exact: f64 = inputs.iter().map(|x| f64::from(x[i])).sum();
             let bound = error_bound(e, n, exact);
@@ -71,7 +79,10 @@ pub fn check_i32(inputs: &[Vec<i32>], outputs: &[Vec<i32>]) -> Result<(), String
         let want = inputs.iter().fold(0i32, |a, x| a.wrapping_add(x[i]));
         for (w, out) in outputs.iter().enumerate() {
             if out[i] != want {
-                return Err(format!("worker {w} element {i}: got {} want {want}", out[i]));
+                return Err(format!(
+                    "worker {w} element {i}: got {} want {want}",
+                    out[i]
+                ));
             }
         }
     }

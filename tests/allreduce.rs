@@ -17,12 +17,26 @@ use inagg_emu::{DropReason, FaultConfig};
 use inagg_host_agent::{AsyncWorker, Error, Worker};
 
 fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
-    JobParams { id, workers, pool_base, pool_size, elements }
+    JobParams {
+        id,
+        workers,
+        pool_base,
+        pool_size,
+        elements,
+    }
 }
 
 fn int_inputs(workers: usize, len: usize, seed: i32) -> Vec<Vec<i32>> {
     (0..workers)
-        .map(|w| (0..len).map(|i| (i as i32).wrapping_mul(7919).wrapping_add(seed * 31 + w as i32 * 1_000_003)).collect())
+        .map(|w| {
+            (0..len)
+                .map(|i| {
+                    (i as i32)
+                        .wrapping_mul(7919)
+                        .wrapping_add(seed * 31 + w as i32 * 1_000_003)
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -36,7 +50,9 @@ fn allreduce_ints(cluster: &LocalCluster, p: JobParams, len: usize) {
 
 fn allreduce_floats(cluster: &LocalCluster, p: JobParams, len: usize, seed: u64) {
     let mut workers = cluster.job(p, |_| {}).unwrap();
-    let inputs: Vec<Vec<f32>> = (0..p.workers.into()).map(|w| gradient(seed, w, len)).collect();
+    let inputs: Vec<Vec<f32>> = (0..p.workers.into())
+        .map(|w| gradient(seed, w, len))
+        .collect();
     let mut data = inputs.clone();
     run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d)).unwrap();
     let check = check_f32(&inputs, &data, p.elements.into());
@@ -48,7 +64,11 @@ fn int_sums_are_exact_for_2_4_and_8_workers() {
     let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
     for (id, n) in [(1, 2), (2, 4), (3, 8)] {
         // Wrapping sums included: the inputs overflow int32 when added.
-        allreduce_ints(&cluster, job(id, n, u32::from(id) * 100, 64, 64), 40_000 + usize::from(n));
+        allreduce_ints(
+            &cluster,
+            job(id, n, u32::from(id) * 100, 64, 64),
+            40_000 + usize::from(n),
+        );
     }
 }
 
@@ -56,22 +76,49 @@ fn int_sums_are_exact_for_2_4_and_8_workers() {
 fn float_sums_are_within_the_bound_under_1_percent_loss() {
     let cluster = LocalCluster::start(FaultConfig::loss(0.01, 11)).unwrap();
     for (id, n) in [(1, 2), (2, 4), (3, 8)] {
-        allreduce_floats(&cluster, job(id, n, u32::from(id) * 100, 64, 256), 100_000, u64::from(id));
+        allreduce_floats(
+            &cluster,
+            job(id, n, u32::from(id) * 100, 64, 256),
+            100_000,
+            u64::from(id),
+        );
     }
     let c = cluster.emu.state().switch.counters().clone();
-    assert!(c.dropped(DropReason::InjectedIngress) > 0 && c.dropped(DropReason::InjectedEgress) > 0, "{c:?}");
+    assert!(
+        c.dropped(DropReason::InjectedIngress) > 0 && c.dropped(DropReason::InjectedEgress) > 0,
+        "{c:?}"
+    );
 }
 
 #[test]
 fn ten_percent_loss_with_duplication_and_reordering() {
-    let faults = FaultConfig { drop_ingress: 0.1, drop_egress: 0.1, duplicate: 0.05, reorder: 0.05, seed: 3 };
+    let faults = FaultConfig {
+        drop_ingress: 0.1,
+        drop_egress: 0.1,
+        duplicate: 0.05,
+        reorder: 0.05,
+        seed: 3,
+    };
     let cluster = LocalCluster::start(faults).unwrap();
     allreduce_ints(&cluster, job(1, 4, 0, 64, 64), 20_000);
     allreduce_floats(&cluster, job(2, 4, 64, 64, 64), 20_000, 5);
     let c = cluster.emu.state().switch.counters().clone();
-    assert!(c.injected_duplicates > 0 && c.injected_reorders > 0, "{c:?}");
-    let resent: u64 = cluster.emu.state().switch.jobs().iter().map(|j| j.counters.resent_results).sum();
-    assert!(resent > 0, "lost results must have been recovered by unicast resends");
+    assert!(
+        c.injected_duplicates > 0 && c.injected_reorders > 0,
+        "{c:?}"
+    );
+    let resent: u64 = cluster
+        .emu
+        .state()
+        .switch
+        .jobs()
+        .iter()
+        .map(|j| j.counters.resent_results)
+        .sum();
+    assert!(
+        resent > 0,
+        "lost results must have been recovered by unicast resends"
+    );
 }
 
 #[test]
@@ -98,7 +145,11 @@ fn two_jobs_at_once_with_disjoint_pools_are_independent() {
     check_i32(&ia, &da).unwrap();
     check_i32(&ib, &db).unwrap();
     let jobs = cluster.emu.state().switch.jobs();
-    assert_eq!(jobs[0].counters.results, 30_000u64.div_ceil(64), "job 1 completes one slot round per chunk");
+    assert_eq!(
+        jobs[0].counters.results,
+        30_000u64.div_ceil(64),
+        "job 1 completes one slot round per chunk"
+    );
     assert_eq!(jobs[1].counters.results, 25_000u64.div_ceil(128));
 }
 
@@ -107,7 +158,10 @@ fn repeated_allreduces_reuse_the_pool_across_calls() {
     let cluster = LocalCluster::start(FaultConfig::loss(0.02, 8)).unwrap();
     let mut workers = cluster.job(job(1, 3, 0, 16, 64), |_| {}).unwrap();
     // Lengths that use all 16 slots, then 1, then an odd number of rounds.
-    for (round, len) in [5000usize, 10, 64 * 16 * 3 + 5, 700].into_iter().enumerate() {
+    for (round, len) in [5000usize, 10, 64 * 16 * 3 + 5, 700]
+        .into_iter()
+        .enumerate()
+    {
         let inputs = int_inputs(3, len, round as i32);
         let mut data = inputs.clone();
         run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
@@ -165,7 +219,14 @@ fn malformed_and_foreign_packets_are_counted_and_change_nothing() {
         b
     };
     // From a socket that is not worker 0: an impostor.
-    let junk: Vec<Vec<u8>> = vec![vec![], vec![1, 2, 3], good[..30].to_vec(), vec![0xff; 300], unknown_job, good.clone()];
+    let junk: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1, 2, 3],
+        good[..30].to_vec(),
+        vec![0xff; 300],
+        unknown_job,
+        good.clone(),
+    ];
     for j in &junk {
         intruder.send_to(j, to).unwrap();
     }
@@ -182,8 +243,12 @@ fn malformed_and_foreign_packets_are_counted_and_change_nothing() {
 #[test]
 fn async_workers_reduce_like_blocking_ones() {
     let cluster = LocalCluster::start(FaultConfig::loss(0.01, 5)).unwrap();
-    let workers: Vec<AsyncWorker> =
-        cluster.job(job(1, 3, 0, 32, 64), |_| {}).unwrap().into_iter().map(AsyncWorker::new).collect();
+    let workers: Vec<AsyncWorker> = cluster
+        .job(job(1, 3, 0, 32, 64), |_| {})
+        .unwrap()
+        .into_iter()
+        .map(AsyncWorker::new)
+        .collect();
     let inputs = int_inputs(3, 10_000, 5);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let outputs: Vec<Vec<i32>> = rt.block_on(async {
@@ -213,20 +278,41 @@ fn a_worker_whose_job_is_not_installed_fails_with_a_clear_error() {
     let mut worker = Worker::new(config).unwrap();
     let err = worker.allreduce_i32(&mut [1, 2, 3]).unwrap_err();
     assert!(matches!(err, Error::Timeout { job: 42, .. }), "{err}");
-    assert!(err.to_string().contains("check that the job is installed"), "{err}");
+    assert!(
+        err.to_string().contains("check that the job is installed"),
+        "{err}"
+    );
     // Every packet the worker sent was refused as unknown_job; the last may
     // still be in the emulator's socket, so drain with a deadline.
     let sent = 1 + worker_retransmissions(&err);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while cluster.emu.state().switch.counters().dropped(DropReason::UnknownJob) < sent && std::time::Instant::now() < deadline {
+    while cluster
+        .emu
+        .state()
+        .switch
+        .counters()
+        .dropped(DropReason::UnknownJob)
+        < sent
+        && std::time::Instant::now() < deadline
+    {
         std::thread::yield_now();
     }
-    assert_eq!(cluster.emu.state().switch.counters().dropped(DropReason::UnknownJob), sent);
+    assert_eq!(
+        cluster
+            .emu
+            .state()
+            .switch
+            .counters()
+            .dropped(DropReason::UnknownJob),
+        sent
+    );
 }
 
 fn worker_retransmissions(err: &Error) -> u64 {
     match err {
-        Error::Timeout { retransmissions, .. } => *retransmissions,
+        Error::Timeout {
+            retransmissions, ..
+        } => *retransmissions,
         _ => 0,
     }
 }
@@ -235,10 +321,22 @@ fn worker_retransmissions(err: &Error) -> u64 {
 fn bad_agent_configurations_are_refused() {
     let addr = "127.0.0.1:9".parse().unwrap();
     let cases = [
-        (inagg_host_agent::AgentConfig::new(addr, 1, 2, 2, 8, 64), "worker id 2 is not below the worker count 2"),
-        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 0, 64), "pool size 0"),
-        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 8, 0), "elements per packet 0"),
-        (inagg_host_agent::AgentConfig::new(addr, 1, 0, 65, 8, 64), "workers = 65"),
+        (
+            inagg_host_agent::AgentConfig::new(addr, 1, 2, 2, 8, 64),
+            "worker id 2 is not below the worker count 2",
+        ),
+        (
+            inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 0, 64),
+            "pool size 0",
+        ),
+        (
+            inagg_host_agent::AgentConfig::new(addr, 1, 0, 2, 8, 0),
+            "elements per packet 0",
+        ),
+        (
+            inagg_host_agent::AgentConfig::new(addr, 1, 0, 65, 8, 64),
+            "workers = 65",
+        ),
     ];
     for (config, want) in cases {
         let err = Worker::new(config).unwrap_err();
@@ -251,8 +349,12 @@ fn fresh_workers_recover_from_a_previous_sessions_slot_state() {
     let cluster = LocalCluster::start(FaultConfig::loss(0.01, 6)).unwrap();
     let p = job(1, 3, 0, 8, 64);
     let mut first = cluster.job(p, |_| {}).unwrap();
-    // 8 slots x 1 round: every slot ends complete in set 0.
-    let inputs = int_inputs(3, 8 * 64, 1);
+    // 8 slots x 3 rounds: every slot ends complete in set 0, the set a new
+    // session starts on, with round ids (epoch 2) a new session does not use.
+    // (A previous session of exactly one round per slot would leave ids equal
+    // to the new session's first ones: re-create the job between sessions,
+    // as docs/PROTOCOL.md says.)
+    let inputs = int_inputs(3, 8 * 64 * 3, 1);
     let mut data = inputs.clone();
     run_all(&mut first, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
     let endpoints: Vec<_> = first.iter().map(Worker::local_addr).collect();
@@ -262,7 +364,8 @@ fn fresh_workers_recover_from_a_previous_sessions_slot_state() {
         .iter()
         .enumerate()
         .map(|(w, addr)| {
-            let mut c = inagg_host_agent::AgentConfig::new(cluster.emu.data_addr(), 1, w as u16, 3, 8, 64);
+            let mut c =
+                inagg_host_agent::AgentConfig::new(cluster.emu.data_addr(), 1, w as u16, 3, 8, 64);
             c.bind = *addr;
             Worker::new(c).unwrap()
         })

@@ -23,14 +23,34 @@ impl Emu {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         // "inagg emu: data plane udp://A  control tcp://B"
-        let addr = |tag: &str| line.split(tag).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
-        Emu { data: addr("udp://"), control: addr("tcp://"), child }
+        let addr = |tag: &str| {
+            line.split(tag)
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        Emu {
+            data: addr("udp://"),
+            control: addr("tcp://"),
+            child,
+        }
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(INAGG).arg("ctl").args(["--addr", &self.control.to_string()]).args(args).output().unwrap()
+        Command::new(INAGG)
+            .arg("ctl")
+            .args(["--addr", &self.control.to_string()])
+            .args(args)
+            .output()
+            .unwrap()
     }
 }
 
@@ -42,25 +62,88 @@ impl Drop for Emu {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn free_udp_port() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 #[test]
 fn ctl_manages_jobs_and_refuses_bad_ones() {
     let emu = Emu::start(&["--slots", "1000"]);
-    let ok = emu.ctl(&["job", "create", "--id", "1", "--workers", "127.0.0.1:5000,127.0.0.1:5001", "--pool-base", "0", "--pool-size", "600"]);
+    let ok = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "1",
+        "--workers",
+        "127.0.0.1:5000,127.0.0.1:5001",
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "600",
+    ]);
     assert!(ok.status.success(), "{}", text(&ok));
-    let overlap = emu.ctl(&["job", "create", "--id", "2", "--workers", "127.0.0.1:6000", "--pool-base", "500", "--pool-size", "100"]);
+    let overlap = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "2",
+        "--workers",
+        "127.0.0.1:6000",
+        "--pool-base",
+        "500",
+        "--pool-size",
+        "100",
+    ]);
     assert!(!overlap.status.success());
-    assert!(text(&overlap).contains("job 2: pool [500, 600) overlaps job 1's pool [0, 600)"), "{}", text(&overlap));
-    let beyond = emu.ctl(&["job", "create", "--id", "2", "--workers", "127.0.0.1:6000", "--pool-base", "900", "--pool-size", "200"]);
-    assert!(text(&beyond).contains("runs past the switch's 1000 slots"), "{}", text(&beyond));
-    let dup = emu.ctl(&["job", "create", "--id", "1", "--workers", "127.0.0.1:6000", "--pool-base", "700", "--pool-size", "10"]);
-    assert!(text(&dup).contains("job 1 already exists"), "{}", text(&dup));
+    assert!(
+        text(&overlap).contains("job 2: pool [500, 600) overlaps job 1's pool [0, 600)"),
+        "{}",
+        text(&overlap)
+    );
+    let beyond = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "2",
+        "--workers",
+        "127.0.0.1:6000",
+        "--pool-base",
+        "900",
+        "--pool-size",
+        "200",
+    ]);
+    assert!(
+        text(&beyond).contains("runs past the switch's 1000 slots"),
+        "{}",
+        text(&beyond)
+    );
+    let dup = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "1",
+        "--workers",
+        "127.0.0.1:6000",
+        "--pool-base",
+        "700",
+        "--pool-size",
+        "10",
+    ]);
+    assert!(
+        text(&dup).contains("job 1 already exists"),
+        "{}",
+        text(&dup)
+    );
     let list = emu.ctl(&["--json", "job", "list"]);
     let jobs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 1);
@@ -88,7 +171,11 @@ fn ctl_apply_plans_checks_and_applies_cluster_files() {
     .unwrap();
     let out = emu.ctl(&["apply", "-f", good.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("+ job 2: pool [64, 128) k=256 workers=2"), "{}", text(&out));
+    assert!(
+        text(&out).contains("+ job 2: pool [64, 128) k=256 workers=2"),
+        "{}",
+        text(&out)
+    );
     let again = text(&emu.ctl(&["apply", "-f", good.to_str().unwrap()]));
     assert!(again.contains("= job 1: unchanged"), "{again}");
     let overlapping = dir.join("overlap.toml");
@@ -98,15 +185,24 @@ fn ctl_apply_plans_checks_and_applies_cluster_files() {
     )
     .unwrap();
     let out = emu.ctl(&["apply", "-f", overlapping.to_str().unwrap()]);
-    assert!(!out.status.success() && text(&out).contains("overlaps job 2's pool"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("overlaps job 2's pool"),
+        "{}",
+        text(&out)
+    );
     let malformed = dir.join("bad.toml");
     std::fs::write(&malformed, "[[job]]\nid = \"one\"\n").unwrap();
     let out = emu.ctl(&["apply", "-f", malformed.to_str().unwrap()]);
-    assert!(!out.status.success() && text(&out).contains("bad.toml"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("bad.toml"),
+        "{}",
+        text(&out)
+    );
     let missing = emu.ctl(&["apply", "-f", "/nonexistent/cluster.toml"]);
     assert!(text(&missing).contains("cannot read"), "{}", text(&missing));
     // Nothing of the refused files was installed.
-    let jobs: serde_json::Value = serde_json::from_slice(&emu.ctl(&["--json", "job", "list"]).stdout).unwrap();
+    let jobs: serde_json::Value =
+        serde_json::from_slice(&emu.ctl(&["--json", "job", "list"]).stdout).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 2);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -116,7 +212,18 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
     let emu = Emu::start(&["--loss", "0.02", "--seed", "7"]);
     let (a, b, c) = (free_udp_port(), free_udp_port(), free_udp_port());
     let workers = format!("{a},{b},{c}");
-    let out = emu.ctl(&["job", "create", "--id", "5", "--workers", &workers, "--pool-base", "10", "--pool-size", "32"]);
+    let out = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "5",
+        "--workers",
+        &workers,
+        "--pool-base",
+        "10",
+        "--pool-size",
+        "32",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     for dtype in ["i32", "f32"] {
         let children: Vec<Child> = [a, b, c]
@@ -124,8 +231,23 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
             .enumerate()
             .map(|(w, bind)| {
                 Command::new(INAGG)
-                    .args(["agent", "--switch", &emu.data.to_string(), "--bind", &bind.to_string()])
-                    .args(["--job", "5", "--worker", &w.to_string(), "--workers", "3", "--pool-size", "32"])
+                    .args([
+                        "agent",
+                        "--switch",
+                        &emu.data.to_string(),
+                        "--bind",
+                        &bind.to_string(),
+                    ])
+                    .args([
+                        "--job",
+                        "5",
+                        "--worker",
+                        &w.to_string(),
+                        "--workers",
+                        "3",
+                        "--pool-size",
+                        "32",
+                    ])
                     .args(["--dtype", dtype, "--len", "20000", "--verify", "--json"])
                     .stdout(Stdio::piped())
                     .spawn()
@@ -140,15 +262,35 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
             assert_eq!(stats["payload_bytes"], 80_000);
         }
     }
-    let counters: serde_json::Value = serde_json::from_slice(&emu.ctl(&["--json", "counters"]).stdout).unwrap();
-    assert!(counters["switch"]["drops"]["injected_ingress"].as_u64().unwrap() > 0, "{counters}");
+    let counters: serde_json::Value =
+        serde_json::from_slice(&emu.ctl(&["--json", "counters"]).stdout).unwrap();
+    assert!(
+        counters["switch"]["drops"]["injected_ingress"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{counters}"
+    );
     assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 2 * 20_000 / 64);
 }
 
 #[test]
 fn demo_prints_a_verified_json_report() {
     let out = Command::new(INAGG)
-        .args(["demo", "--json", "--workers", "3", "--elements", "50000", "-k", "128", "--window", "64", "--loss", "0.01"])
+        .args([
+            "demo",
+            "--json",
+            "--workers",
+            "3",
+            "--elements",
+            "50000",
+            "-k",
+            "128",
+            "--window",
+            "64",
+            "--loss",
+            "0.01",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -165,16 +307,57 @@ fn demo_prints_a_verified_json_report() {
 fn bad_arguments_get_clear_errors_not_panics() {
     let run = |args: &[&str]| Command::new(INAGG).args(args).output().unwrap();
     let out = run(&["demo", "--loss", "1.5"]);
-    assert!(!out.status.success() && text(&out).contains("--loss 1.5 must be in [0, 1)"), "{}", text(&out));
-    let out = run(&["emu", "--reorder", "2", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"]);
-    assert!(!out.status.success() && text(&out).contains("reorder = 2 is not a probability"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("--loss 1.5 must be in [0, 1)"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&[
+        "emu",
+        "--reorder",
+        "2",
+        "--data",
+        "127.0.0.1:0",
+        "--control",
+        "127.0.0.1:0",
+    ]);
+    assert!(
+        !out.status.success() && text(&out).contains("reorder = 2 is not a probability"),
+        "{}",
+        text(&out)
+    );
     let out = run(&["ctl", "--addr", "127.0.0.1:1", "job", "list"]);
-    assert!(!out.status.success() && text(&out).contains("is it running?"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("is it running?"),
+        "{}",
+        text(&out)
+    );
     let out = run(&["ctl", "job", "create", "--id", "70000"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let out = run(&["agent", "--bind", "127.0.0.1:0", "--job", "1", "--worker", "3", "--workers", "2", "--pool-size", "4", "--len", "5"]);
-    assert!(!out.status.success() && text(&out).contains("worker id 3 is not below"), "{}", text(&out));
-    for out in [run(&["demo", "--loss", "1.5"]), run(&["ctl", "job", "create", "--id", "70000"])] {
+    let out = run(&[
+        "agent",
+        "--bind",
+        "127.0.0.1:0",
+        "--job",
+        "1",
+        "--worker",
+        "3",
+        "--workers",
+        "2",
+        "--pool-size",
+        "4",
+        "--len",
+        "5",
+    ]);
+    assert!(
+        !out.status.success() && text(&out).contains("worker id 3 is not below"),
+        "{}",
+        text(&out)
+    );
+    for out in [
+        run(&["demo", "--loss", "1.5"]),
+        run(&["ctl", "job", "create", "--id", "70000"]),
+    ] {
         assert!(!text(&out).contains("panicked"), "{}", text(&out));
     }
 }

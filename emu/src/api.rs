@@ -98,7 +98,9 @@ pub enum JobError {
         slots: u32,
     },
     /// The pool overlaps another job's.
-    #[error("job {id}: pool [{base}, {end}) overlaps job {other}'s pool [{other_base}, {other_end})")]
+    #[error(
+        "job {id}: pool [{base}, {end}) overlaps job {other}'s pool [{other_base}, {other_end})"
+    )]
     PoolOverlap {
         /// The job.
         id: u16,
@@ -136,7 +138,11 @@ pub fn validate_job<'a>(
         return Err(JobError::NoWorkers { id });
     }
     if spec.workers.len() > inagg_wire::MAX_WORKERS {
-        return Err(JobError::TooManyWorkers { id, count: spec.workers.len(), max: inagg_wire::MAX_WORKERS });
+        return Err(JobError::TooManyWorkers {
+            id,
+            count: spec.workers.len(),
+            max: inagg_wire::MAX_WORKERS,
+        });
     }
     for (i, a) in spec.workers.iter().enumerate() {
         if spec.workers[..i].contains(a) {
@@ -144,14 +150,26 @@ pub fn validate_job<'a>(
         }
     }
     if spec.elements == 0 || spec.elements > config.max_elements {
-        return Err(JobError::BadElements { id, elements: spec.elements, max: config.max_elements });
+        return Err(JobError::BadElements {
+            id,
+            elements: spec.elements,
+            max: config.max_elements,
+        });
     }
     if spec.pool_size == 0 || spec.pool_size > 65_536 {
-        return Err(JobError::BadPoolSize { id, size: spec.pool_size });
+        return Err(JobError::BadPoolSize {
+            id,
+            size: spec.pool_size,
+        });
     }
     let (base, end) = (spec.pool_base, spec.pool_end());
     if end > u64::from(config.slots) {
-        return Err(JobError::PoolBeyondMemory { id, base, end, slots: config.slots });
+        return Err(JobError::PoolBeyondMemory {
+            id,
+            base,
+            end,
+            slots: config.slots,
+        });
     }
     for other in existing {
         if other.id == id {
@@ -216,23 +234,45 @@ pub struct PoolMap {
 impl PoolMap {
     /// Builds the map from the installed jobs (whose pools never overlap).
     pub fn new<'a>(slots: u32, jobs: impl IntoIterator<Item = &'a JobSpec>) -> PoolMap {
-        let mut used: Vec<SlotRange> =
-            jobs.into_iter().map(|j| SlotRange { base: j.pool_base, size: j.pool_size, job: Some(j.id) }).collect();
+        let mut used: Vec<SlotRange> = jobs
+            .into_iter()
+            .map(|j| SlotRange {
+                base: j.pool_base,
+                size: j.pool_size,
+                job: Some(j.id),
+            })
+            .collect();
         used.sort_by_key(|r| r.base);
         let mut ranges = Vec::new();
         let mut at = 0u32;
         for r in used {
             if r.base > at {
-                ranges.push(SlotRange { base: at, size: r.base - at, job: None });
+                ranges.push(SlotRange {
+                    base: at,
+                    size: r.base - at,
+                    job: None,
+                });
             }
             at = r.base + r.size;
             ranges.push(r);
         }
         if at < slots {
-            ranges.push(SlotRange { base: at, size: slots - at, job: None });
+            ranges.push(SlotRange {
+                base: at,
+                size: slots - at,
+                job: None,
+            });
         }
-        let free = ranges.iter().filter(|r| r.job.is_none()).map(|r| r.size).sum();
-        PoolMap { slots, free, ranges }
+        let free = ranges
+            .iter()
+            .filter(|r| r.job.is_none())
+            .map(|r| r.size)
+            .sum();
+        PoolMap {
+            slots,
+            free,
+            ranges,
+        }
     }
 }
 
@@ -361,7 +401,10 @@ mod tests {
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {
             id,
-            workers: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            workers: vec![
+                "127.0.0.1:1".parse().unwrap(),
+                "127.0.0.1:2".parse().unwrap(),
+            ],
             pool_base: base,
             pool_size: size,
             elements: 64,
@@ -369,7 +412,10 @@ mod tests {
         }
     }
 
-    const CONFIG: SwitchConfig = SwitchConfig { slots: 100, max_elements: 1024 };
+    const CONFIG: SwitchConfig = SwitchConfig {
+        slots: 100,
+        max_elements: 1024,
+    };
 
     #[test]
     fn overlapping_pools_are_refused_with_both_ranges() {
@@ -384,21 +430,44 @@ mod tests {
 
     #[test]
     fn limits_are_enforced() {
-        assert!(matches!(validate_job(&spec(1, 90, 20), [], CONFIG), Err(JobError::PoolBeyondMemory { end: 110, .. })));
-        assert!(matches!(validate_job(&spec(1, 0, 0), [], CONFIG), Err(JobError::BadPoolSize { .. })));
+        assert!(matches!(
+            validate_job(&spec(1, 90, 20), [], CONFIG),
+            Err(JobError::PoolBeyondMemory { end: 110, .. })
+        ));
+        assert!(matches!(
+            validate_job(&spec(1, 0, 0), [], CONFIG),
+            Err(JobError::BadPoolSize { .. })
+        ));
         let a = spec(1, 0, 10);
-        assert_eq!(validate_job(&spec(1, 20, 10), [&a], CONFIG), Err(JobError::DuplicateId { id: 1 }));
+        assert_eq!(
+            validate_job(&spec(1, 20, 10), [&a], CONFIG),
+            Err(JobError::DuplicateId { id: 1 })
+        );
         let mut s = spec(3, 0, 10);
         s.workers.push(s.workers[0]);
-        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::DuplicateWorker { .. })));
+        assert!(matches!(
+            validate_job(&s, [], CONFIG),
+            Err(JobError::DuplicateWorker { .. })
+        ));
         s.workers.clear();
-        assert_eq!(validate_job(&s, [], CONFIG), Err(JobError::NoWorkers { id: 3 }));
+        assert_eq!(
+            validate_job(&s, [], CONFIG),
+            Err(JobError::NoWorkers { id: 3 })
+        );
         let mut s = spec(3, 0, 10);
         s.elements = 2000;
-        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::BadElements { .. })));
-        s.workers = (0..65).map(|p| SocketAddr::from(([127, 0, 0, 1], p))).collect();
+        assert!(matches!(
+            validate_job(&s, [], CONFIG),
+            Err(JobError::BadElements { .. })
+        ));
+        s.workers = (0..65)
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
         s.elements = 64;
-        assert!(matches!(validate_job(&s, [], CONFIG), Err(JobError::TooManyWorkers { count: 65, .. })));
+        assert!(matches!(
+            validate_job(&s, [], CONFIG),
+            Err(JobError::TooManyWorkers { count: 65, .. })
+        ));
     }
 
     #[test]
@@ -406,8 +475,18 @@ mod tests {
         let jobs = [spec(2, 60, 10), spec(1, 10, 20)];
         let map = PoolMap::new(100, &jobs);
         assert_eq!(map.free, 70);
-        let shape: Vec<(u32, u32, Option<u16>)> = map.ranges.iter().map(|r| (r.base, r.size, r.job)).collect();
-        assert_eq!(shape, vec![(0, 10, None), (10, 20, Some(1)), (30, 30, None), (60, 10, Some(2)), (70, 30, None)]);
+        let shape: Vec<(u32, u32, Option<u16>)> =
+            map.ranges.iter().map(|r| (r.base, r.size, r.job)).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (0, 10, None),
+                (10, 20, Some(1)),
+                (30, 30, None),
+                (60, 10, Some(2)),
+                (70, 30, None)
+            ]
+        );
     }
 
     #[test]

@@ -33,7 +33,12 @@ pub struct FaultConfig {
 impl FaultConfig {
     /// The same loss in both directions, nothing else.
     pub fn loss(p: f64, seed: u64) -> FaultConfig {
-        FaultConfig { drop_ingress: p, drop_egress: p, seed, ..FaultConfig::default() }
+        FaultConfig {
+            drop_ingress: p,
+            drop_egress: p,
+            seed,
+            ..FaultConfig::default()
+        }
     }
 
     /// Checks every probability is a number in [0, 1].
@@ -53,7 +58,10 @@ impl FaultConfig {
 
     /// Whether any fault is switched on.
     pub fn any(&self) -> bool {
-        self.drop_ingress > 0.0 || self.drop_egress > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0
+        self.drop_ingress > 0.0
+            || self.drop_egress > 0.0
+            || self.duplicate > 0.0
+            || self.reorder > 0.0
     }
 }
 
@@ -90,7 +98,10 @@ pub struct FaultInjector {
 impl FaultInjector {
     /// An injector seeded from `config.seed`.
     pub fn new(config: FaultConfig) -> FaultInjector {
-        FaultInjector { config, rng: ChaCha8Rng::seed_from_u64(config.seed) }
+        FaultInjector {
+            config,
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+        }
     }
 
     /// Current settings.
@@ -102,7 +113,10 @@ impl FaultInjector {
     /// fault-free fast path costs one branch.
     pub fn decide(&mut self, direction: Direction) -> Fate {
         if !self.config.any() {
-            return Fate::Pass { duplicate: false, reorder: false };
+            return Fate::Pass {
+                duplicate: false,
+                reorder: false,
+            };
         }
         let drop = match direction {
             Direction::Ingress => self.config.drop_ingress,
@@ -124,10 +138,24 @@ mod tests {
 
     #[test]
     fn same_seed_same_fates() {
-        let cfg = FaultConfig { drop_ingress: 0.3, drop_egress: 0.1, duplicate: 0.2, reorder: 0.2, seed: 42 };
+        let cfg = FaultConfig {
+            drop_ingress: 0.3,
+            drop_egress: 0.1,
+            duplicate: 0.2,
+            reorder: 0.2,
+            seed: 42,
+        };
         let run = || {
             let mut f = FaultInjector::new(cfg);
-            (0..200).map(|i| f.decide(if i % 2 == 0 { Direction::Ingress } else { Direction::Egress })).collect::<Vec<_>>()
+            (0..200)
+                .map(|i| {
+                    f.decide(if i % 2 == 0 {
+                        Direction::Ingress
+                    } else {
+                        Direction::Egress
+                    })
+                })
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
     }
@@ -135,14 +163,27 @@ mod tests {
     #[test]
     fn drop_rate_is_close_to_the_setting() {
         let mut f = FaultInjector::new(FaultConfig::loss(0.1, 7));
-        let drops = (0..100_000).filter(|_| f.decide(Direction::Ingress) == Fate::Drop).count();
+        let drops = (0..100_000)
+            .filter(|_| f.decide(Direction::Ingress) == Fate::Drop)
+            .count();
         assert!((9_000..11_000).contains(&drops), "{drops}");
     }
 
     #[test]
     fn probabilities_are_validated() {
-        let bad = FaultConfig { reorder: 1.5, ..FaultConfig::default() };
-        assert_eq!(bad.validate().unwrap_err(), "reorder = 1.5 is not a probability in [0, 1]");
-        assert!(FaultConfig { drop_egress: f64::NAN, ..FaultConfig::default() }.validate().is_err());
+        let bad = FaultConfig {
+            reorder: 1.5,
+            ..FaultConfig::default()
+        };
+        assert_eq!(
+            bad.validate().unwrap_err(),
+            "reorder = 1.5 is not a probability in [0, 1]"
+        );
+        assert!(FaultConfig {
+            drop_egress: f64::NAN,
+            ..FaultConfig::default()
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -89,7 +89,10 @@ pub struct Emulator {
 impl Emulator {
     /// Binds both endpoints and starts serving.
     pub fn start(config: EmulatorConfig) -> io::Result<Emulator> {
-        config.faults.validate().map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+        config
+            .faults
+            .validate()
+            .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
         let socket = BatchSocket::bind(config.data_addr)?;
         let listener = TcpListener::bind(config.control_addr)?;
         listener.set_nonblocking(true)?;
@@ -112,7 +115,13 @@ impl Emulator {
                 .name("emu-control".into())
                 .spawn(move || serve_control(listener, state, data_addr, &stop))?
         };
-        Ok(Emulator { data_addr, control_addr, state, stop, threads: vec![data, control] })
+        Ok(Emulator {
+            data_addr,
+            control_addr,
+            state,
+            stop,
+            threads: vec![data, control],
+        })
     }
 
     /// Where the data plane listens.
@@ -196,7 +205,10 @@ impl DataPlane {
         let mut rx = RecvBatch::new(BATCH, MTU);
         while !stop.load(Ordering::Relaxed) {
             let holding = self.held_in.is_some() || self.held_out.is_some();
-            let n = match self.socket.recv_batch(&mut rx, if holding { HOLD_POLL } else { IDLE_POLL }) {
+            let n = match self
+                .socket
+                .recv_batch(&mut rx, if holding { HOLD_POLL } else { IDLE_POLL })
+            {
                 Ok(n) => n,
                 Err(err) => {
                     eprintln!("inagg emu: receive failed: {err}");
@@ -220,11 +232,17 @@ impl DataPlane {
             let Some(from) = d.from else { continue };
             let bytes = d.data;
             match state.faults.decide(Direction::Ingress) {
-                Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedIngress),
+                Fate::Drop => state
+                    .switch
+                    .counters_mut()
+                    .drop(DropReason::InjectedIngress),
                 Fate::Pass { duplicate, reorder } => {
                     if reorder && self.held_in.is_none() {
                         state.switch.counters_mut().injected_reorders += 1;
-                        self.held_in = Some(Held { bytes: bytes.to_vec(), addr: from });
+                        self.held_in = Some(Held {
+                            bytes: bytes.to_vec(),
+                            addr: from,
+                        });
                         continue;
                     }
                     self.ingress(&mut state, bytes, from);
@@ -253,7 +271,11 @@ impl DataPlane {
     fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
         match state.switch.process(bytes, from, &mut self.result) {
             Action::Multicast { job } => {
-                let workers = state.switch.workers(job).map(|w| w.to_vec()).unwrap_or_default();
+                let workers = state
+                    .switch
+                    .workers(job)
+                    .map(|w| w.to_vec())
+                    .unwrap_or_default();
                 let mut copy = std::mem::take(&mut self.result);
                 for (id, addr) in workers.into_iter().enumerate() {
                     // The egress rewrite: each copy names its receiver.
@@ -278,7 +300,10 @@ impl DataPlane {
             Fate::Pass { duplicate, reorder } => {
                 if reorder && self.held_out.is_none() {
                     state.switch.counters_mut().injected_reorders += 1;
-                    self.held_out = Some(Held { bytes: bytes.to_vec(), addr: to });
+                    self.held_out = Some(Held {
+                        bytes: bytes.to_vec(),
+                        addr: to,
+                    });
                     return;
                 }
                 self.queue(state, bytes, to);
@@ -302,7 +327,12 @@ impl DataPlane {
 }
 
 /// Accepts control connections until stopped; one thread per connection.
-fn serve_control(listener: TcpListener, state: Arc<Mutex<State>>, data_addr: SocketAddr, stop: &Arc<AtomicBool>) {
+fn serve_control(
+    listener: TcpListener,
+    state: Arc<Mutex<State>>,
+    data_addr: SocketAddr,
+    stop: &Arc<AtomicBool>,
+) {
     let mut conns = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         if !wait_readable(&listener, IDLE_POLL) {
@@ -311,7 +341,9 @@ fn serve_control(listener: TcpListener, state: Arc<Mutex<State>>, data_addr: Soc
         match listener.accept() {
             Ok((stream, _)) => {
                 let (state, stop) = (state.clone(), stop.clone());
-                conns.push(std::thread::spawn(move || serve_connection(stream, &state, data_addr, &stop)));
+                conns.push(std::thread::spawn(move || {
+                    serve_connection(stream, &state, data_addr, &stop)
+                }));
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(err) => eprintln!("inagg emu: control accept failed: {err}"),
@@ -324,27 +356,50 @@ fn serve_control(listener: TcpListener, state: Arc<Mutex<State>>, data_addr: Soc
 }
 
 fn wait_readable(listener: &TcpListener, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) > 0 }
 }
 
 /// Serves JSON-lines requests on one connection until EOF or stop.
-fn serve_connection(stream: TcpStream, state: &Mutex<State>, data_addr: SocketAddr, stop: &AtomicBool) {
+fn serve_connection(
+    stream: TcpStream,
+    state: &Mutex<State>,
+    data_addr: SocketAddr,
+    stop: &AtomicBool,
+) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(IDLE_POLL));
-    let Ok(mut writer) = stream.try_clone() else { return };
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match (&mut reader).take(MAX_REQUEST).read_until(b'\n', &mut line) {
             Ok(0) => return,
             Ok(_) if !line.ends_with(b"\n") && line.len() as u64 >= MAX_REQUEST => {
-                let _ = reply(&mut writer, &Response::Err(ApiError::BadRequest { message: "request line too long".into() }));
+                let _ = reply(
+                    &mut writer,
+                    &Response::Err(ApiError::BadRequest {
+                        message: "request line too long".into(),
+                    }),
+                );
                 return;
             }
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(_) => return,
         }
         if !line.ends_with(b"\n") {
@@ -352,7 +407,9 @@ fn serve_connection(stream: TcpStream, state: &Mutex<State>, data_addr: SocketAd
         }
         let response = match serde_json::from_slice::<Request>(&line) {
             Ok(request) => handle(request, &mut lock(state), data_addr),
-            Err(e) => Response::Err(ApiError::BadRequest { message: e.to_string() }),
+            Err(e) => Response::Err(ApiError::BadRequest {
+                message: e.to_string(),
+            }),
         };
         line.clear();
         if reply(&mut writer, &response).is_err() {
@@ -371,18 +428,25 @@ fn reply(writer: &mut TcpStream, response: &Response) -> io::Result<()> {
 pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Response {
     let sw = &mut state.switch;
     let result: Result<Reply, ApiError> = match request {
-        Request::Info => Ok(Reply::Info { info: sw.info(), data_addr }),
+        Request::Info => Ok(Reply::Info {
+            info: sw.info(),
+            data_addr,
+        }),
         Request::CreateJob { spec } => sw.create_job(spec).map(|_| Reply::Done).map_err(Into::into),
         Request::DeleteJob { id } => sw.delete_job(id).map(|_| Reply::Done).map_err(Into::into),
         Request::GetJob { id } => sw.job(id).map(|job| Reply::Job { job }).map_err(Into::into),
         Request::ListJobs => Ok(Reply::Jobs { jobs: sw.jobs() }),
         Request::Pools => Ok(Reply::Pools { pools: sw.pools() }),
-        Request::Counters => Ok(Reply::Counters { counters: sw.counters().clone() }),
+        Request::Counters => Ok(Reply::Counters {
+            counters: sw.counters().clone(),
+        }),
         Request::ResetCounters => {
             sw.reset_counters();
             Ok(Reply::Done)
         }
-        Request::GetFaults => Ok(Reply::Faults { faults: state.faults.config() }),
+        Request::GetFaults => Ok(Reply::Faults {
+            faults: state.faults.config(),
+        }),
         Request::SetFaults { faults } => match faults.validate() {
             Ok(()) => {
                 state.faults = FaultInjector::new(faults);

@@ -24,7 +24,10 @@ impl Default for SwitchConfig {
     /// 8192 slots, as SwitchML's Tofino program holds per pipeline stage;
     /// K up to the largest that fits one UDP datagram.
     fn default() -> Self {
-        SwitchConfig { slots: 8192, max_elements: inagg_wire::MAX_ELEMENTS as u16 }
+        SwitchConfig {
+            slots: 8192,
+            max_elements: inagg_wire::MAX_ELEMENTS as u16,
+        }
     }
 }
 
@@ -86,7 +89,11 @@ pub struct Switch {
 impl Switch {
     /// An empty switch.
     pub fn new(config: SwitchConfig) -> Switch {
-        Switch { config, jobs: BTreeMap::new(), counters: Counters::default() }
+        Switch {
+            config,
+            jobs: BTreeMap::new(),
+            counters: Counters::default(),
+        }
     }
 
     /// Its configuration.
@@ -111,12 +118,18 @@ impl Switch {
 
     /// Removes a job and frees its pool.
     pub fn delete_job(&mut self, id: u16) -> Result<JobSpec, JobError> {
-        self.jobs.remove(&id).map(|j| j.spec).ok_or(JobError::UnknownJob { id })
+        self.jobs
+            .remove(&id)
+            .map(|j| j.spec)
+            .ok_or(JobError::UnknownJob { id })
     }
 
     /// A job's spec and counters.
     pub fn job(&self, id: u16) -> Result<JobInfo, JobError> {
-        self.jobs.get(&id).map(Job::info).ok_or(JobError::UnknownJob { id })
+        self.jobs
+            .get(&id)
+            .map(Job::info)
+            .ok_or(JobError::UnknownJob { id })
     }
 
     /// Every job, by id.
@@ -136,7 +149,11 @@ impl Switch {
 
     /// Memory and limits.
     pub fn info(&self) -> SwitchInfo {
-        SwitchInfo { slots: self.config.slots, max_elements: self.config.max_elements, jobs: self.jobs.len() }
+        SwitchInfo {
+            slots: self.config.slots,
+            max_elements: self.config.max_elements,
+            jobs: self.jobs.len(),
+        }
     }
 
     /// Global counters (per-reason drops, packets in and out).
@@ -191,7 +208,10 @@ impl Switch {
 
 impl Job {
     fn info(&self) -> JobInfo {
-        JobInfo { spec: self.spec.clone(), counters: self.counters.clone() }
+        JobInfo {
+            spec: self.spec.clone(),
+            counters: self.counters.clone(),
+        }
     }
 
     /// The checks a P4 job table and range check make before any register is
@@ -214,7 +234,13 @@ impl Job {
     }
 
     /// The slot state machine (docs/PROTOCOL.md, "Slot state machine").
-    fn contribute(&mut self, repr: &Repr, values: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+    fn contribute(
+        &mut self,
+        repr: &Repr,
+        values: &[u8],
+        from: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Action {
         let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
         let other = index ^ 1;
         let bit = 1u64 << repr.worker;
@@ -235,7 +261,13 @@ impl Job {
         if set.bitmap == 0 {
             // First contribution of a round: overwrite, no clearing needed.
             payload::read_i32s(values, acc);
-            *set = SetState { bitmap: bit, count: 1, exponent: repr.exponent, packet_id: repr.packet_id, priority: repr.priority };
+            *set = SetState {
+                bitmap: bit,
+                count: 1,
+                exponent: repr.exponent,
+                packet_id: repr.packet_id,
+                priority: repr.priority,
+            };
         } else {
             payload::add_i32s(acc, values);
             set.bitmap |= bit;
@@ -286,7 +318,10 @@ mod tests {
 
     /// Job 1: three workers at ports 1000..1003, pool [10, 14), K = 2.
     fn switch() -> Switch {
-        let mut sw = Switch::new(SwitchConfig { slots: 64, max_elements: 64 });
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
         sw.create_job(JobSpec {
             id: 1,
             workers: vec![addr(1000), addr(1001), addr(1002)],
@@ -320,8 +355,19 @@ mod tests {
         buf
     }
 
-    fn send(sw: &mut Switch, worker: u16, slot: u16, set: u8, values: [i32; 2], out: &mut Vec<u8>) -> Action {
-        sw.process(&packet(worker, slot, set, 0, values), addr(1000 + worker), out)
+    fn send(
+        sw: &mut Switch,
+        worker: u16,
+        slot: u16,
+        set: u8,
+        values: [i32; 2],
+        out: &mut Vec<u8>,
+    ) -> Action {
+        sw.process(
+            &packet(worker, slot, set, 0, values),
+            addr(1000 + worker),
+            out,
+        )
     }
 
     fn result(out: &[u8]) -> (Repr, [i32; 2]) {
@@ -335,10 +381,16 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(send(&mut sw, 0, 1, 0, [1, 2], &mut out), Action::Absorbed);
         assert_eq!(send(&mut sw, 1, 1, 0, [10, 20], &mut out), Action::Absorbed);
-        assert_eq!(send(&mut sw, 2, 1, 0, [100, -200], &mut out), Action::Multicast { job: 1 });
+        assert_eq!(
+            send(&mut sw, 2, 1, 0, [100, -200], &mut out),
+            Action::Multicast { job: 1 }
+        );
         let (repr, values) = result(&out);
         assert_eq!(values, [111, -178]);
-        assert_eq!((repr.kind, repr.count, repr.slot, repr.set, repr.packet_id), (Kind::Result, 3, 1, 0, 101));
+        assert_eq!(
+            (repr.kind, repr.count, repr.slot, repr.set, repr.packet_id),
+            (Kind::Result, 3, 1, 0, 101)
+        );
         assert_eq!(sw.job(1).unwrap().counters.results, 1);
     }
 
@@ -347,9 +399,15 @@ mod tests {
         let mut sw = switch();
         let mut out = Vec::new();
         send(&mut sw, 0, 0, 0, [1, 1], &mut out);
-        assert_eq!(send(&mut sw, 0, 0, 0, [1, 1], &mut out), Action::Drop(DropReason::DuplicatePending));
+        assert_eq!(
+            send(&mut sw, 0, 0, 0, [1, 1], &mut out),
+            Action::Drop(DropReason::DuplicatePending)
+        );
         send(&mut sw, 1, 0, 0, [1, 1], &mut out);
-        assert_eq!(send(&mut sw, 2, 0, 0, [1, 1], &mut out), Action::Multicast { job: 1 });
+        assert_eq!(
+            send(&mut sw, 2, 0, 0, [1, 1], &mut out),
+            Action::Multicast { job: 1 }
+        );
         assert_eq!(result(&out).1, [3, 3]);
         assert_eq!(sw.counters().dropped(DropReason::DuplicatePending), 1);
     }
@@ -362,7 +420,10 @@ mod tests {
             send(&mut sw, w, 2, 1, [5, 6], &mut out);
         }
         out.clear();
-        assert_eq!(send(&mut sw, 1, 2, 1, [5, 6], &mut out), Action::Unicast { to: addr(1001) });
+        assert_eq!(
+            send(&mut sw, 1, 2, 1, [5, 6], &mut out),
+            Action::Unicast { to: addr(1001) }
+        );
         let (repr, values) = result(&out);
         assert_eq!((values, repr.count, repr.set), ([15, 18], 3, 1));
         assert_eq!(sw.job(1).unwrap().counters.resent_results, 1);
@@ -391,9 +452,15 @@ mod tests {
         // Workers 0 and 1 go on to set 1; worker 2 lost its result.
         send(&mut sw, 0, 0, 1, [2, 0], &mut out);
         send(&mut sw, 1, 0, 1, [2, 0], &mut out);
-        assert_eq!(send(&mut sw, 2, 0, 0, [1, 0], &mut out), Action::Unicast { to: addr(1002) });
+        assert_eq!(
+            send(&mut sw, 2, 0, 0, [1, 0], &mut out),
+            Action::Unicast { to: addr(1002) }
+        );
         assert_eq!(result(&out).1, [3, 0]);
-        assert_eq!(send(&mut sw, 2, 0, 1, [2, 0], &mut out), Action::Multicast { job: 1 });
+        assert_eq!(
+            send(&mut sw, 2, 0, 1, [2, 0], &mut out),
+            Action::Multicast { job: 1 }
+        );
         assert_eq!(result(&out).1, [6, 0]);
     }
 
@@ -424,18 +491,77 @@ mod tests {
         let good = packet(0, 0, 0, 0, [1, 1]);
         let cases: Vec<(Vec<u8>, SocketAddr, DropReason)> = vec![
             (good[..10].to_vec(), addr(1000), DropReason::Malformed),
-            ({ let mut b = good.clone(); b[1] = 2; b }, addr(1000), DropReason::NotContribution),
-            ({ let mut b = good.clone(); b[5] = 9; b }, addr(1000), DropReason::UnknownJob),
+            (
+                {
+                    let mut b = good.clone();
+                    b[1] = 2;
+                    b
+                },
+                addr(1000),
+                DropReason::NotContribution,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[5] = 9;
+                    b
+                },
+                addr(1000),
+                DropReason::UnknownJob,
+            ),
             (good.clone(), addr(999), DropReason::UnknownWorker),
-            ({ let mut b = good.clone(); b[9] = 5; b }, addr(1000), DropReason::UnknownWorker),
-            ({ let mut b = good.clone(); b[7] = 4; b }, addr(1000), DropReason::SlotOutOfPool),
-            ({ let mut b = good.clone(); b[11] = 1; b }, addr(1000), DropReason::StaleGeneration),
-            ({ let mut b = good[..28].to_vec(); b[17] = 1; b }, addr(1000), DropReason::WrongElements),
+            (
+                {
+                    let mut b = good.clone();
+                    b[9] = 5;
+                    b
+                },
+                addr(1000),
+                DropReason::UnknownWorker,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[7] = 4;
+                    b
+                },
+                addr(1000),
+                DropReason::SlotOutOfPool,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[11] = 1;
+                    b
+                },
+                addr(1000),
+                DropReason::StaleGeneration,
+            ),
+            (
+                {
+                    let mut b = good[..28].to_vec();
+                    b[17] = 1;
+                    b
+                },
+                addr(1000),
+                DropReason::WrongElements,
+            ),
         ];
         for (bytes, from, reason) in cases {
-            assert_eq!(sw.process(&bytes, from, &mut out), Action::Drop(reason), "{reason:?}");
+            assert_eq!(
+                sw.process(&bytes, from, &mut out),
+                Action::Drop(reason),
+                "{reason:?}"
+            );
         }
-        for reason in [DropReason::Malformed, DropReason::NotContribution, DropReason::UnknownJob, DropReason::SlotOutOfPool, DropReason::StaleGeneration, DropReason::WrongElements] {
+        for reason in [
+            DropReason::Malformed,
+            DropReason::NotContribution,
+            DropReason::UnknownJob,
+            DropReason::SlotOutOfPool,
+            DropReason::StaleGeneration,
+            DropReason::WrongElements,
+        ] {
             assert_eq!(sw.counters().dropped(reason), 1, "{reason:?}");
         }
         assert_eq!(sw.job(1).unwrap().counters.dropped, 5);
@@ -450,15 +576,25 @@ mod tests {
     #[test]
     fn two_jobs_with_disjoint_pools_are_independent() {
         let mut sw = switch();
-        sw.create_job(JobSpec { id: 2, workers: vec![addr(2000), addr(2001)], pool_base: 14, pool_size: 4, elements: 2, generation: 0 })
-            .unwrap();
+        sw.create_job(JobSpec {
+            id: 2,
+            workers: vec![addr(2000), addr(2001)],
+            pool_base: 14,
+            pool_size: 4,
+            elements: 2,
+            generation: 0,
+        })
+        .unwrap();
         let mut out = Vec::new();
         send(&mut sw, 0, 0, 0, [1, 1], &mut out);
         let mut p = packet(0, 0, 0, 0, [50, 50]);
         p[5] = 2;
         assert_eq!(sw.process(&p, addr(2000), &mut out), Action::Absorbed);
         p[9] = 1;
-        assert_eq!(sw.process(&p, addr(2001), &mut out), Action::Multicast { job: 2 });
+        assert_eq!(
+            sw.process(&p, addr(2001), &mut out),
+            Action::Multicast { job: 2 }
+        );
         assert_eq!(result(&out).1, [100, 100]);
         send(&mut sw, 1, 0, 0, [1, 1], &mut out);
         send(&mut sw, 2, 0, 0, [1, 1], &mut out);

@@ -70,7 +70,12 @@ pub(crate) struct FloatCodec<'a> {
 impl<'a> FloatCodec<'a> {
     pub fn new(data: &'a mut [f32], k: usize, workers: u16) -> Self {
         let chunks = chunk_count(data.len(), k);
-        FloatCodec { data, k, workers, agreed: vec![0; chunks] }
+        FloatCodec {
+            data,
+            k,
+            workers,
+            agreed: vec![0; chunks],
+        }
     }
 
     fn chunk(&self, index: usize) -> Option<std::ops::Range<usize>> {
@@ -98,7 +103,8 @@ impl Codec for FloatCodec<'_> {
             let r = self.chunk(index).expect("round within the slot's chunks");
             quant::quantize(&self.data[r], self.agreed[index], self.workers, out);
         }
-        self.chunk(slot + round * window).map_or(0, |r| quant::block_exponent(&self.data[r]))
+        self.chunk(slot + round * window)
+            .map_or(0, |r| quant::block_exponent(&self.data[r]))
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
@@ -121,7 +127,10 @@ mod tests {
     #[test]
     fn chunks_are_dealt_round_robin() {
         // 10 chunks over 4 slots: slots 0,1 get 3; slots 2,3 get 2.
-        assert_eq!((0..4).map(|s| dealt(10, s, 4)).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+        assert_eq!(
+            (0..4).map(|s| dealt(10, s, 4)).collect::<Vec<_>>(),
+            vec![3, 3, 2, 2]
+        );
         assert_eq!(dealt(2, 3, 4), 0);
     }
 

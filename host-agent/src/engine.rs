@@ -39,7 +39,11 @@ pub(crate) trait Codec {
 /// What a received datagram means to the window.
 enum Verdict<'d> {
     /// The result slot `slot` waits for.
-    Current { slot: usize, payload: &'d [u8], exponent: u8 },
+    Current {
+        slot: usize,
+        payload: &'d [u8],
+        exponent: u8,
+    },
     /// A previous session's complete result in the set this slot starts on.
     LeftOver { slot: usize },
     /// Anything else.
@@ -70,7 +74,10 @@ pub(crate) struct RttEstimator {
 
 impl RttEstimator {
     pub(crate) fn new() -> Self {
-        RttEstimator { srtt: None, rttvar: Duration::ZERO }
+        RttEstimator {
+            srtt: None,
+            rttvar: Duration::ZERO,
+        }
     }
 
     fn sample(&mut self, rtt: Duration) {
@@ -80,7 +87,7 @@ impl RttEstimator {
                 self.rttvar = rtt / 2;
             }
             Some(srtt) => {
-                let delta = if srtt > rtt { srtt - rtt } else { rtt - srtt };
+                let delta = srtt.abs_diff(rtt);
                 self.rttvar = (self.rttvar * 3 + delta) / 4;
                 self.srtt = Some((srtt * 7 + rtt) / 8);
             }
@@ -110,19 +117,30 @@ pub(crate) struct Engine<'a> {
 
 impl Engine<'_> {
     /// Runs `chunks` chunks through the pool with `codec`; returns statistics.
-    pub fn run<C: Codec>(&mut self, codec: &mut C, chunks: usize, payload_bytes: u64) -> Result<Stats, Error> {
+    pub fn run<C: Codec>(
+        &mut self,
+        codec: &mut C,
+        chunks: usize,
+        payload_bytes: u64,
+    ) -> Result<Stats, Error> {
         let start = Instant::now();
-        let mut stats = Stats { payload_bytes, ..Stats::default() };
+        let mut stats = Stats {
+            payload_bytes,
+            ..Stats::default()
+        };
         let window = chunks.min(self.config.pool_size as usize);
         let mut slots = self.start_slots(codec, window, start);
         let mut tx = SendBatch::new();
-        for s in 0..window {
-            if slots[s].rounds > 0 {
-                self.send(codec, &mut slots[s], s, window, start, &mut tx, &mut stats);
+        for (s, slot) in slots.iter_mut().enumerate() {
+            if slot.rounds > 0 {
+                self.send(codec, slot, s, window, start, &mut tx, &mut stats);
             }
         }
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
-        let mut rx = RecvBatch::new(RECV_BATCH, HEADER_LEN + usize::from(self.config.elements) * 4);
+        let mut rx = RecvBatch::new(
+            RECV_BATCH,
+            HEADER_LEN + usize::from(self.config.elements) * 4,
+        );
         let scan_every = (self.config.min_rto / 4).max(Duration::from_micros(200));
         let mut next_scan = start + scan_every;
         let mut last_progress = start;
@@ -130,14 +148,21 @@ impl Engine<'_> {
             self.flush(&mut tx, &mut stats)?;
             let now = Instant::now();
             let wait = next_scan.saturating_duration_since(now);
-            let n = self.socket.recv_batch(&mut rx, wait).map_err(|e| Error::io("receive results", e))?;
+            let n = self
+                .socket
+                .recv_batch(&mut rx, wait)
+                .map_err(|e| Error::io("receive results", e))?;
             let now = Instant::now();
             for i in 0..n {
                 let d = rx.get(i);
                 stats.packets_received += 1;
                 stats.bytes_received += d.data.len() as u64;
                 let (s, payload, exponent) = match self.accept(d.data, window, &slots, &mut stats) {
-                    Verdict::Current { slot, payload, exponent } => (slot, payload, exponent),
+                    Verdict::Current {
+                        slot,
+                        payload,
+                        exponent,
+                    } => (slot, payload, exponent),
                     Verdict::Ignore => continue,
                     Verdict::LeftOver { slot } => {
                         // A previous session ended this slot on the set we
@@ -145,13 +170,22 @@ impl Engine<'_> {
                         // move to the other set together.
                         stats.stale_results += 1;
                         self.epochs[slot] = self.epochs[slot].wrapping_add(1);
-                        self.send(codec, &mut slots[slot], slot, window, now, &mut tx, &mut stats);
+                        self.send(
+                            codec,
+                            &mut slots[slot],
+                            slot,
+                            window,
+                            now,
+                            &mut tx,
+                            &mut stats,
+                        );
                         continue;
                     }
                 };
                 let entry = &mut slots[s];
                 if !entry.retransmitted {
-                    self.rtt.sample(now.saturating_duration_since(entry.sent_at));
+                    self.rtt
+                        .sample(now.saturating_duration_since(entry.sent_at));
                 }
                 codec.decode(s, entry.round, window, payload, exponent);
                 self.epochs[s] = self.epochs[s].wrapping_add(1);
@@ -249,12 +283,21 @@ impl Engine<'_> {
     /// Classifies a datagram: the result a slot is waiting for, a complete
     /// result left in our starting set by a previous session, or something to
     /// count and ignore (malformed, another job, a stale or duplicate result).
-    fn accept<'d>(&self, data: &'d [u8], window: usize, slots: &[Slot], stats: &mut Stats) -> Verdict<'d> {
+    fn accept<'d>(
+        &self,
+        data: &'d [u8],
+        window: usize,
+        slots: &[Slot],
+        stats: &mut Stats,
+    ) -> Verdict<'d> {
         let Ok(repr) = Packet::new_checked(data).and_then(|p| Repr::parse(&p)) else {
             stats.malformed += 1;
             return Verdict::Ignore;
         };
-        if repr.kind != Kind::Result || repr.job != self.config.job || repr.elements != self.config.elements {
+        if repr.kind != Kind::Result
+            || repr.job != self.config.job
+            || repr.elements != self.config.elements
+        {
             stats.foreign += 1;
             return Verdict::Ignore;
         }
@@ -262,7 +305,11 @@ impl Engine<'_> {
         let waiting = s < window && slots[s].round < slots[s].rounds && repr.set == slots[s].set;
         let complete = usize::from(repr.count) == usize::from(self.config.workers);
         if waiting && complete && repr.packet_id == slots[s].packet_id {
-            return Verdict::Current { slot: s, payload: &data[HEADER_LEN..], exponent: repr.exponent };
+            return Verdict::Current {
+                slot: s,
+                payload: &data[HEADER_LEN..],
+                exponent: repr.exponent,
+            };
         }
         // Only a worker that has never completed a round on this slot can
         // meet a foreign complete result in its set: within a session the
@@ -274,8 +321,17 @@ impl Engine<'_> {
         Verdict::Ignore
     }
 
-    fn retransmit_expired(&self, slots: &mut [Slot], now: Instant, tx: &mut SendBatch, stats: &mut Stats) {
-        for slot in slots.iter_mut().filter(|s| s.round < s.rounds && s.deadline <= now) {
+    fn retransmit_expired(
+        &self,
+        slots: &mut [Slot],
+        now: Instant,
+        tx: &mut SendBatch,
+        stats: &mut Stats,
+    ) {
+        for slot in slots
+            .iter_mut()
+            .filter(|s| s.round < s.rounds && s.deadline <= now)
+        {
             stats.timeouts += 1;
             stats.retransmissions += 1;
             slot.retransmitted = true;
@@ -291,7 +347,10 @@ impl Engine<'_> {
         if tx.is_empty() {
             return Ok(());
         }
-        let report = self.socket.send_batch(tx).map_err(|e| Error::io("send contributions", e))?;
+        let report = self
+            .socket
+            .send_batch(tx)
+            .map_err(|e| Error::io("send contributions", e))?;
         // A refused datagram (no switch listening yet) is recovered by the
         // retransmission timer like any loss.
         stats.send_errors += report.failed as u64;

@@ -65,10 +65,21 @@ pub struct AgentConfig {
 impl AgentConfig {
     /// A configuration with the default timers (initial 50 ms, adaptive
     /// between 20 ms and 1 s, give up after 10 s without progress).
-    pub fn new(switch: SocketAddr, job: u16, worker: u16, workers: u16, pool_size: u32, elements: u16) -> Self {
+    pub fn new(
+        switch: SocketAddr,
+        job: u16,
+        worker: u16,
+        workers: u16,
+        pool_size: u32,
+        elements: u16,
+    ) -> Self {
         AgentConfig {
             switch,
-            bind: if switch.is_ipv4() { SocketAddr::from(([0, 0, 0, 0], 0)) } else { SocketAddr::from(([0u16; 8], 0)) },
+            bind: if switch.is_ipv4() {
+                SocketAddr::from(([0, 0, 0, 0], 0))
+            } else {
+                SocketAddr::from(([0u16; 8], 0))
+            },
             job,
             worker,
             workers,
@@ -86,16 +97,30 @@ impl AgentConfig {
     fn validate(&self) -> Result<()> {
         let fail = |m: String| Err(Error::Config(m));
         if self.workers == 0 || usize::from(self.workers) > inagg_wire::MAX_WORKERS {
-            return fail(format!("workers = {} must be 1 to {}", self.workers, inagg_wire::MAX_WORKERS));
+            return fail(format!(
+                "workers = {} must be 1 to {}",
+                self.workers,
+                inagg_wire::MAX_WORKERS
+            ));
         }
         if self.worker >= self.workers {
-            return fail(format!("worker id {} is not below the worker count {}", self.worker, self.workers));
+            return fail(format!(
+                "worker id {} is not below the worker count {}",
+                self.worker, self.workers
+            ));
         }
         if self.pool_size == 0 || self.pool_size > 65_536 {
-            return fail(format!("pool size {} must be 1 to 65536 slots", self.pool_size));
+            return fail(format!(
+                "pool size {} must be 1 to 65536 slots",
+                self.pool_size
+            ));
         }
         if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
-            return fail(format!("elements per packet {} must be 1 to {}", self.elements, inagg_wire::MAX_ELEMENTS));
+            return fail(format!(
+                "elements per packet {} must be 1 to {}",
+                self.elements,
+                inagg_wire::MAX_ELEMENTS
+            ));
         }
         if self.min_rto.is_zero() || self.min_rto > self.max_rto || self.initial_rto.is_zero() {
             return fail("timeouts must be positive with min_rto <= max_rto".into());
@@ -162,15 +187,27 @@ impl Worker {
     /// Binds the worker's socket and connects it to the switch.
     pub fn new(config: AgentConfig) -> Result<Worker> {
         config.validate()?;
-        let socket = BatchSocket::bind(config.bind).map_err(|e| Error::io("bind the worker socket", e))?;
-        socket.socket().connect(config.switch).map_err(|e| Error::io("connect to the switch", e))?;
+        let socket =
+            BatchSocket::bind(config.bind).map_err(|e| Error::io("bind the worker socket", e))?;
+        socket
+            .socket()
+            .connect(config.switch)
+            .map_err(|e| Error::io("connect to the switch", e))?;
         let epochs = vec![0; config.pool_size as usize];
-        Ok(Worker { config, socket, epochs, rtt: RttEstimator::new(), progress: None })
+        Ok(Worker {
+            config,
+            socket,
+            epochs,
+            rtt: RttEstimator::new(),
+            progress: None,
+        })
     }
 
     /// The bound local address: the endpoint to install in the job.
     pub fn local_addr(&self) -> SocketAddr {
-        self.socket.local_addr().expect("bound socket has an address")
+        self.socket
+            .local_addr()
+            .expect("bound socket has an address")
     }
 
     /// The configuration.
@@ -188,7 +225,11 @@ impl Worker {
     /// one per chunk, plus one exponent round per slot for floats.
     pub fn rounds(&self, len: usize, float: bool) -> u64 {
         let chunks = chunk_count(len, usize::from(self.config.elements));
-        let extra = if float { chunks.min(self.config.pool_size as usize) } else { 0 };
+        let extra = if float {
+            chunks.min(self.config.pool_size as usize)
+        } else {
+            0
+        };
         (chunks + extra) as u64
     }
 
@@ -209,7 +250,11 @@ impl Worker {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
-        let mut codec = IntCodec { data, k, scratch: Vec::new() };
+        let mut codec = IntCodec {
+            data,
+            k,
+            scratch: Vec::new(),
+        };
         self.engine().run(&mut codec, chunks, bytes)
     }
 
@@ -237,7 +282,9 @@ pub struct AsyncWorker {
 impl AsyncWorker {
     /// Wraps a worker.
     pub fn new(worker: Worker) -> AsyncWorker {
-        AsyncWorker { inner: Arc::new(Mutex::new(worker)) }
+        AsyncWorker {
+            inner: Arc::new(Mutex::new(worker)),
+        }
     }
 
     /// Async [`Worker::allreduce_f32`]: takes the tensor and gives it back reduced.
@@ -265,9 +312,14 @@ fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
     w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
-        Err(e) => Err(Error::io("run the all-reduce task", std::io::Error::other(e.to_string()))),
+        Err(e) => Err(Error::io(
+            "run the all-reduce task",
+            std::io::Error::other(e.to_string()),
+        )),
     }
 }

@@ -35,7 +35,9 @@ const INT_MAX: f64 = i32::MAX as f64;
 pub fn block_exponent(chunk: &[f32]) -> u8 {
     // On the bit patterns with the sign cleared, integer order is magnitude
     // order, and NaN/Inf sort above every finite value.
-    let max = chunk.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff));
+    let max = chunk
+        .iter()
+        .fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff));
     (max >> 23) as u8
 }
 
@@ -174,7 +176,11 @@ mod tests {
             let exact: f64 = chunks.iter().map(|c| f64::from(c[i])).sum();
             let err = (f64::from(out[i]) - exact).abs();
             let bound = error_bound(e, n, exact);
-            assert!(err <= bound, "element {i}: got {} want {exact} err {err} > bound {bound}", out[i]);
+            assert!(
+                err <= bound,
+                "element {i}: got {} want {exact} err {err} > bound {bound}",
+                out[i]
+            );
         }
     }
 
@@ -197,24 +203,45 @@ mod tests {
 
     #[test]
     fn mixed_signs_and_magnitudes_within_bound() {
-        let a: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3)).collect();
+        let a: Vec<f32> = (0..64)
+            .map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3))
+            .collect();
         let b: Vec<f32> = (0..64).map(|i| -((i as f32) * 1.3).cos() * 2.5).collect();
-        let c: Vec<f32> = (0..64).map(|i| if i % 2 == 0 { 1e-3 } else { -7.0 }).collect();
+        let c: Vec<f32> = (0..64)
+            .map(|i| if i % 2 == 0 { 1e-3 } else { -7.0 })
+            .collect();
         check(&[a.clone(), b.clone(), c.clone()]);
-        check(&[a, b, c.clone(), c.clone(), c.clone(), c.clone(), c.clone(), c]);
+        check(&[
+            a,
+            b,
+            c.clone(),
+            c.clone(),
+            c.clone(),
+            c.clone(),
+            c.clone(),
+            c,
+        ]);
     }
 
     #[test]
     fn tiny_and_huge_values() {
-        check(&[vec![1e-30, -3e-31, 0.0, 1e-38], vec![2e-30, 1e-30, 5e-39, -1e-38]]);
-        check(&[vec![1.5e38, -3e38, 1.0, 0.0], vec![1.5e38, 3e38, -1.0, f32::MAX]]);
+        check(&[
+            vec![1e-30, -3e-31, 0.0, 1e-38],
+            vec![2e-30, 1e-30, 5e-39, -1e-38],
+        ]);
+        check(&[
+            vec![1.5e38, -3e38, 1.0, 0.0],
+            vec![1.5e38, 3e38, -1.0, f32::MAX],
+        ]);
         check(&[vec![f32::from_bits(1); 4], vec![f32::from_bits(7); 4]]);
     }
 
     #[test]
     fn extremes_do_not_overflow_the_integer_sum() {
         for n in [1u16, 2, 3, 7, 8, 64] {
-            let chunks: Vec<Vec<f32>> = (0..n).map(|_| vec![f32::MAX, -f32::MAX, 1.0, 0.999_999_9]).collect();
+            let chunks: Vec<Vec<f32>> = (0..n)
+                .map(|_| vec![f32::MAX, -f32::MAX, 1.0, 0.999_999_9])
+                .collect();
             let e = block_exponent(&chunks[0]);
             let mut buf = vec![0u8; 16];
             let mut total = [0i64; 4];
@@ -226,10 +253,19 @@ mod tests {
                     total[i] += i64::from(q[i]);
                 }
             }
-            assert!(total.iter().all(|t| (i64::from(i32::MIN)..=i64::from(i32::MAX)).contains(t)), "n={n}: {total:?}");
+            assert!(
+                total
+                    .iter()
+                    .all(|t| (i64::from(i32::MIN)..=i64::from(i32::MAX)).contains(t)),
+                "n={n}: {total:?}"
+            );
             // Sums that stay finite in f32 are also within the bound.
             let m = f32::MAX / f32::from(n);
-            check(&(0..n).map(|_| vec![m, -m, 1.0, 0.999_999_9]).collect::<Vec<_>>());
+            check(
+                &(0..n)
+                    .map(|_| vec![m, -m, 1.0, 0.999_999_9])
+                    .collect::<Vec<_>>(),
+            );
         }
     }
 
@@ -254,7 +290,9 @@ mod tests {
 
     #[test]
     fn simd_and_scalar_paths_agree() {
-        let x: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0).collect();
+        let x: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
+            .collect();
         let (s, l) = (scale(block_exponent(&x), 4), limit(4));
         let mut a = vec![0u8; 4000];
         let mut b = vec![0u8; 4000];

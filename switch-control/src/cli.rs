@@ -144,13 +144,22 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
         CtlCommand::Info => {
             let info = t.info()?;
             let data = t.data_addr()?;
-            emit(out, json, &serde_json::json!({ "target": t.kind(), "info": info, "data_addr": data }), |o| {
-                writeln!(o, "target        {}", t.kind())?;
-                writeln!(o, "data plane    {}", data.map_or("-".into(), |a| a.to_string()))?;
-                writeln!(o, "slots         {}", info.slots)?;
-                writeln!(o, "max elements  {}", info.max_elements)?;
-                writeln!(o, "jobs          {}", info.jobs)
-            })
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "target": t.kind(), "info": info, "data_addr": data }),
+                |o| {
+                    writeln!(o, "target        {}", t.kind())?;
+                    writeln!(
+                        o,
+                        "data plane    {}",
+                        data.map_or("-".into(), |a| a.to_string())
+                    )?;
+                    writeln!(o, "slots         {}", info.slots)?;
+                    writeln!(o, "max elements  {}", info.max_elements)?;
+                    writeln!(o, "jobs          {}", info.jobs)
+                },
+            )
         }
         CtlCommand::Job(cmd) => run_job(cmd, t, json, out),
         CtlCommand::Pool => {
@@ -163,13 +172,25 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             if reset {
                 t.reset_counters()?;
             }
-            emit(out, json, &serde_json::json!({ "switch": counters_json(&counters), "jobs": jobs }), |o| {
-                write_counters(o, &counters, &jobs)
-            })
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "switch": counters_json(&counters), "jobs": jobs }),
+                |o| write_counters(o, &counters, &jobs),
+            )
         }
-        CtlCommand::Faults { drop_ingress, drop_egress, duplicate, reorder, seed } => {
+        CtlCommand::Faults {
+            drop_ingress,
+            drop_egress,
+            duplicate,
+            reorder,
+            seed,
+        } => {
             let mut f = t.faults()?;
-            let changes = [drop_ingress, drop_egress, duplicate, reorder].iter().any(Option::is_some) || seed.is_some();
+            let changes = [drop_ingress, drop_egress, duplicate, reorder]
+                .iter()
+                .any(Option::is_some)
+                || seed.is_some();
             if changes {
                 f = FaultConfig {
                     drop_ingress: drop_ingress.unwrap_or(f.drop_ingress),
@@ -188,28 +209,65 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                 )
             })
         }
-        CtlCommand::Apply { file, prune, dry_run } => {
+        CtlCommand::Apply {
+            file,
+            prune,
+            dry_run,
+        } => {
             let parsed = ClusterFile::load(&file)?;
             let steps = cluster::plan(&parsed, &file, t, prune)?;
             if !dry_run {
                 cluster::execute(&steps, t)?;
             }
-            emit(out, json, &serde_json::json!({ "applied": !dry_run, "steps": steps }), |o| {
-                for s in &steps {
-                    writeln!(o, "{s}")?;
-                }
-                writeln!(o, "{}", if dry_run { "dry run: nothing changed" } else { "applied" })
-            })
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "applied": !dry_run, "steps": steps }),
+                |o| {
+                    for s in &steps {
+                        writeln!(o, "{s}")?;
+                    }
+                    writeln!(
+                        o,
+                        "{}",
+                        if dry_run {
+                            "dry run: nothing changed"
+                        } else {
+                            "applied"
+                        }
+                    )
+                },
+            )
         }
     }
 }
 
 fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
-        JobCommand::Create { id, workers, pool_base, pool_size, elements, generation } => {
-            let spec = JobSpec { id, workers, pool_base, pool_size, elements, generation };
+        JobCommand::Create {
+            id,
+            workers,
+            pool_base,
+            pool_size,
+            elements,
+            generation,
+        } => {
+            let spec = JobSpec {
+                id,
+                workers,
+                pool_base,
+                pool_size,
+                elements,
+                generation,
+            };
             install_job(t, &spec)?;
-            emit(out, json, &spec, |o| writeln!(o, "created job {id}: pool [{pool_base}, {}) k={elements}", spec.pool_end()))
+            emit(out, json, &spec, |o| {
+                writeln!(
+                    o,
+                    "created job {id}: pool [{pool_base}, {}) k={elements}",
+                    spec.pool_end()
+                )
+            })
         }
         JobCommand::List => {
             let jobs = t.jobs()?;
@@ -221,7 +279,9 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
         }
         JobCommand::Delete { id } => {
             t.delete_job(id)?;
-            emit(out, json, &serde_json::json!({ "deleted": id }), |o| writeln!(o, "deleted job {id}"))
+            emit(out, json, &serde_json::json!({ "deleted": id }), |o| {
+                writeln!(o, "deleted job {id}")
+            })
         }
     }
 }
@@ -234,7 +294,8 @@ fn emit<T: Serialize>(
     human: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
     if json {
-        let text = serde_json::to_string_pretty(value).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        let text = serde_json::to_string_pretty(value)
+            .map_err(|e| ControlError::Protocol(e.to_string()))?;
         writeln!(out, "{text}")?;
     } else {
         human(out)?;
@@ -243,8 +304,10 @@ fn emit<T: Serialize>(
 }
 
 fn counters_json(c: &Counters) -> serde_json::Value {
-    let drops: serde_json::Map<String, serde_json::Value> =
-        DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r).into())).collect();
+    let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
+        .iter()
+        .map(|r| (r.name().to_string(), c.dropped(*r).into()))
+        .collect();
     serde_json::json!({
         "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes,
         "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
@@ -254,7 +317,11 @@ fn counters_json(c: &Counters) -> serde_json::Value {
 }
 
 fn write_jobs(o: &mut dyn Write, jobs: &[JobInfo]) -> std::io::Result<()> {
-    writeln!(o, "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}", "JOB", "WORKERS", "POOL", "K", "GEN", "CONTRIB", "RESULTS")?;
+    writeln!(
+        o,
+        "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}",
+        "JOB", "WORKERS", "POOL", "K", "GEN", "CONTRIB", "RESULTS"
+    )?;
     for j in jobs {
         let s = &j.spec;
         writeln!(
@@ -278,7 +345,15 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobInfo]) -> std::io::Result<()> {
 fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
     let s = &j.spec;
     let c = &j.counters;
-    writeln!(o, "job {}  pool [{}, {})  k={}  generation {}", s.id, s.pool_base, s.pool_end(), s.elements, s.generation)?;
+    writeln!(
+        o,
+        "job {}  pool [{}, {})  k={}  generation {}",
+        s.id,
+        s.pool_base,
+        s.pool_end(),
+        s.elements,
+        s.generation
+    )?;
     for (i, w) in s.workers.iter().enumerate() {
         writeln!(o, "  worker {i:>3}  {w}")?;
     }
@@ -293,14 +368,27 @@ fn write_pools(o: &mut dyn Write, p: &PoolMap) -> std::io::Result<()> {
     writeln!(o, "{:>13}  {:>6}  OWNER", "SLOTS", "SIZE")?;
     for r in &p.ranges {
         let owner = r.job.map_or("free".to_string(), |j| format!("job {j}"));
-        writeln!(o, "{:>13}  {:>6}  {owner}", format!("[{}, {})", r.base, r.base + r.size), r.size)?;
+        writeln!(
+            o,
+            "{:>13}  {:>6}  {owner}",
+            format!("[{}, {})", r.base, r.base + r.size),
+            r.size
+        )?;
     }
     writeln!(o, "{} of {} slots free", p.free, p.slots)
 }
 
 fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io::Result<()> {
-    writeln!(o, "rx {} packets {} bytes; tx {} packets {} bytes", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes)?;
-    writeln!(o, "injected: {} duplicates, {} reorders", c.injected_duplicates, c.injected_reorders)?;
+    writeln!(
+        o,
+        "rx {} packets {} bytes; tx {} packets {} bytes",
+        c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
+    )?;
+    writeln!(
+        o,
+        "injected: {} duplicates, {} reorders",
+        c.injected_duplicates, c.injected_reorders
+    )?;
     writeln!(o, "drops:")?;
     for r in DropReason::ALL {
         writeln!(o, "  {:<18} {}", r.name(), c.dropped(r))?;

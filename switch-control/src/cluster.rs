@@ -51,7 +51,10 @@ pub struct SwitchSection {
 
 impl Default for SwitchSection {
     fn default() -> Self {
-        SwitchSection { target: default_target(), control: None }
+        SwitchSection {
+            target: default_target(),
+            control: None,
+        }
     }
 }
 
@@ -99,12 +102,17 @@ impl From<&JobSection> for JobSpec {
 impl ClusterFile {
     /// Parses a file's text; `path` names it in errors.
     pub fn parse(path: &str, text: &str) -> Result<ClusterFile> {
-        let file: ClusterFile =
-            toml::from_str(text).map_err(|e| ControlError::Config { path: path.into(), message: e.to_string() })?;
+        let file: ClusterFile = toml::from_str(text).map_err(|e| ControlError::Config {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
         if file.switch.target != "emu" {
             return Err(ControlError::Config {
                 path: path.into(),
-                message: format!("unknown target {:?}; supported: \"emu\"", file.switch.target),
+                message: format!(
+                    "unknown target {:?}; supported: \"emu\"",
+                    file.switch.target
+                ),
             });
         }
         Ok(file)
@@ -112,8 +120,10 @@ impl ClusterFile {
 
     /// Reads and parses a file.
     pub fn load(path: &str) -> Result<ClusterFile> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ControlError::Config { path: path.into(), message: format!("cannot read: {e}") })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ControlError::Config {
+            path: path.into(),
+            message: format!("cannot read: {e}"),
+        })?;
         Self::parse(path, &text)
     }
 }
@@ -148,10 +158,20 @@ pub enum Step {
 
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pool = |s: &JobSpec| format!("pool [{}, {}) k={} workers={}", s.pool_base, s.pool_end(), s.elements, s.workers.len());
+        let pool = |s: &JobSpec| {
+            format!(
+                "pool [{}, {}) k={} workers={}",
+                s.pool_base,
+                s.pool_end(),
+                s.elements,
+                s.workers.len()
+            )
+        };
         match self {
             Step::Create { spec } => write!(f, "+ job {}: {}", spec.id, pool(spec)),
-            Step::Replace { old, new } => write!(f, "~ job {}: {} -> {}", new.id, pool(old), pool(new)),
+            Step::Replace { old, new } => {
+                write!(f, "~ job {}: {} -> {}", new.id, pool(old), pool(new))
+            }
             Step::Keep { id } => write!(f, "= job {id}: unchanged"),
             Step::Delete { spec } => write!(f, "- job {}: {}", spec.id, pool(spec)),
         }
@@ -159,9 +179,17 @@ impl std::fmt::Display for Step {
 }
 
 /// Works out the plan and checks the state it leads to.
-pub fn plan(file: &ClusterFile, path: &str, target: &mut dyn Target, prune: bool) -> Result<Vec<Step>> {
+pub fn plan(
+    file: &ClusterFile,
+    path: &str,
+    target: &mut dyn Target,
+    prune: bool,
+) -> Result<Vec<Step>> {
     let info = target.info()?;
-    let config = SwitchConfig { slots: info.slots, max_elements: info.max_elements };
+    let config = SwitchConfig {
+        slots: info.slots,
+        max_elements: info.max_elements,
+    };
     let installed: Vec<JobSpec> = target.jobs()?.into_iter().map(|j| j.spec).collect();
     let wanted: Vec<JobSpec> = file.jobs.iter().map(JobSpec::from).collect();
     let mut steps = Vec::new();
@@ -176,13 +204,19 @@ pub fn plan(file: &ClusterFile, path: &str, target: &mut dyn Target, prune: bool
         }
     }
     for new in &wanted {
-        let config_err = |e: inagg_emu::JobError| ControlError::Config { path: path.into(), message: e.to_string() };
+        let config_err = |e: inagg_emu::JobError| ControlError::Config {
+            path: path.into(),
+            message: e.to_string(),
+        };
         validate_job(new, &end_state, config).map_err(config_err)?;
         end_state.push(new.clone());
         steps.push(match installed.iter().find(|o| o.id == new.id) {
             None => Step::Create { spec: new.clone() },
             Some(old) if old == new => Step::Keep { id: new.id },
-            Some(old) => Step::Replace { old: old.clone(), new: new.clone() },
+            Some(old) => Step::Replace {
+                old: old.clone(),
+                new: new.clone(),
+            },
         });
     }
     Ok(steps)
@@ -237,11 +271,21 @@ elements = 256
 
     #[test]
     fn malformed_files_say_where_and_what() {
-        let err = ClusterFile::parse("c.toml", "[[job]]\nid = 1\nworkers = []\npool_base = 0\npool_sise = 3\n").unwrap_err();
+        let err = ClusterFile::parse(
+            "c.toml",
+            "[[job]]\nid = 1\nworkers = []\npool_base = 0\npool_sise = 3\n",
+        )
+        .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.starts_with("c.toml: ") && msg.contains("pool_sise"), "{msg}");
+        assert!(
+            msg.starts_with("c.toml: ") && msg.contains("pool_sise"),
+            "{msg}"
+        );
         let err = ClusterFile::parse("c.toml", "[switch]\ntarget = \"tofino9\"\n").unwrap_err();
-        assert!(err.to_string().contains("unknown target \"tofino9\""), "{err}");
+        assert!(
+            err.to_string().contains("unknown target \"tofino9\""),
+            "{err}"
+        );
         let err = ClusterFile::parse("c.toml", "[[job]]\nid = 70000\n").unwrap_err();
         assert!(err.to_string().starts_with("c.toml: "), "{err}");
     }

@@ -24,27 +24,44 @@ pub struct EmuTarget {
 impl EmuTarget {
     /// Connects, with a timeout, so a missing emulator is an error not a hang.
     pub fn connect(addr: SocketAddr) -> Result<EmuTarget> {
-        let connect_err = |source| ControlError::Connect { target: "emulator", addr, source };
+        let connect_err = |source| ControlError::Connect {
+            target: "emulator",
+            addr,
+            source,
+        };
         let stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(connect_err)?;
-        stream.set_read_timeout(Some(TIMEOUT)).map_err(connect_err)?;
-        stream.set_write_timeout(Some(TIMEOUT)).map_err(connect_err)?;
+        stream
+            .set_read_timeout(Some(TIMEOUT))
+            .map_err(connect_err)?;
+        stream
+            .set_write_timeout(Some(TIMEOUT))
+            .map_err(connect_err)?;
         let _ = stream.set_nodelay(true);
         let writer = stream.try_clone().map_err(connect_err)?;
-        Ok(EmuTarget { reader: BufReader::new(stream), writer })
+        Ok(EmuTarget {
+            reader: BufReader::new(stream),
+            writer,
+        })
     }
 
     fn call(&mut self, request: &Request) -> Result<Reply> {
-        let mut line = serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        let mut line =
+            serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
         line.push(b'\n');
         self.writer.write_all(&line)?;
         let mut answer = String::new();
         if self.reader.read_line(&mut answer)? == 0 {
-            return Err(ControlError::Protocol("the emulator closed the connection".into()));
+            return Err(ControlError::Protocol(
+                "the emulator closed the connection".into(),
+            ));
         }
         match serde_json::from_str::<Response>(&answer) {
             Ok(Response::Ok(reply)) => Ok(reply),
             Ok(Response::Err(e)) => Err(e.into()),
-            Err(e) => Err(ControlError::Protocol(format!("{e}: {}", answer.trim_end()))),
+            Err(e) => Err(ControlError::Protocol(format!(
+                "{e}: {}",
+                answer.trim_end()
+            ))),
         }
     }
 }
@@ -161,18 +178,33 @@ mod tests {
         assert_eq!(t.jobs().unwrap().len(), 1);
         assert_eq!(t.pools().unwrap().free, 8192 - 100);
         let err = install_job(&mut t, &spec(2, 50, 100)).unwrap_err();
-        assert!(matches!(err, ControlError::Job(JobError::PoolOverlap { other: 1, .. })), "{err}");
+        assert!(
+            matches!(
+                err,
+                ControlError::Job(JobError::PoolOverlap { other: 1, .. })
+            ),
+            "{err}"
+        );
         // The emulator refuses it too when the check is bypassed.
         let err = t.create_job(&spec(2, 50, 100)).unwrap_err();
-        assert!(matches!(err, ControlError::Job(JobError::PoolOverlap { .. })), "{err}");
+        assert!(
+            matches!(err, ControlError::Job(JobError::PoolOverlap { .. })),
+            "{err}"
+        );
         t.delete_job(1).unwrap();
-        assert!(matches!(t.delete_job(1).unwrap_err(), ControlError::Job(JobError::UnknownJob { id: 1 })));
+        assert!(matches!(
+            t.delete_job(1).unwrap_err(),
+            ControlError::Job(JobError::UnknownJob { id: 1 })
+        ));
         assert_eq!(t.data_addr().unwrap(), Some(emu.data_addr()));
     }
 
     #[test]
     fn a_missing_emulator_is_a_clear_error() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let err = EmuTarget::connect(port).unwrap_err();
         assert!(err.to_string().contains("is it running?"), "{err}");
     }

@@ -89,11 +89,17 @@ pub trait Target {
     fn reset_counters(&mut self) -> Result<()>;
     /// Fault injection settings (emulator only).
     fn faults(&mut self) -> Result<FaultConfig> {
-        Err(ControlError::Unsupported { target: self.kind(), what: "fault injection" })
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "fault injection",
+        })
     }
     /// Changes fault injection (emulator only).
     fn set_faults(&mut self, _faults: FaultConfig) -> Result<()> {
-        Err(ControlError::Unsupported { target: self.kind(), what: "fault injection" })
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "fault injection",
+        })
     }
 }
 
@@ -103,7 +109,10 @@ pub trait Target {
 pub fn install_job(target: &mut dyn Target, spec: &JobSpec) -> Result<()> {
     let info = target.info()?;
     let jobs = target.jobs()?;
-    let config = SwitchConfig { slots: info.slots, max_elements: info.max_elements };
+    let config = SwitchConfig {
+        slots: info.slots,
+        max_elements: info.max_elements,
+    };
     validate_job(spec, jobs.iter().map(|j| &j.spec), config)?;
     target.create_job(spec)
 }

@@ -534,13 +534,19 @@ mod tests {
     fn payload_length_must_match_elements() {
         assert_eq!(
             Packet::new_checked(&CONTRIBUTION[..31]).unwrap_err(),
-            Error::LengthMismatch { len: 31, expected: 32 }
+            Error::LengthMismatch {
+                len: 31,
+                expected: 32
+            }
         );
         let mut longer = CONTRIBUTION.to_vec();
         longer.extend_from_slice(&[0, 0, 0, 0]);
         assert_eq!(
             Packet::new_checked(&longer[..]).unwrap_err(),
-            Error::LengthMismatch { len: 36, expected: 32 }
+            Error::LengthMismatch {
+                len: 36,
+                expected: 32
+            }
         );
     }
 
@@ -548,15 +554,25 @@ mod tests {
     fn unknown_version_kind_and_reserved_refused() {
         let mut b = CONTRIBUTION;
         b[0] = 2;
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::BadVersion(2)));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&b[..])),
+            Err(Error::BadVersion(2))
+        );
         let mut b = CONTRIBUTION;
         b[1] = 9;
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::UnknownKind(9)));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&b[..])),
+            Err(Error::UnknownKind(9))
+        );
         assert_eq!(Packet::new_unchecked(&b[..]).kind(), Kind::Unknown(9));
         for at in [2usize, 13, 18, 19] {
             let mut b = CONTRIBUTION;
             b[at] |= 0x80;
-            assert_eq!(Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::ReservedBits), "byte {at}");
+            assert_eq!(
+                Repr::parse(&Packet::new_unchecked(&b[..])),
+                Err(Error::ReservedBits),
+                "byte {at}"
+            );
         }
     }
 
@@ -572,6 +588,6 @@ mod tests {
     #[test]
     fn header_len_and_max_elements() {
         assert_eq!(HEADER_LEN, 24);
-        assert!(HEADER_LEN + MAX_ELEMENTS * ELEMENT_LEN <= 65_507);
+        const { assert!(HEADER_LEN + MAX_ELEMENTS * ELEMENT_LEN <= 65_507) };
     }
 }

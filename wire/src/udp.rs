@@ -135,7 +135,10 @@ impl BatchSocket {
         let mut iovs: Vec<libc::iovec> = batch
             .data
             .chunks_exact_mut(batch.mtu)
-            .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
             .collect();
         // SAFETY: mmsghdr is plain data; every pointer set below outlives the call.
         let mut msgs: Vec<libc::mmsghdr> = (0..cap).map(|_| unsafe { zeroed() }).collect();
@@ -229,7 +232,14 @@ impl BatchSocket {
             }
         }
         // SAFETY: msgs and everything they point to are valid for `count` entries.
-        let rc = unsafe { libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), count as libc::c_uint, 0) };
+        let rc = unsafe {
+            libc::sendmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                count as libc::c_uint,
+                0,
+            )
+        };
         if rc < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -242,7 +252,14 @@ impl BatchSocket {
 fn is_per_datagram(err: &io::Error) -> bool {
     matches!(
         err.raw_os_error(),
-        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EMSGSIZE | libc::EPERM | libc::EACCES)
+        Some(
+            libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EMSGSIZE
+                | libc::EPERM
+                | libc::EACCES
+        )
     )
 }
 
@@ -343,17 +360,23 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         let mut storage: libc::sockaddr_storage = zeroed();
         match addr {
             SocketAddr::V4(a) => {
-                let sin = &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                let sin =
+                    &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
                 sin.sin_family = libc::AF_INET as libc::sa_family_t;
                 sin.sin_port = a.port().to_be();
-                sin.sin_addr = libc::in_addr { s_addr: u32::from(*a.ip()).to_be() };
+                sin.sin_addr = libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                };
                 (storage, size_of::<libc::sockaddr_in>() as libc::socklen_t)
             }
             SocketAddr::V6(a) => {
-                let sin6 = &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                let sin6 = &mut *(&mut storage as *mut libc::sockaddr_storage)
+                    .cast::<libc::sockaddr_in6>();
                 sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 sin6.sin6_port = a.port().to_be();
-                sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+                sin6.sin6_addr = libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                };
                 sin6.sin6_flowinfo = a.flowinfo();
                 sin6.sin6_scope_id = a.scope_id();
                 (storage, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
@@ -369,10 +392,14 @@ fn from_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
             libc::AF_INET => {
                 let sin = &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
                 let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    ip,
+                    u16::from_be(sin.sin_port),
+                )))
             }
             libc::AF_INET6 => {
-                let sin6 = &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                let sin6 =
+                    &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
                 let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
                 Some(SocketAddr::V6(SocketAddrV6::new(
                     ip,
@@ -404,7 +431,13 @@ mod tests {
             out.push_with(3, Some(to), |buf| buf.copy_from_slice(&[i, i, i]));
         }
         let report = a.send_batch(&mut out).unwrap();
-        assert_eq!(report, SendReport { sent: 10, failed: 0 });
+        assert_eq!(
+            report,
+            SendReport {
+                sent: 10,
+                failed: 0
+            }
+        );
         assert!(out.is_empty());
         let mut inb = RecvBatch::new(16, 64);
         let mut got = Vec::new();
@@ -438,7 +471,10 @@ mod tests {
     fn recv_times_out_with_nothing() {
         let a = loopback();
         let mut inb = RecvBatch::new(4, 64);
-        assert_eq!(a.recv_batch(&mut inb, Duration::from_millis(20)).unwrap(), 0);
+        assert_eq!(
+            a.recv_batch(&mut inb, Duration::from_millis(20)).unwrap(),
+            0
+        );
         assert!(inb.is_empty());
     }
 }
