@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use inagg_emu::{FaultConfig, JobSpec, Switch, SwitchConfig};
 use inagg_host_agent::quant::{block_exponent, dequantize, quantize};
-use inagg_wire::{Kind, Packet, Repr};
+use inagg_wire::{Packet, Repr};
 use serde::Serialize;
 
 use crate::local::{run_all, JobParams, LocalCluster};
@@ -168,19 +168,7 @@ fn emu_rate(k: u16) -> Result<EmuRate> {
             (0..slots)
                 .flat_map(|slot| (0..4u16).map(move |worker| (slot, worker)))
                 .map(|(slot, worker)| {
-                    let repr = Repr {
-                        kind: Kind::Contribution,
-                        set,
-                        priority: 0,
-                        job: 1,
-                        slot,
-                        worker,
-                        generation: 0,
-                        exponent: 0,
-                        count: 0,
-                        elements: k,
-                        packet_id: u32::from(set),
-                    };
+                    let repr = Repr::contribution(1, slot, set, worker, k, u32::from(set));
                     let mut b = vec![0u8; repr.buffer_len()];
                     repr.emit(&mut Packet::new_unchecked(&mut b[..]));
                     b

@@ -336,17 +336,8 @@ mod tests {
 
     fn packet(worker: u16, slot: u16, set: u8, exponent: u8, values: [i32; 2]) -> Vec<u8> {
         let repr = Repr {
-            kind: Kind::Contribution,
-            set,
-            priority: 0,
-            job: 1,
-            slot,
-            worker,
-            generation: 0,
             exponent,
-            count: 0,
-            elements: 2,
-            packet_id: 100 + u32::from(slot),
+            ..Repr::contribution(1, slot, set, worker, 2, 100 + u32::from(slot))
         };
         let mut buf = vec![0; repr.buffer_len()];
         let mut p = Packet::new_unchecked(&mut buf[..]);

@@ -398,6 +398,31 @@ impl Repr {
         })
     }
 
+    /// A contribution to `slot`/`set` of `job` from `worker`, with priority,
+    /// generation and exponent 0 (set the fields to change them).
+    pub fn contribution(
+        job: u16,
+        slot: u16,
+        set: u8,
+        worker: u16,
+        elements: u16,
+        packet_id: u32,
+    ) -> Repr {
+        Repr {
+            kind: Kind::Contribution,
+            set,
+            priority: 0,
+            job,
+            slot,
+            worker,
+            generation: 0,
+            exponent: 0,
+            count: 0,
+            elements,
+            packet_id,
+        }
+    }
+
     /// Total bytes of header plus payload this repr describes.
     pub fn buffer_len(&self) -> usize {
         HEADER_LEN + usize::from(self.elements) * ELEMENT_LEN
