@@ -271,13 +271,12 @@ impl DataPlane {
     fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
         match state.switch.process(bytes, from, &mut self.result) {
             Action::Multicast { job } => {
-                let workers = state
-                    .switch
-                    .workers(job)
-                    .map(|w| w.to_vec())
-                    .unwrap_or_default();
                 let mut copy = std::mem::take(&mut self.result);
-                for (id, addr) in workers.into_iter().enumerate() {
+                // Addresses are Copy: look each up rather than clone the list.
+                for id in 0.. {
+                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
+                        break;
+                    };
                     // The egress rewrite: each copy names its receiver.
                     Packet::new_unchecked(&mut copy[..]).set_worker(id as u16);
                     self.egress(state, &copy, addr);

@@ -9,7 +9,6 @@ use crate::quant;
 pub(crate) struct IntCodec<'a> {
     pub data: &'a mut [i32],
     pub k: usize,
-    pub scratch: Vec<i32>,
 }
 
 impl IntCodec<'_> {
@@ -48,9 +47,7 @@ impl Codec for IntCodec<'_> {
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], _exponent: u8) {
         let r = self.chunk(slot + round * window);
         let len = r.len();
-        self.scratch.resize(len, 0);
-        payload::read_i32s(&bytes[..len * 4], &mut self.scratch);
-        self.data[r].copy_from_slice(&self.scratch);
+        payload::read_i32s(&bytes[..len * 4], &mut self.data[r]);
     }
 }
 

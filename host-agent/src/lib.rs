@@ -250,11 +250,7 @@ impl Worker {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
-        let mut codec = IntCodec {
-            data,
-            k,
-            scratch: Vec::new(),
-        };
+        let mut codec = IntCodec { data, k };
         self.engine().run(&mut codec, chunks, bytes)
     }
 
