@@ -25,15 +25,22 @@ pub struct BenchArgs {
     /// Float elements per tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
-    /// Elements per packet for the all-reduce runs.
-    #[arg(short = 'k', long = "k", default_value_t = 1024)]
+    /// Elements per packet for the all-reduce runs: by default the largest
+    /// datagram, whose per-packet kernel cost is amortised like TCP's 64 KiB
+    /// segments on loopback.
+    #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
     pub k: u16,
-    /// Pool slots (window) for the all-reduce runs.
-    #[arg(long, default_value_t = 128)]
+    /// Pool slots (window) for the all-reduce runs: a small window of large
+    /// packets keeps every worker's packets in cache.
+    #[arg(long, default_value_t = 8)]
     pub window: u32,
-    /// Repetitions of each measurement (the best is reported).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions of each measurement: the best for the single-core
+    /// kernels, the median of interleaved runs for the all-reduces.
+    #[arg(long, default_value_t = 5)]
     pub repeat: usize,
+    /// Worker counts for the all-reduce runs.
+    #[arg(long, value_delimiter = ',', default_values_t = [2u16, 4, 8])]
+    pub workers: Vec<u16>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +103,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.elements == 0 || args.k == 0 || args.window == 0 || args.repeat == 0 {
         anyhow::bail!("--elements, -k, --window and --repeat must be at least 1");
     }
+    if let Some(n) = args
+        .workers
+        .iter()
+        .find(|&&n| n == 0 || usize::from(n) > inagg_wire::MAX_WORKERS)
+    {
+        anyhow::bail!(
+            "--workers {n}: each count must be 1..={}",
+            inagg_wire::MAX_WORKERS
+        );
+    }
     let report = measure(args)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -112,7 +129,7 @@ fn measure(args: &BenchArgs) -> Result<BenchReport> {
         .map(emu_rate)
         .collect::<Result<Vec<_>>>()?;
     let mut allreduce = Vec::new();
-    for n in [2u16, 4, 8] {
+    for &n in &args.workers {
         allreduce.push(allreduce_rate(args, n)?);
     }
     Ok(BenchReport {
@@ -132,7 +149,7 @@ fn quant_rates(args: &BenchArgs) -> Result<(f64, f64)> {
         dst.copy_from_slice(std::hint::black_box(&src));
         Ok((t.elapsed(), ()))
     })?;
-    let k = 256;
+    let k = usize::from(args.k);
     let mut wire = vec![0u8; k * 4];
     let (quant, _) = best(args.repeat, || {
         let t = Instant::now();
@@ -211,20 +228,19 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
         },
         |_| {},
     )?;
+    // Interleaved, so that both see the same machine conditions; medians,
+    // so that one lucky or unlucky run decides nothing.
     let mut verified = true;
-    let (inagg_time, _) = best(args.repeat, || {
+    let (mut inagg_times, mut ring_times) = (Vec::new(), Vec::new());
+    for _ in 0..args.repeat {
         let mut data = inputs.clone();
         let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d))?;
         verified &= check_f32(&inputs, &data, usize::from(args.k)).verified;
-        Ok((
-            stats.iter().map(|s| s.elapsed).max().unwrap_or_default(),
-            (),
-        ))
-    })?;
-    let (ring_time, _) = best(args.repeat, || {
+        inagg_times.push(stats.iter().map(|s| s.elapsed).max().unwrap_or_default());
         let mut data = inputs.clone();
-        Ok((ring_allreduce(&mut data)?, ()))
-    })?;
+        ring_times.push(ring_allreduce(&mut data)?);
+    }
+    let (inagg_time, ring_time) = (median(&mut inagg_times), median(&mut ring_times));
     Ok(AllreduceRate {
         workers: n,
         inagg_gbps: bits / inagg_time.as_secs_f64() / 1e9,
@@ -235,7 +251,7 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
 
 fn print(r: &BenchReport, a: &BenchArgs) {
     println!(
-        "inagg bench: {} floats per tensor, K={} window={}, best of {}",
+        "inagg bench: {} floats per tensor, K={} window={}, {} runs (kernels: best; all-reduce: median)",
         a.elements, a.k, a.window, a.repeat
     );
     println!(
@@ -263,5 +279,16 @@ fn print(r: &BenchReport, a: &BenchArgs) {
             x.inagg_gbps / x.ring_gbps,
             x.verified
         );
+    }
+}
+
+/// The median of some durations (the mean of the middle two for an even count).
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    let mid = times.len() / 2;
+    if times.len().is_multiple_of(2) {
+        (times[mid - 1] + times[mid]) / 2
+    } else {
+        times[mid]
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch, Staged};
 use inagg_wire::{Packet, HEADER_LEN, MAX_ELEMENTS};
 
 use crate::api::{ApiError, Reply, Request, Response};
@@ -261,67 +261,76 @@ impl DataPlane {
             if let Some(h) = self.held_in.take() {
                 self.ingress(&mut state, &h.bytes, h.addr);
             }
-            if let Some(h) = self.held_out.take() {
-                self.queue(&mut state, &h.bytes, h.addr);
-            }
+            self.release_held_out(&mut state);
         }
     }
 
-    /// One packet through the switch; results go to egress.
+    /// One packet through the switch; results go to egress. A result's
+    /// payload is staged once in the send batch and shared by every copy;
+    /// only the 24-byte header is written per receiver.
     fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
-        match state.switch.process(bytes, from, &mut self.result) {
-            Action::Multicast { job } => {
-                let mut copy = std::mem::take(&mut self.result);
-                // Addresses are Copy: look each up rather than clone the list.
-                for id in 0.. {
-                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
-                        break;
-                    };
-                    // The egress rewrite: each copy names its receiver.
-                    Packet::new_unchecked(&mut copy[..]).set_worker(id as u16);
-                    self.egress(state, &copy, addr);
-                }
-                self.result = copy;
-            }
-            Action::Unicast { to } => {
-                let copy = std::mem::take(&mut self.result);
-                self.egress(state, &copy, to);
-                self.result = copy;
-            }
-            Action::Absorbed | Action::Drop(_) => {}
+        let action = state.switch.process(bytes, from, &mut self.result);
+        let (targets, job) = match action {
+            Action::Multicast { job } => (None, job),
+            Action::Unicast { to } => (Some(to), 0),
+            Action::Absorbed | Action::Drop(_) => return,
+        };
+        let Some(head) = self.result.get(..HEADER_LEN) else {
+            return;
+        };
+        let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
+        let payload = self.tx.stage(&self.result[HEADER_LEN..]);
+        if let Some(to) = targets {
+            return self.egress(state, &head, &payload, to);
+        }
+        // Addresses are Copy: look each up rather than clone the list.
+        for id in 0.. {
+            let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
+                break;
+            };
+            // The egress rewrite: each copy names its receiver.
+            Packet::new_unchecked(&mut head[..]).set_worker(id as u16);
+            self.egress(state, &head, &payload, addr);
         }
     }
 
     /// One outgoing copy through the egress faults.
-    fn egress(&mut self, state: &mut State, bytes: &[u8], to: SocketAddr) {
+    fn egress(&mut self, state: &mut State, head: &[u8], payload: &Staged, to: SocketAddr) {
         match state.faults.decide(Direction::Egress) {
             Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedEgress),
             Fate::Pass { duplicate, reorder } => {
                 if reorder && self.held_out.is_none() {
                     state.switch.counters_mut().injected_reorders += 1;
-                    self.held_out = Some(Held {
-                        bytes: bytes.to_vec(),
-                        addr: to,
-                    });
+                    let mut bytes = head.to_vec();
+                    bytes.extend_from_slice(self.tx.staged(payload));
+                    self.held_out = Some(Held { bytes, addr: to });
                     return;
                 }
-                self.queue(state, bytes, to);
+                self.queue(state, head, payload, to);
                 if duplicate {
                     state.switch.counters_mut().injected_duplicates += 1;
-                    self.queue(state, bytes, to);
+                    self.queue(state, head, payload, to);
                 }
-                if let Some(h) = self.held_out.take() {
-                    self.queue(state, &h.bytes, h.addr);
-                }
+                self.release_held_out(state);
             }
         }
     }
 
-    fn queue(&mut self, state: &mut State, bytes: &[u8], to: SocketAddr) {
+    fn queue(&mut self, state: &mut State, head: &[u8], payload: &Staged, to: SocketAddr) {
         let c = state.switch.counters_mut();
         c.tx_packets += 1;
-        c.tx_bytes += bytes.len() as u64;
-        self.tx.push(bytes, Some(to));
+        c.tx_bytes += (head.len() + self.tx.staged(payload).len()) as u64;
+        self.tx.push_parts(head, payload, Some(to));
+    }
+
+    /// Sends the packet held back by the egress reorder fault, if any.
+    fn release_held_out(&mut self, state: &mut State) {
+        if let Some(h) = self.held_out.take() {
+            let c = state.switch.counters_mut();
+            c.tx_packets += 1;
+            c.tx_bytes += h.bytes.len() as u64;
+            self.tx.push(&h.bytes, Some(h.addr));
+        }
     }
 }
 

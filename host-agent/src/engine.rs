@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_wire::udp::{BatchSocket, RecvBatch};
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::stats::Stats;
@@ -113,6 +113,16 @@ pub(crate) struct Engine<'a> {
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
     pub progress: Option<&'a AtomicU64>,
+    pub buffers: &'a mut Buffers,
+}
+
+/// Packet and receive buffers kept by a worker across all-reduces: fresh
+/// allocations would cost page faults on every call (a window of 64 KiB
+/// packets is megabytes).
+#[derive(Debug, Default)]
+pub(crate) struct Buffers {
+    packets: Vec<Vec<u8>>,
+    rx: Option<RecvBatch>,
 }
 
 impl Engine<'_> {
@@ -124,40 +134,59 @@ impl Engine<'_> {
         payload_bytes: u64,
     ) -> Result<Stats, Error> {
         let start = Instant::now();
+        let window = chunks.min(self.config.pool_size as usize);
+        let mut slots = self.start_slots(codec, window, start);
+        let mut rx = self.buffers.rx.take().unwrap_or_else(|| {
+            RecvBatch::new(
+                RECV_BATCH,
+                HEADER_LEN + usize::from(self.config.elements) * 4,
+            )
+        });
+        let result = self.run_slots(codec, &mut slots, &mut rx, window, start, payload_bytes);
+        self.buffers.rx = Some(rx);
+        self.buffers.packets = slots.into_iter().map(|s| s.packet).collect();
+        result
+    }
+
+    fn run_slots<C: Codec>(
+        &mut self,
+        codec: &mut C,
+        slots: &mut [Slot],
+        rx: &mut RecvBatch,
+        window: usize,
+        start: Instant,
+        payload_bytes: u64,
+    ) -> Result<Stats, Error> {
         let mut stats = Stats {
             payload_bytes,
             ..Stats::default()
         };
-        let window = chunks.min(self.config.pool_size as usize);
-        let mut slots = self.start_slots(codec, window, start);
-        let mut tx = SendBatch::new();
+        // Slots whose packet is due: sent from the slots' own buffers (kept
+        // for retransmission), so nothing is copied on the way out.
+        let mut tx: Vec<usize> = Vec::with_capacity(window);
         for (s, slot) in slots.iter_mut().enumerate() {
             if slot.rounds > 0 {
                 self.send(codec, slot, s, window, start, &mut tx, &mut stats);
             }
         }
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
-        let mut rx = RecvBatch::new(
-            RECV_BATCH,
-            HEADER_LEN + usize::from(self.config.elements) * 4,
-        );
         let scan_every = (self.config.min_rto / 4).max(Duration::from_micros(200));
         let mut next_scan = start + scan_every;
         let mut last_progress = start;
         while active > 0 {
-            self.flush(&mut tx, &mut stats)?;
+            self.flush(slots, &mut tx, &mut stats)?;
             let now = Instant::now();
             let wait = next_scan.saturating_duration_since(now);
             let n = self
                 .socket
-                .recv_batch(&mut rx, wait)
+                .recv_batch(rx, wait)
                 .map_err(|e| Error::io("receive results", e))?;
             let now = Instant::now();
             for i in 0..n {
                 let d = rx.get(i);
                 stats.packets_received += 1;
                 stats.bytes_received += d.data.len() as u64;
-                let (s, payload, exponent) = match self.accept(d.data, window, &slots, &mut stats) {
+                let (s, payload, exponent) = match self.accept(d.data, window, slots, &mut stats) {
                     Verdict::Current {
                         slot,
                         payload,
@@ -213,16 +242,18 @@ impl Engine<'_> {
                         retransmissions: stats.retransmissions,
                     });
                 }
-                self.retransmit_expired(&mut slots, now, &mut tx, &mut stats);
+                self.retransmit_expired(slots, now, &mut tx, &mut stats);
                 next_scan = now + scan_every;
             }
         }
-        self.flush(&mut tx, &mut stats)?;
+        self.flush(slots, &mut tx, &mut stats)?;
         stats.elapsed = start.elapsed();
         Ok(stats)
     }
 
-    fn start_slots<C: Codec>(&self, codec: &C, window: usize, now: Instant) -> Vec<Slot> {
+    fn start_slots<C: Codec>(&mut self, codec: &C, window: usize, now: Instant) -> Vec<Slot> {
+        let len = HEADER_LEN + usize::from(self.config.elements) * 4;
+        let mut kept = std::mem::take(&mut self.buffers.packets).into_iter();
         (0..window)
             .map(|s| Slot {
                 round: 0,
@@ -233,7 +264,10 @@ impl Engine<'_> {
                 deadline: now,
                 rto: self.rtt.rto(self.config),
                 retransmitted: false,
-                packet: vec![0; HEADER_LEN + usize::from(self.config.elements) * 4],
+                packet: kept
+                    .next()
+                    .filter(|p| p.len() == len)
+                    .unwrap_or_else(|| vec![0; len]),
             })
             .collect()
     }
@@ -247,7 +281,7 @@ impl Engine<'_> {
         s: usize,
         window: usize,
         now: Instant,
-        tx: &mut SendBatch,
+        tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
         let epoch = self.epochs[s];
@@ -275,7 +309,7 @@ impl Engine<'_> {
         slot.rto = self.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
         slot.retransmitted = false;
-        tx.push(&slot.packet, None);
+        tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.len() as u64;
     }
@@ -325,31 +359,34 @@ impl Engine<'_> {
         &self,
         slots: &mut [Slot],
         now: Instant,
-        tx: &mut SendBatch,
+        tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
-        for slot in slots
+        for (s, slot) in slots
             .iter_mut()
-            .filter(|s| s.round < s.rounds && s.deadline <= now)
+            .enumerate()
+            .filter(|(_, s)| s.round < s.rounds && s.deadline <= now)
         {
             stats.timeouts += 1;
             stats.retransmissions += 1;
             slot.retransmitted = true;
             slot.rto = (slot.rto * 2).min(self.config.max_rto);
             slot.deadline = now + slot.rto;
-            tx.push(&slot.packet, None);
+            tx.push(s);
             stats.packets_sent += 1;
             stats.bytes_sent += slot.packet.len() as u64;
         }
     }
 
-    fn flush(&self, tx: &mut SendBatch, stats: &mut Stats) -> Result<(), Error> {
+    fn flush(&self, slots: &[Slot], tx: &mut Vec<usize>, stats: &mut Stats) -> Result<(), Error> {
         if tx.is_empty() {
             return Ok(());
         }
+        let packets: Vec<&[u8]> = tx.iter().map(|&s| &slots[s].packet[..]).collect();
+        tx.clear();
         let report = self
             .socket
-            .send_batch(tx)
+            .send_slices(&packets)
             .map_err(|e| Error::io("send contributions", e))?;
         // A refused datagram (no switch listening yet) is recovered by the
         // retransmission timer like any loss.

@@ -28,7 +28,7 @@ use std::time::Duration;
 use inagg_wire::udp::BatchSocket;
 
 use crate::codec::{chunk_count, FloatCodec, IntCodec};
-use crate::engine::{Engine, RttEstimator};
+use crate::engine::{Buffers, Engine, RttEstimator};
 pub use crate::stats::Stats;
 
 /// How a worker reaches its job on the switch.
@@ -180,6 +180,7 @@ pub struct Worker {
     socket: BatchSocket,
     epochs: Vec<u32>,
     rtt: RttEstimator,
+    buffers: Buffers,
     progress: Option<Arc<AtomicU64>>,
 }
 
@@ -199,6 +200,7 @@ impl Worker {
             socket,
             epochs,
             rtt: RttEstimator::new(),
+            buffers: Buffers::default(),
             progress: None,
         })
     }
@@ -241,6 +243,7 @@ impl Worker {
             rtt: &mut self.rtt,
             switch: self.config.switch,
             progress: self.progress.as_deref(),
+            buffers: &mut self.buffers,
         }
     }
 

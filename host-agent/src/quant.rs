@@ -52,7 +52,15 @@ fn max_magnitude_bits_scalar(chunk: &[f32]) -> u32 {
 /// The scale for an agreed exponent and `workers` contributors.
 pub fn scale(exponent: u8, workers: u16) -> f64 {
     let e = i32::from(exponent) - 126;
-    INT_MAX / (f64::from(workers) * 2f64.powi(e))
+    INT_MAX / (f64::from(workers) * pow2(e))
+}
+
+/// 2^e, exactly, for the exponents a block can have (-126..=129): built from
+/// its bits rather than by `powi`'s multiply loop, which showed up in
+/// profiles of the per-chunk path.
+fn pow2(e: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&e));
+    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 /// The largest |q| one worker may contribute.
@@ -64,7 +72,7 @@ fn limit(workers: u16) -> f64 {
 pub fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
     let n = f64::from(workers);
     let e = i32::from(exponent) - 126;
-    n * n * 2f64.powi(e) / INT_MAX + exact_sum.abs() * 2f64.powi(-23)
+    n * n * pow2(e) / INT_MAX + exact_sum.abs() * pow2(-23)
 }
 
 /// Quantizes `chunk` with the agreed exponent into `out` (big-endian int32,
@@ -149,12 +157,20 @@ mod simd {
 
     /// # Safety
     /// The CPU must support AVX2; `payload.len() >= out.len() * 4`.
+    ///
+    /// The result goes to the caller's tensor and is not read again soon, so
+    /// whole aligned vectors are written with non-temporal stores: no
+    /// read-for-ownership of the destination and no eviction of the
+    /// packets still in flight.
     #[target_feature(enable = "avx2")]
     pub unsafe fn dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
-        let whole = out.len() / 8 * 8;
+        // Scalar up to a 32-byte boundary of `out`, vectors, scalar tail.
+        let head = out.as_ptr().align_offset(32).min(out.len());
+        super::dequantize_body(&payload[..head * 4], inv, &mut out[..head]);
+        let whole = head + (out.len() - head) / 8 * 8;
         let vinv = _mm256_set1_pd(inv);
         let swap = swap_mask();
-        for i in (0..whole).step_by(8) {
+        for i in (head..whole).step_by(8) {
             let q = _mm256_loadu_si256(payload.as_ptr().add(i * 4).cast());
             let q = _mm256_shuffle_epi8(q, swap);
             let a = _mm256_cvtepi32_pd(_mm256_castsi256_si128(q));
@@ -163,8 +179,10 @@ mod simd {
                 _mm256_cvtpd_ps(_mm256_mul_pd(b, vinv)),
                 _mm256_cvtpd_ps(_mm256_mul_pd(a, vinv)),
             );
-            _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
+            _mm256_stream_ps(out.as_mut_ptr().add(i), y);
         }
+        // Order the streaming stores before anything the caller does next.
+        _mm_sfence();
         super::dequantize_body(&payload[whole * 4..], inv, &mut out[whole..]);
     }
 
@@ -359,6 +377,13 @@ mod tests {
         let mut back = [0f32; 2];
         dequantize(&out, 127, 1, &mut back);
         assert!((back[0] - 1.0).abs() < 1e-6 && (back[1] + 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn pow2_is_exact() {
+        for e in -126..=129 {
+            assert_eq!(pow2(e), 2f64.powi(e), "2^{e}");
+        }
     }
 
     #[test]

@@ -29,12 +29,29 @@ pub struct RecvBatch {
 
 /// Datagrams queued for one `sendmmsg`, each with an optional destination
 /// (none on a connected socket).
+///
+/// A datagram is one or two byte ranges of the batch's buffer, sent as one
+/// gather list: a multicast result is staged once and sent to every receiver
+/// behind its own small header ([`SendBatch::push_parts`]), so the payload is
+/// not copied once per receiver in user space.
 #[derive(Debug, Default)]
 pub struct SendBatch {
     data: Vec<u8>,
-    ends: Vec<usize>,
-    addrs: Vec<Option<SocketAddr>>,
+    msgs: Vec<Queued>,
 }
+
+/// One queued datagram: `head` then `tail` (possibly empty), as offsets into
+/// the batch's buffer.
+#[derive(Debug, Clone)]
+struct Queued {
+    head: std::ops::Range<usize>,
+    tail: std::ops::Range<usize>,
+    to: Option<SocketAddr>,
+}
+
+/// Bytes staged in a [`SendBatch`] to be shared by several datagrams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged(std::ops::Range<usize>);
 
 /// What one flush of a [`SendBatch`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -178,11 +195,33 @@ impl BatchSocket {
     /// Sends every queued datagram, waiting for socket space when the kernel
     /// buffer is full, and clears the batch.
     pub fn send_batch(&self, batch: &mut SendBatch) -> io::Result<SendReport> {
+        let data = &batch.data;
+        let report = self.send_all(batch.msgs.len(), |i| {
+            let m = &batch.msgs[i];
+            ([&data[m.head.clone()], &data[m.tail.clone()]], m.to)
+        });
+        batch.clear();
+        report
+    }
+
+    /// Sends each slice as one datagram to the connected peer, straight from
+    /// the caller's buffers (no copy in user space): the agent sends its
+    /// slots' packets this way, keeping them for retransmission.
+    pub fn send_slices(&self, datagrams: &[&[u8]]) -> io::Result<SendReport> {
+        self.send_all(datagrams.len(), |i| ([datagrams[i], &[]], None))
+    }
+
+    /// Sends datagrams `0..total`, each given by `msg` as up to two parts and
+    /// a destination, in as few `sendmmsg` calls as the kernel allows.
+    fn send_all<'a>(
+        &self,
+        total: usize,
+        msg: impl Fn(usize) -> ([&'a [u8]; 2], Option<SocketAddr>),
+    ) -> io::Result<SendReport> {
         let mut report = SendReport::default();
         let mut start = 0;
-        let total = batch.ends.len();
         while start < total {
-            match self.send_from(batch, start) {
+            match self.send_from(start..total, &msg) {
                 Ok(n) => {
                     report.sent += n;
                     start += n;
@@ -195,40 +234,39 @@ impl BatchSocket {
                     report.failed += 1;
                     start += 1;
                 }
-                Err(err) => {
-                    batch.clear();
-                    return Err(err);
-                }
+                Err(err) => return Err(err),
             }
         }
-        batch.clear();
         Ok(report)
     }
 
-    fn send_from(&self, batch: &SendBatch, start: usize) -> io::Result<usize> {
-        let count = batch.ends.len() - start;
-        let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> = Vec::with_capacity(count);
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(count);
-        for i in start..batch.ends.len() {
-            let (from, to) = (if i == 0 { 0 } else { batch.ends[i - 1] }, batch.ends[i]);
-            iovs.push(libc::iovec {
-                iov_base: batch.data[from..to].as_ptr() as *mut libc::c_void,
-                iov_len: to - from,
-            });
-            names.push(match batch.addrs[i] {
-                Some(a) => to_sockaddr(a),
-                // SAFETY: an all-zero sockaddr_storage is valid plain data.
-                None => (unsafe { zeroed() }, 0),
-            });
-        }
+    fn send_from<'a>(
+        &self,
+        range: std::ops::Range<usize>,
+        msg: &impl Fn(usize) -> ([&'a [u8]; 2], Option<SocketAddr>),
+    ) -> io::Result<usize> {
+        let count = range.len().min(MAX_SEND);
+        let mut names = [(ZERO_ADDR, 0); MAX_SEND];
+        let mut iovs = [[EMPTY_IOV; 2]; MAX_SEND];
         // SAFETY: mmsghdr is plain data; pointers set below outlive the call.
-        let mut msgs: Vec<libc::mmsghdr> = (0..count).map(|_| unsafe { zeroed() }).collect();
-        for (i, m) in msgs.iter_mut().enumerate() {
-            m.msg_hdr.msg_iov = &mut iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            if names[i].1 != 0 {
-                m.msg_hdr.msg_name = (&mut names[i].0 as *mut libc::sockaddr_storage).cast();
-                m.msg_hdr.msg_namelen = names[i].1;
+        let mut msgs: [libc::mmsghdr; MAX_SEND] = unsafe { zeroed() };
+        for (k, i) in range.take(count).enumerate() {
+            let (parts, to) = msg(i);
+            let mut len = 0;
+            for part in parts.iter().filter(|p| !p.is_empty()) {
+                iovs[k][len] = libc::iovec {
+                    iov_base: part.as_ptr() as *mut libc::c_void,
+                    iov_len: part.len(),
+                };
+                len += 1;
+            }
+            let m = &mut msgs[k].msg_hdr;
+            m.msg_iov = iovs[k].as_mut_ptr();
+            m.msg_iovlen = len;
+            if let Some(a) = to {
+                names[k] = to_sockaddr(a);
+                m.msg_name = (&mut names[k].0 as *mut libc::sockaddr_storage).cast();
+                m.msg_namelen = names[k].1;
             }
         }
         // SAFETY: msgs and everything they point to are valid for `count` entries.
@@ -247,6 +285,18 @@ impl BatchSocket {
         }
     }
 }
+
+/// Datagrams per `sendmmsg` (the kernel's UIO_MAXIOV caps it at 1024); the
+/// headers live on the stack, so sending allocates nothing.
+const MAX_SEND: usize = 64;
+
+const EMPTY_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+// SAFETY: an all-zero sockaddr_storage is valid plain data.
+const ZERO_ADDR: libc::sockaddr_storage = unsafe { zeroed() };
 
 /// Errors that concern one datagram's destination, not the socket.
 fn is_per_datagram(err: &io::Error) -> bool {
@@ -324,32 +374,62 @@ impl SendBatch {
         let from = self.data.len();
         self.data.resize(from + len, 0);
         fill(&mut self.data[from..]);
-        self.ends.push(self.data.len());
-        self.addrs.push(to);
+        self.msgs.push(Queued {
+            head: from..from + len,
+            tail: 0..0,
+            to,
+        });
     }
 
     /// Queues a copy of `bytes`.
     pub fn push(&mut self, bytes: &[u8], to: Option<SocketAddr>) {
+        self.push_with(bytes.len(), to, |b| b.copy_from_slice(bytes));
+    }
+
+    /// Copies `bytes` into the batch without queueing a datagram, for
+    /// several datagrams to share with [`SendBatch::push_parts`].
+    pub fn stage(&mut self, bytes: &[u8]) -> Staged {
+        let from = self.data.len();
         self.data.extend_from_slice(bytes);
-        self.ends.push(self.data.len());
-        self.addrs.push(to);
+        Staged(from..self.data.len())
+    }
+
+    /// The bytes of a staged range (empty if it is not from this batch
+    /// since the last clear).
+    pub fn staged(&self, staged: &Staged) -> &[u8] {
+        self.data.get(staged.0.clone()).unwrap_or(&[])
+    }
+
+    /// Queues the datagram `head` followed by the staged `tail`.
+    pub fn push_parts(&mut self, head: &[u8], tail: &Staged, to: Option<SocketAddr>) {
+        let from = self.data.len();
+        self.data.extend_from_slice(head);
+        let tail = if tail.0.end <= from {
+            tail.0.clone()
+        } else {
+            0..0
+        };
+        self.msgs.push(Queued {
+            head: from..self.data.len(),
+            tail,
+            to,
+        });
     }
 
     /// Datagrams queued.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.msgs.len()
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.msgs.is_empty()
     }
 
     /// Drops everything queued.
     pub fn clear(&mut self) {
         self.data.clear();
-        self.ends.clear();
-        self.addrs.clear();
+        self.msgs.clear();
     }
 }
 
@@ -465,6 +545,41 @@ mod tests {
         let d = inb.get(0);
         assert!(d.truncated);
         assert_eq!(d.data.len(), 32);
+    }
+
+    fn recv_all(b: &BatchSocket, want: usize) -> Vec<Vec<u8>> {
+        let mut inb = RecvBatch::new(16, 256);
+        let mut got = Vec::new();
+        while got.len() < want {
+            let n = b.recv_batch(&mut inb, Duration::from_secs(2)).unwrap();
+            assert!(n > 0, "timed out after {} datagrams", got.len());
+            got.extend((0..n).map(|i| inb.get(i).data.to_vec()));
+        }
+        got
+    }
+
+    #[test]
+    fn staged_payload_is_shared_by_several_datagrams() {
+        let (a, b) = (loopback(), loopback());
+        let to = b.local_addr().unwrap();
+        let mut out = SendBatch::new();
+        let payload = out.stage(&[9, 8, 7]);
+        out.push_parts(&[1], &payload, Some(to));
+        out.push_parts(&[2, 2], &payload, Some(to));
+        assert_eq!(out.staged(&payload), &[9, 8, 7]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(a.send_batch(&mut out).unwrap().sent, 2);
+        assert_eq!(recv_all(&b, 2), vec![vec![1, 9, 8, 7], vec![2, 2, 9, 8, 7]]);
+    }
+
+    #[test]
+    fn more_datagrams_than_one_call_sends_and_slices_go_uncopied() {
+        let (a, b) = (loopback(), loopback());
+        a.socket().connect(b.local_addr().unwrap()).unwrap();
+        let bufs: Vec<Vec<u8>> = (0..150u8).map(|i| vec![i; 5]).collect();
+        let slices: Vec<&[u8]> = bufs.iter().map(|v| &v[..]).collect();
+        assert_eq!(a.send_slices(&slices).unwrap().sent, 150);
+        assert_eq!(recv_all(&b, 150), bufs);
     }
 
     #[test]

@@ -1,0 +1,103 @@
+/*
+ * InaggIngress: wires the ingress controls together and owns the counters.
+ *
+ *   pass 2 of a result (from the recirculation port):
+ *       Accumulators (read the even sums) -> ResultDelivery + QueueSelect
+ *   UDP to the inagg port:
+ *       Admission -> SlotState -> Accumulators -> ResultHarvest (complete),
+ *       or absorbed, or a drop counted by reason
+ *   anything else:
+ *       L2Forwarding
+ *
+ * Accumulators is applied once, after the branch, with the operation the
+ * branch chose (VALUES_NONE for everything that does not touch the sums):
+ * one application keeps each pair register at one access per packet.
+ *
+ * Counters (PACKETS_AND_BYTES), the same as the v1model program's:
+ *   rx [1], drops [10] by drop reason (common/protocol.p4), and per job id
+ *   job_contributions, job_results, job_resent_results, job_duplicates,
+ *   job_dropped [INAGG_MAX_JOBS]. Results and resends are counted in pass 1.
+ */
+#ifndef _INAGG_TNA_INGRESS_P4_
+#define _INAGG_TNA_INGRESS_P4_
+
+control InaggIngress(inout ingress_headers_t hdr,
+                     inout ingress_metadata_t ig_md,
+                     in ingress_intrinsic_metadata_t ig_intr_md,
+                     in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                     inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                     inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS_AND_BYTES) rx;
+    Counter<bit<64>, drop_reason_t>(INAGG_DROP_REASONS, CounterType_t.PACKETS_AND_BYTES) drops;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_contributions;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_results;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_resent_results;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_duplicates;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_dropped;
+
+    Admission() admission;
+    SlotState() slot_state;
+    Accumulators() accumulators;
+    ResultHarvest() result_harvest;
+    ResultDelivery() result_delivery;
+    QueueSelect() queue_select;
+    L2Forwarding() l2_forwarding;
+
+    apply {
+        hdr.bridged.setValid();
+        hdr.bridged.kind = BRIDGE_FORWARD;
+        hdr.bridged.pad0 = 0;
+        hdr.bridged.ingress_port = ig_intr_md.ingress_port;
+
+        bool second_pass = hdr.harvest.isValid();
+        bool inagg = !second_pass && hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT;
+
+        if (second_pass) {
+            ig_md.values_op = VALUES_READ_EVEN;
+        } else if (inagg) {
+            rx.count(0);
+            admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
+            if (ig_md.drop == 0) {
+                slot_state.apply(hdr, ig_md);
+            }
+        }
+
+        accumulators.apply(hdr, ig_md);
+
+        if (second_pass) {
+            result_delivery.apply(hdr, ig_tm_md);
+            queue_select.apply(hdr, ig_tm_md);
+        } else if (inagg) {
+            if (ig_md.drop == 0) {
+                job_contributions.count(hdr.inagg.job);
+                if (ig_md.remaining == 0) {
+                    if (ig_md.retransmission == 1) {
+                        job_resent_results.count(hdr.inagg.job);
+                    } else {
+                        job_results.count(hdr.inagg.job);
+                    }
+                    result_harvest.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+                } else if (ig_md.retransmission == 1) {
+                    job_duplicates.count(hdr.inagg.job);
+                    ig_md.drop = 1;
+                    ig_md.drop_reason = DROP_DUPLICATE_PENDING;
+                } else {
+                    /* Absorbed: added to its set, nothing leaves. Not a drop. */
+                    ig_dprsr_md.drop_ctl = 1;
+                }
+            } else if (ig_md.drop_reason >= DROP_UNKNOWN_WORKER) {
+                /* The job exists and its checks refused the packet. */
+                job_dropped.count(hdr.inagg.job);
+            }
+            if (ig_md.drop == 1) {
+                drops.count(ig_md.drop_reason);
+                ig_dprsr_md.drop_ctl = 1;
+            }
+        } else {
+            l2_forwarding.apply(hdr, ig_dprsr_md, ig_tm_md);
+        }
+    }
+}
+
+#endif /* _INAGG_TNA_INGRESS_P4_ */

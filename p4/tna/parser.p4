@@ -1,0 +1,113 @@
+/*
+ * Parsers (docs/PROTOCOL.md, "Framing").
+ *
+ * Ingress: intrinsic metadata, then either a second-pass result from the
+ * recirculation port (harvest_h in front of its Ethernet header) or a packet
+ * from a front-panel port; then Ethernet / IPv4 / UDP to the inagg port /
+ * inagg header / K int32, the payload only when the header announces exactly
+ * K elements. The IPv4 checksum is verified here; a parser error (a packet
+ * shorter than its headers) is left to admission, which reads
+ * ig_intr_md_from_prsr.parser_err and counts the packet as malformed.
+ *
+ * Egress: the bridged header, then for results the headers up to inagg (the
+ * payload is not needed in egress and passes through unparsed).
+ */
+#ifndef _INAGG_TNA_PARSER_P4_
+#define _INAGG_TNA_PARSER_P4_
+
+parser InaggIngressParser(packet_in pkt,
+                          out ingress_headers_t hdr,
+                          out ingress_metadata_t ig_md,
+                          out ingress_intrinsic_metadata_t ig_intr_md) {
+
+    Checksum() ipv4_checksum;
+
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        ig_md.checksum_error = false;
+        ig_md.drop = 0;
+        ig_md.drop_reason = 0;
+        ig_md.retransmission = 0;
+        ig_md.values_op = VALUES_NONE;
+        transition select(ig_intr_md.ingress_port) {
+            INAGG_RECIRC_PORT: parse_harvest;
+            default: parse_ethernet;
+        }
+    }
+
+    state parse_harvest {
+        pkt.extract(hdr.harvest);
+        ig_md.set_index = hdr.harvest.set_index;
+        transition parse_ethernet;
+    }
+
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        ipv4_checksum.add(hdr.ipv4);
+        /* verify() deposits the engine's error flag: true when the header
+         * checksum is wrong (the convention of Intel's TNA examples). */
+        ig_md.checksum_error = ipv4_checksum.verify();
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (4w4, 4w5, 13w0, IP_PROTOCOL_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            INAGG_PORT: parse_inagg;
+            default: accept;
+        }
+    }
+
+    state parse_inagg {
+        pkt.extract(hdr.inagg);
+        transition select(hdr.inagg.elements) {
+            INAGG_K: parse_payload;
+            default: accept;
+        }
+    }
+
+    state parse_payload {
+        pkt.extract(hdr.payload);
+        transition accept;
+    }
+}
+
+parser InaggEgressParser(packet_in pkt,
+                         out egress_headers_t hdr,
+                         out egress_metadata_t eg_md,
+                         out egress_intrinsic_metadata_t eg_intr_md) {
+
+    state start {
+        pkt.extract(eg_intr_md);
+        pkt.extract(hdr.bridged);
+        eg_md.copy_dropped = 0;
+        transition select(hdr.bridged.kind) {
+            BRIDGE_RESULT_UNICAST: parse_result;
+            BRIDGE_RESULT_MULTICAST: parse_result;
+            default: accept;
+        }
+    }
+
+    /* A result is always Ethernet / IPv4 / UDP / inagg: ingress parsed it so. */
+    state parse_result {
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.inagg);
+        transition accept;
+    }
+}
+
+#endif /* _INAGG_TNA_PARSER_P4_ */

@@ -1,0 +1,81 @@
+/*
+ * Results (docs/PROTOCOL.md, end of "Slot state machine"), in two passes
+ * (slot_state.p4, "Two passes").
+ *
+ * ResultHarvest, pass 1, for a contribution that completed its set or a
+ * retransmission to a complete set: the packet becomes the set's result
+ * (kind 2, count n, the set's max exponent, round packet id and priority,
+ * the odd sums; job, slot, set, generation, K and the sender's worker id
+ * unchanged), addressed back the way it came (Ethernet, IPv4 and UDP source
+ * and destination swapped). harvest_h, put in front of it, records where it
+ * goes, and it leaves through the recirculation port.
+ *
+ * ResultDelivery, pass 2, when it comes back: Accumulators has read the even
+ * sums; the result goes to the job's multicast group (first completion; the
+ * egress table result_receivers rewrites each copy from its replication id)
+ * or back to the sender's port (a retransmission: the emulator's `resent`).
+ */
+#ifndef _INAGG_TNA_RESULT_P4_
+#define _INAGG_TNA_RESULT_P4_
+
+control ResultHarvest(inout ingress_headers_t hdr,
+                      inout ingress_metadata_t ig_md,
+                      in ingress_intrinsic_metadata_t ig_intr_md,
+                      inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    action make_result() {
+        hdr.inagg.kind = KIND_RESULT;
+        hdr.inagg.count = ig_md.job.worker_count;
+        hdr.inagg.exponent = ig_md.exponent[7:0];
+
+        bit<48> mac = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+
+        bit<32> addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = addr;
+        hdr.ipv4.ttl = RESULT_TTL;
+
+        bit<16> port = hdr.udp.dst_port;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = port;
+        hdr.udp.checksum = 0;
+    }
+
+    action recirculate(bit<8> multicast) {
+        hdr.harvest.setValid();
+        hdr.harvest.set_index = ig_md.set_index;
+        hdr.harvest.mcast_grp = ig_md.job.mcast_grp;
+        hdr.harvest.pad0 = 0;
+        hdr.harvest.reply_port = ig_intr_md.ingress_port;
+        hdr.harvest.multicast = multicast;
+        hdr.bridged.kind = BRIDGE_RECIRCULATE;
+        ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+    }
+
+    apply {
+        make_result();
+        if (ig_md.retransmission == 1) {
+            recirculate(0);
+        } else {
+            recirculate(1);
+        }
+    }
+}
+
+control ResultDelivery(inout ingress_headers_t hdr,
+                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    apply {
+        if (hdr.harvest.multicast == 1) {
+            ig_tm_md.mcast_grp_a = hdr.harvest.mcast_grp;
+            hdr.bridged.kind = BRIDGE_RESULT_MULTICAST;
+        } else {
+            ig_tm_md.ucast_egress_port = hdr.harvest.reply_port;
+            hdr.bridged.kind = BRIDGE_RESULT_UNICAST;
+        }
+        hdr.harvest.setInvalid();
+    }
+}
+
+#endif /* _INAGG_TNA_RESULT_P4_ */

@@ -1,0 +1,246 @@
+/*
+ * SlotState: the per-set control state of docs/PROTOCOL.md "Slot state
+ * machine" on Tofino: worker bitmaps (with the update that frees the
+ * worker's place in the other set), completion, max exponent, the round's
+ * packet id and priority. Accumulators (accumulators.p4) does the values.
+ * emu/src/switch.rs, Job::contribute, is the reference.
+ *
+ * Registers. Each is one stateful ALU in one stage, accessed once per packet
+ * through one of its RegisterActions; the actions are the state machine.
+ *
+ *   bitmap_lo, bitmap_hi  [INAGG_SLOTS] pair<set0, set1> of bit<32>, index
+ *       pool_base + slot. Workers 0..31 in _lo, 32..63 in _hi: a pair
+ *       register is 64 bits, so the two sets of a 64-worker bitmap take two
+ *       registers. A contribution to set s ORs the worker's bit into s and
+ *       clears it in the other set in the same ALU operation, returning s's
+ *       half as it was (join_set0_* / join_set1_*). Both halves are
+ *       updated; the half without the worker gets mask 0, which changes
+ *       nothing and returns that half, so "first of a round" (the whole set
+ *       empty) and "retransmission" (the worker's bit set) are known after
+ *       this one stage. On a retransmission the update is a no-op too: a
+ *       worker's bit is never set in both sets (joining one clears the other),
+ *       so it is already set in s and clear in the other.
+ *   remaining  [INAGG_SETS] bit<16>, index set_index: contributions the set
+ *       still waits for; n - 1 after the first, 0 when complete. The
+ *       emulator's "count == n" is "remaining == 0", and a result's count is
+ *       always n.
+ *   max_exponent  [INAGG_SETS] bit<16> (exponents are 0..255; 16 bits keep
+ *       the ALU's comparison clear of sign questions)
+ *   round_packet_id  [INAGG_SETS] bit<32>
+ *   round_priority   [INAGG_SETS] bit<8>
+ *
+ * round_classifier turns the two bitmap halves into the transition, a
+ * ternary table whose entries are compiled in (nothing to install):
+ *   both halves 0                    -> start_round     (first of a round)
+ *   the worker's bit set in its half -> retransmission
+ *   otherwise                        -> join_round
+ * and its actions drive the four registers above in its own stage.
+ *
+ * Two passes. Tofino 1's stateful ALU returns one 32-bit value per packet,
+ * so a pair register of two elements can give back only one of them: the
+ * odd element. A result therefore takes a second pass through the
+ * recirculation port (ResultHarvest / ResultDelivery, result.p4) that reads
+ * the even elements; contributions that do not complete a set take one pass.
+ */
+#ifndef _INAGG_TNA_SLOT_STATE_P4_
+#define _INAGG_TNA_SLOT_STATE_P4_
+
+struct bitmap_pair_t {
+    bit<32> set0;
+    bit<32> set1;
+}
+
+/* The bitmap update of a contribution to set `mine` of a slot, for one
+ * half: returns `mine` as it was, sets the worker's bit in it and clears the
+ * bit in `other`. */
+#define INAGG_BITMAP_JOIN(half, mine, other)                                        \
+    RegisterAction<bitmap_pair_t, bit<32>, bit<32>>(bitmap_##half) join_##mine##_##half = { \
+        void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
+            before = value.mine;                                                     \
+            value.mine = value.mine | ig_md.mask_##half;                             \
+            value.other = value.other & ~ig_md.mask_##half;                          \
+        }                                                                            \
+    };
+
+/* round_classifier entries: worker w's bit set in its half of the set. */
+#define INAGG_RETRANSMISSION_LO(w) \
+    (w, (32w1 << w) &&& (32w1 << w), _) : retransmission();
+#define INAGG_RETRANSMISSION_HI(w) \
+    (w, _, (32w1 << (w - 32)) &&& (32w1 << (w - 32))) : retransmission();
+
+/* worker_mask entries: worker w's bit in the bitmap halves. */
+#define INAGG_MASK_LO(w) w : set_worker_mask(32w1 << w, 32w0);
+#define INAGG_MASK_HI(w) w : set_worker_mask(32w0, 32w1 << (w - 32));
+
+control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
+
+    Register<bitmap_pair_t, bit<32>>(INAGG_SLOTS, {0, 0}) bitmap_lo;
+    Register<bitmap_pair_t, bit<32>>(INAGG_SLOTS, {0, 0}) bitmap_hi;
+    INAGG_BITMAP_JOIN(lo, set0, set1)
+    INAGG_BITMAP_JOIN(lo, set1, set0)
+    INAGG_BITMAP_JOIN(hi, set0, set1)
+    INAGG_BITMAP_JOIN(hi, set1, set0)
+
+    Register<bit<16>, bit<32>>(INAGG_SETS, 0) remaining;
+    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_start = {
+        void apply(inout bit<16> value, out bit<16> left) {
+            value = ig_md.countdown_start;
+            left = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_count = {
+        void apply(inout bit<16> value, out bit<16> left) {
+            value = value - 1;
+            left = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_read = {
+        void apply(inout bit<16> value, out bit<16> left) {
+            left = value;
+        }
+    };
+
+    Register<bit<16>, bit<32>>(INAGG_SETS, 0) max_exponent;
+    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_store = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            value = ig_md.exponent;
+            result = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_max = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            if (ig_md.exponent > value) {
+                value = ig_md.exponent;
+            }
+            result = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_read = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            result = value;
+        }
+    };
+
+    Register<bit<32>, bit<32>>(INAGG_SETS, 0) round_packet_id;
+    RegisterAction<bit<32>, bit<32>, bit<32>>(round_packet_id) packet_id_store = {
+        void apply(inout bit<32> value, out bit<32> result) {
+            value = hdr.inagg.packet_id;
+            result = value;
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(round_packet_id) packet_id_read = {
+        void apply(inout bit<32> value, out bit<32> result) {
+            result = value;
+        }
+    };
+
+    Register<bit<8>, bit<32>>(INAGG_SETS, 0) round_priority;
+    RegisterAction<bit<8>, bit<32>, bit<8>>(round_priority) priority_store = {
+        void apply(inout bit<8> value, out bit<8> result) {
+            value = hdr.inagg.priority;
+            result = value;
+        }
+    };
+    RegisterAction<bit<8>, bit<32>, bit<8>>(round_priority) priority_read = {
+        void apply(inout bit<8> value, out bit<8> result) {
+            result = value;
+        }
+    };
+
+    /* (pool_base + slot) * 2 + set, as the concatenation it is. */
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) set_index_hash;
+
+    action set_worker_mask(bit<32> lo, bit<32> hi) {
+        ig_md.mask_lo = lo;
+        ig_md.mask_hi = hi;
+    }
+
+    /* The worker's bit in the two bitmap halves (a shift by a run-time
+     * amount is not an action ALU operation on Tofino). Compiled in. */
+    table worker_mask {
+        key = {
+            hdr.inagg.worker : exact @name("worker");
+        }
+        actions = {
+            set_worker_mask;
+        }
+        const default_action = set_worker_mask(0, 0);
+        const entries = {
+            INAGG_WORKERS_0_31(INAGG_MASK_LO)
+            INAGG_WORKERS_32_63(INAGG_MASK_HI)
+        }
+        size = INAGG_MAX_WORKERS;
+    }
+
+    /* First of a round: overwrite (docs/PROTOCOL.md: acc = values, exp = e,
+     * count = 1, id = packet id). */
+    action start_round() {
+        ig_md.remaining = remaining_start.execute(ig_md.set_index);
+        ig_md.exponent = exponent_store.execute(ig_md.set_index);
+        hdr.inagg.packet_id = packet_id_store.execute(ig_md.set_index);
+        hdr.inagg.priority = priority_store.execute(ig_md.set_index);
+        ig_md.retransmission = 0;
+        ig_md.values_op = VALUES_STORE;
+    }
+
+    /* A further contribution: add, max-reduce, count; the result echoes the
+     * round's packet id and priority. */
+    action join_round() {
+        ig_md.remaining = remaining_count.execute(ig_md.set_index);
+        ig_md.exponent = exponent_max.execute(ig_md.set_index);
+        hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
+        hdr.inagg.priority = priority_read.execute(ig_md.set_index);
+        ig_md.retransmission = 0;
+        ig_md.values_op = VALUES_ADD;
+    }
+
+    /* The worker's bit is already set: nothing changes; the stored result is
+     * read in case the set is complete. */
+    action retransmission() {
+        ig_md.remaining = remaining_read.execute(ig_md.set_index);
+        ig_md.exponent = exponent_read.execute(ig_md.set_index);
+        hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
+        hdr.inagg.priority = priority_read.execute(ig_md.set_index);
+        ig_md.retransmission = 1;
+        ig_md.values_op = VALUES_READ_ODD;
+    }
+
+    table round_classifier {
+        key = {
+            hdr.inagg.worker : ternary @name("worker");
+            ig_md.before_lo  : ternary @name("before_lo");
+            ig_md.before_hi  : ternary @name("before_hi");
+        }
+        actions = {
+            start_round;
+            join_round;
+            retransmission;
+        }
+        const default_action = join_round();
+        const entries = {
+            (_, 0, 0) : start_round();
+            INAGG_WORKERS_0_31(INAGG_RETRANSMISSION_LO)
+            INAGG_WORKERS_32_63(INAGG_RETRANSMISSION_HI)
+        }
+        size = 1 + INAGG_MAX_WORKERS;
+    }
+
+    apply {
+        worker_mask.apply();
+        ig_md.countdown_start = ig_md.job.worker_count - 1;
+        ig_md.exponent = (bit<16>)hdr.inagg.exponent;
+
+        if ((hdr.inagg.flags & FLAG_SET) == 0) {
+            ig_md.before_lo = join_set0_lo.execute(ig_md.slot_addr);
+            ig_md.before_hi = join_set0_hi.execute(ig_md.slot_addr);
+        } else {
+            ig_md.before_lo = join_set1_lo.execute(ig_md.slot_addr);
+            ig_md.before_hi = join_set1_hi.execute(ig_md.slot_addr);
+        }
+        ig_md.set_index = set_index_hash.get({ ig_md.slot_addr[30:0], hdr.inagg.flags[0:0] });
+
+        round_classifier.apply();
+    }
+}
+
+#endif /* _INAGG_TNA_SLOT_STATE_P4_ */

@@ -1,0 +1,104 @@
+/*
+ * The TNA program's internal headers, header stacks and metadata. The
+ * packet's own headers are the shared ones (common/headers.p4).
+ */
+#ifndef _INAGG_TNA_TYPES_P4_
+#define _INAGG_TNA_TYPES_P4_
+
+/*
+ * bridged_md_h: prepended by the ingress deparser to every packet that goes
+ * to egress, parsed and removed by the egress parser and deparser. It tells
+ * egress what the packet is.
+ */
+const bit<8> BRIDGE_FORWARD          = 0;  /* plain traffic, unchanged */
+const bit<8> BRIDGE_FLOOD            = 1;  /* plain traffic, one copy per port */
+const bit<8> BRIDGE_RECIRCULATE      = 2;  /* pass 1 of a result, to the recirculation port */
+const bit<8> BRIDGE_RESULT_UNICAST   = 3;  /* a result resent to its sender */
+const bit<8> BRIDGE_RESULT_MULTICAST = 4;  /* a result copy for one worker */
+
+header bridged_md_h {
+    bit<8>   kind;
+    bit<7>   pad0;
+    PortId_t ingress_port;
+}
+
+/*
+ * harvest_h: carried by a result from its first pass to its second, in front
+ * of the Ethernet header, through the recirculation port (see slot_state.p4,
+ * "Two passes"). Never leaves the switch.
+ */
+header harvest_h {
+    bit<32>  set_index;   /* (pool_base + slot) * 2 + set */
+    bit<16>  mcast_grp;   /* the job's group, for a multicast */
+    bit<7>   pad0;
+    PortId_t reply_port;  /* the sender's port, for a unicast resend */
+    bit<8>   multicast;   /* 1: multicast to the job, 0: unicast to reply_port */
+}
+
+struct ingress_headers_t {
+    bridged_md_h bridged;
+    harvest_h    harvest;
+    ethernet_h   ethernet;
+    ipv4_h       ipv4;
+    udp_h        udp;
+    inagg_h      inagg;
+    payload_h    payload;
+}
+
+/* Egress parses results up to the inagg header; the payload passes through. */
+struct egress_headers_t {
+    bridged_md_h bridged;
+    ethernet_h   ethernet;
+    ipv4_h       ipv4;
+    udp_h        udp;
+    inagg_h      inagg;
+}
+
+/* What job_table installs for the packet's job (docs/PROTOCOL.md, "Switch
+ * state"). */
+struct job_md_t {
+    bit<16> worker_count;   /* n */
+    bit<16> elements;       /* K */
+    bit<16> generation;
+    bit<16> mcast_grp;
+}
+
+/* What the pair registers do with this packet (accumulators.p4). */
+const bit<8> VALUES_NONE        = 0;
+const bit<8> VALUES_STORE       = 1;  /* first of a round: write both elements */
+const bit<8> VALUES_ADD         = 2;  /* add both, read back the odd one */
+const bit<8> VALUES_READ_ODD    = 3;  /* retransmission: read the odd one */
+const bit<8> VALUES_READ_EVEN   = 4;  /* second pass: read the even one */
+
+struct ingress_metadata_t {
+    job_md_t      job;
+    bool          checksum_error;   /* IPv4 header checksum, from the parser */
+
+    /* Admission (admission.p4). */
+    bit<16>       worker;           /* worker id installed for the sender */
+    bit<1>        drop;
+    drop_reason_t drop_reason;
+    bit<32>       slot_addr;        /* pool_base + slot */
+    bit<32>       slot_room;        /* pool_size - slot, saturating: 0 = outside */
+    bit<32>       udp_expected;     /* 32 + 4 * elements */
+    bit<16>       ip_payload;       /* total length - 20, saturating */
+    bit<16>       udp_excess;       /* UDP length beyond the IP payload */
+
+    /* Slot state (slot_state.p4). */
+    bit<32>       set_index;        /* (pool_base + slot) * 2 + set */
+    bit<32>       mask_lo;          /* the worker's bit among workers 0..31 */
+    bit<32>       mask_hi;          /* ... among workers 32..63 */
+    bit<32>       before_lo;        /* bitmap half of the set before this packet */
+    bit<32>       before_hi;
+    bit<16>       countdown_start;  /* n - 1 */
+    bit<16>       remaining;        /* contributions the set still waits for */
+    bit<16>       exponent;         /* the set's max exponent after this packet */
+    bit<1>        retransmission;
+    bit<8>        values_op;
+}
+
+struct egress_metadata_t {
+    bit<1> copy_dropped;            /* no endpoint for this copy's replication id */
+}
+
+#endif /* _INAGG_TNA_TYPES_P4_ */

@@ -1,0 +1,142 @@
+/*
+ * Aggregate: the slot state machine of docs/PROTOCOL.md ("Switch state",
+ * "Slot state machine", "Integer arithmetic"); emu/src/switch.rs,
+ * Job::contribute, is its executable form.
+ *
+ * Every per-set register has INAGG_SETS = 2 * INAGG_SLOTS entries, indexed by
+ *     here  = (pool_base + slot) * 2 + set      (the addressed shadow set)
+ *     there = here ^ 1                          (the other set of the slot)
+ * and holds, per set: the K accumulators (acc_00 ...), the worker bitmap, the
+ * contributor count, the max exponent, the round's packet id and priority,
+ * and the incarnation of the job that last wrote the set.
+ *
+ * For an admitted contribution from worker w (bit = 1 << w), n workers:
+ *
+ *   bitmap[here] has bit set?   (a retransmission)
+ *     yes: nothing changes; complete = (count[here] == n):
+ *            complete -> the stored result goes back to w alone (resend)
+ *            else     -> dropped, duplicate_pending
+ *     no:  bitmap[here] == 0 (first of a round)?
+ *            yes: acc = values, exponent = e, count = 1, id, priority stored
+ *            no:  acc += values (wrapping), exponent = max, count += 1
+ *          bitmap[here] |= bit; bitmap[there] &= ~bit
+ *          complete = (count == n): the result goes to every worker, else
+ *          the contribution is absorbed
+ *
+ * The packet's header and payload leave the action holding the set's state
+ * after the update (count, max exponent, round id and priority, the sums), so
+ * that ResultDispatch only has to turn it around.
+ *
+ * Atomicity. The read-modify-write of one packet must not interleave with
+ * another's. It is written as one action, wrapped in @atomic: bmv2 ignores
+ * the annotation but locks every register an action touches for the whole
+ * action, so one action is the unit that is atomic on bmv2; other v1model
+ * targets honour @atomic. That is also why the action has no `if`: p4c's
+ * bmv2 back end accepts only conditionals it can turn into `?:`, so every
+ * register is read, its new value chosen with `?:`, and written back (the
+ * same value when nothing changes).
+ *
+ * Incarnation. The emulator starts a job on zeroed memory; a switch's
+ * registers keep whatever an earlier job left in the pool, and bmv2's
+ * P4Runtime server cannot write registers to clear them. So each set records
+ * the incarnation of the job that last wrote it, and a set written under
+ * another incarnation reads as empty (bitmap 0). The control plane gives
+ * every installation of a job a new incarnation (job_table's `incarnation`
+ * parameter), which makes a re-created job start on clean slots exactly as
+ * in the emulator.
+ */
+#ifndef _INAGG_V1MODEL_AGGREGATE_P4_
+#define _INAGG_V1MODEL_AGGREGATE_P4_
+
+/* One accumulator register per element. */
+#define INAGG_ACCUMULATOR_REGISTER(n) register<bit<32>>(INAGG_SETS) acc_##n;
+
+/*
+ * One element of the update: `sum` is the accumulator after this packet,
+ * written back and left in the payload. On a retransmission it is the stored
+ * value (the result to resend); on the first contribution of a round it is
+ * the packet's value; otherwise the wrapping sum.
+ */
+#define INAGG_ACCUMULATE(n)                                                  \
+    acc_##n.read(sum, here);                                                 \
+    sum = seen ? sum : (first ? hdr.payload.e##n : sum + hdr.payload.e##n); \
+    acc_##n.write(here, sum);                                                \
+    hdr.payload.e##n = sum;
+
+control Aggregate(inout headers_t hdr, inout metadata_t meta) {
+
+    register<bit<32>>(INAGG_SETS) incarnation;
+    register<bit<64>>(INAGG_SETS) bitmap;
+    register<bit<16>>(INAGG_SETS) contributors;
+    register<bit<8>>(INAGG_SETS)  max_exponent;
+    register<bit<32>>(INAGG_SETS) round_packet_id;
+    register<bit<8>>(INAGG_SETS)  round_priority;
+    INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATOR_REGISTER)
+
+    action update_slot() {
+        bit<32> here = ((meta.job.pool_base + (bit<32>)hdr.inagg.slot) << 1)
+                       | (bit<32>)(hdr.inagg.flags & FLAG_SET);
+        bit<32> there = here ^ 32w1;
+        bit<64> me = 64w1 << hdr.inagg.worker;
+
+        bit<32> incarnation_here;
+        bit<32> incarnation_there;
+        bit<64> bitmap_here;
+        bit<64> bitmap_there;
+        bit<16> count_here;
+        bit<8>  exponent_here;
+        bit<32> packet_id_here;
+        bit<8>  priority_here;
+        incarnation.read(incarnation_here, here);
+        incarnation.read(incarnation_there, there);
+        bitmap.read(bitmap_here, here);
+        bitmap.read(bitmap_there, there);
+        contributors.read(count_here, here);
+        max_exponent.read(exponent_here, here);
+        round_packet_id.read(packet_id_here, here);
+        round_priority.read(priority_here, here);
+
+        /* A set last written by another installation of a job is empty. */
+        bit<64> live_here = (incarnation_here == meta.job.incarnation) ? bitmap_here : 64w0;
+        bit<64> live_there = (incarnation_there == meta.job.incarnation) ? bitmap_there : 64w0;
+
+        bool seen = (live_here & me) != 64w0;   /* a retransmission */
+        bool first = live_here == 64w0;         /* first of a round (never seen) */
+
+        bit<16> count_now = seen ? count_here : (first ? 16w1 : count_here + 16w1);
+        bit<8> exponent_now = seen ? exponent_here
+                            : ((first || hdr.inagg.exponent > exponent_here) ? hdr.inagg.exponent
+                                                                             : exponent_here);
+        bit<32> packet_id_now = first ? hdr.inagg.packet_id : packet_id_here;
+        bit<8> priority_now = first ? hdr.inagg.priority : priority_here;
+
+        /* A retransmission writes back what it read: no change anywhere,
+         * the other set included. */
+        incarnation.write(here, seen ? incarnation_here : meta.job.incarnation);
+        incarnation.write(there, seen ? incarnation_there : meta.job.incarnation);
+        bitmap.write(here, seen ? bitmap_here : (live_here | me));
+        bitmap.write(there, seen ? bitmap_there : (live_there & ~me));
+        contributors.write(here, count_now);
+        max_exponent.write(here, exponent_now);
+        round_packet_id.write(here, packet_id_now);
+        round_priority.write(here, priority_now);
+
+        bit<32> sum;
+        INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATE)
+
+        hdr.inagg.count = count_now;
+        hdr.inagg.exponent = exponent_now;
+        hdr.inagg.packet_id = packet_id_now;
+        hdr.inagg.priority = priority_now;
+        meta.inagg.retransmission = seen ? 1w1 : 1w0;
+        meta.inagg.complete = (count_now == meta.job.worker_count) ? 1w1 : 1w0;
+    }
+
+    apply {
+        @atomic {
+            update_slot();
+        }
+    }
+}
+
+#endif /* _INAGG_V1MODEL_AGGREGATE_P4_ */

@@ -1,0 +1,79 @@
+/*
+ * InaggIngress: wires the ingress controls together and owns the counters.
+ *
+ *   UDP to the inagg port:  Admission -> Aggregate -> ResultDispatch +
+ *                           QueueSelect, or a drop counted by reason
+ *   anything else:          L2Forwarding
+ *
+ * Counters (all packets_and_bytes; the emulator's are packets, and bytes
+ * here are whole frames):
+ *   rx                   [1]               inagg packets reaching the switch
+ *                                          logic (emulator: rx_packets)
+ *   drops                [10]              by drop reason, common/protocol.p4
+ *   job_contributions    [INAGG_MAX_JOBS]  admitted contributions, by job id
+ *   job_results          [INAGG_MAX_JOBS]  sets completed (results multicast)
+ *   job_resent_results   [INAGG_MAX_JOBS]  stored results unicast again
+ *   job_duplicates       [INAGG_MAX_JOBS]  retransmissions to incomplete sets
+ *   job_dropped          [INAGG_MAX_JOBS]  dropped by the job's checks
+ *                                          (unknown_worker .. stale_generation)
+ * They are the emulator's Counters and JobCounters (emu/src/counters.rs).
+ */
+#ifndef _INAGG_V1MODEL_INGRESS_P4_
+#define _INAGG_V1MODEL_INGRESS_P4_
+
+control InaggIngress(inout headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+
+    counter(1, CounterType.packets_and_bytes) rx;
+    counter(INAGG_DROP_REASONS, CounterType.packets_and_bytes) drops;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_contributions;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_results;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_resent_results;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_duplicates;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_dropped;
+
+    Admission() admission;
+    Aggregate() aggregate;
+    ResultDispatch() result_dispatch;
+    QueueSelect() queue_select;
+    L2Forwarding() l2_forwarding;
+
+    apply {
+        if (hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT) {
+            rx.count(0);
+            admission.apply(hdr, meta, standard_metadata);
+            if (meta.inagg.drop == 0) {
+                aggregate.apply(hdr, meta);
+                job_contributions.count((bit<32>)hdr.inagg.job);
+                if (meta.inagg.complete == 1) {
+                    if (meta.inagg.retransmission == 1) {
+                        job_resent_results.count((bit<32>)hdr.inagg.job);
+                    } else {
+                        job_results.count((bit<32>)hdr.inagg.job);
+                    }
+                    result_dispatch.apply(hdr, meta, standard_metadata);
+                    queue_select.apply(hdr, standard_metadata);
+                } else if (meta.inagg.retransmission == 1) {
+                    job_duplicates.count((bit<32>)hdr.inagg.job);
+                    meta.inagg.drop = 1;
+                    meta.inagg.drop_reason = DROP_DUPLICATE_PENDING;
+                } else {
+                    /* Absorbed: added to its set, nothing leaves. Not a drop. */
+                    mark_to_drop(standard_metadata);
+                }
+            } else if (meta.inagg.drop_reason >= DROP_UNKNOWN_WORKER) {
+                /* The job exists and its checks refused the packet. */
+                job_dropped.count((bit<32>)hdr.inagg.job);
+            }
+            if (meta.inagg.drop == 1) {
+                drops.count((bit<32>)meta.inagg.drop_reason);
+                mark_to_drop(standard_metadata);
+            }
+        } else {
+            l2_forwarding.apply(hdr, meta, standard_metadata);
+        }
+    }
+}
+
+#endif /* _INAGG_V1MODEL_INGRESS_P4_ */

@@ -1,0 +1,51 @@
+/*
+ * The v1model program's header stack and metadata. The header types are the
+ * shared ones (common/headers.p4).
+ */
+#ifndef _INAGG_V1MODEL_METADATA_P4_
+#define _INAGG_V1MODEL_METADATA_P4_
+
+struct headers_t {
+    ethernet_h ethernet;
+    ipv4_h     ipv4;
+    udp_h      udp;
+    inagg_h    inagg;
+    payload_h  payload;
+}
+
+/* What job_table installs for the packet's job (docs/PROTOCOL.md, "Switch
+ * state": a job owns the pool [pool_base, pool_base + pool_size)). */
+struct job_md_t {
+    bit<16> worker_count;   /* n */
+    bit<32> pool_base;
+    bit<32> pool_size;
+    bit<16> elements;       /* K */
+    bit<16> generation;
+    bit<16> mcast_grp;      /* PRE group holding one replica per worker */
+    bit<32> incarnation;    /* changes every time the job is installed */
+}
+
+/* The aggregation path's decisions, ingress to egress. */
+struct inagg_md_t {
+    bit<16>       worker;          /* worker id installed for the sender's endpoint */
+    bit<1>        drop;            /* dropped and counted under drop_reason */
+    drop_reason_t drop_reason;
+    bit<1>        retransmission;  /* the worker's bit was already set in the set */
+    bit<1>        complete;        /* the set holds n contributions */
+    bit<1>        is_result;       /* leaves the switch as a result */
+    bit<1>        multicast;       /* ... to every worker: egress rewrites each copy */
+    bit<1>        copy_dropped;    /* egress: no endpoint for this copy's replication id */
+}
+
+/* Plain forwarding. */
+struct forward_md_t {
+    bit<1> flood;                  /* replicated by l2_forward's flood action */
+}
+
+struct metadata_t {
+    job_md_t     job;
+    inagg_md_t   inagg;
+    forward_md_t fwd;
+}
+
+#endif /* _INAGG_V1MODEL_METADATA_P4_ */

@@ -1,0 +1,68 @@
+/*
+ * ResultDispatch: turns a contribution that completed its set, or a
+ * retransmission to a complete set, into the set's result and sends it
+ * (docs/PROTOCOL.md, end of "Slot state machine"). Aggregate has already put
+ * the set's count (= n), max exponent, round packet id and priority, and sums
+ * into the packet. The result also carries, unchanged from the packet: the
+ * job, slot, set, generation (= the job's: admission checked it), K and the
+ * sender's worker id.
+ *
+ *   complete, first time  -> multicast to the job's group; the egress table
+ *                            result_receivers rewrites each copy's
+ *                            destination and worker id from its replication
+ *                            id (ResultRewrite)
+ *   retransmission        -> unicast back to the sender, out of the port it
+ *                            came in on (the emulator's `resent`)
+ *
+ * Either way the packet is addressed back the way it came: Ethernet, IPv4
+ * and UDP source and destination swap, so the result comes from the address
+ * and port the workers send to.
+ */
+#ifndef _INAGG_V1MODEL_RESULT_P4_
+#define _INAGG_V1MODEL_RESULT_P4_
+
+control ResultDispatch(inout headers_t hdr,
+                       inout metadata_t meta,
+                       inout standard_metadata_t standard_metadata) {
+
+    action make_result() {
+        hdr.inagg.kind = KIND_RESULT;
+
+        bit<48> mac = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+
+        bit<32> addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = addr;
+        hdr.ipv4.ttl = RESULT_TTL;
+
+        bit<16> port = hdr.udp.dst_port;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = port;
+        hdr.udp.checksum = 0;
+
+        meta.inagg.is_result = 1;
+    }
+
+    action multicast_to_job() {
+        standard_metadata.mcast_grp = meta.job.mcast_grp;
+        meta.inagg.multicast = 1;
+    }
+
+    action unicast_to_sender() {
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+        meta.inagg.multicast = 0;
+    }
+
+    apply {
+        make_result();
+        if (meta.inagg.retransmission == 1) {
+            unicast_to_sender();
+        } else {
+            multicast_to_job();
+        }
+    }
+}
+
+#endif /* _INAGG_V1MODEL_RESULT_P4_ */
