@@ -26,11 +26,12 @@ pub struct DemoArgs {
     /// Float elements in the tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
-    /// Elements per packet (K).
-    #[arg(short = 'k', long = "k", default_value_t = 256)]
+    /// Elements per packet (K): the emulator takes up to 16370 (one UDP
+    /// datagram); a Tofino job uses 64.
+    #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
     pub k: u16,
     /// Slots in the job's pool: the window of outstanding packets.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 8)]
     pub window: u32,
     /// Packet loss probability, each direction.
     #[arg(long, default_value_t = 0.01)]
