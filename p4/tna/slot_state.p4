@@ -6,7 +6,10 @@
  * emu/src/switch.rs, Job::contribute, is the reference.
  *
  * Registers. Each is one stateful ALU in one stage, accessed once per packet
- * through one of its RegisterActions; the actions are the state machine.
+ * through one of its RegisterActions; the actions are the state machine. A
+ * RegisterAction is an atomic read-modify-write in hardware (what @atomic
+ * asks for on v1model), and the stages see packets in order, so no two
+ * packets' updates of a set interleave.
  *
  *   bitmap_lo, bitmap_hi  [INAGG_SLOTS] pair<set0, set1> of bit<32>, index
  *       pool_base + slot. Workers 0..31 in _lo, 32..63 in _hi: a pair
