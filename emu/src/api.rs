@@ -41,6 +41,14 @@ impl JobSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum JobError {
+    /// A priority class mapped to a queue the ports do not have.
+    #[error("queue {queue} does not exist: ports have queues 0..{queues}")]
+    BadQueue {
+        /// The queue asked for.
+        queue: u8,
+        /// Queues per port.
+        queues: u8,
+    },
     /// The id is taken.
     #[error("job {id} already exists; delete it first or pick another id")]
     DuplicateId {

@@ -84,7 +84,14 @@ pub struct Switch {
     config: SwitchConfig,
     jobs: BTreeMap<u16, Job>,
     counters: Counters,
+    /// Egress queue of each priority class (the P4 `priority_to_queue`
+    /// table); every class starts on queue 0.
+    queues: [u8; 256],
 }
+
+/// Strict-priority egress queues per port, as on bmv2 (`--priority-queues
+/// 8`) and Tofino: queue 7 is served first.
+pub const EGRESS_QUEUES: u8 = 8;
 
 impl Switch {
     /// An empty switch.
@@ -93,7 +100,25 @@ impl Switch {
             config,
             jobs: BTreeMap::new(),
             counters: Counters::default(),
+            queues: [0; 256],
         }
+    }
+
+    /// Maps a priority class to an egress queue (below [`EGRESS_QUEUES`]).
+    pub fn set_queue(&mut self, class: u8, queue: u8) -> Result<(), JobError> {
+        if queue >= EGRESS_QUEUES {
+            return Err(JobError::BadQueue {
+                queue,
+                queues: EGRESS_QUEUES,
+            });
+        }
+        self.queues[usize::from(class)] = queue;
+        Ok(())
+    }
+
+    /// The egress queue of a packet of priority class `class`.
+    pub fn queue_of(&self, class: u8) -> u8 {
+        self.queues[usize::from(class)]
     }
 
     /// Its configuration.
