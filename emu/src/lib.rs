@@ -12,6 +12,7 @@
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint).
 
 pub mod api;
+pub mod conformance;
 pub mod counters;
 pub mod faults;
 pub mod server;

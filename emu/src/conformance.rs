@@ -1,0 +1,350 @@
+//! Conformance vectors (`tests/conformance/`, format in its README.md): the
+//! case format, and replay against the emulator's switch. The same files are
+//! replayed as raw Ethernet frames against a switch on real ports (`inagg
+//! conformance`), so the emulator and the P4 program are held to one
+//! behaviour.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::api::JobSpec;
+use crate::counters::DropReason;
+use crate::switch::{Action, Switch, SwitchConfig};
+use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub description: String,
+    /// The docs/PROTOCOL.md section the case pins.
+    pub protocol: String,
+    pub switch: SwitchSpec,
+    pub jobs: Vec<JobVector>,
+    #[serde(default)]
+    pub priority_queues: BTreeMap<u8, u8>,
+    pub packets: Vec<Step>,
+    #[serde(default)]
+    pub counters: Option<CounterVector>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchSpec {
+    pub slots: u32,
+    pub elements: u16,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobVector {
+    pub id: u16,
+    pub pool_base: u32,
+    pub pool_size: u32,
+    pub elements: u16,
+    #[serde(default)]
+    pub generation: u16,
+    pub workers: Vec<Endpoint>,
+}
+
+/// A worker as every target identifies it: switch port, MAC, IPv4 address
+/// and UDP port. The emulator only sees the address.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    pub port: u16,
+    pub mac: String,
+    pub addr: SocketAddr,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    #[serde(default)]
+    pub note: String,
+    #[serde(rename = "in")]
+    pub input: Input,
+    pub out: Vec<Output>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    pub port: u16,
+    pub from: SocketAddr,
+    #[serde(flatten)]
+    pub packet: PacketVector,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    pub port: u16,
+    pub to: SocketAddr,
+    pub queue: u8,
+    #[serde(flatten)]
+    pub packet: PacketVector,
+}
+
+/// A packet by fields (header defaults: version 1, reserved 0, elements =
+/// number of values) or, for malformed input, as raw hex bytes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PacketVector {
+    #[serde(default)]
+    pub hex: Option<String>,
+    #[serde(default)]
+    pub fields: Option<Fields>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fields {
+    pub kind: String,
+    pub job: u16,
+    pub slot: u16,
+    pub set: u8,
+    pub worker: u16,
+    #[serde(default)]
+    pub generation: u16,
+    #[serde(default)]
+    pub priority: u8,
+    #[serde(default)]
+    pub exponent: u8,
+    #[serde(default)]
+    pub count: u16,
+    #[serde(default)]
+    pub elements: Option<u16>,
+    #[serde(default)]
+    pub packet_id: u32,
+    pub values: Vec<i32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterVector {
+    #[serde(default)]
+    pub drops: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub jobs: BTreeMap<u16, BTreeMap<String, u64>>,
+}
+
+impl PacketVector {
+    /// The packet's bytes (the UDP payload).
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+        match (&self.hex, &self.fields) {
+            (Some(hex), None) => decode_hex(hex),
+            (None, Some(f)) => f.bytes(),
+            _ => Err("a packet needs exactly one of `hex` and `fields`".into()),
+        }
+    }
+}
+
+impl Fields {
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        let kind = match self.kind.as_str() {
+            "contribution" => Kind::Contribution,
+            "result" => Kind::Result,
+            other => return Err(format!("unknown kind {other:?}")),
+        };
+        let repr = Repr {
+            kind,
+            set: self.set,
+            priority: self.priority,
+            job: self.job,
+            slot: self.slot,
+            worker: self.worker,
+            generation: self.generation,
+            exponent: self.exponent,
+            count: self.count,
+            elements: self.elements.unwrap_or(self.values.len() as u16),
+            packet_id: self.packet_id,
+        };
+        let mut b = vec![0u8; HEADER_LEN + self.values.len() * 4];
+        repr.emit(&mut Packet::new_unchecked(&mut b[..]));
+        payload::write_i32s(&mut b[HEADER_LEN..], &self.values);
+        debug_assert_eq!(b[0], VERSION);
+        Ok(b)
+    }
+}
+
+fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
+    let digits: Vec<u8> = hex.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    digits
+        .chunks(2)
+        .map(|p| {
+            std::str::from_utf8(p)
+                .ok()
+                .filter(|d| d.len() == 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("bad hex byte {:?}", String::from_utf8_lossy(p)))
+        })
+        .collect()
+}
+
+/// One datagram the switch sent: where, on which queue, what bytes.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sent {
+    pub port: u16,
+    pub to: SocketAddr,
+    pub queue: u8,
+    pub bytes: Vec<u8>,
+}
+
+/// Replays a case; returns a description of the first difference.
+pub fn run(case: &Case) -> Result<(), String> {
+    let mut sw = Switch::new(SwitchConfig {
+        slots: case.switch.slots,
+        max_elements: case.switch.elements,
+    });
+    let mut ports: BTreeMap<SocketAddr, u16> = BTreeMap::new();
+    for j in &case.jobs {
+        for w in &j.workers {
+            ports.insert(w.addr, w.port);
+            parse_mac(&w.mac)?;
+        }
+        sw.create_job(JobSpec {
+            id: j.id,
+            workers: j.workers.iter().map(|w| w.addr).collect(),
+            pool_base: j.pool_base,
+            pool_size: j.pool_size,
+            elements: j.elements,
+            generation: j.generation,
+        })
+        .map_err(|e| format!("job {}: {e}", j.id))?;
+    }
+    for (&class, &queue) in &case.priority_queues {
+        sw.set_queue(class, queue).map_err(|e| e.to_string())?;
+    }
+    let mut result = Vec::new();
+    for (i, step) in case.packets.iter().enumerate() {
+        if ports
+            .get(&step.input.from)
+            .is_some_and(|&p| p != step.input.port)
+        {
+            return Err(format!("packet {i}: port does not match the worker table"));
+        }
+        let input = step.input.packet.bytes()?;
+        let action = sw.process(&input, step.input.from, &mut result);
+        let mut got = egress(&sw, action, &result, &ports);
+        let mut want = expected(step)?;
+        // Replication order is the target's business; compare as sets.
+        got.sort();
+        want.sort();
+        if got != want {
+            return Err(format!(
+                "packet {i} ({}): action {action:?}\n  got  {got:?}\n  want {want:?}",
+                step.note
+            ));
+        }
+    }
+    check_counters(&sw, case.counters.as_ref())
+}
+
+/// The datagrams a step expects to leave the switch.
+pub fn expected(step: &Step) -> Result<Vec<Sent>, String> {
+    step.out
+        .iter()
+        .map(|o| {
+            Ok(Sent {
+                port: o.port,
+                to: o.to,
+                queue: o.queue,
+                bytes: o.packet.bytes()?,
+            })
+        })
+        .collect()
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
+    let bytes: Vec<u8> = mac
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("bad MAC address {mac:?}"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("bad MAC address {mac:?}"))
+}
+
+/// What leaves the switch for an action: the multicast copies (each
+/// rewritten for its receiver, as the P4 egress does) or the unicast resend.
+fn egress(
+    sw: &Switch,
+    action: Action,
+    result: &[u8],
+    ports: &BTreeMap<SocketAddr, u16>,
+) -> Vec<Sent> {
+    let queue = |bytes: &[u8]| sw.queue_of(Packet::new_unchecked(bytes).priority());
+    let sent = |to: SocketAddr, bytes: Vec<u8>| Sent {
+        port: ports.get(&to).copied().unwrap_or(u16::MAX),
+        to,
+        queue: queue(&bytes),
+        bytes,
+    };
+    match action {
+        Action::Multicast { job } => sw
+            .workers(job)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(id, &to)| {
+                let mut copy = result.to_vec();
+                Packet::new_unchecked(&mut copy[..]).set_worker(id as u16);
+                sent(to, copy)
+            })
+            .collect(),
+        Action::Unicast { to } => vec![sent(to, result.to_vec())],
+        Action::Absorbed | Action::Drop(_) => Vec::new(),
+    }
+}
+
+pub fn check_counters(sw: &Switch, want: Option<&CounterVector>) -> Result<(), String> {
+    let Some(want) = want else { return Ok(()) };
+    for reason in DropReason::ALL {
+        let expected = want.drops.get(reason.name()).copied().unwrap_or(0);
+        let got = sw.counters().dropped(reason);
+        if got != expected {
+            return Err(format!(
+                "drops[{}]: got {got}, want {expected}",
+                reason.name()
+            ));
+        }
+    }
+    if let Some(name) = want
+        .drops
+        .keys()
+        .find(|n| !DropReason::ALL.iter().any(|r| r.name() == *n))
+    {
+        return Err(format!("unknown drop reason {name:?} in the vector"));
+    }
+    for (&id, fields) in &want.jobs {
+        let info = sw.job(id).map_err(|e| e.to_string())?;
+        let c = serde_json::to_value(&info.counters).map_err(|e| e.to_string())?;
+        for (field, &expected) in fields {
+            let got = c.get(field).and_then(|v| v.as_u64());
+            if got != Some(expected) {
+                return Err(format!("job {id} {field}: got {got:?}, want {expected}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The vector files of a directory, sorted by name.
+pub fn files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads and parses one vector file.
+pub fn load(path: &Path) -> Result<Case, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
