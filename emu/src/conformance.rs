@@ -130,6 +130,20 @@ pub struct CounterVector {
     pub jobs: BTreeMap<u16, BTreeMap<String, u64>>,
 }
 
+impl JobVector {
+    /// The job as the control plane installs it.
+    pub fn spec(&self) -> JobSpec {
+        JobSpec {
+            id: self.id,
+            workers: self.workers.iter().map(|w| w.addr).collect(),
+            pool_base: self.pool_base,
+            pool_size: self.pool_size,
+            elements: self.elements,
+            generation: self.generation,
+        }
+    }
+}
+
 impl PacketVector {
     /// The packet's bytes (the UDP payload).
     pub fn bytes(&self) -> Result<Vec<u8>, String> {
@@ -204,15 +218,8 @@ pub fn run(case: &Case) -> Result<(), String> {
             ports.insert(w.addr, w.port);
             parse_mac(&w.mac)?;
         }
-        sw.create_job(JobSpec {
-            id: j.id,
-            workers: j.workers.iter().map(|w| w.addr).collect(),
-            pool_base: j.pool_base,
-            pool_size: j.pool_size,
-            elements: j.elements,
-            generation: j.generation,
-        })
-        .map_err(|e| format!("job {}: {e}", j.id))?;
+        sw.create_job(j.spec())
+            .map_err(|e| format!("job {}: {e}", j.id))?;
     }
     for (&class, &queue) in &case.priority_queues {
         sw.set_queue(class, queue).map_err(|e| e.to_string())?;

@@ -123,16 +123,8 @@ mod simd {
     //! round-half-even (the default MXCSR mode of `vcvtpd2dq`), the same
     //! clamp, and a `vpshufb` byte swap to network order. Eight elements per
     //! step; the scalar body finishes the tail.
+    use inagg_wire::payload::simd::swap_mask;
     use std::arch::x86_64::*;
-
-    /// Reverses the bytes of each 32-bit lane (host order <-> big-endian).
-    #[target_feature(enable = "avx2")]
-    unsafe fn swap_mask() -> __m256i {
-        _mm256_setr_epi8(
-            3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10,
-            9, 8, 15, 14, 13, 12,
-        )
-    }
 
     /// # Safety
     /// The CPU must support AVX2; `out.len() >= chunk.len() * 4`.
@@ -208,11 +200,7 @@ mod simd {
 
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static AVX2: OnceLock<bool> = OnceLock::new();
-        *AVX2.get_or_init(|| is_x86_feature_detected!("avx2"))
-    }
+    return inagg_wire::payload::simd::available();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }

@@ -52,18 +52,25 @@ pub fn add_i32s(acc: &mut [i32], bytes: &[u8]) {
     }
 }
 
+/// The AVX2 helpers, shared with the agent's quantization kernels.
 #[cfg(target_arch = "x86_64")]
-mod simd {
+pub mod simd {
     use std::arch::x86_64::*;
 
+    /// Whether this CPU has AVX2 (checked once).
     pub fn available() -> bool {
         use std::sync::OnceLock;
         static AVX2: OnceLock<bool> = OnceLock::new();
         *AVX2.get_or_init(|| is_x86_feature_detected!("avx2"))
     }
 
+    /// The `vpshufb` mask that reverses the bytes of each 32-bit lane
+    /// (host order <-> network order).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    unsafe fn swap_mask() -> __m256i {
+    pub unsafe fn swap_mask() -> __m256i {
         _mm256_setr_epi8(
             3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10,
             9, 8, 15, 14, 13, 12,
