@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 use inagg_emu::api::{JobInfo, JobSpec, PoolMap};
@@ -20,12 +21,16 @@ pub struct CtlArgs {
     /// Which kind of switch to program.
     #[arg(long, value_enum, default_value_t = TargetKind::Emu, global = true)]
     pub target: TargetKind,
-    /// The target's control endpoint.
-    #[arg(long, default_value = "127.0.0.1:47001", global = true)]
-    pub addr: SocketAddr,
+    /// The target's control endpoint [default: 127.0.0.1:47001 for emu,
+    /// the P4Runtime server 127.0.0.1:9559 for bmv2].
+    #[arg(long, global = true)]
+    pub addr: Option<SocketAddr>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Options of the bmv2 target.
+    #[command(flatten)]
+    pub bmv2: Bmv2Args,
     /// What to do.
     #[command(subcommand)]
     pub command: CtlCommand,
@@ -36,6 +41,45 @@ pub struct CtlArgs {
 pub enum TargetKind {
     /// inagg's software switch (`inagg emu`).
     Emu,
+    /// simple_switch_grpc running p4/v1model, over P4Runtime.
+    Bmv2,
+}
+
+/// Options of `--target bmv2`.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "bmv2 target (--target bmv2)")]
+pub struct Bmv2Args {
+    /// P4Runtime device id (simple_switch_grpc --device-id) [default: 0].
+    #[arg(long, global = true)]
+    pub device_id: Option<u64>,
+    /// Election id for arbitration: the connected controller with the
+    /// highest is primary [default: 1].
+    #[arg(long, global = true)]
+    pub election_id: Option<u64>,
+    /// Binary P4Info (p4/build/v1model/inagg.p4info.bin) [default: the
+    /// P4Info of the pipeline installed on the switch].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub p4info: Option<PathBuf>,
+    /// bmv2 JSON (p4/build/v1model/inagg.json): with --p4info, pushes the
+    /// pipeline unless the switch already runs this one. A push clears every
+    /// table entry.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub bmv2_json: Option<PathBuf>,
+    /// Topology file (TOML): each worker host's switch port and MAC, by IPv4
+    /// address. Needed to create jobs: `[workers]` then lines like
+    /// `"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub topology: Option<PathBuf>,
+}
+
+impl Bmv2Args {
+    fn any(&self) -> bool {
+        self.device_id.is_some()
+            || self.election_id.is_some()
+            || self.p4info.is_some()
+            || self.bmv2_json.is_some()
+            || self.topology.is_some()
+    }
 }
 
 /// Nouns.
@@ -128,16 +172,54 @@ pub enum JobCommand {
     },
 }
 
-/// Connects to the chosen target.
-pub fn connect(kind: TargetKind, addr: SocketAddr) -> Result<Box<dyn Target>> {
-    match kind {
-        TargetKind::Emu => Ok(Box::new(EmuTarget::connect(addr)?)),
+/// Connects to the target `args` name.
+pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target>> {
+    match args.target {
+        TargetKind::Emu => {
+            if args.bmv2.any() {
+                return Err(ControlError::Unsupported {
+                    target: "emulator",
+                    what: "the bmv2 options (--device-id, --election-id, --p4info, --bmv2-json, \
+                           --topology); use them with --target bmv2",
+                });
+            }
+            let addr = args
+                .addr
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
+            Ok(Box::new(EmuTarget::connect(addr)?))
+        }
+        TargetKind::Bmv2 => connect_bmv2(args),
     }
+}
+
+#[cfg(feature = "bmv2")]
+fn connect_bmv2(args: &CtlArgs) -> Result<Box<dyn Target>> {
+    use crate::bmv2::{Bmv2Options, Bmv2Target, Topology};
+    let defaults = Bmv2Options::default();
+    let b = &args.bmv2;
+    let options = Bmv2Options {
+        addr: args.addr.unwrap_or(defaults.addr),
+        device_id: b.device_id.unwrap_or(defaults.device_id),
+        election_id: b.election_id.map_or(defaults.election_id, u128::from),
+        p4info: b.p4info.clone(),
+        bmv2_json: b.bmv2_json.clone(),
+        topology: b.topology.as_deref().map(Topology::load).transpose()?,
+        timeout: defaults.timeout,
+    };
+    Ok(Box::new(Bmv2Target::connect(options)?))
+}
+
+#[cfg(not(feature = "bmv2"))]
+fn connect_bmv2(_args: &CtlArgs) -> Result<Box<dyn Target>> {
+    Err(ControlError::Unsupported {
+        target: "bmv2",
+        what: "anything in this build: rebuild inagg with the `bmv2` feature",
+    })
 }
 
 /// Runs `inagg ctl`, writing to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
-    let mut target = connect(args.target, args.addr)?;
+    let mut target = connect(&args)?;
     let t = target.as_mut();
     let json = args.json;
     match args.command {

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [switch]
-//! target = "emu"                 # the only target so far
+//! target = "emu"                 # or "bmv2"; the command line's --target picks
 //! control = "127.0.0.1:47001"    # optional; the command line wins
 //!
 //! [[job]]
@@ -106,11 +106,11 @@ impl ClusterFile {
             path: path.into(),
             message: e.to_string(),
         })?;
-        if file.switch.target != "emu" {
+        if !["emu", "bmv2"].contains(&file.switch.target.as_str()) {
             return Err(ControlError::Config {
                 path: path.into(),
                 message: format!(
-                    "unknown target {:?}; supported: \"emu\"",
+                    "unknown target {:?}; supported: \"emu\", \"bmv2\"",
                     file.switch.target
                 ),
             });

@@ -1,22 +1,29 @@
 //! inagg's control plane.
 //!
-//! - [`target`]: the [`Target`] trait every switch backend implements (the
-//!   emulator now; bmv2 and Tofino later), in backend-neutral types;
+//! - [`target`]: the [`Target`] trait every switch backend implements, in
+//!   backend-neutral types;
 //! - [`emu`]: the emulator target, a client of the emulator's JSON-lines
 //!   control endpoint;
+//! - `bmv2` (feature `bmv2`, on by default): the bmv2 target, a P4Runtime
+//!   client for `simple_switch_grpc` running p4/v1model;
 //! - [`cluster`]: declarative cluster files (`inagg ctl apply -f`), checked
 //!   as a whole before anything touches the switch;
 //! - [`cli`]: the operator CLI `inagg ctl`, one subcommand per noun.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
 //! before they are sent, so a refused job never reaches the switch; the
-//! emulator checks again, as hardware tables would refuse a bad entry.
+//! emulator checks again, as hardware tables would refuse a bad entry, and
+//! the bmv2 target checks against what it reads back from the switch.
 
+#[cfg(feature = "bmv2")]
+pub mod bmv2;
 pub mod cli;
 pub mod cluster;
 pub mod emu;
 pub mod target;
 
+#[cfg(feature = "bmv2")]
+pub use bmv2::Bmv2Target;
 pub use emu::EmuTarget;
 pub use inagg_emu::api::{JobInfo, JobSpec, PoolMap, SwitchInfo};
 pub use target::{ControlError, Target};

@@ -40,6 +40,50 @@ pub enum ControlError {
         /// The operation.
         what: &'static str,
     },
+    /// The P4Runtime server could not be reached, or did not answer in time
+    /// (environment: is the switch running, on that address?).
+    #[error("cannot reach P4Runtime server at {addr}: {reason}; is simple_switch_grpc running?")]
+    P4RuntimeUnreachable {
+        /// Where we tried.
+        addr: SocketAddr,
+        /// What went wrong (refused, timed out, ...).
+        reason: String,
+    },
+    /// Another controller is the primary for the device (environment: stop
+    /// it, or pass a higher election id).
+    #[error(
+        "not the primary controller of device {device_id}: {message} (our election id {ours}); \
+         another controller holds it, stop it or pass a higher --election-id"
+    )]
+    NotPrimary {
+        /// The device.
+        device_id: u64,
+        /// Our election id.
+        ours: u128,
+        /// What the switch said.
+        message: String,
+    },
+    /// A P4Runtime call failed: the switch refused it (the message says
+    /// why) or the connection broke.
+    #[error("P4Runtime {op} failed: {}: {message}", rpc_code_name(*.code))]
+    Rpc {
+        /// The call and what it was about.
+        op: String,
+        /// The gRPC canonical status code.
+        code: i32,
+        /// The switch's message.
+        message: String,
+    },
+    /// The P4 program's P4Info lacks something the control plane needs: the
+    /// pipeline is not inagg's p4/v1model, or was compiled from another
+    /// version of it (the operator's fault: rebuild and push it).
+    #[error("{message} (P4Info from {source_name})")]
+    P4Info {
+        /// Where the P4Info came from (a file, or the switch).
+        source_name: String,
+        /// What is missing or wrong.
+        message: String,
+    },
     /// A configuration file is unusable (the operator's fault).
     #[error("{path}: {message}")]
     Config {
@@ -57,6 +101,33 @@ impl From<ApiError> for ControlError {
             other => ControlError::Api(other),
         }
     }
+}
+
+/// The name of a gRPC canonical status code (`grpc::StatusCode`).
+pub fn rpc_code_name(code: i32) -> String {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("status {code}"), |n| (*n).to_string())
 }
 
 /// Result with [`ControlError`].

@@ -1,0 +1,324 @@
+//! The P4Runtime connection: gRPC channel, arbitration on the StreamChannel,
+//! and blocking wrappers around the calls.
+//!
+//! The [`Target`](crate::Target) trait is synchronous, so the client owns a
+//! current-thread tokio runtime and blocks on each call. Every wait is
+//! bounded: connecting, arbitration and each call give up after the
+//! configured timeout, so a missing or silent switch is an error, not a hang.
+//! The arbitration stream stays open for the client's lifetime: a P4Runtime
+//! server lets only the primary's requests write, and forgets the primary
+//! when its stream closes.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use super::proto::google::rpc;
+use super::proto::p4::v1 as p4;
+use super::proto::p4::v1::p4_runtime_client::P4RuntimeClient;
+use crate::target::{ControlError, Result};
+
+/// gRPC status code DEADLINE_EXCEEDED.
+const DEADLINE_EXCEEDED: i32 = 4;
+
+/// Largest reply accepted (a P4Info with many registers, big reads).
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// A connected, primary P4Runtime client for one device.
+pub(crate) struct Client {
+    rt: Runtime,
+    grpc: P4RuntimeClient<Channel>,
+    addr: SocketAddr,
+    device_id: u64,
+    election_id: u128,
+    timeout: Duration,
+    /// The arbitration stream: kept open, since closing it gives up being
+    /// primary.
+    _stream: (
+        mpsc::Sender<p4::StreamMessageRequest>,
+        tonic::Streaming<p4::StreamMessageResponse>,
+    ),
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("addr", &self.addr)
+            .field("device_id", &self.device_id)
+            .field("election_id", &self.election_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An error and the chain of errors that caused it, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s = format!("{s}: {m}");
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn uint128(v: u128) -> p4::Uint128 {
+    p4::Uint128 {
+        high: (v >> 64) as u64,
+        low: v as u64,
+    }
+}
+
+impl Client {
+    /// Connects and becomes the primary controller of `device_id`.
+    pub(crate) fn connect(
+        addr: SocketAddr,
+        device_id: u64,
+        election_id: u128,
+        timeout: Duration,
+    ) -> Result<Client> {
+        let unreachable = |reason: String| ControlError::P4RuntimeUnreachable { addr, reason };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| unreachable(chain(&e)))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true);
+        let channel = match rt.block_on(tokio::time::timeout(timeout, endpoint.connect())) {
+            Err(_) => return Err(unreachable(format!("no connection within {timeout:?}"))),
+            Ok(Err(e)) => return Err(unreachable(chain(&e))),
+            Ok(Ok(c)) => c,
+        };
+        let mut grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+
+        // Arbitration: send our election id, wait for the switch's verdict.
+        let (tx, rx) = mpsc::channel(4);
+        let hello = p4::StreamMessageRequest {
+            update: Some(p4::stream_message_request::Update::Arbitration(
+                p4::MasterArbitrationUpdate {
+                    device_id,
+                    role: None,
+                    election_id: Some(uint128(election_id)),
+                    status: None,
+                },
+            )),
+        };
+        tx.try_send(hello)
+            .map_err(|e| ControlError::Protocol(format!("arbitration: {e}")))?;
+        let arbitration = async {
+            let mut replies = grpc
+                .stream_channel(ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            loop {
+                match replies.message().await? {
+                    Some(p4::StreamMessageResponse {
+                        update: Some(p4::stream_message_response::Update::Arbitration(a)),
+                    }) => return Ok(Ok((a, replies))),
+                    Some(p4::StreamMessageResponse {
+                        update: Some(p4::stream_message_response::Update::Error(e)),
+                    }) => return Ok(Err(e)),
+                    Some(_) => continue,
+                    None => {
+                        return Err(tonic::Status::unavailable(
+                            "the switch closed the stream without an arbitration answer",
+                        ))
+                    }
+                }
+            }
+        };
+        let (update, replies) = match rt.block_on(tokio::time::timeout(timeout, arbitration)) {
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no arbitration answer within {timeout:?}"
+                )))
+            }
+            Ok(Err(status)) => {
+                return Err(status_error(addr, "StreamChannel (arbitration)", &status))
+            }
+            Ok(Ok(Err(e))) => {
+                return Err(ControlError::Rpc {
+                    op: "StreamChannel (arbitration)".into(),
+                    code: e.canonical_code,
+                    message: e.message,
+                })
+            }
+            Ok(Ok(Ok(answer))) => answer,
+        };
+        let status = update.status.unwrap_or_default();
+        if status.code != 0 {
+            let highest = update
+                .election_id
+                .map_or(0, |e| (u128::from(e.high) << 64) | u128::from(e.low));
+            return Err(ControlError::NotPrimary {
+                device_id,
+                ours: election_id,
+                message: format!(
+                    "{} (highest election id {highest})",
+                    if status.message.is_empty() {
+                        "the switch made another controller primary"
+                    } else {
+                        status.message.as_str()
+                    }
+                ),
+            });
+        }
+        Ok(Client {
+            rt,
+            grpc,
+            addr,
+            device_id,
+            election_id,
+            timeout,
+            _stream: (tx, replies),
+        })
+    }
+
+    /// Runs one call with the timeout.
+    fn call<T>(
+        &self,
+        op: &str,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
+    ) -> Result<T> {
+        match self.rt.block_on(tokio::time::timeout(self.timeout, fut)) {
+            Err(_) => Err(ControlError::Rpc {
+                op: op.into(),
+                code: DEADLINE_EXCEEDED,
+                message: format!("no answer within {:?}", self.timeout),
+            }),
+            Ok(Err(status)) => Err(status_error(self.addr, op, &status)),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    /// Writes a batch of updates. `op` says what they are, for errors.
+    pub(crate) fn write(&self, op: &str, updates: Vec<p4::Update>) -> Result<()> {
+        let request = p4::WriteRequest {
+            device_id: self.device_id,
+            role: String::new(),
+            election_id: Some(uint128(self.election_id)),
+            updates,
+            atomicity: p4::write_request::Atomicity::ContinueOnError as i32,
+        };
+        let mut grpc = self.grpc.clone();
+        self.call(&format!("Write ({op})"), async move {
+            grpc.write(request).await.map(|_| ())
+        })
+    }
+
+    /// Reads entities (a table entry with only its table id reads the whole
+    /// table; a counter entry with an index reads one cell).
+    pub(crate) fn read(&self, op: &str, entities: Vec<p4::Entity>) -> Result<Vec<p4::Entity>> {
+        let request = p4::ReadRequest {
+            device_id: self.device_id,
+            role: String::new(),
+            entities,
+        };
+        let mut grpc = self.grpc.clone();
+        self.call(&format!("Read ({op})"), async move {
+            let mut stream = grpc.read(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(reply) = stream.message().await? {
+                out.extend(reply.entities);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Installs a pipeline (VERIFY_AND_COMMIT: clears the forwarding state).
+    pub(crate) fn set_pipeline(&self, config: p4::ForwardingPipelineConfig) -> Result<()> {
+        let request = p4::SetForwardingPipelineConfigRequest {
+            device_id: self.device_id,
+            role: String::new(),
+            election_id: Some(uint128(self.election_id)),
+            action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
+            config: Some(config),
+        };
+        let mut grpc = self.grpc.clone();
+        self.call("SetForwardingPipelineConfig", async move {
+            grpc.set_forwarding_pipeline_config(request)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    /// The installed pipeline's P4Info and cookie (None without a pipeline).
+    pub(crate) fn pipeline(
+        &self,
+        response_type: p4::get_forwarding_pipeline_config_request::ResponseType,
+    ) -> Result<Option<p4::ForwardingPipelineConfig>> {
+        let request = p4::GetForwardingPipelineConfigRequest {
+            device_id: self.device_id,
+            response_type: response_type as i32,
+        };
+        let mut grpc = self.grpc.clone();
+        self.call("GetForwardingPipelineConfig", async move {
+            grpc.get_forwarding_pipeline_config(request)
+                .await
+                .map(|r| r.into_inner().config)
+        })
+    }
+
+    /// The server's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// A failed call as a [`ControlError`]: UNAVAILABLE is an unreachable
+/// server; otherwise the code and message, taken from the per-update
+/// `p4.v1.Error`s in the details when the server packed them there (a
+/// failed Write).
+fn status_error(addr: SocketAddr, op: &str, status: &tonic::Status) -> ControlError {
+    if status.code() == tonic::Code::Unavailable {
+        return ControlError::P4RuntimeUnreachable {
+            addr,
+            reason: format!("{op}: {}", status.message()),
+        };
+    }
+    let mut code = status.code() as i32;
+    let mut message = status.message().to_string();
+    if let Ok(details) = rpc::Status::decode(status.details()) {
+        let errors: Vec<(usize, p4::Error)> = details
+            .details
+            .iter()
+            .enumerate()
+            .filter(|(_, any)| any.type_url.ends_with("/p4.v1.Error"))
+            .filter_map(|(i, any)| p4::Error::decode(any.value.as_slice()).ok().map(|e| (i, e)))
+            .filter(|(_, e)| e.canonical_code != 0)
+            .collect();
+        if let Some((_, first)) = errors.first() {
+            code = first.canonical_code;
+            message = errors
+                .iter()
+                .map(|(i, e)| format!("update {i}: {}", e.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+    }
+    if message.is_empty() {
+        message = "(no message)".into();
+    }
+    ControlError::Rpc {
+        op: op.into(),
+        code,
+        message,
+    }
+}
+
+/// The gRPC canonical code of a Write that failed, when it is one.
+pub(crate) fn rpc_code(e: &ControlError) -> Option<i32> {
+    match e {
+        ControlError::Rpc { code, .. } => Some(*code),
+        _ => None,
+    }
+}

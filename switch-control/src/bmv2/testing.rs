@@ -1,0 +1,224 @@
+//! Test support: the P4Info of p4/v1model as p4c would produce it, for tests
+//! that run where p4c is not installed.
+//!
+//! Names, match kinds, widths and sizes are written out here from
+//! p4/README.md ("Control-plane interface"), deliberately not taken from
+//! [`names`](super::p4info::names), so resolving this P4Info checks the
+//! control plane's names against the documentation. Ids are assigned like
+//! p4c's: the object kind in the top byte (0x01 action, 0x02 table, 0x12
+//! counter, 0x16 register), then a number.
+
+use super::proto::p4::config::v1 as cfg;
+
+fn preamble(kind: u32, n: &mut u32, name: &str) -> Option<cfg::Preamble> {
+    *n += 1;
+    Some(cfg::Preamble {
+        id: (kind << 24) | *n,
+        name: name.to_string(),
+        alias: name.rsplit('.').next().unwrap_or(name).to_string(),
+        annotations: Vec::new(),
+    })
+}
+
+/// The P4Info of p4/v1model compiled with `-DINAGG_K=k -DINAGG_SLOTS=slots`.
+pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
+    let mut n = 0u32;
+    let mut info = cfg::P4Info {
+        pkg_info: Some(cfg::PkgInfo {
+            name: "inagg.p4".into(),
+            version: String::new(),
+            arch: "v1model".into(),
+        }),
+        ..Default::default()
+    };
+
+    // Actions, with their parameters (name, width).
+    let actions: [(&str, &[(&str, i32)]); 10] = [
+        ("NoAction", &[]),
+        (
+            "InaggIngress.admission.set_job",
+            &[
+                ("worker_count", 16),
+                ("pool_base", 32),
+                ("pool_size", 32),
+                ("elements", 16),
+                ("generation", 16),
+                ("mcast_grp", 16),
+                ("incarnation", 32),
+            ],
+        ),
+        ("InaggIngress.admission.set_worker", &[("worker", 16)]),
+        (
+            "InaggEgress.result_rewrite.set_receiver",
+            &[("dst_mac", 48), ("dst_addr", 32), ("dst_port", 16)],
+        ),
+        ("InaggEgress.result_rewrite.drop_copy", &[]),
+        ("InaggIngress.queue_select.set_queue", &[("queue", 3)]),
+        ("InaggIngress.l2_forwarding.forward", &[("port", 9)]),
+        ("InaggIngress.l2_forwarding.flood", &[("mcast_grp", 16)]),
+        ("InaggIngress.l2_forwarding.discard", &[]),
+        ("InaggIngress.admission.refuse", &[("reason", 8)]),
+    ];
+    for (name, params) in actions {
+        info.actions.push(cfg::Action {
+            preamble: preamble(0x01, &mut n, name),
+            params: params
+                .iter()
+                .zip(1u32..)
+                .map(|(&(name, bitwidth), id)| cfg::action::Param {
+                    id,
+                    name: name.into(),
+                    annotations: Vec::new(),
+                    bitwidth,
+                })
+                .collect(),
+        });
+    }
+    let action_id = |info: &cfg::P4Info, name: &str| {
+        info.actions
+            .iter()
+            .filter_map(|a| a.preamble.as_ref())
+            .find(|p| p.name == name)
+            .map_or(0, |p| p.id)
+    };
+
+    // Tables: name, exact keys (name, width), actions (name, default only),
+    // const default action, size.
+    type TableSpec<'a> = (
+        &'a str,
+        &'a [(&'a str, i32)],
+        &'a [(&'a str, bool)],
+        Option<&'a str>,
+        i64,
+    );
+    let tables: [TableSpec; 5] = [
+        (
+            "InaggIngress.admission.job_table",
+            &[("job", 16)],
+            &[
+                ("InaggIngress.admission.set_job", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
+        ),
+        (
+            "InaggIngress.admission.worker_table",
+            &[
+                ("job", 16),
+                ("ingress_port", 9),
+                ("src_addr", 32),
+                ("src_port", 16),
+            ],
+            &[
+                ("InaggIngress.admission.set_worker", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            8192,
+        ),
+        (
+            "InaggEgress.result_rewrite.result_receivers",
+            &[("job", 16), ("rid", 16)],
+            &[
+                ("InaggEgress.result_rewrite.set_receiver", false),
+                ("InaggEgress.result_rewrite.drop_copy", true),
+            ],
+            Some("InaggEgress.result_rewrite.drop_copy"),
+            8192,
+        ),
+        (
+            "InaggIngress.queue_select.priority_to_queue",
+            &[("priority", 8)],
+            &[("InaggIngress.queue_select.set_queue", false)],
+            None,
+            256,
+        ),
+        (
+            "InaggIngress.l2_forwarding.l2_forward",
+            &[("dst_addr", 48)],
+            &[
+                ("InaggIngress.l2_forwarding.forward", false),
+                ("InaggIngress.l2_forwarding.flood", false),
+                ("InaggIngress.l2_forwarding.discard", false),
+            ],
+            None,
+            1024,
+        ),
+    ];
+    for (name, keys, actions, const_default, size) in tables {
+        let table = cfg::Table {
+            preamble: preamble(0x02, &mut n, name),
+            match_fields: keys
+                .iter()
+                .zip(1u32..)
+                .map(|(&(name, bitwidth), id)| cfg::MatchField {
+                    id,
+                    name: name.into(),
+                    annotations: Vec::new(),
+                    bitwidth,
+                    r#match: Some(cfg::match_field::Match::MatchType(
+                        cfg::match_field::MatchType::Exact as i32,
+                    )),
+                })
+                .collect(),
+            action_refs: actions
+                .iter()
+                .map(|&(a, default_only)| cfg::ActionRef {
+                    id: action_id(&info, a),
+                    scope: if default_only {
+                        cfg::action_ref::Scope::DefaultOnly as i32
+                    } else {
+                        cfg::action_ref::Scope::TableAndDefault as i32
+                    },
+                    annotations: Vec::new(),
+                })
+                .collect(),
+            const_default_action_id: const_default.map_or(0, |a| action_id(&info, a)),
+            size,
+            is_const_table: false,
+        };
+        info.tables.push(table);
+    }
+
+    let counters: [(&str, i64); 8] = [
+        ("InaggIngress.rx", 1),
+        ("InaggIngress.drops", 10),
+        ("InaggIngress.job_contributions", 65_536),
+        ("InaggIngress.job_results", 65_536),
+        ("InaggIngress.job_resent_results", 65_536),
+        ("InaggIngress.job_duplicates", 65_536),
+        ("InaggIngress.job_dropped", 65_536),
+        ("InaggEgress.tx", 1),
+    ];
+    for (name, size) in counters {
+        info.counters.push(cfg::Counter {
+            preamble: preamble(0x12, &mut n, name),
+            spec: Some(cfg::CounterSpec {
+                unit: cfg::counter_spec::Unit::Both as i32,
+            }),
+            size,
+        });
+    }
+
+    let sets = i32::try_from(slots.saturating_mul(2)).unwrap_or(i32::MAX);
+    let mut registers: Vec<String> = [
+        "incarnation",
+        "bitmap",
+        "contributors",
+        "max_exponent",
+        "round_packet_id",
+        "round_priority",
+    ]
+    .iter()
+    .map(|r| format!("InaggIngress.aggregate.{r}"))
+    .collect();
+    registers.extend((0..k).map(|i| format!("InaggIngress.aggregate.acc_{i:02x}")));
+    for name in registers {
+        info.registers.push(cfg::Register {
+            preamble: preamble(0x16, &mut n, &name),
+            size: sets,
+        });
+    }
+    info
+}
