@@ -93,11 +93,12 @@ impl Client {
             .map_err(|e| unreachable(chain(&e)))?
             .connect_timeout(timeout)
             .tcp_nodelay(true);
-        let channel = match rt.block_on(tokio::time::timeout(timeout, endpoint.connect())) {
-            Err(_) => return Err(unreachable(format!("no connection within {timeout:?}"))),
-            Ok(Err(e)) => return Err(unreachable(chain(&e))),
-            Ok(Ok(c)) => c,
-        };
+        let channel =
+            match rt.block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await }) {
+                Err(_) => return Err(unreachable(format!("no connection within {timeout:?}"))),
+                Ok(Err(e)) => return Err(unreachable(chain(&e))),
+                Ok(Ok(c)) => c,
+            };
         let mut grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
 
         // Arbitration: send our election id, wait for the switch's verdict.
@@ -136,24 +137,25 @@ impl Client {
                 }
             }
         };
-        let (update, replies) = match rt.block_on(tokio::time::timeout(timeout, arbitration)) {
-            Err(_) => {
-                return Err(unreachable(format!(
-                    "no arbitration answer within {timeout:?}"
-                )))
-            }
-            Ok(Err(status)) => {
-                return Err(status_error(addr, "StreamChannel (arbitration)", &status))
-            }
-            Ok(Ok(Err(e))) => {
-                return Err(ControlError::Rpc {
-                    op: "StreamChannel (arbitration)".into(),
-                    code: e.canonical_code,
-                    message: e.message,
-                })
-            }
-            Ok(Ok(Ok(answer))) => answer,
-        };
+        let (update, replies) =
+            match rt.block_on(async { tokio::time::timeout(timeout, arbitration).await }) {
+                Err(_) => {
+                    return Err(unreachable(format!(
+                        "no arbitration answer within {timeout:?}"
+                    )))
+                }
+                Ok(Err(status)) => {
+                    return Err(status_error(addr, "StreamChannel (arbitration)", &status))
+                }
+                Ok(Ok(Err(e))) => {
+                    return Err(ControlError::Rpc {
+                        op: "StreamChannel (arbitration)".into(),
+                        code: e.canonical_code,
+                        message: e.message,
+                    })
+                }
+                Ok(Ok(Ok(answer))) => answer,
+            };
         let status = update.status.unwrap_or_default();
         if status.code != 0 {
             let highest = update
@@ -183,13 +185,17 @@ impl Client {
         })
     }
 
-    /// Runs one call with the timeout.
+    /// Runs one call with the timeout (the timer is made inside the runtime,
+    /// which it needs).
     fn call<T>(
         &self,
         op: &str,
         fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
-        match self.rt.block_on(tokio::time::timeout(self.timeout, fut)) {
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
+        {
             Err(_) => Err(ControlError::Rpc {
                 op: op.into(),
                 code: DEADLINE_EXCEEDED,
