@@ -254,7 +254,7 @@ impl State {
                     return Err(Status::out_of_range("counter index"));
                 }
                 self.counters
-                    .insert((c.counter_id, index), c.data.clone().unwrap_or_default());
+                    .insert((c.counter_id, index), c.data.unwrap_or_default());
             }
             None => return Err(Status::invalid_argument("empty entity")),
         }
@@ -587,6 +587,9 @@ fn spec(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> JobSpec {
 
 struct Ids(P4Info);
 
+/// An action and its parameters, by name.
+type NamedAction<'a> = (&'a str, &'a [(&'a str, &'a [u8])]);
+
 impl Ids {
     fn new() -> Ids {
         Ids(v1model_p4info(64, 8192))
@@ -641,7 +644,7 @@ impl Ids {
         &self,
         table: &str,
         matches: &[(&str, &[u8])],
-        action: Option<(&str, &[(&str, &[u8])])>,
+        action: Option<NamedAction>,
     ) -> p4::Entity {
         p4::Entity {
             entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
@@ -1323,7 +1326,7 @@ fn a_partly_installed_job_is_reported_and_can_be_deleted() {
             .iter()
             .filter(|(k, _)| k.0 == worker_table)
             .map(|(k, _)| k.clone())
-            .last()
+            .next_back()
             .unwrap();
         s.tables.remove(&key);
     }

@@ -32,7 +32,6 @@ const MAX_MESSAGE: usize = 64 << 20;
 
 /// A connected, primary P4Runtime client for one device.
 pub(crate) struct Client {
-    rt: Runtime,
     grpc: P4RuntimeClient<Channel>,
     addr: SocketAddr,
     device_id: u64,
@@ -44,6 +43,8 @@ pub(crate) struct Client {
         mpsc::Sender<p4::StreamMessageRequest>,
         tonic::Streaming<p4::StreamMessageResponse>,
     ),
+    /// Declared last so it is dropped last, after everything that lives on it.
+    rt: Runtime,
 }
 
 impl std::fmt::Debug for Client {
