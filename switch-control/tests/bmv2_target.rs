@@ -1036,6 +1036,26 @@ fn bad_jobs_are_refused_before_anything_is_written() {
     assert_eq!(no_topology.jobs().unwrap().len(), 1);
 
     assert_eq!(sw.writes().len(), before, "nothing written");
+
+    // Full tables are refused before anything is written, too.
+    let mut info = v1model_p4info(64, 8192);
+    for t in &mut info.tables {
+        if t.preamble.as_ref().unwrap().name == JOB_TABLE {
+            t.size = 1;
+        }
+    }
+    let small = Switch::start(State::with_pipeline(info));
+    let mut t = small.connect();
+    install_job(&mut t, &spec(1, &["10.0.0.1:5000"], 0, 8)).unwrap();
+    let before = small.writes().len();
+    let msg = install_job(&mut t, &spec(2, &["10.0.0.2:5000"], 8, 8))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("job 2: InaggIngress.admission.job_table holds 1 of its 1 entries"),
+        "{msg}"
+    );
+    assert_eq!(small.writes().len(), before);
 }
 
 #[test]

@@ -144,6 +144,8 @@ pub struct Field {
 pub struct JobTable {
     /// Table id.
     pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
     /// Key `job`.
     pub job: Field,
     /// Action `set_job`.
@@ -176,6 +178,8 @@ pub struct SetJob {
 pub struct WorkerTable {
     /// Table id.
     pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
     /// Key `job`.
     pub job: Field,
     /// Key `ingress_port`.
@@ -202,6 +206,8 @@ pub struct SetWorker {
 pub struct ResultReceivers {
     /// Table id.
     pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
     /// Key `job`.
     pub job: Field,
     /// Key `rid`.
@@ -294,6 +300,7 @@ impl Schema {
         let a = l.action(t, names::SET_JOB)?;
         let job_table = JobTable {
             id: l.table_id(t),
+            size: t.size,
             job: l.exact(t, key::JOB)?,
             set_job: SetJob {
                 id: l.action_id(a),
@@ -311,6 +318,7 @@ impl Schema {
         let a = l.action(t, names::SET_WORKER)?;
         let worker_table = WorkerTable {
             id: l.table_id(t),
+            size: t.size,
             job: l.exact(t, key::JOB)?,
             ingress_port: l.exact(t, key::INGRESS_PORT)?,
             src_addr: l.exact(t, key::SRC_ADDR)?,
@@ -325,6 +333,7 @@ impl Schema {
         let a = l.action(t, names::SET_RECEIVER)?;
         let result_receivers = ResultReceivers {
             id: l.table_id(t),
+            size: t.size,
             job: l.exact(t, key::JOB)?,
             rid: l.exact(t, key::RID)?,
             set_receiver: SetReceiver {
@@ -532,6 +541,7 @@ mod tests {
         assert_eq!(s.result_receivers.set_receiver.dst_mac.bitwidth, 48);
         assert_eq!(s.job_table.set_job.incarnation.bitwidth, 32);
         assert_eq!(s.counters.drops.size, 10);
+        assert_eq!((s.job_table.size, s.worker_table.size), (1024, 8192));
         assert_eq!(s.counters.job_results.size, 65_536);
         // Ids are p4c's: the kind in the top byte.
         assert_eq!(s.job_table.id >> 24, 0x02);

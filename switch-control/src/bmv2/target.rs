@@ -348,6 +348,34 @@ impl Bmv2Target {
         Ok(())
     }
 
+    /// Refuses a job the tables have no room for, before writing anything.
+    fn check_room(&self, state: &SwitchState, spec: &JobSpec) -> Result<()> {
+        use p4info::names::{JOB_TABLE, RESULT_RECEIVERS, WORKER_TABLE};
+        let s = &self.schema;
+        let n = spec.workers.len();
+        for (name, used, more, size) in [
+            (JOB_TABLE, state.jobs.len(), 1, s.job_table.size),
+            (WORKER_TABLE, state.workers.len(), n, s.worker_table.size),
+            (
+                RESULT_RECEIVERS,
+                state.receivers.len(),
+                n,
+                s.result_receivers.size,
+            ),
+        ] {
+            if size > 0 && (used + more) as i64 > size {
+                return Err(ControlError::Api(ApiError::Invalid {
+                    message: format!(
+                        "job {}: {name} holds {used} of its {size} entries and the job needs \
+                         {more} more; delete a job or rebuild the program with larger tables",
+                        spec.id
+                    ),
+                }));
+            }
+        }
+        Ok(())
+    }
+
     /// The writes that install `spec`, in order.
     fn install_plan(&self, spec: &JobSpec, hosts: &[Host], incarnation: u32) -> Result<Vec<Step>> {
         let s = &self.schema;
@@ -849,6 +877,7 @@ impl Target for Bmv2Target {
         };
         validate_job(spec, installed.iter().map(|(s, _)| s), config)?;
         self.check_compiled(spec)?;
+        self.check_room(&state, spec)?;
         let topology = self.topology.as_ref().ok_or_else(|| ControlError::Config {
             path: "--topology".into(),
             message: "creating a job on bmv2 needs the topology file: each worker's switch port \
