@@ -33,7 +33,7 @@ use super::bytestring;
 use super::client::{rpc_code, Client};
 use super::p4info::{self, Field, Schema};
 use super::proto::p4::v1 as p4;
-use super::topology::{Host, Mac, Topology};
+use super::topology::{Host, Topology};
 use crate::target::{ControlError, Result, Target};
 
 /// gRPC canonical codes the target reacts to.
@@ -95,6 +95,27 @@ pub struct Bmv2Target {
     pipeline: PipelineAction,
     /// The last incarnation handed out; the next is one more.
     incarnation: u32,
+}
+
+/// Resolves the names through the P4Info of the pipeline the switch runs.
+fn schema_from_switch(client: &Client) -> Result<Schema> {
+    use p4::get_forwarding_pipeline_config_request::ResponseType;
+    let source = format!("the switch at {}", client.addr());
+    let no_pipeline = |why: String| ControlError::P4Info {
+        source_name: source.clone(),
+        message: format!(
+            "{why}; push inagg's pipeline with --p4info p4/build/v1model/inagg.p4info.bin \
+             --bmv2-json p4/build/v1model/inagg.json"
+        ),
+    };
+    let config = client
+        .pipeline(ResponseType::P4infoAndCookie)
+        .map_err(|e| no_pipeline(format!("cannot read the installed pipeline ({e})")))?;
+    let info = config
+        .and_then(|c| c.p4info)
+        .filter(|i| !i.tables.is_empty())
+        .ok_or_else(|| no_pipeline("the switch has no pipeline".into()))?;
+    Schema::resolve(&info, &source)
 }
 
 /// FNV-1a, 64 bits: the pipeline cookie (stable across builds, unlike
@@ -168,30 +189,10 @@ impl Bmv2Target {
             }
         }
 
-        let schema =
-            match file {
-                Some((_, schema)) => schema,
-                None => {
-                    let source = format!("the switch at {}", options.addr);
-                    let no_pipeline = |why: String| ControlError::P4Info {
-                        source_name: source.clone(),
-                        message: format!(
-                            "{why}; push inagg's pipeline with --p4info \
-                         p4/build/v1model/inagg.p4info.bin --bmv2-json p4/build/v1model/inagg.json"
-                        ),
-                    };
-                    let config = client
-                    .pipeline(
-                        p4::get_forwarding_pipeline_config_request::ResponseType::P4infoAndCookie,
-                    )
-                    .map_err(|e| no_pipeline(format!("cannot read the installed pipeline ({e})")))?;
-                    let info = config
-                        .and_then(|c| c.p4info)
-                        .filter(|i| !i.tables.is_empty())
-                        .ok_or_else(|| no_pipeline("the switch has no pipeline".into()))?;
-                    Schema::resolve(&info, &source)?
-                }
-            };
+        let schema = match file {
+            Some((_, schema)) => schema,
+            None => schema_from_switch(&client)?,
+        };
 
         let seed = std::collections::hash_map::RandomState::new()
             .hash_one((std::time::SystemTime::now(), std::process::id()));
@@ -219,10 +220,9 @@ impl Bmv2Target {
         self.client.addr()
     }
 
-    /// A non-zero incarnation no installed job has; successive calls never
-    /// repeat one (the sequence starts at a random point per connection, so
-    /// separate runs do not repeat each other's either, but for a 2^-32
-    /// chance).
+    /// A non-zero incarnation no installed job has. Successive calls never
+    /// repeat one; the sequence starts at a random point per connection, so
+    /// separate runs repeat each other's with a chance of about 2^-32 only.
     fn fresh_incarnation(&mut self, in_use: &[u32]) -> u32 {
         loop {
             self.incarnation = self.incarnation.wrapping_add(1);
@@ -376,8 +376,14 @@ impl Bmv2Target {
         Ok(())
     }
 
-    /// The writes that install `spec`, in order.
-    fn install_plan(&self, spec: &JobSpec, hosts: &[Host], incarnation: u32) -> Result<Vec<Step>> {
+    /// The writes that install `spec`: the group and the per-worker entries
+    /// in order, and the job_table entry, which goes in last.
+    fn install_plan(
+        &self,
+        spec: &JobSpec,
+        hosts: &[Host],
+        incarnation: u32,
+    ) -> Result<(Vec<Step>, Step)> {
         let s = &self.schema;
         let job = u64::from(spec.id);
         let group = u32::from(spec.id) + 1;
@@ -453,7 +459,7 @@ impl Bmv2Target {
         let t = &s.job_table;
         let a = &t.set_job;
         let what = format!("job_table entry for job {}", spec.id);
-        steps.push(Step {
+        let last = Step {
             entity: table_entity(
                 t.id,
                 vec![exact(t.job, job, &what)?],
@@ -472,8 +478,8 @@ impl Bmv2Target {
             ),
             what: format!("insert {what}"),
             replace_existing: false,
-        });
-        Ok(steps)
+        };
+        Ok((steps, last))
     }
 
     /// Zeroes job `id`'s per-job counters, so that a new job starts from 0
@@ -755,8 +761,9 @@ impl ReceiverEntry {
         let t = "result_receivers";
         let r = &s.result_receivers;
         let a = entry_action(t, e, r.set_receiver.id, SET_RECEIVER)?;
-        // Checked for range, not kept: jobs are reported by endpoint.
-        Mac::from_u64(param_value(t, a, r.set_receiver.dst_mac, p::DST_MAC)?);
+        // Checked (it must decode and fit), not kept: jobs are reported by
+        // endpoint.
+        param_value(t, a, r.set_receiver.dst_mac, p::DST_MAC)?;
         let addr: u32 = narrow(
             t,
             p::DST_ADDR,
@@ -892,8 +899,7 @@ impl Target for Bmv2Target {
             .collect::<Result<Vec<Host>>>()?;
         let in_use: Vec<u32> = installed.iter().map(|(_, inc)| *inc).collect();
         let incarnation = self.fresh_incarnation(&in_use);
-        let mut steps = self.install_plan(spec, &hosts, incarnation)?;
-        let last = steps.pop().expect("the plan ends with the job_table entry");
+        let (steps, last) = self.install_plan(spec, &hosts, incarnation)?;
 
         self.remove_leftovers(&state, spec.id)?;
         let mut done: Vec<p4::Entity> = Vec::new();
