@@ -9,6 +9,7 @@
 
 pub mod agent_cmd;
 pub mod bench;
+pub mod conformance_cmd;
 pub mod demo;
 pub mod emu_cmd;
 pub mod local;

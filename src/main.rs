@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use inagg::{agent_cmd, bench, demo, emu_cmd};
+use inagg::{agent_cmd, bench, conformance_cmd, demo, emu_cmd};
 use inagg_switch_control::cli as ctl;
 
 /// In-network aggregation: all-reduce through a (software) switch.
@@ -26,6 +26,8 @@ enum Command {
     Agent(agent_cmd::AgentArgs),
     /// Program and inspect a switch.
     Ctl(ctl::CtlArgs),
+    /// Replay the conformance vectors against the emulator or a switch on real ports.
+    Conformance(conformance_cmd::ConformanceArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Emu(args) => emu_cmd::run(&args),
         Command::Agent(args) => agent_cmd::run(&args),
+        Command::Conformance(args) => conformance_cmd::run(&args),
         Command::Ctl(args) => {
             ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from)
         }
