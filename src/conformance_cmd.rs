@@ -22,7 +22,7 @@ use crossbeam_channel::{Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use inagg_emu::conformance::{self, parse_mac, Case, Sent};
 use inagg_emu::counters::DropReason;
-use inagg_switch_control::emu::EmuTarget;
+use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::target::Target;
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
 
@@ -42,9 +42,21 @@ pub struct ConformanceArgs {
     /// The MAC address frames are sent to (the switch port's).
     #[arg(long, default_value = "02:5e:00:00:00:01")]
     pub switch_mac: String,
-    /// The switch's control endpoint (the emulator target).
-    #[arg(long, default_value = "127.0.0.1:47001")]
-    pub addr: SocketAddr,
+    /// Which kind of switch programs the vectors' jobs (with --ports).
+    #[arg(long, value_enum, default_value_t = TargetKind::Emu)]
+    pub target: TargetKind,
+    /// The target's control endpoint [default: 127.0.0.1:47001 for emu,
+    /// 127.0.0.1:9559 for bmv2].
+    #[arg(long)]
+    pub addr: Option<SocketAddr>,
+    /// Options of the bmv2 target.
+    #[command(flatten)]
+    pub bmv2: Bmv2Args,
+    /// Print the bmv2 topology file (each worker's port and MAC, from the
+    /// vectors) with a `# ports:` comment listing every switch port the
+    /// vectors use, and exit.
+    #[arg(long)]
+    pub print_topology: bool,
     /// How long the switch may stay silent before a step's output is
     /// considered complete, in milliseconds.
     #[arg(long, default_value_t = 100)]
@@ -56,6 +68,9 @@ pub fn run(args: &ConformanceArgs) -> Result<()> {
     let files = vector_files(&args.paths)?;
     if files.is_empty() {
         bail!("no conformance vectors (*.json) in {:?}", args.paths);
+    }
+    if args.print_topology {
+        return print_topology(&files);
     }
     let mut wire = if args.ports.is_empty() {
         None
@@ -91,6 +106,33 @@ pub fn run(args: &ConformanceArgs) -> Result<()> {
     }
 }
 
+/// The topology a P4 target needs for the vectors: every job worker's port
+/// and MAC by IPv4 address, and every port an input arrives on.
+fn print_topology(files: &[PathBuf]) -> Result<()> {
+    let mut workers = BTreeMap::new();
+    let mut ports = std::collections::BTreeSet::new();
+    for path in files {
+        let case = conformance::load(path).map_err(|e| anyhow!(e))?;
+        for w in case.jobs.iter().flat_map(|j| &j.workers) {
+            let ip = w.addr.ip();
+            if let Some((port, mac)) = workers.insert(ip, (w.port, w.mac.clone())) {
+                if (port, &mac) != (w.port, &w.mac) {
+                    bail!("{}: {ip} is on two ports or has two MACs", path.display());
+                }
+            }
+            ports.insert(w.port);
+        }
+        ports.extend(case.packets.iter().map(|s| s.input.port));
+    }
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    println!("# ports: {}", list.join(","));
+    println!("[workers]");
+    for (ip, (port, mac)) in workers {
+        println!("\"{ip}\" = {{ port = {port}, mac = \"{mac}\" }}");
+    }
+    Ok(())
+}
+
 fn vector_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in paths {
@@ -119,7 +161,7 @@ struct Wire {
     captured: Receiver<Captured>,
     switch: SocketAddrV4,
     switch_mac: [u8; 6],
-    target: EmuTarget,
+    target: Box<dyn Target>,
     quiet: Duration,
 }
 
@@ -142,7 +184,7 @@ impl Wire {
             senders.insert(port, open_port(iface, port, tx.clone())?);
         }
         let switch_mac = parse_mac(&args.switch_mac).map_err(|e| anyhow!(e))?;
-        let target = EmuTarget::connect(args.addr)?;
+        let target = connect_target(args.target, args.addr, &args.bmv2)?;
         Ok(Wire {
             senders,
             captured: rx,

@@ -174,31 +174,39 @@ pub enum JobCommand {
 
 /// Connects to the target `args` name.
 pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target>> {
-    match args.target {
+    connect_target(args.target, args.addr, &args.bmv2)
+}
+
+/// Connects to a target of the given kind: `addr` defaults per kind, the
+/// bmv2 options apply to bmv2 only. Shared by `inagg ctl` and the other
+/// commands that program a switch (`inagg conformance`).
+pub fn connect_target(
+    kind: TargetKind,
+    addr: Option<SocketAddr>,
+    bmv2: &Bmv2Args,
+) -> Result<Box<dyn Target>> {
+    match kind {
         TargetKind::Emu => {
-            if args.bmv2.any() {
+            if bmv2.any() {
                 return Err(ControlError::Unsupported {
                     target: "emulator",
                     what: "the bmv2 options (--device-id, --election-id, --p4info, --bmv2-json, \
                            --topology); use them with --target bmv2",
                 });
             }
-            let addr = args
-                .addr
-                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
+            let addr = addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
             Ok(Box::new(EmuTarget::connect(addr)?))
         }
-        TargetKind::Bmv2 => connect_bmv2(args),
+        TargetKind::Bmv2 => connect_bmv2(addr, bmv2),
     }
 }
 
 #[cfg(feature = "bmv2")]
-fn connect_bmv2(args: &CtlArgs) -> Result<Box<dyn Target>> {
+fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target>> {
     use crate::bmv2::{Bmv2Options, Bmv2Target, Topology};
     let defaults = Bmv2Options::default();
-    let b = &args.bmv2;
     let options = Bmv2Options {
-        addr: args.addr.unwrap_or(defaults.addr),
+        addr: addr.unwrap_or(defaults.addr),
         device_id: b.device_id.unwrap_or(defaults.device_id),
         election_id: b.election_id.map_or(defaults.election_id, u128::from),
         p4info: b.p4info.clone(),
@@ -210,7 +218,7 @@ fn connect_bmv2(args: &CtlArgs) -> Result<Box<dyn Target>> {
 }
 
 #[cfg(not(feature = "bmv2"))]
-fn connect_bmv2(_args: &CtlArgs) -> Result<Box<dyn Target>> {
+fn connect_bmv2(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target>> {
     Err(ControlError::Unsupported {
         target: "bmv2",
         what: "anything in this build: rebuild inagg with the `bmv2` feature",

@@ -3,7 +3,8 @@
 # veth pairs whose other ends sit in network namespaces made here, program
 # the switch with `inagg ctl --target bmv2`, and all-reduce with one
 # `inagg agent` per namespace (int32 exact, then float32), checking every
-# result.
+# result; then replay the conformance vectors (tests/conformance/) on the
+# switch's ports as raw frames with `inagg conformance --target bmv2`.
 #
 #   tests/bmv2/run.sh                 # 3 workers, K = 64, 100000 elements
 #   WORKERS=4 LEN=1000000 tests/bmv2/run.sh
@@ -164,6 +165,47 @@ ctl counters
 # 6. Remove the job; the switch holds nothing after.
 ctl job delete 1
 [ "$(ctl --json job list | tr -d ' \n')" = "[]" ] || fail "job 1 still listed after delete"
+passed=$((passed + 1))
+
+# 7. The conformance vectors on the wire. They use K = 8, so a second build;
+#    a second switch, in a namespace of its own that also holds the other
+#    ends of its ports, where `inagg conformance` sends every vector's packets
+#    as raw frames and captures what the switch sends back.
+kill "$switch_pid" 2>/dev/null || true
+wait "$switch_pid" 2>/dev/null || true
+switch_pid=""
+echo "$name: building p4/v1model (K=8) for the conformance vectors"
+P4_BUILD_DIR="$tmp/p4-k8" K=8 "$repo/p4/build.sh" v1model
+cns="ibc$id"
+ip netns add "$cns"
+namespaces+=("$cns")
+ip -n "$cns" link set lo up
+ctop="$tmp/conformance-topology.toml"
+"$inagg" conformance "$repo/tests/conformance" --print-topology >"$ctop"
+cifaces=()
+cpairs=()
+for p in $(sed -n 's/^# ports: //p' "$ctop" | tr ',' ' '); do
+    ip -n "$cns" link add "cs$p" type veth peer name "ch$p"
+    ip -n "$cns" link set "cs$p" up
+    ip -n "$cns" link set "ch$p" up
+    ip netns exec "$cns" sysctl -qw "net.ipv6.conf.cs$p.disable_ipv6=1" "net.ipv6.conf.ch$p.disable_ipv6=1" 2>/dev/null || true
+    cifaces+=(-i "$p@cs$p")
+    cpairs+=("ch$p=$p")
+done
+ip netns exec "$cns" simple_switch_grpc --device-id 0 "${cifaces[@]}" --no-p4 \
+    -- --grpc-server-addr "$grpc" --priority-queues 8 >"$tmp/switch.log" 2>&1 &
+switch_pid=$!
+for ((i = 0; i < 100; i++)); do
+    if ip netns exec "$cns" bash -c "exec 3<>/dev/tcp/127.0.0.1/$grpc_port" 2>/dev/null; then break; fi
+    kill -0 "$switch_pid" 2>/dev/null || fail "simple_switch_grpc (conformance) exited (log above)"
+    sleep 0.1
+done
+ip netns exec "$cns" "$inagg" conformance "$repo/tests/conformance" \
+    --target bmv2 --addr "$grpc" --topology "$ctop" \
+    --p4info "$tmp/p4-k8/v1model/inagg.p4info.bin" --bmv2-json "$tmp/p4-k8/v1model/inagg.json" \
+    --ports "$(IFS=,; echo "${cpairs[*]}")" \
+    --switch 10.0.0.100:47000 --switch-mac 02:5e:00:00:00:01 ||
+    fail "conformance vectors on bmv2"
 passed=$((passed + 1))
 
 echo "$name: bmv2 end to end passed"
