@@ -15,7 +15,7 @@ use inagg_host_agent::quant::{block_exponent, dequantize, quantize};
 use inagg_wire::{Packet, Repr};
 use serde::Serialize;
 
-use crate::local::{run_all, JobParams, LocalCluster};
+use crate::local::{run_all, JobParams, LocalCluster, PoolArgs};
 use crate::ring::ring_allreduce;
 use crate::verify::{check_f32, gradient};
 
@@ -25,15 +25,9 @@ pub struct BenchArgs {
     /// Float elements per tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
-    /// Elements per packet for the all-reduce runs: by default the largest
-    /// datagram, whose per-packet kernel cost is amortised like TCP's 64 KiB
-    /// segments on loopback.
-    #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
-    pub k: u16,
-    /// Pool slots (window) for the all-reduce runs: a small window of large
-    /// packets keeps every worker's packets in cache.
-    #[arg(long, default_value_t = 8)]
-    pub window: u32,
+    // K and window of the all-reduce runs (K also sizes the quantize chunks).
+    #[command(flatten)]
+    pub pool: PoolArgs,
     /// Repetitions of each measurement: the best for the single-core
     /// kernels, the median of interleaved runs for the all-reduces.
     #[arg(long, default_value_t = 5)]
@@ -89,7 +83,7 @@ fn gbs(bytes: usize, d: Duration) -> f64 {
 
 /// Runs every measurement and prints the report.
 pub fn run(args: &BenchArgs) -> Result<()> {
-    if args.elements == 0 || args.k == 0 || args.window == 0 || args.repeat == 0 {
+    if args.elements == 0 || args.pool.k == 0 || args.pool.window == 0 || args.repeat == 0 {
         anyhow::bail!("--elements, -k, --window and --repeat must be at least 1");
     }
     if let Some(n) = args
@@ -135,7 +129,7 @@ fn quant_rates(args: &BenchArgs) -> Result<(f64, f64)> {
     let src = gradient(1, 0, args.elements);
     let bytes = src.len() * 4;
     let mut dst = vec![0f32; src.len()];
-    let k = usize::from(args.k);
+    let k = usize::from(args.pool.k);
     let mut wire = vec![0u8; k * 4];
     let (mut copy, mut quant) = (Duration::MAX, Duration::MAX);
     for _ in 0..args.repeat * 4 {
@@ -213,8 +207,8 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
             id: 1,
             workers: n,
             pool_base: 0,
-            pool_size: args.window,
-            elements: args.k,
+            pool_size: args.pool.window,
+            elements: args.pool.k,
         },
         |_| {},
     )?;
@@ -225,7 +219,7 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
     for _ in 0..args.repeat {
         let mut data = inputs.clone();
         let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d))?;
-        verified &= check_f32(&inputs, &data, usize::from(args.k)).verified;
+        verified &= check_f32(&inputs, &data, usize::from(args.pool.k)).verified;
         inagg_times.push(stats.iter().map(|s| s.elapsed).max().unwrap_or_default());
         let mut data = inputs.clone();
         ring_times.push(ring_allreduce(&mut data)?);
@@ -242,7 +236,7 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
 fn print(r: &BenchReport, a: &BenchArgs) {
     println!(
         "inagg bench: {} floats per tensor, K={} window={}, {} runs (kernels: best; all-reduce: median)",
-        a.elements, a.k, a.window, a.repeat
+        a.elements, a.pool.k, a.pool.window, a.repeat
     );
     println!(
         "quantize+dequantize  {:>7.2} GB/s   (copy {:.2} GB/s; ratio {:.2})",

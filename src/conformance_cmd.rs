@@ -21,7 +21,6 @@ use clap::Args;
 use crossbeam_channel::{Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use inagg_emu::conformance::{self, parse_mac, Case, Sent};
-use inagg_emu::counters::DropReason;
 use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::target::Target;
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
@@ -286,14 +285,7 @@ impl Wire {
             return Ok(());
         };
         let counters = self.target.counters()?;
-        for reason in DropReason::ALL.iter().take(8) {
-            let expected = want.drops.get(reason.name()).copied().unwrap_or(0);
-            let got = counters.dropped(*reason);
-            if got != expected {
-                bail!("drops[{}]: got {got}, want {expected}", reason.name());
-            }
-        }
-        Ok(())
+        conformance::check_drops(&counters, want).map_err(|e| anyhow!(e))
     }
 }
 

@@ -14,7 +14,7 @@ use inagg_host_agent::Stats;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::local::{run_all, JobParams, LocalCluster};
+use crate::local::{run_all, JobParams, LocalCluster, PoolArgs};
 use crate::verify::{check_f32, gradient, FloatCheck};
 
 /// Options of `inagg demo`.
@@ -26,13 +26,9 @@ pub struct DemoArgs {
     /// Float elements in the tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
-    /// Elements per packet (K): the emulator takes up to 16370 (one UDP
-    /// datagram); a Tofino job uses 64.
-    #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
-    pub k: u16,
-    /// Slots in the job's pool: the window of outstanding packets.
-    #[arg(long, default_value_t = 8)]
-    pub window: u32,
+    // K and window.
+    #[command(flatten)]
+    pub pool: PoolArgs,
     /// Packet loss probability, each direction.
     #[arg(long, default_value_t = 0.01)]
     pub loss: f64,
@@ -104,8 +100,8 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         id: 1,
         workers: args.workers,
         pool_base: 0,
-        pool_size: args.window,
-        elements: args.k,
+        pool_size: args.pool.window,
+        elements: args.pool.k,
     };
     let mut workers = cluster.job(params, |_| {})?;
     let inputs: Vec<Vec<f32>> = (0..args.workers as usize)
@@ -121,7 +117,7 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d));
     bar.finish_and_clear();
     let stats = stats?;
-    let check = check_f32(&inputs, &data, usize::from(args.k));
+    let check = check_f32(&inputs, &data, usize::from(args.pool.k));
     let counters = cluster.emu.state().switch.counters().clone();
     let mut sum = Stats::default();
     stats.iter().for_each(|s| sum.merge(s));
@@ -130,8 +126,8 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         verified: check.verified,
         workers: args.workers,
         elements: args.elements,
-        k: args.k,
-        window: args.window,
+        k: args.pool.k,
+        window: args.pool.window,
         loss: args.loss,
         seconds,
         goodput_gbps: sum.goodput_gbps(),

@@ -11,6 +11,21 @@ use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
 
+/// Packet size and window of a job run through the emulator, as `demo` and
+/// `bench` take them: by default the largest datagram, whose per-packet
+/// kernel cost is amortised like TCP's 64 KiB segments on loopback, and a
+/// small window, which keeps every worker's packets in cache.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PoolArgs {
+    /// Elements per packet (K): the emulator takes up to 16370 (one UDP
+    /// datagram); a Tofino job uses 64.
+    #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
+    pub k: u16,
+    /// Slots in the job's pool: the window of outstanding packets.
+    #[arg(long, default_value_t = 8)]
+    pub window: u32,
+}
+
 /// A job to set up: id, size, pool and K.
 #[derive(Debug, Clone, Copy)]
 pub struct JobParams {

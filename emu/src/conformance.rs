@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::api::JobSpec;
-use crate::counters::DropReason;
+use crate::counters::{Counters, DropReason};
 use crate::switch::{Action, Switch, SwitchConfig};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
 use serde::Deserialize;
@@ -276,6 +276,29 @@ pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
         .map_err(|_| format!("bad MAC address {mac:?}"))
 }
 
+/// Checks drop counters against a vector: every reason it lists, and zero
+/// for every reason it does not. Any target's counters can be checked.
+pub fn check_drops(counters: &Counters, want: &CounterVector) -> Result<(), String> {
+    for reason in DropReason::ALL {
+        let expected = want.drops.get(reason.name()).copied().unwrap_or(0);
+        let got = counters.dropped(reason);
+        if got != expected {
+            return Err(format!(
+                "drops[{}]: got {got}, want {expected}",
+                reason.name()
+            ));
+        }
+    }
+    if let Some(name) = want
+        .drops
+        .keys()
+        .find(|n| !DropReason::ALL.iter().any(|r| r.name() == *n))
+    {
+        return Err(format!("unknown drop reason {name:?} in the vector"));
+    }
+    Ok(())
+}
+
 /// What leaves the switch for an action: the multicast copies (each
 /// rewritten for its receiver, as the P4 egress does) or the unicast resend.
 fn egress(
@@ -310,23 +333,7 @@ fn egress(
 
 pub fn check_counters(sw: &Switch, want: Option<&CounterVector>) -> Result<(), String> {
     let Some(want) = want else { return Ok(()) };
-    for reason in DropReason::ALL {
-        let expected = want.drops.get(reason.name()).copied().unwrap_or(0);
-        let got = sw.counters().dropped(reason);
-        if got != expected {
-            return Err(format!(
-                "drops[{}]: got {got}, want {expected}",
-                reason.name()
-            ));
-        }
-    }
-    if let Some(name) = want
-        .drops
-        .keys()
-        .find(|n| !DropReason::ALL.iter().any(|r| r.name() == *n))
-    {
-        return Err(format!("unknown drop reason {name:?} in the vector"));
-    }
+    check_drops(sw.counters(), want)?;
     for (&id, fields) in &want.jobs {
         let info = sw.job(id).map_err(|e| e.to_string())?;
         let c = serde_json::to_value(&info.counters).map_err(|e| e.to_string())?;

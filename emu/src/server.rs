@@ -270,27 +270,28 @@ impl DataPlane {
     /// only the 24-byte header is written per receiver.
     fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
         let action = state.switch.process(bytes, from, &mut self.result);
-        let (targets, job) = match action {
-            Action::Multicast { job } => (None, job),
-            Action::Unicast { to } => (Some(to), 0),
-            Action::Absorbed | Action::Drop(_) => return,
-        };
+        if matches!(action, Action::Absorbed | Action::Drop(_)) {
+            return;
+        }
         let Some(head) = self.result.get(..HEADER_LEN) else {
             return;
         };
         let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
         let payload = self.tx.stage(&self.result[HEADER_LEN..]);
-        if let Some(to) = targets {
-            return self.egress(state, &head, &payload, to);
-        }
-        // Addresses are Copy: look each up rather than clone the list.
-        for id in 0.. {
-            let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
-                break;
-            };
-            // The egress rewrite: each copy names its receiver.
-            Packet::new_unchecked(&mut head[..]).set_worker(id as u16);
-            self.egress(state, &head, &payload, addr);
+        match action {
+            Action::Unicast { to } => self.egress(state, &head, &payload, to),
+            Action::Multicast { job } => {
+                // Addresses are Copy: look each up rather than clone the list.
+                for id in 0.. {
+                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
+                        break;
+                    };
+                    // The egress rewrite: each copy names its receiver.
+                    Packet::new_unchecked(&mut head[..]).set_worker(id as u16);
+                    self.egress(state, &head, &payload, addr);
+                }
+            }
+            Action::Absorbed | Action::Drop(_) => {}
         }
     }
 

@@ -43,5 +43,6 @@ fn a_wrong_expectation_is_reported() {
     // And a bad vector is an error, not a panic.
     let step = case.packets.iter_mut().find(|s| !s.out.is_empty()).unwrap();
     step.out[0].packet.fields.as_mut().unwrap().kind = "bogus".into();
-    assert!(run(&case).is_err());
+    let err = run(&case).unwrap_err();
+    assert!(err.contains("unknown kind \"bogus\""), "{err}");
 }
