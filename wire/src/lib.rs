@@ -8,12 +8,15 @@
 //!   emits. docs/PROTOCOL.md is the contract; the tests beside the code hold
 //!   byte-array fixtures of it.
 //! - [`payload`]: bulk conversion between int32 slices and payload bytes.
+//! - [`frame`]: Ethernet/IPv4/UDP frames and ARP for the raw-Ethernet
+//!   (DPDK) data paths.
 //! - [`udp`]: batched datagram I/O (`recvmmsg`/`sendmmsg`) over a kernel UDP
 //!   socket, the fallback data path both ends use.
 //!
 //! Untrusted input enters through [`Packet::new_checked`] and [`Repr::parse`];
 //! they return an [`Error`] rather than panic.
 
+pub mod frame;
 pub mod header;
 pub mod payload;
 pub mod udp;

@@ -1,0 +1,381 @@
+//! Complete Ethernet/IPv4/UDP frames around inagg datagrams, and ARP, for
+//! the raw-Ethernet data paths (DPDK agents and the emulator's DPDK ports).
+//!
+//! The header views are smoltcp's `wire` module. A frame is built once per
+//! packet buffer ([`UdpFlow::emit`]: every header field, the IPv4 checksum)
+//! and sealed after each rewrite of its datagram ([`seal`]: the UDP
+//! checksum, so a kernel socket at the other end accepts it).
+//!
+//! Parsing ([`parse`]) checks the IPv4 header checksum but not the UDP one:
+//! a kernel sender on a veth leaves the UDP checksum to an offload that an
+//! AF_PACKET reader (DPDK's net_af_packet) sees unfinished, and the
+//! Ethernet FCS already covers the wire.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress,
+    IpProtocol, Ipv4Packet, UdpPacket,
+};
+
+/// Ethernet header bytes.
+pub const ETHERNET_LEN: usize = 14;
+/// IPv4 header bytes (no options).
+pub const IPV4_LEN: usize = 20;
+/// UDP header bytes.
+pub const UDP_LEN: usize = 8;
+/// Bytes in front of the datagram in a frame.
+pub const OVERHEAD: usize = ETHERNET_LEN + IPV4_LEN + UDP_LEN;
+/// Length of an ARP frame for IPv4 over Ethernet (without padding).
+pub const ARP_FRAME_LEN: usize = ETHERNET_LEN + 28;
+/// The smallest Ethernet frame (without FCS): shorter ones are padded.
+pub const MIN_FRAME: usize = 60;
+/// The broadcast MAC.
+pub const BROADCAST: [u8; 6] = [0xff; 6];
+
+/// One end of a UDP flow on an Ethernet link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// IPv4 address and UDP port.
+    pub addr: SocketAddrV4,
+}
+
+/// The headers of frames from `src` to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpFlow {
+    /// Sender.
+    pub src: Endpoint,
+    /// Receiver.
+    pub dst: Endpoint,
+}
+
+impl UdpFlow {
+    /// Frame length for a datagram of `datagram` bytes.
+    pub fn frame_len(datagram: usize) -> usize {
+        (OVERHEAD + datagram).max(MIN_FRAME)
+    }
+
+    /// Writes the Ethernet, IPv4 and UDP headers in front of a datagram of
+    /// `datagram` bytes at `frame[OVERHEAD..]`, with the IPv4 checksum. The
+    /// UDP checksum is left to [`seal`], after the datagram is written.
+    /// `frame` must be [`UdpFlow::frame_len`] bytes.
+    pub fn emit(&self, frame: &mut [u8], datagram: usize) {
+        assert_eq!(frame.len(), Self::frame_len(datagram), "frame length");
+        frame[OVERHEAD + datagram..].fill(0); // padding of tiny frames
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(EthernetAddress(self.dst.mac));
+        eth.set_src_addr(EthernetAddress(self.src.mac));
+        eth.set_ethertype(EthernetProtocol::Ipv4);
+        let ip_len = IPV4_LEN + UDP_LEN + datagram;
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_LEN..ETHERNET_LEN + ip_len]);
+        ip.set_version(4);
+        ip.set_header_len(IPV4_LEN as u8);
+        ip.set_dscp(0);
+        ip.set_ecn(0);
+        ip.set_total_len(ip_len as u16);
+        ip.set_ident(0);
+        ip.clear_flags();
+        ip.set_dont_frag(true);
+        ip.set_frag_offset(0);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.set_src_addr(*self.src.addr.ip());
+        ip.set_dst_addr(*self.dst.addr.ip());
+        ip.fill_checksum();
+        let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+        udp.set_src_port(self.src.addr.port());
+        udp.set_dst_port(self.dst.addr.port());
+        udp.set_len((UDP_LEN + datagram) as u16);
+        udp.set_checksum(0);
+    }
+}
+
+/// The datagram of a frame built by [`UdpFlow::emit`].
+pub fn datagram_mut(frame: &mut [u8], datagram: usize) -> &mut [u8] {
+    &mut frame[OVERHEAD..OVERHEAD + datagram]
+}
+
+/// Fills in the UDP checksum of a frame built by [`UdpFlow::emit`] once its
+/// datagram is final.
+pub fn seal(frame: &mut [u8]) {
+    let ip_len = usize::from(u16::from_be_bytes([
+        frame[ETHERNET_LEN + 2],
+        frame[ETHERNET_LEN + 3],
+    ]));
+    let mut ip = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_LEN..ETHERNET_LEN + ip_len]);
+    let (src, dst) = (
+        IpAddress::Ipv4(ip.src_addr()),
+        IpAddress::Ipv4(ip.dst_addr()),
+    );
+    let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+    udp.fill_checksum(&src, &dst);
+}
+
+/// What a received frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A UDP datagram over IPv4.
+    Udp {
+        /// Sender (MAC from the Ethernet header).
+        src: Endpoint,
+        /// Receiver.
+        dst: Endpoint,
+        /// The UDP payload.
+        payload: &'a [u8],
+    },
+    /// An ARP request: `sender` asks who has `target`.
+    ArpRequest {
+        /// The asking host.
+        sender: (Ipv4Addr, [u8; 6]),
+        /// The address asked about.
+        target: Ipv4Addr,
+    },
+    /// An ARP reply: `sender` has that MAC.
+    ArpReply {
+        /// The answering host.
+        sender: (Ipv4Addr, [u8; 6]),
+    },
+    /// Something else (IPv6, other IP protocols, ...): not for us.
+    Other,
+    /// A broken frame: the reason, for a counter or a log.
+    Bad(&'static str),
+}
+
+/// Classifies a received frame.
+pub fn parse(frame: &[u8]) -> Frame<'_> {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return Frame::Bad("shorter than an Ethernet header");
+    };
+    match eth.ethertype() {
+        EthernetProtocol::Arp => parse_arp(eth.payload()),
+        EthernetProtocol::Ipv4 => parse_ipv4(eth.src_addr().0, eth.dst_addr().0, eth.payload()),
+        _ => Frame::Other,
+    }
+}
+
+fn parse_arp(bytes: &[u8]) -> Frame<'_> {
+    let Ok(arp) = ArpPacket::new_checked(bytes) else {
+        return Frame::Bad("truncated ARP");
+    };
+    match ArpRepr::parse(&arp) {
+        Ok(ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr,
+            source_protocol_addr,
+            target_protocol_addr,
+            ..
+        }) => {
+            let sender = (source_protocol_addr, source_hardware_addr.0);
+            match operation {
+                ArpOperation::Request => Frame::ArpRequest {
+                    sender,
+                    target: target_protocol_addr,
+                },
+                ArpOperation::Reply => Frame::ArpReply { sender },
+                _ => Frame::Other,
+            }
+        }
+        _ => Frame::Other,
+    }
+}
+
+fn parse_ipv4<'a>(src_mac: [u8; 6], dst_mac: [u8; 6], bytes: &'a [u8]) -> Frame<'a> {
+    let Ok(ip) = Ipv4Packet::new_checked(bytes) else {
+        return Frame::Bad("truncated or inconsistent IPv4 header");
+    };
+    if !ip.verify_checksum() {
+        return Frame::Bad("IPv4 header checksum");
+    }
+    if ip.next_header() != IpProtocol::Udp {
+        return Frame::Other;
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Frame::Bad("IPv4 fragment");
+    }
+    let (src_ip, dst_ip) = (ip.src_addr(), ip.dst_addr());
+    let ip_payload = &bytes[usize::from(ip.header_len())..usize::from(ip.total_len())];
+    let Ok(udp) = UdpPacket::new_checked(ip_payload) else {
+        return Frame::Bad("truncated or inconsistent UDP header");
+    };
+    let payload = &ip_payload[UDP_LEN..usize::from(udp.len())];
+    Frame::Udp {
+        src: Endpoint {
+            mac: src_mac,
+            addr: SocketAddrV4::new(src_ip, udp.src_port()),
+        },
+        dst: Endpoint {
+            mac: dst_mac,
+            addr: SocketAddrV4::new(dst_ip, udp.dst_port()),
+        },
+        payload,
+    }
+}
+
+/// Writes an ARP request from `us` for `target` (broadcast) into `frame`
+/// ([`MIN_FRAME`] bytes) and returns its length.
+pub fn arp_request(us: (Ipv4Addr, [u8; 6]), target: Ipv4Addr, frame: &mut [u8]) -> usize {
+    arp(
+        ArpOperation::Request,
+        us,
+        (target, [0; 6]),
+        BROADCAST,
+        frame,
+    )
+}
+
+/// Writes the ARP reply from `us` to `asker` into `frame` ([`MIN_FRAME`]
+/// bytes) and returns its length.
+pub fn arp_reply(us: (Ipv4Addr, [u8; 6]), asker: (Ipv4Addr, [u8; 6]), frame: &mut [u8]) -> usize {
+    arp(ArpOperation::Reply, us, asker, asker.1, frame)
+}
+
+fn arp(
+    operation: ArpOperation,
+    us: (Ipv4Addr, [u8; 6]),
+    them: (Ipv4Addr, [u8; 6]),
+    dst_mac: [u8; 6],
+    frame: &mut [u8],
+) -> usize {
+    let frame = &mut frame[..MIN_FRAME];
+    frame.fill(0);
+    let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+    eth.set_dst_addr(EthernetAddress(dst_mac));
+    eth.set_src_addr(EthernetAddress(us.1));
+    eth.set_ethertype(EthernetProtocol::Arp);
+    let repr = ArpRepr::EthernetIpv4 {
+        operation,
+        source_hardware_addr: EthernetAddress(us.1),
+        source_protocol_addr: us.0,
+        target_hardware_addr: EthernetAddress(them.1),
+        target_protocol_addr: them.0,
+    };
+    repr.emit(&mut ArpPacket::new_unchecked(eth.payload_mut()));
+    MIN_FRAME
+}
+
+/// Parses a MAC address written as six hex bytes separated by `:` or `-`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split([':', '-']);
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+    const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x64];
+
+    fn flow() -> UdpFlow {
+        UdpFlow {
+            src: Endpoint {
+                mac: A,
+                addr: "10.0.0.1:40001".parse().unwrap(),
+            },
+            dst: Endpoint {
+                mac: B,
+                addr: "10.0.0.100:47000".parse().unwrap(),
+            },
+        }
+    }
+
+    /// The frame `flow()` makes around the 4-byte datagram 01 02 03 04, as
+    /// the kernel would send it. The checksums were computed independently
+    /// (RFC 1071 sum in Python): IPv4 0x2669, UDP over the pseudo-header 0x9391.
+    const FIXTURE: [u8; 60] = [
+        // Ethernet: dst, src, type IPv4
+        0x02, 0, 0, 0, 0, 0x64, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00,
+        // IPv4: 45 00, total 32, id 0, DF, ttl 64, UDP, checksum, src, dst
+        0x45, 0x00, 0x00, 0x20, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x26, 0x69, 10, 0, 0, 1, 10, 0,
+        0, 100, // UDP: 40001 -> 47000, length 12, checksum
+        0x9c, 0x41, 0xb7, 0x98, 0x00, 0x0c, 0x93, 0x91, // datagram
+        1, 2, 3, 4, // padding to 60 bytes
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+
+    #[test]
+    fn emit_and_seal_match_the_fixture() {
+        let mut frame = vec![0xaa; UdpFlow::frame_len(4)];
+        flow().emit(&mut frame, 4);
+        datagram_mut(&mut frame, 4).copy_from_slice(&[1, 2, 3, 4]);
+        seal(&mut frame);
+        assert_eq!(frame[..], FIXTURE[..]);
+    }
+
+    #[test]
+    fn the_fixture_parses_back_with_valid_checksums() {
+        let Frame::Udp { src, dst, payload } = parse(&FIXTURE) else {
+            panic!("not UDP: {:?}", parse(&FIXTURE));
+        };
+        assert_eq!(
+            (src, dst, payload),
+            (flow().src, flow().dst, &[1u8, 2, 3, 4][..])
+        );
+        let ip = Ipv4Packet::new_checked(&FIXTURE[ETHERNET_LEN..]).unwrap();
+        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert!(udp.verify_checksum(
+            &IpAddress::Ipv4(ip.src_addr()),
+            &IpAddress::Ipv4(ip.dst_addr())
+        ));
+    }
+
+    #[test]
+    fn a_corrupted_ip_header_or_truncation_is_bad_not_a_panic() {
+        let mut bad = FIXTURE;
+        bad[ETHERNET_LEN + 8] = 1; // TTL changes, checksum no longer matches
+        assert_eq!(parse(&bad), Frame::Bad("IPv4 header checksum"));
+        for len in 0..FIXTURE.len() {
+            let _ = parse(&FIXTURE[..len]);
+        }
+        assert!(matches!(parse(&FIXTURE[..10]), Frame::Bad(_)));
+        assert!(matches!(parse(&FIXTURE[..30]), Frame::Bad(_)));
+    }
+
+    #[test]
+    fn arp_request_and_reply_round_trip() {
+        let us = (Ipv4Addr::new(10, 0, 0, 1), A);
+        let mut frame = [0u8; MIN_FRAME];
+        let n = arp_request(us, Ipv4Addr::new(10, 0, 0, 100), &mut frame);
+        assert_eq!(n, MIN_FRAME);
+        assert_eq!(frame[..6], BROADCAST);
+        assert_eq!(
+            parse(&frame),
+            Frame::ArpRequest {
+                sender: us,
+                target: Ipv4Addr::new(10, 0, 0, 100)
+            }
+        );
+        let them = (Ipv4Addr::new(10, 0, 0, 100), B);
+        arp_reply(them, us, &mut frame);
+        assert_eq!(frame[..6], A);
+        assert_eq!(parse(&frame), Frame::ArpReply { sender: them });
+    }
+
+    #[test]
+    fn macs_parse_and_format() {
+        assert_eq!(parse_mac("02:00:00:00:00:64"), Some(B));
+        assert_eq!(parse_mac("02-00-00-00-00-64"), Some(B));
+        assert_eq!(parse_mac("02:00:00:00:00"), None);
+        assert_eq!(parse_mac("02:00:00:00:00:64:01"), None);
+        assert_eq!(parse_mac("zz:00:00:00:00:64"), None);
+        assert_eq!(format_mac(B), "02:00:00:00:00:64");
+    }
+}
