@@ -11,6 +11,8 @@ use clap::{Args, ValueEnum};
 use inagg_host_agent::quant::{block_exponent, error_bound};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 
+use crate::backend::{Backend, DpdkArgs};
+
 /// Element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Dtype {
@@ -26,9 +28,15 @@ pub struct AgentArgs {
     /// The switch's data-plane address.
     #[arg(long, default_value = "127.0.0.1:47000")]
     pub switch: SocketAddr,
-    /// Local address; must be the endpoint installed for this worker.
+    /// Local address; must be the endpoint installed for this worker. With
+    /// the DPDK backend: this worker's IPv4 address and UDP port on the link.
     #[arg(long)]
     pub bind: SocketAddr,
+    /// Data path.
+    #[arg(long, value_enum, default_value_t = Backend::Socket)]
+    pub backend: Backend,
+    #[command(flatten)]
+    pub dpdk: DpdkArgs,
     /// Job id.
     #[arg(long)]
     pub job: u16,
@@ -100,7 +108,7 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     config.generation = a.generation;
     config.priority = a.priority;
     config.give_up_after = Duration::from_secs_f64(a.timeout);
-    let mut worker = Worker::new(config)?;
+    let mut worker = open(a, config)?;
     let (stats, verified) = match a.dtype {
         Dtype::I32 => run_i32(a, &mut worker)?,
         Dtype::F32 => run_f32(a, &mut worker)?,
@@ -130,6 +138,31 @@ pub fn run(a: &AgentArgs) -> Result<()> {
         bail!("the reduced tensor does not match the expected sum");
     }
     Ok(())
+}
+
+/// The worker on the chosen data path.
+fn open(a: &AgentArgs, config: AgentConfig) -> Result<Worker> {
+    match a.backend {
+        Backend::Socket => Ok(Worker::new(config)?),
+        Backend::Dpdk => open_dpdk(a, config),
+    }
+}
+
+#[cfg(feature = "dpdk")]
+fn open_dpdk(a: &AgentArgs, config: AgentConfig) -> Result<Worker> {
+    use inagg_host_agent::dpdk::DpdkOptions;
+    let SocketAddr::V4(local) = a.bind else {
+        bail!("--bind {}: the DPDK data path speaks IPv4", a.bind);
+    };
+    let mut options = DpdkOptions::new(a.dpdk.eal()?, local);
+    options.port = a.dpdk.one_port()?;
+    options.switch_mac = a.dpdk.switch_mac()?;
+    Ok(Worker::new_dpdk(config, &options)?)
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn open_dpdk(_: &AgentArgs, _: AgentConfig) -> Result<Worker> {
+    Err(crate::backend::not_built())
 }
 
 fn load<T>(

@@ -6,12 +6,20 @@ use anyhow::{Context, Result};
 use clap::Args;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
 
+use crate::backend::{Backend, DpdkArgs};
+
 /// Options of `inagg emu`.
 #[derive(Debug, Clone, Args)]
 pub struct EmuArgs {
-    /// UDP address of the data plane.
+    /// UDP address of the data plane. With the DPDK backend: the switch's
+    /// IPv4 address and UDP port on its DPDK links.
     #[arg(long, default_value = "127.0.0.1:47000")]
     pub data: SocketAddr,
+    /// Data path.
+    #[arg(long, value_enum, default_value_t = Backend::Socket)]
+    pub backend: Backend,
+    #[command(flatten)]
+    pub dpdk: DpdkArgs,
     /// TCP address of the control endpoint (loopback unless you say otherwise).
     #[arg(long, default_value = "127.0.0.1:47001")]
     pub control: SocketAddr,
@@ -72,13 +80,35 @@ pub fn run(args: &EmuArgs) -> Result<()> {
         },
         faults,
     };
-    let emu = Emulator::start(config)
+    let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
     println!(
-        "inagg emu: data plane udp://{}  control tcp://{}",
+        "inagg emu: data plane udp://{} ({:?} backend)  control tcp://{}",
         emu.data_addr(),
+        args.backend,
         emu.control_addr()
     );
     emu.wait();
     Ok(())
+}
+
+fn start(args: &EmuArgs, config: EmulatorConfig) -> Result<Emulator> {
+    match args.backend {
+        Backend::Socket => Ok(Emulator::start(config)?),
+        Backend::Dpdk => start_dpdk(args, config),
+    }
+}
+
+#[cfg(feature = "dpdk")]
+fn start_dpdk(args: &EmuArgs, config: EmulatorConfig) -> Result<Emulator> {
+    let ports = inagg_emu::dpdk::DpdkPorts {
+        eal: args.dpdk.eal()?.to_owned(),
+        ports: args.dpdk.dpdk_port.clone(),
+    };
+    Ok(Emulator::start_dpdk(config, &ports)?)
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn start_dpdk(_: &EmuArgs, _: EmulatorConfig) -> Result<Emulator> {
+    Err(crate::backend::not_built())
 }

@@ -8,6 +8,7 @@
 //! and one module per subcommand.
 
 pub mod agent_cmd;
+pub mod backend;
 pub mod bench;
 pub mod conformance_cmd;
 pub mod demo;

@@ -27,11 +27,15 @@ pub enum DropReason {
     InjectedIngress,
     /// Dropped by the fault injector on the way out (one per copy).
     InjectedEgress,
+    /// A copy the raw-Ethernet (DPDK) backend cannot send: the worker's
+    /// Ethernet address is not learned yet (it has sent nothing, answered
+    /// no ARP), or the frame exceeds the port's MTU.
+    Undeliverable,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -42,6 +46,7 @@ impl DropReason {
         DropReason::DuplicatePending,
         DropReason::InjectedIngress,
         DropReason::InjectedEgress,
+        DropReason::Undeliverable,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -57,6 +62,7 @@ impl DropReason {
             DropReason::DuplicatePending => "duplicate_pending",
             DropReason::InjectedIngress => "injected_ingress",
             DropReason::InjectedEgress => "injected_egress",
+            DropReason::Undeliverable => "undeliverable",
         }
     }
 }
@@ -73,7 +79,7 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 10],
+    pub drops: [u64; 11],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.

@@ -9,12 +9,17 @@
 //! - [`counters`]: what is counted, drops by reason;
 //! - [`faults`]: seeded loss, duplication and reordering;
 //! - [`api`]: job specs, their validation, and the control messages;
-//! - [`server`]: the running emulator (UDP data plane, TCP control endpoint).
+//! - `pipeline`: what happens to each datagram, whatever the ports are;
+//! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
+//! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
 pub mod api;
 pub mod conformance;
 pub mod counters;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod faults;
+mod pipeline;
 pub mod server;
 pub mod switch;
 

@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch, Staged};
-use inagg_wire::{Packet, HEADER_LEN, MAX_ELEMENTS};
+use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::api::{ApiError, Reply, Request, Response};
-use crate::counters::DropReason;
-use crate::faults::{Direction, Fate, FaultConfig, FaultInjector};
-use crate::switch::{Action, Switch, SwitchConfig};
+use crate::faults::{FaultConfig, FaultInjector};
+use crate::pipeline::Pipeline;
+use crate::switch::{Switch, SwitchConfig};
 
 /// Datagrams moved per system call.
 const BATCH: usize = 64;
@@ -87,16 +87,25 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// Binds both endpoints and starts serving.
+    /// Binds both endpoints and starts serving on a UDP socket.
     pub fn start(config: EmulatorConfig) -> io::Result<Emulator> {
-        config
-            .faults
-            .validate()
-            .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+        validate(&config)?;
         let socket = BatchSocket::bind(config.data_addr)?;
+        let data_addr = socket.local_addr()?;
+        Emulator::launch(config, data_addr, move |state, stop| {
+            DataPlane::new(socket, state).run(&stop)
+        })
+    }
+
+    /// Starts the control endpoint and a data-plane thread running `data`
+    /// (the socket loop, or the DPDK one) over the shared state.
+    pub(crate) fn launch(
+        config: EmulatorConfig,
+        data_addr: SocketAddr,
+        data: impl FnOnce(Arc<Mutex<State>>, Arc<AtomicBool>) + Send + 'static,
+    ) -> io::Result<Emulator> {
         let listener = TcpListener::bind(config.control_addr)?;
         listener.set_nonblocking(true)?;
-        let data_addr = socket.local_addr()?;
         let control_addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
             switch: Switch::new(config.switch),
@@ -107,7 +116,7 @@ impl Emulator {
             let (state, stop) = (state.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("emu-data".into())
-                .spawn(move || DataPlane::new(socket, state).run(&stop))?
+                .spawn(move || data(state, stop))?
         };
         let control = {
             let (state, stop) = (state.clone(), stop.clone());
@@ -166,27 +175,26 @@ impl Drop for Emulator {
     }
 }
 
+/// Rejects unusable fault settings before anything is bound.
+pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
+    config
+        .faults
+        .validate()
+        .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))
+}
+
 /// A poisoned lock means a panic elsewhere already reported itself; the
 /// switch state is still consistent per packet, so keep serving.
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+pub(crate) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A packet held back by the reorder fault.
-#[derive(Debug)]
-struct Held {
-    bytes: Vec<u8>,
-    addr: SocketAddr,
-}
-
-/// The data-plane loop and its buffers.
+/// The socket data-plane loop and its buffers.
 struct DataPlane {
     socket: BatchSocket,
     state: Arc<Mutex<State>>,
     tx: SendBatch,
-    result: Vec<u8>,
-    held_in: Option<Held>,
-    held_out: Option<Held>,
+    pipeline: Pipeline,
 }
 
 impl DataPlane {
@@ -195,20 +203,19 @@ impl DataPlane {
             socket,
             state,
             tx: SendBatch::new(),
-            result: Vec::with_capacity(MTU),
-            held_in: None,
-            held_out: None,
+            pipeline: Pipeline::default(),
         }
     }
 
     fn run(mut self, stop: &AtomicBool) {
         let mut rx = RecvBatch::new(BATCH, MTU);
         while !stop.load(Ordering::Relaxed) {
-            let holding = self.held_in.is_some() || self.held_out.is_some();
-            let n = match self
-                .socket
-                .recv_batch(&mut rx, if holding { HOLD_POLL } else { IDLE_POLL })
-            {
+            let wait = if self.pipeline.holding() {
+                HOLD_POLL
+            } else {
+                IDLE_POLL
+            };
+            let n = match self.socket.recv_batch(&mut rx, wait) {
                 Ok(n) => n,
                 Err(err) => {
                     eprintln!("inagg emu: receive failed: {err}");
@@ -223,114 +230,17 @@ impl DataPlane {
         }
     }
 
-    /// Runs one received batch through faults and the switch, queueing output.
+    /// Runs one received batch through the pipeline, queueing output.
     fn serve_batch(&mut self, rx: &RecvBatch, n: usize) {
-        let state = self.state.clone();
-        let mut state = lock(&state);
+        let mut state = lock(&self.state);
         for i in 0..n {
             let d = rx.get(i);
-            let Some(from) = d.from else { continue };
-            let bytes = d.data;
-            match state.faults.decide(Direction::Ingress) {
-                Fate::Drop => state
-                    .switch
-                    .counters_mut()
-                    .drop(DropReason::InjectedIngress),
-                Fate::Pass { duplicate, reorder } => {
-                    if reorder && self.held_in.is_none() {
-                        state.switch.counters_mut().injected_reorders += 1;
-                        self.held_in = Some(Held {
-                            bytes: bytes.to_vec(),
-                            addr: from,
-                        });
-                        continue;
-                    }
-                    self.ingress(&mut state, bytes, from);
-                    if duplicate {
-                        state.switch.counters_mut().injected_duplicates += 1;
-                        self.ingress(&mut state, bytes, from);
-                    }
-                    if let Some(h) = self.held_in.take() {
-                        self.ingress(&mut state, &h.bytes, h.addr);
-                    }
-                }
+            if let Some(from) = d.from {
+                self.pipeline.serve(&mut state, d.data, from, &mut self.tx);
             }
         }
         if n == 0 {
-            // Idle: nothing will overtake the held packets, release them.
-            if let Some(h) = self.held_in.take() {
-                self.ingress(&mut state, &h.bytes, h.addr);
-            }
-            self.release_held_out(&mut state);
-        }
-    }
-
-    /// One packet through the switch; results go to egress. A result's
-    /// payload is staged once in the send batch and shared by every copy;
-    /// only the 24-byte header is written per receiver.
-    fn ingress(&mut self, state: &mut State, bytes: &[u8], from: SocketAddr) {
-        let action = state.switch.process(bytes, from, &mut self.result);
-        if matches!(action, Action::Absorbed | Action::Drop(_)) {
-            return;
-        }
-        let Some(head) = self.result.get(..HEADER_LEN) else {
-            return;
-        };
-        let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
-        let payload = self.tx.stage(&self.result[HEADER_LEN..]);
-        match action {
-            Action::Unicast { to } => self.egress(state, &head, &payload, to),
-            Action::Multicast { job } => {
-                // Addresses are Copy: look each up rather than clone the list.
-                for id in 0.. {
-                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
-                        break;
-                    };
-                    // The egress rewrite: each copy names its receiver.
-                    Packet::new_unchecked(&mut head[..]).set_worker(id as u16);
-                    self.egress(state, &head, &payload, addr);
-                }
-            }
-            Action::Absorbed | Action::Drop(_) => {}
-        }
-    }
-
-    /// One outgoing copy through the egress faults.
-    fn egress(&mut self, state: &mut State, head: &[u8], payload: &Staged, to: SocketAddr) {
-        match state.faults.decide(Direction::Egress) {
-            Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedEgress),
-            Fate::Pass { duplicate, reorder } => {
-                if reorder && self.held_out.is_none() {
-                    state.switch.counters_mut().injected_reorders += 1;
-                    let mut bytes = head.to_vec();
-                    bytes.extend_from_slice(self.tx.staged(payload));
-                    self.held_out = Some(Held { bytes, addr: to });
-                    return;
-                }
-                self.queue(state, head, payload, to);
-                if duplicate {
-                    state.switch.counters_mut().injected_duplicates += 1;
-                    self.queue(state, head, payload, to);
-                }
-                self.release_held_out(state);
-            }
-        }
-    }
-
-    fn queue(&mut self, state: &mut State, head: &[u8], payload: &Staged, to: SocketAddr) {
-        let c = state.switch.counters_mut();
-        c.tx_packets += 1;
-        c.tx_bytes += (head.len() + self.tx.staged(payload).len()) as u64;
-        self.tx.push_parts(head, payload, Some(to));
-    }
-
-    /// Sends the packet held back by the egress reorder fault, if any.
-    fn release_held_out(&mut self, state: &mut State) {
-        if let Some(h) = self.held_out.take() {
-            let c = state.switch.counters_mut();
-            c.tx_packets += 1;
-            c.tx_bytes += h.bytes.len() as u64;
-            self.tx.push(&h.bytes, Some(h.addr));
+            self.pipeline.idle(&mut state, &mut self.tx);
         }
     }
 }

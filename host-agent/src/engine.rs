@@ -11,19 +11,18 @@
 //!
 //! What goes into each packet, and what to do with each result, is the
 //! [`Codec`]'s business: the same engine runs int32 and float all-reduces.
+//! Where packets go is the [`Link`]'s: the same engine runs over kernel
+//! sockets and over DPDK.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use inagg_wire::udp::{BatchSocket, RecvBatch};
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
+use crate::link::{Link, SlotBuf};
 use crate::stats::Stats;
 use crate::{AgentConfig, Error};
-
-/// Datagrams per receive system call.
-const RECV_BATCH: usize = 64;
 
 /// What a slot's rounds carry. Round `r` of slot `s` is the `r`-th packet the
 /// slot sends in this all-reduce.
@@ -51,8 +50,8 @@ enum Verdict<'d> {
 }
 
 /// Per-slot progress.
-#[derive(Debug, Clone)]
-struct Slot {
+#[derive(Debug)]
+struct Slot<B> {
     round: usize,
     rounds: usize,
     packet_id: u32,
@@ -62,7 +61,7 @@ struct Slot {
     rto: Duration,
     retransmitted: bool,
     /// The packet in flight, kept for retransmission.
-    packet: Vec<u8>,
+    packet: B,
 }
 
 /// Round-trip estimate (RFC 6298 arithmetic).
@@ -103,9 +102,9 @@ impl RttEstimator {
 }
 
 /// Everything one all-reduce needs from its worker.
-pub(crate) struct Engine<'a> {
+pub(crate) struct Engine<'a, L: Link> {
     pub config: &'a AgentConfig,
-    pub socket: &'a BatchSocket,
+    pub link: &'a mut L,
     /// Per-slot round counters that persist across all-reduces, so that a
     /// slot keeps alternating shadow sets and packet ids stay fresh.
     pub epochs: &'a mut [u32],
@@ -113,19 +112,9 @@ pub(crate) struct Engine<'a> {
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
     pub progress: Option<&'a AtomicU64>,
-    pub buffers: &'a mut Buffers,
 }
 
-/// Packet and receive buffers kept by a worker across all-reduces: fresh
-/// allocations would cost page faults on every call (a window of 64 KiB
-/// packets is megabytes).
-#[derive(Debug, Default)]
-pub(crate) struct Buffers {
-    packets: Vec<Vec<u8>>,
-    rx: Option<RecvBatch>,
-}
-
-impl Engine<'_> {
+impl<L: Link> Engine<'_, L> {
     /// Runs `chunks` chunks through the pool with `codec`; returns statistics.
     pub fn run<C: Codec>(
         &mut self,
@@ -135,24 +124,18 @@ impl Engine<'_> {
     ) -> Result<Stats, Error> {
         let start = Instant::now();
         let window = chunks.min(self.config.pool_size as usize);
-        let mut slots = self.start_slots(codec, window, start);
-        let mut rx = self.buffers.rx.take().unwrap_or_else(|| {
-            RecvBatch::new(
-                RECV_BATCH,
-                HEADER_LEN + usize::from(self.config.elements) * 4,
-            )
-        });
-        let result = self.run_slots(codec, &mut slots, &mut rx, window, start, payload_bytes);
-        self.buffers.rx = Some(rx);
-        self.buffers.packets = slots.into_iter().map(|s| s.packet).collect();
+        let mut slots = self.start_slots(codec, window, start)?;
+        let result = self.run_slots(codec, &mut slots, window, start, payload_bytes);
+        // Kept for the next call: fresh buffers cost page faults (a window
+        // of 64 KiB packets is megabytes) or mbuf allocations.
+        *self.link.spare() = slots.into_iter().map(|s| s.packet).collect();
         result
     }
 
     fn run_slots<C: Codec>(
         &mut self,
         codec: &mut C,
-        slots: &mut [Slot],
-        rx: &mut RecvBatch,
+        slots: &mut [Slot<L::Buf>],
         window: usize,
         start: Instant,
         payload_bytes: u64,
@@ -166,7 +149,7 @@ impl Engine<'_> {
         let mut tx: Vec<usize> = Vec::with_capacity(window);
         for (s, slot) in slots.iter_mut().enumerate() {
             if slot.rounds > 0 {
-                self.send(codec, slot, s, window, start, &mut tx, &mut stats);
+                self.send(codec, slot, s, window, start, &mut tx, &mut stats)?;
             }
         }
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
@@ -177,16 +160,13 @@ impl Engine<'_> {
             self.flush(slots, &mut tx, &mut stats)?;
             let now = Instant::now();
             let wait = next_scan.saturating_duration_since(now);
-            let n = self
-                .socket
-                .recv_batch(rx, wait)
-                .map_err(|e| Error::io("receive results", e))?;
+            let n = self.link.recv(wait)?;
             let now = Instant::now();
             for i in 0..n {
-                let d = rx.get(i);
+                let data = self.link.received(i);
                 stats.packets_received += 1;
-                stats.bytes_received += d.data.len() as u64;
-                let (s, payload, exponent) = match self.accept(d.data, window, slots, &mut stats) {
+                stats.bytes_received += data.len() as u64;
+                let (s, payload, exponent) = match self.accept(data, window, slots, &mut stats) {
                     Verdict::Current {
                         slot,
                         payload,
@@ -207,7 +187,7 @@ impl Engine<'_> {
                             now,
                             &mut tx,
                             &mut stats,
-                        );
+                        )?;
                         continue;
                     }
                 };
@@ -224,14 +204,14 @@ impl Engine<'_> {
                     p.fetch_add(1, Ordering::Relaxed);
                 }
                 if entry.round < entry.rounds {
-                    self.send(codec, entry, s, window, now, &mut tx, &mut stats);
+                    self.send(codec, entry, s, window, now, &mut tx, &mut stats)?;
                 } else {
                     active -= 1;
                 }
             }
-            // Scan only once the socket is drained: results already queued
+            // Scan only once the path is drained: results already queued
             // in it (a worker descheduled for a while) are not losses.
-            if n < RECV_BATCH && now >= next_scan {
+            if n < self.link.batch() && now >= next_scan {
                 if now.duration_since(last_progress) > self.config.give_up_after {
                     let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
                     return Err(Error::Timeout {
@@ -251,11 +231,21 @@ impl Engine<'_> {
         Ok(stats)
     }
 
-    fn start_slots<C: Codec>(&mut self, codec: &C, window: usize, now: Instant) -> Vec<Slot> {
+    fn start_slots<C: Codec>(
+        &mut self,
+        codec: &C,
+        window: usize,
+        now: Instant,
+    ) -> Result<Vec<Slot<L::Buf>>, Error> {
         let len = HEADER_LEN + usize::from(self.config.elements) * 4;
-        let mut kept = std::mem::take(&mut self.buffers.packets).into_iter();
-        (0..window)
-            .map(|s| Slot {
+        let mut kept = std::mem::take(self.link.spare()).into_iter();
+        let mut slots = Vec::with_capacity(window);
+        for s in 0..window {
+            let packet = match kept.next() {
+                Some(p) => p,
+                None => self.link.new_buf(len)?,
+            };
+            slots.push(Slot {
                 round: 0,
                 rounds: codec.rounds(s, window),
                 packet_id: 0,
@@ -264,12 +254,10 @@ impl Engine<'_> {
                 deadline: now,
                 rto: self.rtt.rto(self.config),
                 retransmitted: false,
-                packet: kept
-                    .next()
-                    .filter(|p| p.len() == len)
-                    .unwrap_or_else(|| vec![0; len]),
-            })
-            .collect()
+                packet,
+            });
+        }
+        Ok(slots)
     }
 
     /// Builds the slot's current round and queues it.
@@ -277,19 +265,19 @@ impl Engine<'_> {
     fn send<C: Codec>(
         &self,
         codec: &mut C,
-        slot: &mut Slot,
+        slot: &mut Slot<L::Buf>,
         s: usize,
         window: usize,
         now: Instant,
         tx: &mut Vec<usize>,
         stats: &mut Stats,
-    ) {
+    ) -> Result<(), Error> {
         let epoch = self.epochs[s];
         slot.set = (epoch & 1) as u8;
         // Unique per (epoch, slot) for 65536 epochs: a late result from an
         // earlier round of the slot cannot be mistaken for the current one.
         slot.packet_id = epoch.wrapping_shl(16) | s as u32;
-        let mut packet = Packet::new_unchecked(&mut slot.packet[..]);
+        let mut packet = Packet::new_unchecked(slot.packet.datagram_mut()?);
         let exponent = codec.encode(s, slot.round, window, packet.payload_mut());
         Repr {
             kind: Kind::Contribution,
@@ -305,13 +293,15 @@ impl Engine<'_> {
             packet_id: slot.packet_id,
         }
         .emit(&mut packet);
+        slot.packet.seal();
         slot.sent_at = now;
         slot.rto = self.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
         slot.retransmitted = false;
         tx.push(s);
         stats.packets_sent += 1;
-        stats.bytes_sent += slot.packet.len() as u64;
+        stats.bytes_sent += slot.packet.wire_len() as u64;
+        Ok(())
     }
 
     /// Classifies a datagram: the result a slot is waiting for, a complete
@@ -321,7 +311,7 @@ impl Engine<'_> {
         &self,
         data: &'d [u8],
         window: usize,
-        slots: &[Slot],
+        slots: &[Slot<L::Buf>],
         stats: &mut Stats,
     ) -> Verdict<'d> {
         let Ok(repr) = Packet::new_checked(data).and_then(|p| Repr::parse(&p)) else {
@@ -357,7 +347,7 @@ impl Engine<'_> {
 
     fn retransmit_expired(
         &self,
-        slots: &mut [Slot],
+        slots: &mut [Slot<L::Buf>],
         now: Instant,
         tx: &mut Vec<usize>,
         stats: &mut Stats,
@@ -374,23 +364,23 @@ impl Engine<'_> {
             slot.deadline = now + slot.rto;
             tx.push(s);
             stats.packets_sent += 1;
-            stats.bytes_sent += slot.packet.len() as u64;
+            stats.bytes_sent += slot.packet.wire_len() as u64;
         }
     }
 
-    fn flush(&self, slots: &[Slot], tx: &mut Vec<usize>, stats: &mut Stats) -> Result<(), Error> {
+    fn flush(
+        &mut self,
+        slots: &[Slot<L::Buf>],
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) -> Result<(), Error> {
         if tx.is_empty() {
             return Ok(());
         }
-        let packets: Vec<&[u8]> = tx.iter().map(|&s| &slots[s].packet[..]).collect();
+        // A refused packet (no switch listening yet, a full queue) is
+        // recovered by the retransmission timer like any loss.
+        stats.send_errors += self.link.send(tx.iter().map(|&s| &slots[s].packet))?;
         tx.clear();
-        let report = self
-            .socket
-            .send_slices(&packets)
-            .map_err(|e| Error::io("send contributions", e))?;
-        // A refused datagram (no switch listening yet) is recovered by the
-        // retransmission timer like any loss.
-        stats.send_errors += report.failed as u64;
         Ok(())
     }
 }

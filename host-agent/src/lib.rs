@@ -16,7 +16,10 @@
 //! window and retransmission), `codec` (what each round carries), [`stats`].
 
 mod codec;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 mod engine;
+mod link;
 pub mod quant;
 pub mod stats;
 
@@ -25,10 +28,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inagg_wire::udp::BatchSocket;
-
 use crate::codec::{chunk_count, FloatCodec, IntCodec};
-use crate::engine::{Buffers, Engine, RttEstimator};
+use crate::engine::{Codec, Engine, RttEstimator};
+use crate::link::{Link, SocketLink};
 pub use crate::stats::Stats;
 
 /// How a worker reaches its job on the switch.
@@ -94,6 +96,11 @@ impl AgentConfig {
         }
     }
 
+    /// Bytes of one datagram: the header and K elements.
+    pub fn datagram_len(&self) -> usize {
+        inagg_wire::HEADER_LEN + usize::from(self.elements) * inagg_wire::ELEMENT_LEN
+    }
+
     fn validate(&self) -> Result<()> {
         let fail = |m: String| Err(Error::Config(m));
         if self.workers == 0 || usize::from(self.workers) > inagg_wire::MAX_WORKERS {
@@ -135,6 +142,10 @@ pub enum Error {
     /// The configuration is unusable (the caller's fault).
     #[error("invalid agent configuration: {0}")]
     Config(String),
+    /// The DPDK data path failed (its EAL, port or memory); the message is
+    /// DPDK's.
+    #[error("DPDK data path: {0}")]
+    Dpdk(String),
     /// A socket operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -173,43 +184,67 @@ impl Error {
     }
 }
 
+/// The data path a worker runs on.
+#[derive(Debug)]
+enum Backend {
+    Socket(SocketLink),
+    #[cfg(feature = "dpdk")]
+    Dpdk(Box<dpdk::DpdkLink>),
+}
+
 /// One worker of a job.
 #[derive(Debug)]
 pub struct Worker {
     config: AgentConfig,
-    socket: BatchSocket,
+    backend: Backend,
     epochs: Vec<u32>,
     rtt: RttEstimator,
-    buffers: Buffers,
     progress: Option<Arc<AtomicU64>>,
 }
 
 impl Worker {
-    /// Binds the worker's socket and connects it to the switch.
+    /// Binds the worker's UDP socket and connects it to the switch.
     pub fn new(config: AgentConfig) -> Result<Worker> {
         config.validate()?;
-        let socket =
-            BatchSocket::bind(config.bind).map_err(|e| Error::io("bind the worker socket", e))?;
-        socket
-            .socket()
-            .connect(config.switch)
-            .map_err(|e| Error::io("connect to the switch", e))?;
-        let epochs = vec![0; config.pool_size as usize];
-        Ok(Worker {
-            config,
-            socket,
-            epochs,
-            rtt: RttEstimator::new(),
-            buffers: Buffers::default(),
-            progress: None,
-        })
+        let link = SocketLink::new(config.bind, config.switch, config.datagram_len())?;
+        Ok(Worker::with_backend(config, Backend::Socket(link)))
     }
 
-    /// The bound local address: the endpoint to install in the job.
+    /// A worker on a DPDK port: raw Ethernet frames, polled, no system call
+    /// on the fast path. See [`dpdk::DpdkOptions`].
+    #[cfg(feature = "dpdk")]
+    pub fn new_dpdk(config: AgentConfig, options: &dpdk::DpdkOptions) -> Result<Worker> {
+        config.validate()?;
+        let link = dpdk::DpdkLink::open(&config, options)?;
+        Ok(Worker::with_backend(config, Backend::Dpdk(Box::new(link))))
+    }
+
+    fn with_backend(config: AgentConfig, backend: Backend) -> Worker {
+        Worker {
+            epochs: vec![0; config.pool_size as usize],
+            config,
+            backend,
+            rtt: RttEstimator::new(),
+            progress: None,
+        }
+    }
+
+    /// The local address: the endpoint to install in the job.
     pub fn local_addr(&self) -> SocketAddr {
-        self.socket
-            .local_addr()
-            .expect("bound socket has an address")
+        match &self.backend {
+            Backend::Socket(link) => link.local_addr(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(link) => SocketAddr::V4(link.local()),
+        }
+    }
+
+    /// Which data path the worker uses: "socket" or "dpdk".
+    pub fn backend_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Socket(_) => "socket",
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(_) => "dpdk",
+        }
     }
 
     /// The configuration.
@@ -235,15 +270,34 @@ impl Worker {
         (chunks + extra) as u64
     }
 
-    fn engine(&mut self) -> Engine<'_> {
-        Engine {
-            config: &self.config,
-            socket: &self.socket,
-            epochs: &mut self.epochs,
-            rtt: &mut self.rtt,
-            switch: self.config.switch,
-            progress: self.progress.as_deref(),
-            buffers: &mut self.buffers,
+    /// Runs `chunks` chunks through the window on this worker's data path.
+    fn run<C: Codec>(&mut self, codec: &mut C, chunks: usize, bytes: u64) -> Result<Stats> {
+        fn engine<'a, L: Link>(
+            link: &'a mut L,
+            config: &'a AgentConfig,
+            epochs: &'a mut [u32],
+            rtt: &'a mut RttEstimator,
+            progress: Option<&'a AtomicU64>,
+        ) -> Engine<'a, L> {
+            Engine {
+                config,
+                link,
+                epochs,
+                rtt,
+                switch: config.switch,
+                progress,
+            }
+        }
+        let (config, epochs, rtt) = (&self.config, &mut self.epochs[..], &mut self.rtt);
+        let progress = self.progress.as_deref();
+        match &mut self.backend {
+            Backend::Socket(link) => {
+                engine(link, config, epochs, rtt, progress).run(codec, chunks, bytes)
+            }
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(link) => {
+                engine(&mut **link, config, epochs, rtt, progress).run(codec, chunks, bytes)
+            }
         }
     }
 
@@ -254,7 +308,7 @@ impl Worker {
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
         let mut codec = IntCodec { data, k };
-        self.engine().run(&mut codec, chunks, bytes)
+        self.run(&mut codec, chunks, bytes)
     }
 
     /// Sums `data` across the job's workers in place, within the bound of
@@ -266,7 +320,7 @@ impl Worker {
         let bytes = data.len() as u64 * 4;
         let workers = self.config.workers;
         let mut codec = FloatCodec::new(data, k, workers);
-        self.engine().run(&mut codec, chunks, bytes)
+        self.run(&mut codec, chunks, bytes)
     }
 }
 

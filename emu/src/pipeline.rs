@@ -1,0 +1,211 @@
+//! What the emulator does with each received datagram, whatever the ports
+//! are: ingress faults, the switch, multicast replication with the egress
+//! rewrite, egress faults. The socket data plane ([`crate::server`]) and the
+//! DPDK one (`crate::dpdk`) differ only in how bytes arrive and leave, which
+//! is the [`Egress`] trait.
+
+use std::net::SocketAddr;
+
+use inagg_wire::udp::{SendBatch, Staged};
+use inagg_wire::{Packet, HEADER_LEN};
+
+use crate::counters::DropReason;
+use crate::faults::{Direction, Fate};
+use crate::server::State;
+use crate::switch::Action;
+
+/// Where outgoing datagrams go.
+pub(crate) trait Egress {
+    /// A result payload stored once and shared by every copy.
+    type Staged;
+    /// Stores a payload for [`Egress::push_parts`].
+    fn stage(&mut self, payload: &[u8]) -> Self::Staged;
+    /// The bytes of a staged payload.
+    fn staged(&self, staged: &Self::Staged) -> &[u8];
+    /// Queues a datagram of `head` followed by the staged payload. Returns
+    /// false when it cannot be delivered (counted by the caller).
+    fn push_parts(&mut self, head: &[u8], payload: &Self::Staged, to: SocketAddr) -> bool;
+    /// Queues a whole datagram; false as above.
+    fn push(&mut self, bytes: &[u8], to: SocketAddr) -> bool;
+}
+
+impl Egress for SendBatch {
+    type Staged = Staged;
+
+    fn stage(&mut self, payload: &[u8]) -> Staged {
+        SendBatch::stage(self, payload)
+    }
+
+    fn staged(&self, staged: &Staged) -> &[u8] {
+        SendBatch::staged(self, staged)
+    }
+
+    fn push_parts(&mut self, head: &[u8], payload: &Staged, to: SocketAddr) -> bool {
+        SendBatch::push_parts(self, head, payload, Some(to));
+        true
+    }
+
+    fn push(&mut self, bytes: &[u8], to: SocketAddr) -> bool {
+        SendBatch::push(self, bytes, Some(to));
+        true
+    }
+}
+
+/// A packet held back by the reorder fault.
+#[derive(Debug)]
+struct Held {
+    bytes: Vec<u8>,
+    addr: SocketAddr,
+}
+
+/// The per-datagram path and the packets the reorder fault holds back.
+#[derive(Debug, Default)]
+pub(crate) struct Pipeline {
+    result: Vec<u8>,
+    held_in: Option<Held>,
+    held_out: Option<Held>,
+}
+
+impl Pipeline {
+    /// Whether a reordered packet waits for a successor (poll briefly).
+    pub fn holding(&self) -> bool {
+        self.held_in.is_some() || self.held_out.is_some()
+    }
+
+    /// One received datagram through the ingress faults and the switch.
+    pub fn serve<E: Egress>(
+        &mut self,
+        state: &mut State,
+        bytes: &[u8],
+        from: SocketAddr,
+        out: &mut E,
+    ) {
+        match state.faults.decide(Direction::Ingress) {
+            Fate::Drop => state
+                .switch
+                .counters_mut()
+                .drop(DropReason::InjectedIngress),
+            Fate::Pass { duplicate, reorder } => {
+                if reorder && self.held_in.is_none() {
+                    state.switch.counters_mut().injected_reorders += 1;
+                    self.held_in = Some(Held {
+                        bytes: bytes.to_vec(),
+                        addr: from,
+                    });
+                    return;
+                }
+                self.ingress(state, bytes, from, out);
+                if duplicate {
+                    state.switch.counters_mut().injected_duplicates += 1;
+                    self.ingress(state, bytes, from, out);
+                }
+                if let Some(h) = self.held_in.take() {
+                    self.ingress(state, &h.bytes, h.addr, out);
+                }
+            }
+        }
+    }
+
+    /// Nothing arrived: nothing will overtake the held packets, release them.
+    pub fn idle<E: Egress>(&mut self, state: &mut State, out: &mut E) {
+        if let Some(h) = self.held_in.take() {
+            self.ingress(state, &h.bytes, h.addr, out);
+        }
+        self.release_held_out(state, out);
+    }
+
+    /// One packet through the switch; results go to egress. A result's
+    /// payload is staged once and shared by every copy; only the 24-byte
+    /// header is written per receiver.
+    fn ingress<E: Egress>(
+        &mut self,
+        state: &mut State,
+        bytes: &[u8],
+        from: SocketAddr,
+        out: &mut E,
+    ) {
+        let action = state.switch.process(bytes, from, &mut self.result);
+        if matches!(action, Action::Absorbed | Action::Drop(_)) {
+            return;
+        }
+        let Some(head) = self.result.get(..HEADER_LEN) else {
+            return;
+        };
+        let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
+        let payload = out.stage(&self.result[HEADER_LEN..]);
+        match action {
+            Action::Unicast { to } => self.egress(state, &head, &payload, to, out),
+            Action::Multicast { job } => {
+                // Addresses are Copy: look each up rather than clone the list.
+                for id in 0.. {
+                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
+                        break;
+                    };
+                    // The egress rewrite: each copy names its receiver.
+                    Packet::new_unchecked(&mut head[..]).set_worker(id as u16);
+                    self.egress(state, &head, &payload, addr, out);
+                }
+            }
+            Action::Absorbed | Action::Drop(_) => {}
+        }
+    }
+
+    /// One outgoing copy through the egress faults.
+    fn egress<E: Egress>(
+        &mut self,
+        state: &mut State,
+        head: &[u8],
+        payload: &E::Staged,
+        to: SocketAddr,
+        out: &mut E,
+    ) {
+        match state.faults.decide(Direction::Egress) {
+            Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedEgress),
+            Fate::Pass { duplicate, reorder } => {
+                if reorder && self.held_out.is_none() {
+                    state.switch.counters_mut().injected_reorders += 1;
+                    let mut bytes = head.to_vec();
+                    bytes.extend_from_slice(out.staged(payload));
+                    self.held_out = Some(Held { bytes, addr: to });
+                    return;
+                }
+                queue(state, head, payload, to, out);
+                if duplicate {
+                    state.switch.counters_mut().injected_duplicates += 1;
+                    queue(state, head, payload, to, out);
+                }
+                self.release_held_out(state, out);
+            }
+        }
+    }
+
+    /// Sends the packet held back by the egress reorder fault, if any.
+    fn release_held_out<E: Egress>(&mut self, state: &mut State, out: &mut E) {
+        if let Some(h) = self.held_out.take() {
+            let c = state.switch.counters_mut();
+            if out.push(&h.bytes, h.addr) {
+                c.tx_packets += 1;
+                c.tx_bytes += h.bytes.len() as u64;
+            } else {
+                c.drop(DropReason::Undeliverable);
+            }
+        }
+    }
+}
+
+fn queue<E: Egress>(
+    state: &mut State,
+    head: &[u8],
+    payload: &E::Staged,
+    to: SocketAddr,
+    out: &mut E,
+) {
+    let len = (head.len() + out.staged(payload).len()) as u64;
+    let c = state.switch.counters_mut();
+    if out.push_parts(head, payload, to) {
+        c.tx_packets += 1;
+        c.tx_bytes += len;
+    } else {
+        c.drop(DropReason::Undeliverable);
+    }
+}

@@ -1,0 +1,135 @@
+//! The data paths a worker can send and receive on, behind one trait: the
+//! window engine is written once and monomorphised for each.
+//!
+//! - [`SocketLink`]: a kernel UDP socket, batched with `recvmmsg` /
+//!   `sendmmsg` (the fallback that runs anywhere).
+//! - `DpdkLink` (cargo feature `dpdk`, in `crate::dpdk`): raw Ethernet
+//!   frames on a DPDK port, no system call on the fast path.
+//!
+//! A slot's packet buffer ([`SlotBuf`]) belongs to the link: over DPDK it is
+//! an mbuf that holds the whole frame, so quantization writes straight into
+//! the memory the NIC sends from, and a retransmission sends the same mbuf
+//! again (sharing it, not copying).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use inagg_wire::udp::{BatchSocket, RecvBatch};
+use inagg_wire::HEADER_LEN;
+
+use crate::{Error, Result};
+
+/// Datagrams per receive call on the socket path.
+pub(crate) const RECV_BATCH: usize = 64;
+
+/// A slot's packet: written once per round, kept for retransmission.
+pub(crate) trait SlotBuf {
+    /// The datagram (inagg header and payload), writable. A link whose NIC
+    /// may still hold the previous round swaps in a fresh buffer first.
+    fn datagram_mut(&mut self) -> Result<&mut [u8]>;
+    /// Bytes on the wire for this packet.
+    fn wire_len(&self) -> usize;
+    /// Called once the datagram is final (checksums).
+    fn seal(&mut self);
+}
+
+/// One data path.
+pub(crate) trait Link {
+    /// A slot's packet buffer.
+    type Buf: SlotBuf;
+    /// A buffer for datagrams of `datagram` bytes.
+    fn new_buf(&mut self, datagram: usize) -> Result<Self::Buf>;
+    /// Sends the buffers (they stay with their slots); returns how many the
+    /// path refused (recovered by retransmission like any loss).
+    fn send<'b>(&mut self, bufs: impl ExactSizeIterator<Item = &'b Self::Buf>) -> Result<u64>
+    where
+        Self::Buf: 'b;
+    /// Waits up to `wait` for datagrams addressed to this worker; returns
+    /// how many [`Link::received`] now holds (0 on timeout).
+    fn recv(&mut self, wait: Duration) -> Result<usize>;
+    /// Datagram `i` of the last [`Link::recv`].
+    fn received(&self, i: usize) -> &[u8];
+    /// Most datagrams one `recv` returns: fewer means the path is drained.
+    fn batch(&self) -> usize;
+    /// Slot buffers kept between all-reduces (fresh ones cost page faults
+    /// or mbuf allocations).
+    fn spare(&mut self) -> &mut Vec<Self::Buf>;
+}
+
+/// The kernel UDP socket path.
+#[derive(Debug)]
+pub(crate) struct SocketLink {
+    socket: BatchSocket,
+    rx: RecvBatch,
+    spare: Vec<Vec<u8>>,
+}
+
+impl SocketLink {
+    /// Binds `bind` and connects to `switch`.
+    pub fn new(bind: SocketAddr, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
+        let socket = BatchSocket::bind(bind).map_err(|e| Error::io("bind the worker socket", e))?;
+        socket
+            .socket()
+            .connect(switch)
+            .map_err(|e| Error::io("connect to the switch", e))?;
+        Ok(SocketLink {
+            socket,
+            rx: RecvBatch::new(RECV_BATCH, datagram.max(HEADER_LEN)),
+            spare: Vec::new(),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket
+            .local_addr()
+            .expect("bound socket has an address")
+    }
+}
+
+impl SlotBuf for Vec<u8> {
+    fn datagram_mut(&mut self) -> Result<&mut [u8]> {
+        Ok(&mut self[..])
+    }
+
+    fn wire_len(&self) -> usize {
+        self.len()
+    }
+
+    fn seal(&mut self) {}
+}
+
+impl Link for SocketLink {
+    type Buf = Vec<u8>;
+
+    fn new_buf(&mut self, datagram: usize) -> Result<Vec<u8>> {
+        Ok(vec![0; datagram])
+    }
+
+    fn send<'b>(&mut self, bufs: impl ExactSizeIterator<Item = &'b Vec<u8>>) -> Result<u64> {
+        let slices: Vec<&[u8]> = bufs.map(|b| &b[..]).collect();
+        let report = self
+            .socket
+            .send_slices(&slices)
+            .map_err(|e| Error::io("send contributions", e))?;
+        Ok(report.failed as u64)
+    }
+
+    fn recv(&mut self, wait: Duration) -> Result<usize> {
+        self.socket
+            .recv_batch(&mut self.rx, wait)
+            .map_err(|e| Error::io("receive results", e))
+    }
+
+    fn received(&self, i: usize) -> &[u8] {
+        self.rx.get(i).data
+    }
+
+    fn batch(&self) -> usize {
+        RECV_BATCH
+    }
+
+    fn spare(&mut self) -> &mut Vec<Vec<u8>> {
+        &mut self.spare
+    }
+}

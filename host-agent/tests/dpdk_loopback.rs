@@ -1,0 +1,46 @@
+//! The DPDK data path on a net_ring port in loopback mode (the link answers
+//! its own contributions as a one-worker switch would): the whole fast path
+//! (quantize into mbufs, checksums, bursts, parsing, the window) with no
+//! switch process. The multi-host tests with a real switch are in the
+//! workspace's tests/dpdk.rs.
+
+use std::net::SocketAddrV4;
+
+use inagg_host_agent::dpdk::DpdkOptions;
+use inagg_host_agent::{quant, AgentConfig, Worker};
+
+const EAL: &str =
+    "--no-huge -m 256 --no-pci --no-shconf --log-level=lib.eal:error --vdev net_ring0";
+
+fn worker(elements: u16, pool: u32) -> Worker {
+    let switch: SocketAddrV4 = "10.0.0.100:47000".parse().unwrap();
+    let config = AgentConfig::new(switch.into(), 3, 0, 1, pool, elements);
+    let mut options = DpdkOptions::new(EAL, "10.0.0.1:40000".parse().unwrap());
+    options.loopback = true;
+    Worker::new_dpdk(config, &options).expect("DPDK worker on net_ring0")
+}
+
+#[test]
+fn loopback_all_reduces_are_exact_and_reuse_their_mbufs() {
+    let mut w = worker(64, 16);
+    assert_eq!(w.backend_name(), "dpdk");
+    let input: Vec<i32> = (0..100_003).map(|i| i * 7 - 350_000).collect();
+    for round in 0..3 {
+        let mut data = input.clone();
+        let stats = w.allreduce_i32(&mut data).expect("all-reduce");
+        assert_eq!(data, input, "round {round}: one worker's sum is its input");
+        assert_eq!(stats.retransmissions, 0);
+        assert_eq!(stats.packets_sent, 100_003_u64.div_ceil(64));
+    }
+    let mut floats: Vec<f32> = (0..5000).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let want = floats.clone();
+    w.allreduce_f32(&mut floats).expect("float all-reduce");
+    // Every |x| < 4 = 2^(128 - 126): exponent 128 bounds every block.
+    for (g, x) in floats.iter().zip(&want) {
+        let bound = quant::error_bound(128, 1, f64::from(*x));
+        assert!(
+            f64::from((g - x).abs()) <= bound,
+            "{g} vs {x} (bound {bound})"
+        );
+    }
+}

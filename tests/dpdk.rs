@@ -1,0 +1,450 @@
+//! The DPDK data path for real: agents on DPDK net_af_packet ports, each in
+//! its own network namespace, joined by veth pairs to a "switch" namespace
+//! where the emulator runs on its socket backend (a Linux bridge with the
+//! switch address) or on its DPDK backend (net_af_packet on every switch
+//! port, no kernel address). Loss comes from the emulator. A mixed job, with
+//! some workers on kernel sockets, must give the same bytes on every worker.
+//!
+//! Needs root, iproute2 and a build with `--features dpdk` (this file only
+//! compiles then). Without root the namespace tests say they skipped and
+//! why; the bad-EAL test runs anyway.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const SWITCH: &str = "10.0.0.100:47000";
+const CONTROL: &str = "127.0.0.1:47001";
+const EAL_BASE: &str =
+    "--no-huge -m 128 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error";
+
+/// One lab at a time: every process in it polls, and the machine may have
+/// two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn inagg() -> &'static str {
+    env!("CARGO_BIN_EXE_inagg")
+}
+
+fn skip_reason() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (network namespaces need it)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("iproute2 (`ip`) not installed");
+    }
+    None
+}
+
+fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn in_ns(ns: &str, args: &[&str]) -> Output {
+    let mut all = vec!["ip", "netns", "exec", ns];
+    all.extend_from_slice(args);
+    sh(&all)
+}
+
+/// How the emulator reaches its ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EmuBackend {
+    Socket,
+    Dpdk,
+}
+
+/// How a worker reaches the switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AgentBackend {
+    Socket,
+    Dpdk,
+}
+
+/// A switch namespace and one namespace per worker, removed when dropped.
+struct Lab {
+    tag: String,
+    switch: String,
+    hosts: Vec<String>,
+    emu: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.emu.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.hosts.iter().chain([&self.switch]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Lab {
+    /// Namespaces and veths for `agents`, and the emulator on `emu`.
+    fn new(tag: &str, agents: &[AgentBackend], emu: EmuBackend, loss: f64) -> Lab {
+        let id = std::process::id();
+        let mut lab = Lab {
+            tag: format!("{tag}{id}"),
+            switch: format!("idp-sw-{tag}-{id}"),
+            hosts: (0..agents.len())
+                .map(|i| format!("idp-h{i}-{tag}-{id}"))
+                .collect(),
+            emu: None,
+            dir: std::env::temp_dir().join(format!("inagg-dpdk-{tag}-{id}")),
+        };
+        std::fs::create_dir_all(&lab.dir).unwrap();
+        for ns in lab.hosts.iter().chain([&lab.switch]) {
+            sh(&["ip", "netns", "add", ns]);
+            in_ns(ns, &["ip", "link", "set", "lo", "up"]);
+        }
+        if emu == EmuBackend::Socket {
+            in_ns(&lab.switch, &["ip", "link", "add", "br0", "type", "bridge"]);
+            in_ns(
+                &lab.switch,
+                &["ip", "addr", "add", "10.0.0.100/24", "dev", "br0"],
+            );
+            in_ns(&lab.switch, &["ip", "link", "set", "br0", "up"]);
+        }
+        for (i, backend) in agents.iter().enumerate() {
+            let (h, s) = (lab.host_if(i), lab.switch_if(i));
+            sh(&[
+                "ip",
+                "link",
+                "add",
+                &h,
+                "netns",
+                &lab.hosts[i],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &s,
+                "netns",
+                &lab.switch,
+            ]);
+            in_ns(&lab.hosts[i], &["ip", "link", "set", &h, "up"]);
+            if *backend == AgentBackend::Socket {
+                // Kernel workers have the address on their interface; DPDK
+                // workers own it themselves (the kernel must not answer).
+                let addr = format!("{}/24", worker_ip(i));
+                in_ns(&lab.hosts[i], &["ip", "addr", "add", &addr, "dev", &h]);
+            }
+            if emu == EmuBackend::Socket {
+                in_ns(&lab.switch, &["ip", "link", "set", &s, "master", "br0"]);
+            }
+            in_ns(&lab.switch, &["ip", "link", "set", &s, "up"]);
+        }
+        lab.start_emu(emu, agents.len(), loss);
+        lab
+    }
+
+    fn host_if(&self, i: usize) -> String {
+        format!("h{i}{}", self.tag)
+    }
+
+    fn switch_if(&self, i: usize) -> String {
+        format!("s{i}{}", self.tag)
+    }
+
+    fn start_emu(&mut self, emu: EmuBackend, ports: usize, loss: f64) {
+        let loss = loss.to_string();
+        let mut args: Vec<String> = [
+            "netns",
+            "exec",
+            &self.switch,
+            inagg(),
+            "emu",
+            "--data",
+            SWITCH,
+            "--control",
+            CONTROL,
+            "--max-elements",
+            "256",
+            "--loss",
+            &loss,
+            "--seed",
+            "7",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if emu == EmuBackend::Dpdk {
+            let vdevs: String = (0..ports)
+                .map(|i| format!(" --vdev net_af_packet{i},iface={}", self.switch_if(i)))
+                .collect();
+            args.extend([
+                "--backend".into(),
+                "dpdk".into(),
+                "--eal".into(),
+                format!("{EAL_BASE}{vdevs}"),
+            ]);
+        }
+        let child = Command::new("ip")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the emulator");
+        self.emu = Some(child);
+        // Ready when its control endpoint answers.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = self.ctl(&["info"]);
+            if out.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "emulator did not come up: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        let mut all = vec![
+            "netns",
+            "exec",
+            &self.switch,
+            inagg(),
+            "ctl",
+            "--addr",
+            CONTROL,
+        ];
+        all.extend_from_slice(args);
+        Command::new("ip")
+            .args(&all)
+            .output()
+            .expect("run inagg ctl")
+    }
+
+    fn create_job(&self, workers: usize, pool: u32, elements: u16) {
+        let endpoints: Vec<String> = (0..workers)
+            .map(|i| format!("{}:40000", worker_ip(i)))
+            .collect();
+        let out = self.ctl(&[
+            "job",
+            "create",
+            "--id",
+            "1",
+            "--workers",
+            &endpoints.join(","),
+            "--pool-base",
+            "0",
+            "--pool-size",
+            &pool.to_string(),
+            "--elements",
+            &elements.to_string(),
+        ]);
+        assert!(
+            out.status.success(),
+            "job create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts worker `i` on `backend`; its reduced tensor goes to a file.
+    fn agent(&self, i: usize, workers: usize, backend: AgentBackend, job: &Job) -> Child {
+        let bind = format!("{}:40000", worker_ip(i));
+        let output = self.output(i);
+        let mut args: Vec<String> = vec![
+            "netns".into(),
+            "exec".into(),
+            self.hosts[i].clone(),
+            inagg().into(),
+            "agent".into(),
+            "--switch".into(),
+            SWITCH.into(),
+            "--bind".into(),
+            bind,
+            "--job".into(),
+            "1".into(),
+            "--worker".into(),
+            i.to_string(),
+            "--workers".into(),
+            workers.to_string(),
+            "--pool-size".into(),
+            job.pool.to_string(),
+            "--elements".into(),
+            job.elements.to_string(),
+            "--dtype".into(),
+            job.dtype.into(),
+            "--len".into(),
+            job.len.to_string(),
+            "--verify".into(),
+            "--output".into(),
+            output.display().to_string(),
+            "--timeout".into(),
+            "30".into(),
+        ];
+        if backend == AgentBackend::Dpdk {
+            let eal = format!("{EAL_BASE} --vdev net_af_packet0,iface={}", self.host_if(i));
+            args.extend(["--backend".into(), "dpdk".into(), "--eal".into(), eal]);
+        }
+        Command::new("ip")
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start an agent")
+    }
+
+    fn output(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("result{i}.bin"))
+    }
+
+    /// Runs one all-reduce with every worker; returns each one's report.
+    fn allreduce(&self, agents: &[AgentBackend], job: &Job) -> Vec<String> {
+        let children: Vec<Child> = agents
+            .iter()
+            .enumerate()
+            .map(|(i, b)| self.agent(i, agents.len(), *b, job))
+            .collect();
+        children
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let out = c.wait_with_output().expect("agent output");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert!(
+                    out.status.success(),
+                    "worker {i} ({:?}) failed: {text}",
+                    agents[i]
+                );
+                assert!(text.contains("result verified"), "worker {i}: {text}");
+                text
+            })
+            .collect()
+    }
+
+    fn counters(&self) -> serde_json::Value {
+        let out = self.ctl(&["--json", "counters"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("counters JSON")
+    }
+}
+
+fn worker_ip(i: usize) -> String {
+    format!("10.0.0.{}", i + 1)
+}
+
+struct Job {
+    pool: u32,
+    elements: u16,
+    dtype: &'static str,
+    len: usize,
+}
+
+/// Runs an int32 and a float all-reduce through a lab and checks that every
+/// worker verified its result, that all hold the same bytes, and that the
+/// emulator saw (and survived) the injected loss.
+fn run_lab(tag: &str, agents: &[AgentBackend], emu: EmuBackend) {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = Lab::new(tag, agents, emu, 0.02);
+    lab.create_job(agents.len(), 16, 64);
+    for (dtype, len) in [("i32", 30_000), ("f32", 20_000)] {
+        let job = Job {
+            pool: 16,
+            elements: 64,
+            dtype,
+            len,
+        };
+        lab.allreduce(agents, &job);
+        let first = std::fs::read(lab.output(0)).unwrap();
+        assert_eq!(first.len(), len * 4);
+        for i in 1..agents.len() {
+            let other = std::fs::read(lab.output(i)).unwrap();
+            assert!(
+                other == first,
+                "{dtype}: worker {i} ({:?}) differs from worker 0 ({:?})",
+                agents[i],
+                agents[0]
+            );
+        }
+    }
+    let c = lab.counters();
+    let drops = &c["switch"]["drops"];
+    let injected = drops["injected_ingress"].as_u64().unwrap_or(0)
+        + drops["injected_egress"].as_u64().unwrap_or(0);
+    assert!(injected > 0, "no loss was injected: {c}");
+    assert_eq!(drops["malformed"].as_u64(), Some(0), "{c}");
+}
+
+#[test]
+fn dpdk_agents_through_the_socket_emulator_under_loss() {
+    use AgentBackend::Dpdk;
+    run_lab("ds", &[Dpdk, Dpdk, Dpdk], EmuBackend::Socket);
+}
+
+#[test]
+fn dpdk_agents_through_the_dpdk_emulator_under_loss() {
+    use AgentBackend::Dpdk;
+    run_lab("dd", &[Dpdk, Dpdk, Dpdk], EmuBackend::Dpdk);
+}
+
+#[test]
+fn a_mixed_job_gives_every_worker_the_same_result_on_either_emulator() {
+    use AgentBackend::{Dpdk, Socket};
+    run_lab("ms", &[Dpdk, Socket, Dpdk, Socket], EmuBackend::Socket);
+    run_lab("md", &[Socket, Dpdk, Socket, Dpdk], EmuBackend::Dpdk);
+}
+
+#[test]
+fn an_agent_with_wrong_eal_arguments_fails_with_a_clear_error() {
+    let out = Command::new(inagg())
+        .args([
+            "agent",
+            "--backend",
+            "dpdk",
+            "--eal",
+            "--no-huge --no-pci --not-an-eal-option",
+            "--bind",
+            "10.0.0.1:40000",
+            "--switch",
+            SWITCH,
+            "--job",
+            "1",
+            "--worker",
+            "0",
+            "--workers",
+            "1",
+            "--pool-size",
+            "4",
+            "--len",
+            "100",
+        ])
+        .output()
+        .expect("run inagg agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("EAL initialisation failed"), "{stderr}");
+    assert!(stderr.contains("--not-an-eal-option"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
