@@ -30,6 +30,11 @@ void inagg_pktmbuf_free(struct rte_mbuf *m)
 	rte_pktmbuf_free(m);
 }
 
+void inagg_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count)
+{
+	rte_pktmbuf_free_bulk(mbufs, count);
+}
+
 char *inagg_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 {
 	return rte_pktmbuf_append(m, len);

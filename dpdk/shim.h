@@ -16,6 +16,7 @@ uint16_t inagg_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, u
 struct rte_mbuf *inagg_pktmbuf_alloc(struct rte_mempool *pool);
 int inagg_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, unsigned count);
 void inagg_pktmbuf_free(struct rte_mbuf *m);
+void inagg_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count);
 char *inagg_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 char *inagg_pktmbuf_mtod(struct rte_mbuf *m);
 uint16_t inagg_pktmbuf_data_len(const struct rte_mbuf *m);

@@ -15,6 +15,7 @@ use inagg_host_agent::quant::{block_exponent, dequantize, quantize};
 use inagg_wire::{Packet, Repr};
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::local::{run_all, JobParams, LocalCluster, PoolArgs};
 use crate::ring::ring_allreduce;
 use crate::verify::{check_f32, gradient};
@@ -38,6 +39,10 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Data path: sockets (the default figures) or DPDK (the agent's fast
+    /// path against the vdev's raw burst rate, and an all-reduce over memif).
+    #[arg(long, value_enum, default_value_t = Backend::Socket)]
+    pub backend: Backend,
 }
 
 /// One benchmark run's figures.
@@ -95,6 +100,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "--workers {n}: each count must be 1..={}",
             inagg_wire::MAX_WORKERS
         );
+    }
+    if args.backend == Backend::Dpdk {
+        #[cfg(feature = "dpdk")]
+        return crate::bench_dpdk::run(args);
+        #[cfg(not(feature = "dpdk"))]
+        return Err(crate::backend::not_built());
     }
     let report = measure(args)?;
     if args.json {

@@ -10,6 +10,8 @@
 pub mod agent_cmd;
 pub mod backend;
 pub mod bench;
+#[cfg(feature = "dpdk")]
+pub mod bench_dpdk;
 pub mod conformance_cmd;
 pub mod demo;
 pub mod emu_cmd;

@@ -382,12 +382,13 @@ impl Link for DpdkLink {
                 return Ok(self.held.len());
             }
             if n == 0 {
-                if start.elapsed() >= wait {
+                // Poll hard for a while, then let other threads (and, on a
+                // shared machine, other processes) run between polls. The
+                // clock is read every 32 empty polls: it costs more than one.
+                idle += 1;
+                if idle.is_multiple_of(32) && start.elapsed() >= wait {
                     return Ok(0);
                 }
-                // Poll hard for a while, then let other threads (and, on a
-                // shared machine, other processes) run between polls.
-                idle += 1;
                 if idle < 256 {
                     std::hint::spin_loop();
                 } else {
