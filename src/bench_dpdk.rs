@@ -144,18 +144,16 @@ fn loopback_worker() -> Result<Worker> {
 /// One float all-reduce through the loopback worker: (packets/s, Gbit/s).
 fn agent_rate(worker: &mut Worker, tensor: &[f32]) -> Result<(f64, f64)> {
     let mut data = tensor.to_vec();
-    let stats = worker.allreduce_f32(&mut data)?;
-    let secs = stats.elapsed.as_secs_f64();
-    Ok((
-        stats.packets_sent as f64 / secs,
-        stats.payload_bytes as f64 * 8.0 / secs / 1e9,
-    ))
+    rates(worker.allreduce_f32(&mut data)?)
 }
 
 /// One int32 all-reduce through the loopback worker: (packets/s, Gbit/s).
 fn agent_rate_i32(worker: &mut Worker, tensor: &[i32]) -> Result<(f64, f64)> {
     let mut data = tensor.to_vec();
-    let stats = worker.allreduce_i32(&mut data)?;
+    rates(worker.allreduce_i32(&mut data)?)
+}
+
+fn rates(stats: inagg_host_agent::Stats) -> Result<(f64, f64)> {
     let secs = stats.elapsed.as_secs_f64();
     Ok((
         stats.packets_sent as f64 / secs,

@@ -14,6 +14,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{in_ns, sh, skip_reason};
+
 const SWITCH: &str = "10.0.0.100:47000";
 const CONTROL: &str = "127.0.0.1:47001";
 const EAL_BASE: &str =
@@ -25,36 +28,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn inagg() -> &'static str {
     env!("CARGO_BIN_EXE_inagg")
-}
-
-fn skip_reason() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (network namespaces need it)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("iproute2 (`ip`) not installed");
-    }
-    None
-}
-
-fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn in_ns(ns: &str, args: &[&str]) -> Output {
-    let mut all = vec!["ip", "netns", "exec", ns];
-    all.extend_from_slice(args);
-    sh(&all)
 }
 
 /// How the emulator reaches its ports.

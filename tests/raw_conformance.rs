@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use inagg_emu::conformance;
 
+mod common;
+use common::{in_ns, sh, skip_reason};
+
 const SWITCH_IP: &str = "10.0.0.100";
 const SWITCH_MAC: &str = "02:5e:00:00:00:01";
 const CONTROL: &str = "192.168.77.2:47001";
@@ -34,36 +37,6 @@ impl Drop for Lab {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
-}
-
-fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn in_ns(ns: &str, args: &[&str]) -> Output {
-    let mut all = vec!["ip", "netns", "exec", ns];
-    all.extend_from_slice(args);
-    sh(&all)
-}
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (network namespaces need it)".into());
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("iproute2 (`ip`) not installed".into());
-    }
-    None
 }
 
 fn vector_dir() -> PathBuf {

@@ -10,14 +10,25 @@ use inagg_host_agent::dpdk::DpdkOptions;
 use inagg_host_agent::{quant, AgentConfig, Worker};
 
 const EAL: &str =
-    "--no-huge -m 256 --no-pci --no-shconf --log-level=lib.eal:error --vdev net_ring0";
+    "--no-huge -m 256 --no-pci --no-shconf --log-level=lib.eal:error --vdev net_ring0 --vdev net_ring1";
 
 fn worker(elements: u16, pool: u32) -> Worker {
     let switch: SocketAddrV4 = "10.0.0.100:47000".parse().unwrap();
     let config = AgentConfig::new(switch.into(), 3, 0, 1, pool, elements);
     let mut options = DpdkOptions::new(EAL, "10.0.0.1:40000".parse().unwrap());
+    options.port = Some("net_ring0".into());
     options.loopback = true;
     Worker::new_dpdk(config, &options).expect("DPDK worker on net_ring0")
+}
+
+#[test]
+fn a_k_too_big_for_the_port_mtu_is_refused_with_the_k_that_fits() {
+    let config = AgentConfig::new("10.0.0.100:47000".parse().unwrap(), 3, 0, 1, 4, 400);
+    let mut options = DpdkOptions::new(EAL, "10.0.0.1:40000".parse().unwrap());
+    options.port = Some("net_ring1".into());
+    options.loopback = true;
+    let err = Worker::new_dpdk(config, &options).unwrap_err().to_string();
+    assert!(err.contains("K = 400") && err.contains("K <= 362"), "{err}");
 }
 
 #[test]
