@@ -264,16 +264,10 @@ pub fn expected(step: &Step) -> Result<Vec<Sent>, String> {
         .collect()
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` (the wire crate's parser, with the vector
+/// loader's error message).
 pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
-    let bytes: Vec<u8> = mac
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16))
-        .collect::<Result<_, _>>()
-        .map_err(|_| format!("bad MAC address {mac:?}"))?;
-    bytes
-        .try_into()
-        .map_err(|_| format!("bad MAC address {mac:?}"))
+    inagg_wire::frame::parse_mac(mac).ok_or_else(|| format!("bad MAC address {mac:?}"))
 }
 
 /// Checks drop counters against a vector: every reason it lists, and zero

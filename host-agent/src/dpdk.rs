@@ -337,7 +337,7 @@ fn check_mtu(port: &Port, frame_len: usize, elements: u16) -> Result<()> {
     let mtu = usize::from(port.mtu().map_err(dpdk_err)?);
     let max = mtu + frame::ETHERNET_LEN;
     if frame_len > max {
-        let fit = (mtu - frame::IPV4_LEN - frame::UDP_LEN - inagg_wire::HEADER_LEN) / 4;
+        let fit = mtu.saturating_sub(frame::IPV4_LEN + frame::UDP_LEN + inagg_wire::HEADER_LEN) / 4;
         return Err(Error::Config(format!(
             "K = {elements} makes {frame_len}-byte frames; port {} carries at most {max} (MTU {mtu}): \
              use K <= {fit} (--elements) or raise the MTU",

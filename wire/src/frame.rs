@@ -255,13 +255,14 @@ fn arp(
     MIN_FRAME
 }
 
-/// Parses a MAC address written as six hex bytes separated by `:` or `-`.
+/// Parses a MAC address written as six hex bytes (one or two digits each)
+/// separated by `:` or `-`.
 pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = text.split([':', '-']);
     for byte in &mut mac {
         let part = parts.next()?;
-        if part.len() != 2 {
+        if part.is_empty() || part.len() > 2 {
             return None;
         }
         *byte = u8::from_str_radix(part, 16).ok()?;
