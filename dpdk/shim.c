@@ -5,6 +5,18 @@
 
 #include "shim.h"
 
+/*
+ * src/mbuf.rs reads these fields of struct rte_mbuf directly (a call per
+ * field on every packet cost more than the work done on it): the build
+ * fails here if the layout it assumes is not the installed DPDK's.
+ */
+#include <stddef.h>
+_Static_assert(offsetof(struct rte_mbuf, buf_addr) == 0, "rte_mbuf.buf_addr moved: update src/mbuf.rs");
+_Static_assert(offsetof(struct rte_mbuf, data_off) == 16, "rte_mbuf.data_off moved: update src/mbuf.rs");
+_Static_assert(offsetof(struct rte_mbuf, refcnt) == 18, "rte_mbuf.refcnt moved: update src/mbuf.rs");
+_Static_assert(sizeof(((struct rte_mbuf *)0)->refcnt) == 2, "rte_mbuf.refcnt is not 16 bits: update src/mbuf.rs");
+_Static_assert(offsetof(struct rte_mbuf, data_len) == 40, "rte_mbuf.data_len moved: update src/mbuf.rs");
+
 uint16_t inagg_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
 {
 	return rte_eth_rx_burst(port, queue, pkts, n);
@@ -40,15 +52,7 @@ char *inagg_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 	return rte_pktmbuf_append(m, len);
 }
 
-char *inagg_pktmbuf_mtod(struct rte_mbuf *m)
-{
-	return rte_pktmbuf_mtod(m, char *);
-}
 
-uint16_t inagg_pktmbuf_data_len(const struct rte_mbuf *m)
-{
-	return rte_pktmbuf_data_len(m);
-}
 
 uint16_t inagg_pktmbuf_tailroom(const struct rte_mbuf *m)
 {
@@ -65,15 +69,7 @@ void inagg_pktmbuf_reset(struct rte_mbuf *m)
 	rte_pktmbuf_reset(m);
 }
 
-uint16_t inagg_mbuf_refcnt_read(const struct rte_mbuf *m)
-{
-	return rte_mbuf_refcnt_read(m);
-}
 
-void inagg_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value)
-{
-	rte_mbuf_refcnt_update(m, value);
-}
 
 int inagg_errno(void)
 {

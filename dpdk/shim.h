@@ -18,13 +18,9 @@ int inagg_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, 
 void inagg_pktmbuf_free(struct rte_mbuf *m);
 void inagg_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count);
 char *inagg_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
-char *inagg_pktmbuf_mtod(struct rte_mbuf *m);
-uint16_t inagg_pktmbuf_data_len(const struct rte_mbuf *m);
 uint16_t inagg_pktmbuf_tailroom(const struct rte_mbuf *m);
 uint16_t inagg_mbuf_nb_segs(const struct rte_mbuf *m);
 void inagg_pktmbuf_reset(struct rte_mbuf *m);
-uint16_t inagg_mbuf_refcnt_read(const struct rte_mbuf *m);
-void inagg_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value);
 int inagg_errno(void);
 
 #endif

@@ -100,6 +100,9 @@ pub struct DpdkLink {
     batch: RxBatch,
     held: Vec<Held>,
     scratch: Vec<u8>,
+    /// Loopback mode: burst entries reflected into `scratch`, released
+    /// together at the end of the burst.
+    reflected: Vec<u16>,
     out: Vec<Mbuf>,
     spare: Vec<MbufSlot>,
     loopback: bool,
@@ -192,6 +195,7 @@ impl DpdkLink {
             batch: RxBatch::new(),
             held: Vec::with_capacity(inagg_dpdk::BURST),
             scratch: Vec::new(),
+            reflected: Vec::with_capacity(inagg_dpdk::BURST),
             out: Vec::with_capacity(inagg_dpdk::BURST * 4),
             spare: Vec::new(),
             loopback: options.loopback,
@@ -276,6 +280,12 @@ impl DpdkLink {
         for i in 0..n {
             self.classify(i);
         }
+        if !self.reflected.is_empty() {
+            // The looped mbufs are the slots' own: let go of them now so
+            // the slots can rewrite them in place for their next rounds.
+            self.batch.free_some(&self.reflected);
+            self.reflected.clear();
+        }
         n
     }
 
@@ -293,9 +303,7 @@ impl DpdkLink {
                     });
                 } else if self.loopback && src.addr == us.addr {
                     reflect(&mut self.scratch, &mut self.held, payload);
-                    // The looped mbuf is the slot's own: let go of it now so
-                    // the slot can rewrite it in place for its next round.
-                    drop(self.batch.take(i));
+                    self.reflected.push(i as u16);
                 } else {
                     self.counters.ignored += 1;
                 }
