@@ -113,14 +113,22 @@ pub fn run(a: &AgentArgs) -> Result<()> {
         Dtype::I32 => run_i32(a, &mut worker)?,
         Dtype::F32 => run_f32(a, &mut worker)?,
     };
+    let (lanes, handed_over) = lanes(&worker);
     if a.json {
         let mut v = serde_json::to_value(&stats)?;
         v["verified"] = verified.into();
         v["goodput_gbps"] = stats.goodput_gbps().into();
+        v["lanes"] = lanes.into();
+        v["handed_over"] = handed_over.into();
         println!("{v}");
     } else {
+        let lanes = if lanes > 1 {
+            format!(", {lanes} lanes ({handed_over} results handed between them)")
+        } else {
+            String::new()
+        };
         println!(
-            "worker {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{}",
+            "worker {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{lanes}{}",
             a.worker,
             stats.payload_bytes,
             stats.elapsed.as_secs_f64(),
@@ -140,6 +148,15 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     Ok(())
 }
 
+/// Lanes of the worker and results handed between them.
+fn lanes(worker: &Worker) -> (usize, u64) {
+    #[cfg(feature = "dpdk")]
+    if let Some(port) = worker.dpdk_port() {
+        return (port.lane_count(), port.counters().handed_over);
+    }
+    (worker.lanes(), 0)
+}
+
 /// The worker on the chosen data path.
 fn open(a: &AgentArgs, config: AgentConfig) -> Result<Worker> {
     match a.backend {
@@ -157,6 +174,7 @@ fn open_dpdk(a: &AgentArgs, config: AgentConfig) -> Result<Worker> {
     let mut options = DpdkOptions::new(a.dpdk.eal()?, local);
     options.port = a.dpdk.one_port()?;
     options.switch_mac = a.dpdk.switch_mac()?;
+    options.queues = a.dpdk.queues;
     Ok(Worker::new_dpdk(config, &options)?)
 }
 

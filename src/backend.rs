@@ -26,6 +26,11 @@ pub struct DpdkArgs {
     /// The switch's MAC address (default: learned with ARP).
     #[arg(long)]
     pub switch_mac: Option<String>,
+    /// Queue pairs for the agent, one thread (core) each, splitting the
+    /// job's slots between them (the port needs that many queues:
+    /// af_packet's --vdev takes qpairs=N).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: u16,
 }
 
 impl DpdkArgs {

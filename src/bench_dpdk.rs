@@ -33,7 +33,9 @@ const K: u16 = 64;
 const WINDOW: u32 = 64;
 /// EAL of the bench process: one ring port for the raw rate, one for the agent.
 const EAL: &str = "--no-huge -m 1024 --no-pci --no-shconf --no-telemetry \
-                   --log-level=lib.eal:error --vdev net_ring0 --vdev net_ring1";
+                   --log-level=lib.eal:error --vdev net_ring0 --vdev net_ring1 --vdev net_ring2";
+/// Lanes of the multi-queue measurement (the CI machine has 2 cores).
+const LANES: u16 = 2;
 
 /// The figures.
 #[derive(Debug, Serialize)]
@@ -54,6 +56,12 @@ pub struct DpdkReport {
     pub agent_i32_pps: f64,
     /// agent_i32_pps / raw_pps.
     pub ratio_i32: f64,
+    /// The float all-reduce on `lanes` queue pairs and threads, packets/s.
+    pub agent_lanes_pps: f64,
+    /// Its payload rate, Gbit/s.
+    pub agent_lanes_gbps: f64,
+    /// Lanes of that measurement.
+    pub lanes: u16,
     /// End-to-end over memif, Gbit/s of tensor per worker, if it ran.
     pub memif_allreduce_gbps: Option<f64>,
     /// Workers in the end-to-end run.
@@ -67,13 +75,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut raw = Vec::new();
     let mut agent = Vec::new();
     let mut agent_i32 = Vec::new();
-    let mut worker = loopback_worker()?;
+    let mut lanes = Vec::new();
+    let mut worker = loopback_worker("net_ring1", 1)?;
+    let mut multi = loopback_worker("net_ring2", LANES)?;
     let tensor = gradient(1, 0, args.elements);
     let ints: Vec<i32> = (0..args.elements as i32).collect();
     for _ in 0..args.repeat {
         raw.push(raw_rate(eal, frame_bytes)?);
         agent.push(agent_rate(&mut worker, &tensor)?);
         agent_i32.push(agent_rate_i32(&mut worker, &ints)?);
+        lanes.push(agent_rate(&mut multi, &tensor)?);
     }
     let best = |v: &[(f64, f64)]| {
         v.iter()
@@ -83,6 +94,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let (raw_pps, _) = best(&raw);
     let (agent_pps, agent_gbps) = best(&agent);
     let (agent_i32_pps, _) = best(&agent_i32);
+    let (agent_lanes_pps, agent_lanes_gbps) = best(&lanes);
     let workers = 2;
     let memif = memif_allreduce(args, workers).context("end-to-end all-reduce over memif")?;
     let report = DpdkReport {
@@ -94,6 +106,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         ratio: agent_pps / raw_pps,
         agent_i32_pps,
         ratio_i32: agent_i32_pps / raw_pps,
+        agent_lanes_pps,
+        agent_lanes_gbps,
+        lanes: LANES,
         memif_allreduce_gbps: Some(memif),
         memif_workers: workers,
     };
@@ -125,6 +140,12 @@ fn print(r: &DpdkReport, a: &BenchArgs) {
         r.agent_i32_pps / 1e6,
         r.ratio_i32
     );
+    println!(
+        "agent fast path, f32 ({} lanes)  {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   (queue pairs and threads; one core each)",
+        r.lanes,
+        r.agent_lanes_pps / 1e6,
+        r.agent_lanes_gbps
+    );
     if let Some(g) = r.memif_allreduce_gbps {
         println!(
             "all-reduce via DPDK emulator over memif, {} workers: {:.3} Gbit/s per worker",
@@ -133,11 +154,12 @@ fn print(r: &DpdkReport, a: &BenchArgs) {
     }
 }
 
-fn loopback_worker() -> Result<Worker> {
+fn loopback_worker(port: &str, queues: u16) -> Result<Worker> {
     let config = AgentConfig::new("10.0.0.100:47000".parse()?, 1, 0, 1, WINDOW, K);
     let mut options = DpdkOptions::new(EAL, "10.0.0.1:40000".parse()?);
-    options.port = Some("net_ring1".into());
+    options.port = Some(port.into());
     options.loopback = true;
+    options.queues = queues;
     Ok(Worker::new_dpdk(config, &options)?)
 }
 

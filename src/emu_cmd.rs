@@ -101,6 +101,12 @@ fn start(args: &EmuArgs, config: EmulatorConfig) -> Result<Emulator> {
 
 #[cfg(feature = "dpdk")]
 fn start_dpdk(args: &EmuArgs, config: EmulatorConfig) -> Result<Emulator> {
+    if args.dpdk.queues != 1 {
+        anyhow::bail!(
+            "--queues {}: the emulator polls one queue per port; --queues is for agents",
+            args.dpdk.queues
+        );
+    }
     let ports = inagg_emu::dpdk::DpdkPorts {
         eal: args.dpdk.eal()?.to_owned(),
         ports: args.dpdk.dpdk_port.clone(),

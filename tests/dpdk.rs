@@ -42,6 +42,10 @@ enum EmuBackend {
 enum AgentBackend {
     Socket,
     Dpdk,
+    /// DPDK with two queue pairs (two lanes): af_packet's fanout puts the
+    /// switch's results on one queue, so one lane hands the other lane's
+    /// results over.
+    DpdkTwoLanes,
 }
 
 /// A switch namespace and one namespace per worker, removed when dropped.
@@ -265,9 +269,18 @@ impl Lab {
             "--timeout".into(),
             "30".into(),
         ];
-        if backend == AgentBackend::Dpdk {
-            let eal = format!("{EAL_BASE} --vdev net_af_packet0,iface={}", self.host_if(i));
-            args.extend(["--backend".into(), "dpdk".into(), "--eal".into(), eal]);
+        let port = format!("net_af_packet0,iface={}", self.host_if(i));
+        match backend {
+            AgentBackend::Socket => {}
+            AgentBackend::Dpdk => {
+                let eal = format!("{EAL_BASE} --vdev {port}");
+                args.extend(["--backend".into(), "dpdk".into(), "--eal".into(), eal]);
+            }
+            AgentBackend::DpdkTwoLanes => {
+                let eal = format!("{EAL_BASE} --vdev {port},qpairs=2");
+                args.extend(["--backend", "dpdk", "--queues", "2", "--eal"].map(String::from));
+                args.push(eal);
+            }
         }
         Command::new("ip")
             .args(&args)
@@ -304,6 +317,11 @@ impl Lab {
                     agents[i]
                 );
                 assert!(text.contains("result verified"), "worker {i}: {text}");
+                if agents[i] == AgentBackend::DpdkTwoLanes {
+                    let handed = handed_over(&text)
+                        .unwrap_or_else(|| panic!("worker {i} ran on 2 lanes: {text}"));
+                    assert!(handed > 0, "worker {i}: no result crossed lanes: {text}");
+                }
                 text
             })
             .collect()
@@ -318,6 +336,12 @@ impl Lab {
         );
         serde_json::from_slice(&out.stdout).expect("counters JSON")
     }
+}
+
+/// "N results handed between them" in a 2-lane agent's report.
+fn handed_over(report: &str) -> Option<u64> {
+    let (_, rest) = report.split_once("2 lanes (")?;
+    rest.split_whitespace().next()?.parse().ok()
 }
 
 fn worker_ip(i: usize) -> String {
@@ -387,6 +411,17 @@ fn a_mixed_job_gives_every_worker_the_same_result_on_either_emulator() {
     use AgentBackend::{Dpdk, Socket};
     run_lab("ms", &[Dpdk, Socket, Dpdk, Socket], EmuBackend::Socket);
     run_lab("md", &[Socket, Dpdk, Socket, Dpdk], EmuBackend::Dpdk);
+}
+
+#[test]
+fn agents_on_two_queue_pairs_hand_results_between_lanes_and_stay_exact() {
+    use AgentBackend::{DpdkTwoLanes, Socket};
+    run_lab(
+        "qs",
+        &[DpdkTwoLanes, Socket, DpdkTwoLanes],
+        EmuBackend::Socket,
+    );
+    run_lab("qd", &[DpdkTwoLanes, DpdkTwoLanes], EmuBackend::Dpdk);
 }
 
 #[test]

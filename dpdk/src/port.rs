@@ -116,16 +116,36 @@ impl Port {
         Ok((port, rx, tx))
     }
 
-    fn configure(&self, config: &PortConfig, pool: &Mempool) -> Result<(), Error> {
-        let (id, name) = (self.id, &self.name);
+    /// Checks that the port named `name` (or with that id) has the queues
+    /// `config` asks for, before anything is allocated for them.
+    pub fn check_queues(eal: Eal, name: &str, config: &PortConfig) -> Result<(), Error> {
+        let id = find(eal, name)?;
+        let port = Port {
+            id,
+            name: port_name(id).unwrap_or_else(|| name.to_owned()),
+        };
+        port.check_queue_counts(config)
+    }
+
+    fn check_queue_counts(&self, config: &PortConfig) -> Result<(), Error> {
         let info = self.info()?;
         if config.rx_queues > info.max_rx_queues || config.tx_queues > info.max_tx_queues {
             return Err(Error::Invalid(format!(
-                "port {name} has at most {} receive and {} transmit queues; asked for {} and {} \
+                "port {} has at most {} receive and {} transmit queues; asked for {} and {} \
                  (for af_packet, add qpairs=N to the --vdev)",
-                info.max_rx_queues, info.max_tx_queues, config.rx_queues, config.tx_queues
+                self.name,
+                info.max_rx_queues,
+                info.max_tx_queues,
+                config.rx_queues,
+                config.tx_queues
             )));
         }
+        Ok(())
+    }
+
+    fn configure(&self, config: &PortConfig, pool: &Mempool) -> Result<(), Error> {
+        let (id, name) = (self.id, &self.name);
+        self.check_queue_counts(config)?;
         // An all-zero rte_eth_conf is DPDK's "no offloads, no RSS" default.
         let conf = sys::rte_eth_conf::default();
         // SAFETY: the port id is valid (found above); conf outlives the call.

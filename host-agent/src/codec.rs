@@ -1,20 +1,87 @@
-//! What each round of a slot carries, for int32 and float all-reduces.
+//! What each round of a slot carries, for int32 and float all-reduces, and
+//! how a tensor is shared between the lanes of a multi-queue worker.
+
+use std::marker::PhantomData;
 
 use inagg_wire::payload;
 
 use crate::engine::Codec;
 use crate::quant;
 
-/// Int32 sums: chunk `slot + round * window` in round `round`; no exponents.
-pub(crate) struct IntCodec<'a> {
-    pub data: &'a mut [i32],
-    pub k: usize,
+/// A lane's share of a tensor: the chunks of the slots the lane owns.
+///
+/// Chunk `c` travels in slot `c % window`, and lane `l` of `n` owns the
+/// slots `s` with `s % n == l`, so the lanes' chunks are disjoint and each
+/// lane can write its own in place while the others run on other cores.
+/// [`LaneData::chunk`] enforces the ownership, which is what makes handing
+/// out `&mut` chunks from several views of one tensor sound.
+pub(crate) struct LaneData<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    k: usize,
+    window: usize,
+    lanes: usize,
+    lane: usize,
+    _tensor: PhantomData<&'a mut [T]>,
 }
 
-impl IntCodec<'_> {
-    fn chunk(&self, index: usize) -> std::ops::Range<usize> {
-        index * self.k..((index + 1) * self.k).min(self.data.len())
+// SAFETY: a view only reaches its own chunks (see `chunk`), disjoint from
+// every other view's; the tensor is borrowed mutably for 'a.
+unsafe impl<T: Send> Send for LaneData<'_, T> {}
+
+impl<'a, T> LaneData<'a, T> {
+    /// `lanes` views of `data` in chunks of `k` dealt to `window` slots.
+    pub fn split(data: &'a mut [T], k: usize, window: usize, lanes: usize) -> Vec<Self> {
+        assert!(
+            k > 0 && window > 0 && lanes > 0,
+            "k, window and lanes are positive"
+        );
+        (0..lanes)
+            .map(|lane| LaneData {
+                ptr: data.as_mut_ptr(),
+                len: data.len(),
+                k,
+                window,
+                lanes,
+                lane,
+                _tensor: PhantomData,
+            })
+            .collect()
     }
+
+    /// The whole tensor as one lane.
+    #[cfg(test)]
+    pub fn whole(data: &'a mut [T], k: usize) -> Self {
+        Self::split(data, k, 1, 1).remove(0)
+    }
+
+    /// Elements in the whole tensor.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Chunk `index`, if the tensor has it. Panics if another lane owns
+    /// it: the engine gives a lane only its own slots' rounds.
+    pub fn chunk(&mut self, index: usize) -> Option<&mut [T]> {
+        assert_eq!(
+            index % self.window % self.lanes,
+            self.lane,
+            "chunk {index} belongs to another lane"
+        );
+        let start = index.checked_mul(self.k)?;
+        if start >= self.len {
+            return None;
+        }
+        let end = (start + self.k).min(self.len);
+        // SAFETY: in bounds, and no other view reaches this chunk (above);
+        // &mut self keeps this view from lending it twice.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) })
+    }
+}
+
+/// Int32 sums: chunk `slot + round * window` in round `round`; no exponents.
+pub(crate) struct IntCodec<'a> {
+    pub data: LaneData<'a, i32>,
 }
 
 /// Chunks of `k` elements in `len` elements.
@@ -33,21 +100,27 @@ fn dealt(items: usize, slot: usize, window: usize) -> usize {
 
 impl Codec for IntCodec<'_> {
     fn rounds(&self, slot: usize, window: usize) -> usize {
-        dealt(chunk_count(self.data.len(), self.k), slot, window)
+        dealt(chunk_count(self.data.len(), self.data.k), slot, window)
     }
 
     fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> u8 {
-        let r = self.chunk(slot + round * window);
-        let len = r.len();
-        payload::write_i32s(&mut out[..len * 4], &self.data[r]);
+        let chunk = self
+            .data
+            .chunk(slot + round * window)
+            .expect("round within the slot's chunks");
+        let len = chunk.len();
+        payload::write_i32s(&mut out[..len * 4], chunk);
         out[len * 4..].fill(0);
         0
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], _exponent: u8) {
-        let r = self.chunk(slot + round * window);
-        let len = r.len();
-        payload::read_i32s(&bytes[..len * 4], &mut self.data[r]);
+        let chunk = self
+            .data
+            .chunk(slot + round * window)
+            .expect("round within the slot's chunks");
+        let len = chunk.len();
+        payload::read_i32s(&bytes[..len * 4], chunk);
     }
 }
 
@@ -57,27 +130,21 @@ impl Codec for IntCodec<'_> {
 /// with its agreed exponent, and the exponent of the chunk one window later.
 /// One extra packet per slot, none per chunk.
 pub(crate) struct FloatCodec<'a> {
-    pub data: &'a mut [f32],
-    pub k: usize,
+    pub data: LaneData<'a, f32>,
     pub workers: u16,
-    /// Agreed (max-reduced) exponent per chunk, filled as results arrive.
+    /// Agreed (max-reduced) exponent per chunk, filled as results arrive
+    /// (a lane fills only its own chunks').
     pub agreed: Vec<u8>,
 }
 
 impl<'a> FloatCodec<'a> {
-    pub fn new(data: &'a mut [f32], k: usize, workers: u16) -> Self {
-        let chunks = chunk_count(data.len(), k);
+    pub fn new(data: LaneData<'a, f32>, workers: u16) -> Self {
+        let chunks = chunk_count(data.len(), data.k);
         FloatCodec {
             data,
-            k,
             workers,
             agreed: vec![0; chunks],
         }
-    }
-
-    fn chunk(&self, index: usize) -> Option<std::ops::Range<usize>> {
-        let start = index * self.k;
-        (start < self.data.len()).then(|| start..(start + self.k).min(self.data.len()))
     }
 }
 
@@ -97,19 +164,27 @@ impl Codec for FloatCodec<'_> {
             out.fill(0);
         } else {
             let index = slot + (round - 1) * window;
-            let r = self.chunk(index).expect("round within the slot's chunks");
-            quant::quantize(&self.data[r], self.agreed[index], self.workers, out);
+            let e = self.agreed[index];
+            let chunk = self
+                .data
+                .chunk(index)
+                .expect("round within the slot's chunks");
+            quant::quantize(chunk, e, self.workers, out);
         }
-        self.chunk(slot + round * window)
-            .map_or(0, |r| quant::block_exponent(&self.data[r]))
+        self.data
+            .chunk(slot + round * window)
+            .map_or(0, |c| quant::block_exponent(c))
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
         if round > 0 {
             let index = slot + (round - 1) * window;
-            let r = self.chunk(index).expect("round within the slot's chunks");
             let e = self.agreed[index];
-            quant::dequantize(bytes, e, self.workers, &mut self.data[r]);
+            let chunk = self
+                .data
+                .chunk(index)
+                .expect("round within the slot's chunks");
+            quant::dequantize(bytes, e, self.workers, chunk);
         }
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;
@@ -120,6 +195,40 @@ impl Codec for FloatCodec<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lanes_reach_disjoint_chunks_that_cover_the_tensor() {
+        // 10 elements, k = 2: chunks 0..5 over a window of 3 slots and 2
+        // lanes: lane 0 owns slots 0 and 2 (chunks 0, 2, 3), lane 1 slot 1
+        // (chunks 1, 4).
+        let mut data: Vec<u32> = (0..10).collect();
+        let mut lanes = LaneData::split(&mut data, 2, 3, 2);
+        for c in [0, 2, 3] {
+            lanes[0]
+                .chunk(c)
+                .unwrap()
+                .iter_mut()
+                .for_each(|x| *x += 100);
+        }
+        for c in [1, 4] {
+            lanes[1]
+                .chunk(c)
+                .unwrap()
+                .iter_mut()
+                .for_each(|x| *x += 200);
+        }
+        assert_eq!(lanes[1].chunk(7), None, "past the end");
+        drop(lanes);
+        assert_eq!(data, [100, 101, 202, 203, 104, 105, 106, 107, 208, 209]);
+    }
+
+    #[test]
+    #[should_panic(expected = "belongs to another lane")]
+    fn a_lane_cannot_reach_another_lanes_chunk() {
+        let mut data = [0u8; 8];
+        let mut lanes = LaneData::split(&mut data, 2, 2, 2);
+        let _ = lanes[0].chunk(1);
+    }
 
     #[test]
     fn chunks_are_dealt_round_robin() {
@@ -134,7 +243,7 @@ mod tests {
     #[test]
     fn float_codec_has_one_exponent_round_per_slot() {
         let mut data = vec![1.0f32; 10];
-        let c = FloatCodec::new(&mut data, 4, 2);
+        let c = FloatCodec::new(LaneData::whole(&mut data, 4), 2);
         // 3 chunks over a window of 2: slot 0 has chunks 0 and 2, slot 1 has chunk 1.
         assert_eq!((c.rounds(0, 2), c.rounds(1, 2)), (3, 2));
     }

@@ -13,9 +13,18 @@
 //! - The switch's MAC is configured or learned with ARP; the link answers
 //!   ARP for its own address (nothing else on the port does: the kernel has
 //!   no address there).
+//! - A large tensor can use several queue pairs, one core each
+//!   ([`DpdkOptions::queues`]): lane `l` of `n` owns the slots `s` with
+//!   `s % n == l` (the wire protocol does not change). A NIC's RSS or
+//!   af_packet's fanout puts all of the switch's results (one flow) on one
+//!   receive queue, so a lane hands a result for another lane's slot over
+//!   to that lane through a lock-free queue.
 
 use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
 
 use inagg_dpdk::{Eal, Mbuf, Mempool, Port, PortConfig, RxBatch, RxQueue, TxQueue, HEADROOM};
 use inagg_wire::frame::{self, Endpoint, Frame, UdpFlow};
@@ -45,6 +54,9 @@ pub struct DpdkOptions {
     /// one-worker switch would send, so the agent's own cost can be measured
     /// with no switch in the loop.
     pub loopback: bool,
+    /// Queue pairs, one lane (thread, core) each. More than 1 needs a port
+    /// with that many queues (af_packet: `qpairs=N` in its `--vdev`).
+    pub queues: u16,
 }
 
 impl DpdkOptions {
@@ -58,6 +70,7 @@ impl DpdkOptions {
             switch_mac: None,
             arp_timeout: Duration::from_secs(3),
             loopback: false,
+            queues: 1,
         }
     }
 }
@@ -78,7 +91,35 @@ pub struct LinkCounters {
     pub bad: u64,
     /// Frames the transmit queue would not take (dropped, retransmitted later).
     pub tx_full: u64,
+    /// Results handed to the lane that owns their slot.
+    pub handed_over: u64,
+    /// Results dropped because the owning lane's hand-off queue was full
+    /// (recovered by retransmission like any loss).
+    pub handoff_full: u64,
 }
+
+impl LinkCounters {
+    fn add(&mut self, o: &LinkCounters) {
+        self.arp_replies += o.arp_replies;
+        self.ignored += o.ignored;
+        self.bad += o.bad;
+        self.tx_full += o.tx_full;
+        self.handed_over += o.handed_over;
+        self.handoff_full += o.handoff_full;
+    }
+}
+
+/// A result on its way from the lane that received it to the lane that
+/// owns its slot: the mbuf and where the datagram is in it.
+struct Handoff {
+    mbuf: Mbuf,
+    off: u16,
+    len: u16,
+}
+
+/// Results in flight between lanes, per lane: sized so that a full window
+/// of results fits many times over.
+const HANDOFF_CAPACITY: usize = 1024;
 
 /// Where the datagram `i` of a receive burst is.
 #[derive(Debug, Clone, Copy)]
@@ -87,12 +128,26 @@ enum Held {
     Mbuf { index: u16, off: u16, len: u16 },
     /// In the loopback scratch buffer, at `off..off + len`.
     Scratch { off: u32, len: u32 },
+    /// Handed over by another lane: `inbound[index]`.
+    Inbound { index: u16 },
 }
 
-/// A worker's DPDK port, one receive and one transmit queue.
+/// A worker's DPDK port and its lanes.
 #[derive(Debug)]
-pub struct DpdkLink {
+pub struct DpdkPort {
     port: Port,
+    lanes: Vec<DpdkLink>,
+}
+
+/// One lane of a worker's DPDK port: one receive and one transmit queue,
+/// driven by one thread.
+pub struct DpdkLink {
+    port_name: String,
+    lane: usize,
+    lanes: usize,
+    /// Every lane's hand-off queue (index: the receiving lane).
+    handoff: Arc<Vec<ArrayQueue<Handoff>>>,
+    inbound: Vec<Handoff>,
     rx: RxQueue,
     tx: TxQueue,
     pool: &'static Mempool,
@@ -145,10 +200,22 @@ impl SlotBuf for MbufSlot {
     }
 }
 
-impl DpdkLink {
-    /// Initialises the EAL (once per process), starts the port and learns
-    /// the switch's MAC.
-    pub(crate) fn open(config: &AgentConfig, options: &DpdkOptions) -> Result<DpdkLink> {
+impl std::fmt::Debug for DpdkLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpdkLink")
+            .field("port", &self.port_name)
+            .field("lane", &self.lane)
+            .field("lanes", &self.lanes)
+            .field("flow", &self.flow)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DpdkPort {
+    /// Initialises the EAL (once per process), starts the port with one
+    /// queue pair per lane and learns the switch's MAC.
+    pub(crate) fn open(config: &AgentConfig, options: &DpdkOptions) -> Result<DpdkPort> {
         let SocketAddr::V4(switch) = config.switch else {
             return Err(Error::Config(format!(
                 "the DPDK data path speaks IPv4; the switch address {} is not",
@@ -164,52 +231,85 @@ impl DpdkLink {
                 config.elements
             ))
         })?;
-        let pool_count = (config.pool_size + 4096).next_power_of_two() - 1;
-        let pool = Mempool::new(eal, pool_count, 256, data_room).map_err(dpdk_err)?;
+        if options.queues == 0 {
+            return Err(Error::Config("queues must be at least 1".into()));
+        }
         let port_name = match &options.port {
             Some(p) => p.clone(),
             None => Port::names(eal).into_iter().next().ok_or_else(|| {
                 Error::Dpdk("no DPDK port: add one to the EAL arguments, e.g. --vdev net_af_packet0,iface=eth1".into())
             })?,
         };
-        let (port, mut rx, mut tx) =
-            Port::start(eal, &port_name, &PortConfig::default(), pool).map_err(dpdk_err)?;
-        let (rx, tx) = (rx.remove(0), tx.remove(0));
+        let queues = PortConfig {
+            rx_queues: options.queues,
+            tx_queues: options.queues,
+            ..PortConfig::default()
+        };
+        Port::check_queues(eal, &port_name, &queues).map_err(dpdk_err)?;
+        let lanes = usize::from(options.queues);
+        // Each lane keeps a buffer per slot of the window; its queues'
+        // descriptors, bursts and hand-offs in flight hold more.
+        let per_lane = config.pool_size as usize
+            + usize::from(queues.rx_desc + queues.tx_desc)
+            + HANDOFF_CAPACITY
+            + 4 * inagg_dpdk::BURST;
+        let pool_count =
+            u32::try_from((per_lane * lanes).next_power_of_two() - 1).map_err(|_| {
+                Error::Config(format!("{lanes} queues of {per_lane} mbufs are too many"))
+            })?;
+        let pool = Mempool::new(eal, pool_count, 256, data_room).map_err(dpdk_err)?;
+        let (port, rx, tx) = Port::start(eal, &port_name, &queues, pool).map_err(dpdk_err)?;
         check_mtu(&port, frame_len, config.elements)?;
         let mac = port.mac().map_err(dpdk_err)?;
-        let mut link = DpdkLink {
-            flow: UdpFlow {
-                src: Endpoint {
-                    mac,
-                    addr: options.local,
-                },
-                dst: Endpoint {
-                    mac: options.switch_mac.unwrap_or([0; 6]),
-                    addr: switch,
-                },
+        let flow = UdpFlow {
+            src: Endpoint {
+                mac,
+                addr: options.local,
             },
-            port,
-            rx,
-            tx,
-            pool,
-            batch: RxBatch::new(),
-            held: Vec::with_capacity(inagg_dpdk::BURST),
-            scratch: Vec::new(),
-            reflected: Vec::with_capacity(inagg_dpdk::BURST),
-            out: Vec::with_capacity(inagg_dpdk::BURST * 4),
-            spare: Vec::new(),
-            loopback: options.loopback,
-            counters: LinkCounters::default(),
+            dst: Endpoint {
+                mac: options.switch_mac.unwrap_or([0; 6]),
+                addr: switch,
+            },
         };
+        let handoff = Arc::new(
+            (0..lanes)
+                .map(|_| ArrayQueue::new(HANDOFF_CAPACITY))
+                .collect::<Vec<_>>(),
+        );
+        let lanes: Vec<DpdkLink> = rx
+            .into_iter()
+            .zip(tx)
+            .enumerate()
+            .map(|(lane, (rx, tx))| DpdkLink {
+                port_name: port.name().to_owned(),
+                lane,
+                lanes,
+                handoff: handoff.clone(),
+                inbound: Vec::with_capacity(inagg_dpdk::BURST),
+                flow,
+                rx,
+                tx,
+                pool,
+                batch: RxBatch::new(),
+                held: Vec::with_capacity(inagg_dpdk::BURST),
+                scratch: Vec::new(),
+                reflected: Vec::with_capacity(inagg_dpdk::BURST),
+                out: Vec::with_capacity(inagg_dpdk::BURST * 4),
+                spare: Vec::new(),
+                loopback: options.loopback,
+                counters: LinkCounters::default(),
+            })
+            .collect();
+        let mut dpdk = DpdkPort { port, lanes };
         if options.switch_mac.is_none() && !options.loopback {
-            link.resolve_switch(options.arp_timeout)?;
+            dpdk.resolve_switch(options.arp_timeout)?;
         }
-        Ok(link)
+        Ok(dpdk)
     }
 
     /// This worker's address on the link.
     pub fn local(&self) -> SocketAddrV4 {
-        self.flow.src.addr
+        self.lanes[0].flow.src.addr
     }
 
     /// The port in use.
@@ -219,21 +319,47 @@ impl DpdkLink {
 
     /// The switch's MAC (configured or learned).
     pub fn switch_mac(&self) -> [u8; 6] {
-        self.flow.dst.mac
+        self.lanes[0].flow.dst.mac
     }
 
-    /// Frame counters.
+    /// Frame counters, all lanes together.
     pub fn counters(&self) -> LinkCounters {
-        self.counters
+        let mut total = LinkCounters::default();
+        for lane in &self.lanes {
+            total.add(&lane.counters);
+        }
+        total
+    }
+
+    /// Lanes (queue pairs, threads).
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub(crate) fn lanes_mut(&mut self) -> &mut [DpdkLink] {
+        &mut self.lanes
     }
 
     /// Sends ARP requests for the switch's address until a reply names its
-    /// MAC, answering requests for ours meanwhile.
+    /// MAC, answering requests for ours meanwhile. The reply may come in on
+    /// any queue: every lane is polled.
     fn resolve_switch(&mut self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
-        let target = *self.flow.dst.addr.ip();
+        let flow = self.lanes[0].flow;
+        let target = *flow.dst.addr.ip();
         let mut next_request = start;
-        while self.flow.dst.mac == [0; 6] {
+        loop {
+            if let Some(mac) = self
+                .lanes
+                .iter()
+                .map(|l| l.flow.dst.mac)
+                .find(|m| *m != [0; 6])
+            {
+                for lane in &mut self.lanes {
+                    lane.flow.dst.mac = mac;
+                }
+                return Ok(());
+            }
             let now = Instant::now();
             if now.duration_since(start) > timeout {
                 return Err(Error::Dpdk(format!(
@@ -243,17 +369,20 @@ impl DpdkLink {
                 )));
             }
             if now >= next_request {
-                let us = (*self.flow.src.addr.ip(), self.flow.src.mac);
-                self.send_control(|f| frame::arp_request(us, target, f))?;
+                let us = (*flow.src.addr.ip(), flow.src.mac);
+                self.lanes[0].send_control(|f| frame::arp_request(us, target, f))?;
                 next_request = now + Duration::from_millis(100);
             }
-            self.poll();
-            self.flush_out();
+            for lane in &mut self.lanes {
+                lane.poll();
+                lane.flush_out();
+            }
             std::thread::yield_now();
         }
-        Ok(())
     }
+}
 
+impl DpdkLink {
     /// A control frame (ARP) of at most 60 bytes, queued for sending.
     fn send_control(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> Result<()> {
         let mut m = Mbuf::alloc(self.pool).map_err(dpdk_err)?;
@@ -276,6 +405,10 @@ impl DpdkLink {
     fn poll(&mut self) -> usize {
         self.held.clear();
         self.scratch.clear();
+        self.inbound.clear();
+        if self.lanes > 1 {
+            self.take_handoffs();
+        }
         let n = self.rx.burst(&mut self.batch);
         for i in 0..n {
             self.classify(i);
@@ -289,20 +422,59 @@ impl DpdkLink {
         n
     }
 
+    /// Results other lanes received for this lane's slots (a burst at most).
+    fn take_handoffs(&mut self) {
+        while self.inbound.len() < inagg_dpdk::BURST {
+            let Some(h) = self.handoff[self.lane].pop() else {
+                break;
+            };
+            self.held.push(Held::Inbound {
+                index: self.inbound.len() as u16,
+            });
+            self.inbound.push(h);
+        }
+    }
+
+    /// The lane that owns the slot a datagram is for.
+    fn owner(&self, datagram: &[u8]) -> usize {
+        if self.lanes == 1 {
+            return self.lane;
+        }
+        Packet::new_checked(datagram).map_or(self.lane, |p| usize::from(p.slot()) % self.lanes)
+    }
+
+    /// Passes a result to the lane that owns its slot.
+    fn hand_over(&mut self, owner: usize, h: Handoff) {
+        match self.handoff[owner].push(h) {
+            Ok(()) => self.counters.handed_over += 1,
+            Err(_) => self.counters.handoff_full += 1,
+        }
+    }
+
     fn classify(&mut self, i: usize) {
         let data = self.batch.data(i);
         let us = self.flow.src;
         match frame::parse(data) {
             Frame::Udp { src, dst, payload } => {
                 let off = payload.as_ptr() as usize - data.as_ptr() as usize;
+                let (off, len) = (off as u16, payload.len() as u16);
+                let owner = self.owner(payload);
                 if dst.addr == us.addr && src.addr.ip() == self.flow.dst.addr.ip() {
-                    self.held.push(Held::Mbuf {
-                        index: i as u16,
-                        off: off as u16,
-                        len: payload.len() as u16,
-                    });
+                    if owner == self.lane {
+                        self.held.push(Held::Mbuf {
+                            index: i as u16,
+                            off,
+                            len,
+                        });
+                    } else if let Some(mbuf) = self.batch.take(i) {
+                        self.hand_over(owner, Handoff { mbuf, off, len });
+                    }
                 } else if self.loopback && src.addr == us.addr {
-                    reflect(&mut self.scratch, &mut self.held, payload);
+                    if owner == self.lane {
+                        reflect(&mut self.scratch, &mut self.held, payload);
+                    } else if let Ok(mbuf) = reflected_copy(self.pool, payload) {
+                        self.hand_over(owner, Handoff { mbuf, off: 0, len });
+                    }
                     self.reflected.push(i as u16);
                 } else {
                     self.counters.ignored += 1;
@@ -331,14 +503,28 @@ impl DpdkLink {
 fn reflect(scratch: &mut Vec<u8>, held: &mut Vec<Held>, datagram: &[u8]) {
     let off = scratch.len();
     scratch.extend_from_slice(datagram);
-    if let Ok(mut p) = Packet::new_checked(&mut scratch[off..]) {
-        p.set_kind(Kind::Result);
-        p.set_count(1);
-    }
+    as_result(&mut scratch[off..]);
     held.push(Held::Scratch {
         off: off as u32,
         len: datagram.len() as u32,
     });
+}
+
+/// Loopback mode, for another lane's slot: the result in an mbuf of its own.
+fn reflected_copy(pool: &Mempool, datagram: &[u8]) -> std::result::Result<Mbuf, inagg_dpdk::Error> {
+    let mut m = Mbuf::alloc(pool)?;
+    let buf = m.append(datagram.len())?;
+    buf.copy_from_slice(datagram);
+    as_result(buf);
+    Ok(m)
+}
+
+/// Turns a contribution into the result a one-worker switch would send.
+fn as_result(datagram: &mut [u8]) {
+    if let Ok(mut p) = Packet::new_checked(datagram) {
+        p.set_kind(Kind::Result);
+        p.set_count(1);
+    }
 }
 
 fn check_mtu(port: &Port, frame_len: usize, elements: u16) -> Result<()> {
@@ -413,6 +599,11 @@ impl Link for DpdkLink {
                 &self.batch.data(usize::from(index))[off..off + len]
             }
             Held::Scratch { off, len } => &self.scratch[off as usize..(off + len) as usize],
+            Held::Inbound { index } => {
+                let h = &self.inbound[usize::from(index)];
+                let (off, len) = (usize::from(h.off), usize::from(h.len));
+                &h.mbuf.data()[off..off + len]
+            }
         }
     }
 
@@ -422,5 +613,11 @@ impl Link for DpdkLink {
 
     fn spare(&mut self) -> &mut Vec<MbufSlot> {
         &mut self.spare
+    }
+
+    fn forward(&mut self) -> usize {
+        let n = self.poll();
+        self.flush_out();
+        n
     }
 }

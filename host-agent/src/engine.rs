@@ -112,6 +112,9 @@ pub(crate) struct Engine<'a, L: Link> {
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
     pub progress: Option<&'a AtomicU64>,
+    /// (this lane, lanes): a multi-queue worker runs one engine per lane,
+    /// each with the slots `s` where `s % lanes == lane`; 1 lane has them all.
+    pub lane: (usize, usize),
 }
 
 impl<L: Link> Engine<'_, L> {
@@ -240,6 +243,7 @@ impl<L: Link> Engine<'_, L> {
         let len = HEADER_LEN + usize::from(self.config.elements) * 4;
         let mut kept = std::mem::take(self.link.spare()).into_iter();
         let mut slots = Vec::with_capacity(window);
+        let (lane, lanes) = self.lane;
         for s in 0..window {
             let packet = match kept.next() {
                 Some(p) => p,
@@ -247,7 +251,11 @@ impl<L: Link> Engine<'_, L> {
             };
             slots.push(Slot {
                 round: 0,
-                rounds: codec.rounds(s, window),
+                rounds: if s % lanes == lane {
+                    codec.rounds(s, window)
+                } else {
+                    0
+                },
                 packet_id: 0,
                 set: 0,
                 sent_at: now,

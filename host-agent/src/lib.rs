@@ -28,7 +28,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::codec::{chunk_count, FloatCodec, IntCodec};
+use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
 use crate::engine::{Codec, Engine, RttEstimator};
 use crate::link::{Link, SocketLink};
 pub use crate::stats::Stats;
@@ -189,7 +189,7 @@ impl Error {
 enum Backend {
     Socket(SocketLink),
     #[cfg(feature = "dpdk")]
-    Dpdk(Box<dpdk::DpdkLink>),
+    Dpdk(Box<dpdk::DpdkPort>),
 }
 
 /// One worker of a job.
@@ -215,8 +215,8 @@ impl Worker {
     #[cfg(feature = "dpdk")]
     pub fn new_dpdk(config: AgentConfig, options: &dpdk::DpdkOptions) -> Result<Worker> {
         config.validate()?;
-        let link = dpdk::DpdkLink::open(&config, options)?;
-        Ok(Worker::with_backend(config, Backend::Dpdk(Box::new(link))))
+        let port = dpdk::DpdkPort::open(&config, options)?;
+        Ok(Worker::with_backend(config, Backend::Dpdk(Box::new(port))))
     }
 
     fn with_backend(config: AgentConfig, backend: Backend) -> Worker {
@@ -234,7 +234,25 @@ impl Worker {
         match &self.backend {
             Backend::Socket(link) => link.local_addr(),
             #[cfg(feature = "dpdk")]
-            Backend::Dpdk(link) => SocketAddr::V4(link.local()),
+            Backend::Dpdk(port) => SocketAddr::V4(port.local()),
+        }
+    }
+
+    /// Lanes (threads, each with its own queue pair) an all-reduce runs on.
+    pub fn lanes(&self) -> usize {
+        match &self.backend {
+            Backend::Socket(_) => 1,
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(port) => port.lane_count(),
+        }
+    }
+
+    /// The DPDK port, when the worker runs on one (its counters, MAC).
+    #[cfg(feature = "dpdk")]
+    pub fn dpdk_port(&self) -> Option<&dpdk::DpdkPort> {
+        match &self.backend {
+            Backend::Dpdk(port) => Some(port),
+            _ => None,
         }
     }
 
@@ -270,34 +288,35 @@ impl Worker {
         (chunks + extra) as u64
     }
 
-    /// Runs `chunks` chunks through the window on this worker's data path.
-    fn run<C: Codec>(&mut self, codec: &mut C, chunks: usize, bytes: u64) -> Result<Stats> {
-        fn engine<'a, L: Link>(
-            link: &'a mut L,
-            config: &'a AgentConfig,
-            epochs: &'a mut [u32],
-            rtt: &'a mut RttEstimator,
-            progress: Option<&'a AtomicU64>,
-        ) -> Engine<'a, L> {
-            Engine {
-                config,
-                link,
-                epochs,
-                rtt,
-                switch: config.switch,
-                progress,
-            }
-        }
+    /// The window of an all-reduce of `chunks` chunks (at least 1, so a
+    /// tensor can always be split into lanes).
+    fn window(&self, chunks: usize) -> usize {
+        chunks.min(self.config.pool_size as usize).max(1)
+    }
+
+    /// Runs `chunks` chunks through the window on this worker's data path,
+    /// with one codec per lane.
+    fn run<C: Codec + Send>(
+        &mut self,
+        mut codecs: Vec<C>,
+        chunks: usize,
+        bytes: u64,
+    ) -> Result<Stats> {
         let (config, epochs, rtt) = (&self.config, &mut self.epochs[..], &mut self.rtt);
         let progress = self.progress.as_deref();
+        let shared = Shared {
+            config,
+            progress,
+            chunks,
+            bytes,
+        };
         match &mut self.backend {
-            Backend::Socket(link) => {
-                engine(link, config, epochs, rtt, progress).run(codec, chunks, bytes)
-            }
+            Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
             #[cfg(feature = "dpdk")]
-            Backend::Dpdk(link) => {
-                engine(&mut **link, config, epochs, rtt, progress).run(codec, chunks, bytes)
-            }
+            Backend::Dpdk(port) => match port.lanes_mut() {
+                [link] => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
+                links => shared.run_lanes(links, codecs, epochs, rtt),
+            },
         }
     }
 
@@ -307,8 +326,11 @@ impl Worker {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
-        let mut codec = IntCodec { data, k };
-        self.run(&mut codec, chunks, bytes)
+        let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
+            .into_iter()
+            .map(|data| IntCodec { data })
+            .collect();
+        self.run(codecs, chunks, bytes)
     }
 
     /// Sums `data` across the job's workers in place, within the bound of
@@ -319,8 +341,109 @@ impl Worker {
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
         let workers = self.config.workers;
-        let mut codec = FloatCodec::new(data, k, workers);
-        self.run(&mut codec, chunks, bytes)
+        let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
+            .into_iter()
+            .map(|data| FloatCodec::new(data, workers))
+            .collect();
+        self.run(codecs, chunks, bytes)
+    }
+}
+
+/// What every lane of one all-reduce shares.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    config: &'a AgentConfig,
+    progress: Option<&'a AtomicU64>,
+    chunks: usize,
+    bytes: u64,
+}
+
+impl Shared<'_> {
+    /// One lane's engine over `link`.
+    fn run_lane<L: Link, C: Codec>(
+        self,
+        link: &mut L,
+        codec: &mut C,
+        epochs: &mut [u32],
+        rtt: &mut RttEstimator,
+        lane: (usize, usize),
+    ) -> Result<Stats> {
+        Engine {
+            config: self.config,
+            link,
+            epochs,
+            rtt,
+            switch: self.config.switch,
+            progress: self.progress,
+            lane,
+        }
+        .run(codec, self.chunks, self.bytes)
+    }
+
+    /// One thread per lane; each lane's slots' epochs come back from it,
+    /// the statistics are summed and the first error is returned.
+    #[cfg(feature = "dpdk")]
+    fn run_lanes<L: Link + Send, C: Codec + Send>(
+        self,
+        links: &mut [L],
+        codecs: Vec<C>,
+        epochs: &mut [u32],
+        rtt: &mut RttEstimator,
+    ) -> Result<Stats> {
+        let lanes = links.len();
+        // All results may arrive on one lane's queue (one flow hashes to
+        // one queue), so a lane that is done keeps receiving and handing
+        // results over until every lane is.
+        let running = std::sync::atomic::AtomicUsize::new(lanes);
+        let running = &running;
+        let outcomes: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = links
+                .iter_mut()
+                .zip(codecs)
+                .enumerate()
+                .map(|(lane, (link, mut codec))| {
+                    let (mut epochs, mut rtt) = (epochs.to_vec(), *rtt);
+                    scope.spawn(move || {
+                        let r =
+                            self.run_lane(link, &mut codec, &mut epochs, &mut rtt, (lane, lanes));
+                        running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                        while running.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                            if link.forward() == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                        (r, epochs, rtt)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut total: Option<Stats> = None;
+        let mut error = None;
+        for (lane, (r, lane_epochs, lane_rtt)) in outcomes.into_iter().enumerate() {
+            for s in (lane..epochs.len()).step_by(lanes) {
+                epochs[s] = lane_epochs[s];
+            }
+            if lane == 0 {
+                *rtt = lane_rtt;
+            }
+            match r {
+                Ok(stats) => match &mut total {
+                    Some(t) => t.merge(&stats),
+                    None => total = Some(stats),
+                },
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(total.unwrap_or_default()),
+        }
     }
 }
 

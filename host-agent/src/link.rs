@@ -54,6 +54,13 @@ pub(crate) trait Link {
     /// Slot buffers kept between all-reduces (fresh ones cost page faults
     /// or mbuf allocations).
     fn spare(&mut self) -> &mut Vec<Self::Buf>;
+    /// For a lane whose own slots are done while other lanes still run:
+    /// receive once and pass on what belongs to them (results for its own
+    /// slots are late copies and are dropped). Returns what was received.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    fn forward(&mut self) -> usize {
+        0
+    }
 }
 
 /// The kernel UDP socket path.
