@@ -18,6 +18,7 @@ pub mod conformance;
 pub mod counters;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod egress;
 pub mod faults;
 mod pipeline;
 pub mod server;

@@ -1,0 +1,375 @@
+//! Egress ports with a line rate and strict-priority queues, so that
+//! priorities matter in the emulator as they do on a switch.
+//!
+//! Without a line rate the emulator sends every copy as soon as the
+//! pipeline makes it (a port faster than anything feeding it: queues never
+//! build, and priorities cannot show). With one, each output port (each
+//! destination address: one worker's link) serialises its packets at the
+//! rate, and packets waiting for the link sit in one of [`QUEUES`] queues
+//! chosen by the packet's priority class through the switch's class-to-queue
+//! map (the P4 programs' `priority_to_queue`).
+//!
+//! - **Strict priority**: when the link is free, the head of the highest
+//!   non-empty queue goes next (queue 7 first, as on bmv2 and Tofino).
+//! - **Work-conserving**: a lower queue sends whenever every higher one is
+//!   empty; the link is never idle while anything waits.
+//! - **Tail drop**: each queue holds at most `queue_bytes`; a packet that
+//!   does not fit is dropped and counted (`queue_full`), and the agents
+//!   recover it by retransmission like any loss.
+//!
+//! Time is passed in (`now`), never read here, so the scheduler is a pure
+//! function of its inputs and its tests need no clock.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Egress queues per port.
+pub const QUEUES: usize = crate::switch::EGRESS_QUEUES as usize;
+
+/// How the emulator's ports send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkConfig {
+    /// Line rate of every port, bits per second (frame bytes as the
+    /// emulator sends them: the inagg datagram).
+    pub rate_bps: u64,
+    /// Bytes each queue of a port may hold before tail drop.
+    pub queue_bytes: usize,
+}
+
+impl LinkConfig {
+    /// Checks the values; the message says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rate_bps < 1_000 {
+            return Err(format!(
+                "line rate {} bit/s is too low: give at least 1000 bit/s",
+                self.rate_bps
+            ));
+        }
+        if self.queue_bytes < inagg_wire::HEADER_LEN {
+            return Err(format!(
+                "queue size {} bytes cannot hold a packet: give at least {} bytes",
+                self.queue_bytes,
+                inagg_wire::HEADER_LEN
+            ));
+        }
+        Ok(())
+    }
+
+    /// Time `bytes` take on the link.
+    fn serialisation(&self, bytes: usize) -> Duration {
+        let nanos = (bytes as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rate_bps));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
+/// One queue's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Packets sent from the queue.
+    pub tx_packets: u64,
+    /// Bytes sent from the queue.
+    pub tx_bytes: u64,
+    /// Packets tail-dropped because the queue was full.
+    pub drops: u64,
+    /// Bytes waiting now.
+    pub depth_bytes: usize,
+    /// The most bytes that ever waited.
+    pub max_depth_bytes: usize,
+}
+
+/// One output port's counters, by queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStats {
+    /// The destination the port leads to.
+    pub port: SocketAddr,
+    /// Per queue, index = queue number.
+    pub queues: Vec<QueueStats>,
+}
+
+/// A packet waiting for its port.
+#[derive(Debug)]
+struct Waiting {
+    bytes: Vec<u8>,
+    arrived: Instant,
+}
+
+/// One output port.
+#[derive(Debug, Default)]
+struct Port {
+    queues: [VecDeque<Waiting>; QUEUES],
+    stats: [QueueStats; QUEUES],
+    /// When the link finishes sending what it has started.
+    free_at: Option<Instant>,
+}
+
+impl Port {
+    fn is_empty(&self) -> bool {
+        self.queues.iter().all(VecDeque::is_empty)
+    }
+
+    /// The highest non-empty queue.
+    fn next_queue(&self) -> Option<usize> {
+        (0..QUEUES).rev().find(|&q| !self.queues[q].is_empty())
+    }
+
+    /// When the head of queue `q` can start: once it has arrived and the
+    /// link has finished the packet before it. A link that falls behind
+    /// (the emulator woke late) catches up, so the long-run rate is exact.
+    fn start_of(&self, q: usize) -> Option<Instant> {
+        let arrived = self.queues[q].front()?.arrived;
+        Some(self.free_at.map_or(arrived, |t| t.max(arrived)))
+    }
+}
+
+/// Why a packet was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Its queue is full (tail drop).
+    QueueFull,
+    /// No such queue.
+    NoQueue,
+}
+
+/// The egress ports of an emulator with a line rate.
+#[derive(Debug)]
+pub struct Shaper {
+    config: LinkConfig,
+    ports: HashMap<SocketAddr, Port>,
+}
+
+impl Shaper {
+    /// Ports at `config`'s rate, created as destinations appear.
+    pub fn new(config: LinkConfig) -> Shaper {
+        Shaper {
+            config,
+            ports: HashMap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> LinkConfig {
+        self.config
+    }
+
+    /// Queues `bytes`, arrived at `now`, for `to` on `queue`.
+    pub fn enqueue(
+        &mut self,
+        now: Instant,
+        to: SocketAddr,
+        queue: u8,
+        bytes: &[u8],
+    ) -> Result<(), Refused> {
+        let q = usize::from(queue);
+        if q >= QUEUES {
+            return Err(Refused::NoQueue);
+        }
+        let limit = self.config.queue_bytes;
+        let port = self.ports.entry(to).or_default();
+        let stats = &mut port.stats[q];
+        if stats.depth_bytes + bytes.len() > limit {
+            stats.drops += 1;
+            return Err(Refused::QueueFull);
+        }
+        stats.depth_bytes += bytes.len();
+        stats.max_depth_bytes = stats.max_depth_bytes.max(stats.depth_bytes);
+        port.queues[q].push_back(Waiting {
+            bytes: bytes.to_vec(),
+            arrived: now,
+        });
+        Ok(())
+    }
+
+    /// Sends, through `send`, every packet whose turn on its link has come
+    /// by `now`: on each port, highest queue first, each packet starting
+    /// when the previous one has left.
+    pub fn release(&mut self, now: Instant, mut send: impl FnMut(&[u8], SocketAddr)) {
+        let config = self.config;
+        for (&to, port) in &mut self.ports {
+            while let Some(q) = port.next_queue() {
+                let Some(start) = port.start_of(q).filter(|&t| t <= now) else {
+                    break;
+                };
+                let Some(p) = port.queues[q].pop_front() else {
+                    break;
+                };
+                let stats = &mut port.stats[q];
+                stats.depth_bytes -= p.bytes.len();
+                stats.tx_packets += 1;
+                stats.tx_bytes += p.bytes.len() as u64;
+                port.free_at = Some(start + config.serialisation(p.bytes.len()));
+                send(&p.bytes, to);
+            }
+        }
+    }
+
+    /// When the next waiting packet can go (`None`: nothing waits).
+    pub fn next_departure(&self) -> Option<Instant> {
+        self.ports
+            .values()
+            .filter_map(|p| p.start_of(p.next_queue()?))
+            .min()
+    }
+
+    /// Whether anything waits.
+    pub fn is_empty(&self) -> bool {
+        self.ports.values().all(Port::is_empty)
+    }
+
+    /// Counters of every port, sorted by address.
+    pub fn stats(&self) -> Vec<PortStats> {
+        let mut ports: Vec<PortStats> = self
+            .ports
+            .iter()
+            .map(|(&port, p)| PortStats {
+                port,
+                queues: p.stats.to_vec(),
+            })
+            .collect();
+        ports.sort_by_key(|p| p.port);
+        ports
+    }
+
+    /// Zeroes the counters (what waits stays, and so does its depth).
+    pub fn reset_stats(&mut self) {
+        for port in self.ports.values_mut() {
+            for s in &mut port.stats {
+                *s = QueueStats {
+                    depth_bytes: s.depth_bytes,
+                    max_depth_bytes: s.depth_bytes,
+                    ..QueueStats::default()
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "10.0.0.1:40000";
+    const B: &str = "10.0.0.2:40000";
+
+    /// 8 Mbit/s: one byte per microsecond.
+    fn shaper(queue_bytes: usize) -> Shaper {
+        Shaper::new(LinkConfig {
+            rate_bps: 8_000_000,
+            queue_bytes,
+        })
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// Releases at `t0 + us` and returns (first byte, destination) of what left.
+    fn release_at(s: &mut Shaper, t0: Instant, us: u64) -> Vec<(u8, SocketAddr)> {
+        let mut out = Vec::new();
+        s.release(t0 + Duration::from_micros(us), |b, to| out.push((b[0], to)));
+        out
+    }
+
+    #[test]
+    fn the_highest_queue_goes_first_and_lower_ones_fill_idle_time() {
+        let mut s = shaper(10_000);
+        let t0 = Instant::now();
+        // Low-priority packets 1, 2 queued first, then urgent 9.
+        s.enqueue(t0, addr(A), 0, &[1; 100]).unwrap();
+        s.enqueue(t0, addr(A), 0, &[2; 100]).unwrap();
+        s.enqueue(t0, addr(A), 7, &[9; 100]).unwrap();
+        // The link is idle: the urgent one starts at once and takes 100 us.
+        assert_eq!(release_at(&mut s, t0, 0), [(9, addr(A))]);
+        assert_eq!(release_at(&mut s, t0, 99), []);
+        // Then the low queue, work-conserving, one packet per 100 us.
+        assert_eq!(release_at(&mut s, t0, 100), [(1, addr(A))]);
+        s.enqueue(t0 + Duration::from_micros(150), addr(A), 7, &[8; 100])
+            .unwrap();
+        // Another urgent packet overtakes the low one still waiting.
+        assert_eq!(release_at(&mut s, t0, 200), [(8, addr(A))]);
+        assert_eq!(release_at(&mut s, t0, 300), [(2, addr(A))]);
+        assert!(s.is_empty());
+        let q = &s.stats()[0].queues;
+        assert_eq!((q[7].tx_packets, q[0].tx_packets), (2, 2));
+        assert_eq!((q[7].tx_bytes, q[0].max_depth_bytes), (200, 200));
+    }
+
+    #[test]
+    fn a_link_paces_at_its_rate_and_catches_up_after_a_late_release() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        for i in 0..5 {
+            s.enqueue(t0, addr(A), 3, &[i; 250]).unwrap();
+        }
+        assert_eq!(release_at(&mut s, t0, 0).len(), 1);
+        assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(250)));
+        // Released late (at 800 us): the packets due at 250, 500 and 750
+        // go now, the one due at 1000 waits.
+        assert_eq!(release_at(&mut s, t0, 800).len(), 3);
+        assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(1000)));
+        assert_eq!(release_at(&mut s, t0, 1000).len(), 1);
+        assert_eq!(s.next_departure(), None);
+    }
+
+    #[test]
+    fn ports_are_independent() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        s.enqueue(t0, addr(A), 0, &[1; 1000]).unwrap();
+        s.enqueue(t0, addr(A), 0, &[2; 1000]).unwrap();
+        s.enqueue(t0, addr(B), 0, &[3; 10]).unwrap();
+        let mut first = release_at(&mut s, t0, 0);
+        first.sort();
+        assert_eq!(first, [(1, addr(A)), (3, addr(B))]);
+        s.enqueue(t0 + Duration::from_micros(5), addr(B), 0, &[4; 10])
+            .unwrap();
+        // B's link is free after 10 us; A's after 1000 us.
+        assert_eq!(release_at(&mut s, t0, 10), [(4, addr(B))]);
+        assert_eq!(release_at(&mut s, t0, 1000), [(2, addr(A))]);
+    }
+
+    #[test]
+    fn an_idle_link_earns_no_credit() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        s.enqueue(t0, addr(A), 0, &[1; 100]).unwrap();
+        assert_eq!(release_at(&mut s, t0, 0).len(), 1);
+        // Idle from 100 us to 1000 us; two packets arrive at 1000 us: the
+        // second still waits its 100 us.
+        let t1 = t0 + Duration::from_micros(1000);
+        s.enqueue(t1, addr(A), 0, &[2; 100]).unwrap();
+        s.enqueue(t1, addr(A), 0, &[3; 100]).unwrap();
+        assert_eq!(release_at(&mut s, t0, 1000), [(2, addr(A))]);
+        assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(1100)));
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_tail_and_counts_it() {
+        let mut s = shaper(250);
+        let t0 = Instant::now();
+        s.enqueue(t0, addr(A), 1, &[1; 100]).unwrap();
+        s.enqueue(t0, addr(A), 1, &[2; 100]).unwrap();
+        assert_eq!(s.enqueue(t0, addr(A), 1, &[3; 100]), Err(Refused::QueueFull));
+        // Other queues have their own room.
+        s.enqueue(t0, addr(A), 2, &[4; 100]).unwrap();
+        assert_eq!(s.enqueue(t0, addr(A), 8, &[5; 10]), Err(Refused::NoQueue));
+        let q = &s.stats()[0].queues;
+        assert_eq!((q[1].drops, q[1].depth_bytes, q[2].depth_bytes), (1, 200, 100));
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_the_reason() {
+        let low = LinkConfig {
+            rate_bps: 10,
+            queue_bytes: 1 << 20,
+        };
+        assert!(low.validate().unwrap_err().contains("too low"));
+        let tiny = LinkConfig {
+            rate_bps: 1_000_000_000,
+            queue_bytes: 4,
+        };
+        assert!(tiny.validate().unwrap_err().contains("cannot hold a packet"));
+    }
+}
