@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use inagg_emu::egress::LinkConfig;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
 
 use crate::backend::{Backend, DpdkArgs};
@@ -47,6 +48,30 @@ pub struct EmuArgs {
     /// Fault RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Line rate of every port in Gbit/s: copies then wait in 8
+    /// strict-priority queues per port (priority class -> queue set with
+    /// `inagg ctl priority`). Default: no pacing.
+    #[arg(long)]
+    pub line_rate: Option<f64>,
+    /// Bytes each egress queue holds before tail drop (with --line-rate).
+    #[arg(long, default_value_t = 256 * 1024, requires = "line_rate")]
+    pub queue_bytes: usize,
+}
+
+/// The ports' pacing, from --line-rate and --queue-bytes.
+fn link(args: &EmuArgs) -> Result<Option<LinkConfig>> {
+    let Some(gbps) = args.line_rate else {
+        return Ok(None);
+    };
+    if !(gbps.is_finite() && gbps > 0.0) {
+        anyhow::bail!("--line-rate {gbps}: give a positive number of Gbit/s, e.g. 10 or 0.5");
+    }
+    let link = LinkConfig {
+        rate_bps: (gbps * 1e9) as u64,
+        queue_bytes: args.queue_bytes,
+    };
+    link.validate().map_err(anyhow::Error::msg)?;
+    Ok(Some(link))
 }
 
 /// Starts the emulator, prints where it listens, serves until killed.
@@ -79,6 +104,7 @@ pub fn run(args: &EmuArgs) -> Result<()> {
             max_elements: args.max_elements,
         },
         faults,
+        link: link(args)?,
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;

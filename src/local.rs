@@ -55,12 +55,16 @@ impl LocalCluster {
 
     /// Same, with a switch configuration.
     pub fn start_with(faults: FaultConfig, switch: SwitchConfig) -> Result<LocalCluster> {
-        let emu = Emulator::start(EmulatorConfig {
+        Self::start_config(EmulatorConfig {
             faults,
             switch,
             ..EmulatorConfig::ephemeral()
         })
-        .context("start the emulator")?;
+    }
+
+    /// An emulator with any configuration (line rate included).
+    pub fn start_config(config: EmulatorConfig) -> Result<LocalCluster> {
+        let emu = Emulator::start(config).context("start the emulator")?;
         Ok(LocalCluster { emu })
     }
 

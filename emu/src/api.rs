@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{Counters, JobCounters};
+use crate::egress::{ClassQueue, LinkConfig, PortStats};
 use crate::faults::FaultConfig;
 use crate::switch::SwitchConfig;
 
@@ -320,6 +321,16 @@ pub enum Request {
         /// New settings.
         faults: FaultConfig,
     },
+    /// The egress ports' line rate and per-queue counters.
+    Queues,
+    /// Send a priority class's packets through an egress queue (the P4
+    /// programs' `priority_to_queue` entry).
+    SetPriorityQueue {
+        /// The class (the header's priority field).
+        class: u8,
+        /// The queue, below 8 (7 is served first).
+        queue: u8,
+    },
 }
 
 /// A successful reply.
@@ -359,6 +370,15 @@ pub enum Reply {
     Faults {
         /// The settings.
         faults: FaultConfig,
+    },
+    /// To `Queues`.
+    Queues {
+        /// Priority class -> queue, for the classes not on queue 0.
+        map: Vec<ClassQueue>,
+        /// The ports' line rate and queue size; `None`: not paced.
+        link: Option<LinkConfig>,
+        /// Each port's queues (ports appear as they are first used).
+        ports: Vec<PortStats>,
     },
 }
 

@@ -31,11 +31,13 @@ pub enum DropReason {
     /// Ethernet address is not learned yet (it has sent nothing, answered
     /// no ARP), or the frame exceeds the port's MTU.
     Undeliverable,
+    /// A copy tail-dropped by a full egress queue (ports with a line rate).
+    QueueFull,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -47,6 +49,7 @@ impl DropReason {
         DropReason::InjectedIngress,
         DropReason::InjectedEgress,
         DropReason::Undeliverable,
+        DropReason::QueueFull,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -63,6 +66,7 @@ impl DropReason {
             DropReason::InjectedIngress => "injected_ingress",
             DropReason::InjectedEgress => "injected_egress",
             DropReason::Undeliverable => "undeliverable",
+            DropReason::QueueFull => "queue_full",
         }
     }
 }
@@ -79,7 +83,7 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 11],
+    pub drops: [u64; 12],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.

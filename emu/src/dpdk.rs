@@ -45,6 +45,13 @@ impl Emulator {
     /// endpoint is the usual TCP one.
     pub fn start_dpdk(config: EmulatorConfig, dpdk: &DpdkPorts) -> io::Result<Emulator> {
         validate(&config)?;
+        if config.link.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a line rate (paced priority queues) is built for the socket data plane only; \
+                 a DPDK port sends at its own rate",
+            ));
+        }
         let SocketAddr::V4(us) = config.data_addr else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -65,6 +65,15 @@ impl LinkConfig {
     }
 }
 
+/// One entry of the priority class -> egress queue map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassQueue {
+    /// The priority class (the header's priority field).
+    pub class: u8,
+    /// Its egress queue.
+    pub queue: u8,
+}
+
 /// One queue's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueStats {
@@ -351,12 +360,18 @@ mod tests {
         let t0 = Instant::now();
         s.enqueue(t0, addr(A), 1, &[1; 100]).unwrap();
         s.enqueue(t0, addr(A), 1, &[2; 100]).unwrap();
-        assert_eq!(s.enqueue(t0, addr(A), 1, &[3; 100]), Err(Refused::QueueFull));
+        assert_eq!(
+            s.enqueue(t0, addr(A), 1, &[3; 100]),
+            Err(Refused::QueueFull)
+        );
         // Other queues have their own room.
         s.enqueue(t0, addr(A), 2, &[4; 100]).unwrap();
         assert_eq!(s.enqueue(t0, addr(A), 8, &[5; 10]), Err(Refused::NoQueue));
         let q = &s.stats()[0].queues;
-        assert_eq!((q[1].drops, q[1].depth_bytes, q[2].depth_bytes), (1, 200, 100));
+        assert_eq!(
+            (q[1].drops, q[1].depth_bytes, q[2].depth_bytes),
+            (1, 200, 100)
+        );
     }
 
     #[test]
@@ -370,6 +385,9 @@ mod tests {
             rate_bps: 1_000_000_000,
             queue_bytes: 4,
         };
-        assert!(tiny.validate().unwrap_err().contains("cannot hold a packet"));
+        assert!(tiny
+            .validate()
+            .unwrap_err()
+            .contains("cannot hold a packet"));
     }
 }

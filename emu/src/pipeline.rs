@@ -5,6 +5,7 @@
 //! is the [`Egress`] trait.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use inagg_wire::udp::{SendBatch, Staged};
 use inagg_wire::{Packet, HEADER_LEN};
@@ -200,6 +201,9 @@ fn queue<E: Egress>(
     to: SocketAddr,
     out: &mut E,
 ) {
+    if state.shaper.is_some() {
+        return queue_paced(state, head, out.staged(payload), to);
+    }
     let len = (head.len() + out.staged(payload).len()) as u64;
     let c = state.switch.counters_mut();
     if out.push_parts(head, payload, to) {
@@ -207,5 +211,28 @@ fn queue<E: Egress>(
         c.tx_bytes += len;
     } else {
         c.drop(DropReason::Undeliverable);
+    }
+}
+
+/// A copy for a paced port: into the egress queue of its priority class
+/// (counted as sent when the port lets it go, or dropped when the queue is
+/// full).
+fn queue_paced(state: &mut State, head: &[u8], payload: &[u8], to: SocketAddr) {
+    // `head` is the header alone (the payload is staged apart), so it is
+    // read unchecked once its length is known to cover the header.
+    let class = if head.len() >= HEADER_LEN {
+        Packet::new_unchecked(head).priority()
+    } else {
+        0
+    };
+    let queue = state.switch.queue_of(class);
+    let mut bytes = Vec::with_capacity(head.len() + payload.len());
+    bytes.extend_from_slice(head);
+    bytes.extend_from_slice(payload);
+    let Some(shaper) = &mut state.shaper else {
+        return;
+    };
+    if shaper.enqueue(Instant::now(), to, queue, &bytes).is_err() {
+        state.switch.counters_mut().drop(DropReason::QueueFull);
     }
 }

@@ -11,12 +11,13 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::api::{ApiError, Reply, Request, Response};
+use crate::egress::{LinkConfig, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
 use crate::switch::{Switch, SwitchConfig};
@@ -43,6 +44,9 @@ pub struct EmulatorConfig {
     pub switch: SwitchConfig,
     /// Fault injection.
     pub faults: FaultConfig,
+    /// Line rate and queue size of the ports (socket data plane); `None`:
+    /// every copy leaves at once.
+    pub link: Option<LinkConfig>,
 }
 
 impl Default for EmulatorConfig {
@@ -52,6 +56,7 @@ impl Default for EmulatorConfig {
             control_addr: SocketAddr::from(([127, 0, 0, 1], inagg_wire::DEFAULT_CONTROL_PORT)),
             switch: SwitchConfig::default(),
             faults: FaultConfig::default(),
+            link: None,
         }
     }
 }
@@ -74,6 +79,8 @@ pub struct State {
     pub switch: Switch,
     /// The fault injector.
     pub faults: FaultInjector,
+    /// Paced egress ports with priority queues, when a line rate is set.
+    pub shaper: Option<Shaper>,
 }
 
 /// A running emulator. Dropping it stops its threads.
@@ -110,6 +117,7 @@ impl Emulator {
         let state = Arc::new(Mutex::new(State {
             switch: Switch::new(config.switch),
             faults: FaultInjector::new(config.faults),
+            shaper: config.link.map(Shaper::new),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let data = {
@@ -177,10 +185,12 @@ impl Drop for Emulator {
 
 /// Rejects unusable fault settings before anything is bound.
 pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
-    config
-        .faults
-        .validate()
-        .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))
+    let invalid = |m| io::Error::new(io::ErrorKind::InvalidInput, m);
+    config.faults.validate().map_err(invalid)?;
+    if let Some(link) = config.link {
+        link.validate().map_err(invalid)?;
+    }
+    Ok(())
 }
 
 /// A poisoned lock means a panic elsewhere already reported itself; the
@@ -215,6 +225,7 @@ impl DataPlane {
             } else {
                 IDLE_POLL
             };
+            let wait = self.release_paced(wait);
             let n = match self.socket.recv_batch(&mut rx, wait) {
                 Ok(n) => n,
                 Err(err) => {
@@ -228,6 +239,34 @@ impl DataPlane {
                 eprintln!("inagg emu: send failed: {err}");
             }
         }
+    }
+
+    /// Sends what the paced ports let go by now; returns how long the loop
+    /// may wait (at most `wait`) before the next departure is due.
+    fn release_paced(&mut self, wait: Duration) -> Duration {
+        let mut state = lock(&self.state);
+        let State {
+            shaper: Some(shaper),
+            switch,
+            ..
+        } = &mut *state
+        else {
+            return wait;
+        };
+        let now = Instant::now();
+        let tx = &mut self.tx;
+        shaper.release(now, |bytes, to| {
+            tx.push(bytes, Some(to));
+            let c = switch.counters_mut();
+            c.tx_packets += 1;
+            c.tx_bytes += bytes.len() as u64;
+        });
+        let next = shaper.next_departure();
+        drop(state);
+        if let Err(err) = self.socket.send_batch(&mut self.tx) {
+            eprintln!("inagg emu: send failed: {err}");
+        }
+        next.map_or(wait, |t| t.saturating_duration_since(now).min(wait))
     }
 
     /// Runs one received batch through the pipeline, queueing output.
@@ -361,8 +400,20 @@ pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Res
         }),
         Request::ResetCounters => {
             sw.reset_counters();
+            if let Some(shaper) = &mut state.shaper {
+                shaper.reset_stats();
+            }
             Ok(Reply::Done)
         }
+        Request::SetPriorityQueue { class, queue } => sw
+            .set_queue(class, queue)
+            .map(|_| Reply::Done)
+            .map_err(Into::into),
+        Request::Queues => Ok(Reply::Queues {
+            map: sw.queue_map(),
+            link: state.shaper.as_ref().map(Shaper::config),
+            ports: state.shaper.as_ref().map(Shaper::stats).unwrap_or_default(),
+        }),
         Request::GetFaults => Ok(Reply::Faults {
             faults: state.faults.config(),
         }),

@@ -121,6 +121,17 @@ impl Switch {
         self.queues[usize::from(class)]
     }
 
+    /// The classes mapped to a queue other than 0, with their queues.
+    pub fn queue_map(&self) -> Vec<crate::egress::ClassQueue> {
+        (0..=u8::MAX)
+            .filter(|&c| self.queue_of(c) != 0)
+            .map(|class| crate::egress::ClassQueue {
+                class,
+                queue: self.queue_of(class),
+            })
+            .collect()
+    }
+
     /// Its configuration.
     pub fn config(&self) -> SwitchConfig {
         self.config

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::cluster::{self, ClusterFile};
 use crate::emu::EmuTarget;
-use crate::target::{install_job, ControlError, Result, Target};
+use crate::target::{install_job, ControlError, QueueReport, Result, Target};
 
 /// Arguments of `inagg ctl`.
 #[derive(Debug, Args)]
@@ -117,6 +117,17 @@ pub enum CtlCommand {
         /// RNG seed.
         #[arg(long)]
         seed: Option<u64>,
+    },
+    /// Egress queues: the priority class -> queue map, the ports' line rate,
+    /// and each port's queues (packets, bytes, tail drops, depth).
+    Queues,
+    /// Send a priority class's packets through an egress queue (0-7; 7 is
+    /// served first).
+    Priority {
+        /// The class (the priority field agents put in their packets).
+        class: u8,
+        /// The queue.
+        queue: u8,
     },
     /// Make the switch hold exactly the jobs of a cluster file.
     Apply {
@@ -298,6 +309,19 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                     f.drop_ingress, f.drop_egress, f.duplicate, f.reorder, f.seed
                 )
             })
+        }
+        CtlCommand::Queues => {
+            let report = t.queues()?;
+            emit(out, json, &report, |o| write_queues(o, &report))
+        }
+        CtlCommand::Priority { class, queue } => {
+            t.set_priority_queue(class, queue)?;
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "class": class, "queue": queue }),
+                |o| writeln!(o, "priority class {class} -> queue {queue}"),
+            )
         }
         CtlCommand::Apply {
             file,
@@ -484,4 +508,50 @@ fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io:
         writeln!(o, "  {:<18} {}", r.name(), c.dropped(r))?;
     }
     write_jobs(o, jobs)
+}
+
+fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
+    match r.link {
+        Some(l) => writeln!(
+            o,
+            "ports paced at {} Gbit/s, {} bytes per queue",
+            l.rate_bps as f64 / 1e9,
+            l.queue_bytes
+        )?,
+        None => writeln!(o, "ports not paced (no line rate): queues never build")?,
+    }
+    if r.map.is_empty() {
+        writeln!(o, "every priority class on queue 0")?;
+    } else {
+        let map: Vec<String> = r
+            .map
+            .iter()
+            .map(|m| format!("{}->{}", m.class, m.queue))
+            .collect();
+        writeln!(o, "class -> queue: {} (others on 0)", map.join(" "))?;
+    }
+    writeln!(
+        o,
+        "{:<22} {:>5} {:>10} {:>12} {:>8} {:>10} {:>10}",
+        "port", "queue", "packets", "bytes", "drops", "depth", "max depth"
+    )?;
+    for p in &r.ports {
+        for (q, s) in p.queues.iter().enumerate() {
+            if s.tx_packets + s.drops + s.max_depth_bytes as u64 == 0 {
+                continue;
+            }
+            writeln!(
+                o,
+                "{:<22} {:>5} {:>10} {:>12} {:>8} {:>10} {:>10}",
+                p.port.to_string(),
+                q,
+                s.tx_packets,
+                s.tx_bytes,
+                s.drops,
+                s.depth_bytes,
+                s.max_depth_bytes
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use inagg_emu::api::{JobInfo, JobSpec, PoolMap, Reply, Request, Response, Switch
 use inagg_emu::counters::Counters;
 use inagg_emu::FaultConfig;
 
-use crate::target::{ControlError, Result, Target};
+use crate::target::{ControlError, QueueReport, Result, Target};
 
 /// How long to wait for the emulator to connect or answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -148,6 +148,20 @@ impl Target for EmuTarget {
     fn set_faults(&mut self, faults: FaultConfig) -> Result<()> {
         match self.call(&Request::SetFaults { faults })? {
             Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn set_priority_queue(&mut self, class: u8, queue: u8) -> Result<()> {
+        match self.call(&Request::SetPriorityQueue { class, queue })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn queues(&mut self) -> Result<QueueReport> {
+        match self.call(&Request::Queues)? {
+            Reply::Queues { map, link, ports } => Ok(QueueReport { map, link, ports }),
             other => Err(unexpected(other)),
         }
     }

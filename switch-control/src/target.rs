@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use inagg_emu::api::{validate_job, ApiError, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
 use inagg_emu::counters::Counters;
+use inagg_emu::egress::{ClassQueue, LinkConfig, PortStats};
 use inagg_emu::switch::SwitchConfig;
 use inagg_emu::FaultConfig;
 
@@ -27,7 +28,7 @@ pub enum ControlError {
     #[error("unexpected reply from the target: {0}")]
     Protocol(String),
     /// The job was refused (the operator's fault; the message says what to change).
-    #[error("{0}")]
+    #[error(transparent)]
     Job(#[from] JobError),
     /// The target refused the request for another reason.
     #[error("{0}")]
@@ -172,6 +173,31 @@ pub trait Target {
             what: "fault injection",
         })
     }
+    /// Sends priority class `class` through egress queue `queue`.
+    fn set_priority_queue(&mut self, _class: u8, _queue: u8) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "priority queues",
+        })
+    }
+    /// The class-to-queue map, the ports' pacing and their queues' counters.
+    fn queues(&mut self) -> Result<QueueReport> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "queue counters",
+        })
+    }
+}
+
+/// What [`Target::queues`] reports.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QueueReport {
+    /// Priority class -> queue, for the classes not on queue 0.
+    pub map: Vec<ClassQueue>,
+    /// Line rate and queue size of the ports; `None`: not paced.
+    pub link: Option<LinkConfig>,
+    /// Each port's queues.
+    pub ports: Vec<PortStats>,
 }
 
 /// Checks a job against the target's memory and installed jobs, then

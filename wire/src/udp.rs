@@ -112,11 +112,14 @@ impl BatchSocket {
             events: if write { libc::POLLOUT } else { libc::POLLIN },
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // A sub-millisecond timeout rounds up to 1 ms, never to a busy 0.
-        let ms = if ms == 0 && !timeout.is_zero() { 1 } else { ms };
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // ppoll takes nanoseconds: the emulator's paced ports wait for
+        // departures microseconds apart.
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         match rc {
             -1 => {
                 let err = io::Error::last_os_error();
