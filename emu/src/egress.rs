@@ -163,13 +163,14 @@ impl Shaper {
         self.config
     }
 
-    /// Queues `bytes`, arrived at `now`, for `to` on `queue`.
+    /// Queues `bytes`, arrived at `now`, for `to` on `queue` (taken by
+    /// value: the packet waits here, and the caller built it for that).
     pub fn enqueue(
         &mut self,
         now: Instant,
         to: SocketAddr,
         queue: u8,
-        bytes: &[u8],
+        bytes: Vec<u8>,
     ) -> Result<(), Refused> {
         let q = usize::from(queue);
         if q >= QUEUES {
@@ -185,7 +186,7 @@ impl Shaper {
         stats.depth_bytes += bytes.len();
         stats.max_depth_bytes = stats.max_depth_bytes.max(stats.depth_bytes);
         port.queues[q].push_back(Waiting {
-            bytes: bytes.to_vec(),
+            bytes,
             arrived: now,
         });
         Ok(())
@@ -286,15 +287,15 @@ mod tests {
         let mut s = shaper(10_000);
         let t0 = Instant::now();
         // Low-priority packets 1, 2 queued first, then urgent 9.
-        s.enqueue(t0, addr(A), 0, &[1; 100]).unwrap();
-        s.enqueue(t0, addr(A), 0, &[2; 100]).unwrap();
-        s.enqueue(t0, addr(A), 7, &[9; 100]).unwrap();
+        s.enqueue(t0, addr(A), 0, vec![1; 100]).unwrap();
+        s.enqueue(t0, addr(A), 0, vec![2; 100]).unwrap();
+        s.enqueue(t0, addr(A), 7, vec![9; 100]).unwrap();
         // The link is idle: the urgent one starts at once and takes 100 us.
         assert_eq!(release_at(&mut s, t0, 0), [(9, addr(A))]);
         assert_eq!(release_at(&mut s, t0, 99), []);
         // Then the low queue, work-conserving, one packet per 100 us.
         assert_eq!(release_at(&mut s, t0, 100), [(1, addr(A))]);
-        s.enqueue(t0 + Duration::from_micros(150), addr(A), 7, &[8; 100])
+        s.enqueue(t0 + Duration::from_micros(150), addr(A), 7, vec![8; 100])
             .unwrap();
         // Another urgent packet overtakes the low one still waiting.
         assert_eq!(release_at(&mut s, t0, 200), [(8, addr(A))]);
@@ -310,7 +311,7 @@ mod tests {
         let mut s = shaper(100_000);
         let t0 = Instant::now();
         for i in 0..5 {
-            s.enqueue(t0, addr(A), 3, &[i; 250]).unwrap();
+            s.enqueue(t0, addr(A), 3, vec![i; 250]).unwrap();
         }
         assert_eq!(release_at(&mut s, t0, 0).len(), 1);
         assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(250)));
@@ -326,13 +327,13 @@ mod tests {
     fn ports_are_independent() {
         let mut s = shaper(100_000);
         let t0 = Instant::now();
-        s.enqueue(t0, addr(A), 0, &[1; 1000]).unwrap();
-        s.enqueue(t0, addr(A), 0, &[2; 1000]).unwrap();
-        s.enqueue(t0, addr(B), 0, &[3; 10]).unwrap();
+        s.enqueue(t0, addr(A), 0, vec![1; 1000]).unwrap();
+        s.enqueue(t0, addr(A), 0, vec![2; 1000]).unwrap();
+        s.enqueue(t0, addr(B), 0, vec![3; 10]).unwrap();
         let mut first = release_at(&mut s, t0, 0);
         first.sort();
         assert_eq!(first, [(1, addr(A)), (3, addr(B))]);
-        s.enqueue(t0 + Duration::from_micros(5), addr(B), 0, &[4; 10])
+        s.enqueue(t0 + Duration::from_micros(5), addr(B), 0, vec![4; 10])
             .unwrap();
         // B's link is free after 10 us; A's after 1000 us.
         assert_eq!(release_at(&mut s, t0, 10), [(4, addr(B))]);
@@ -343,13 +344,13 @@ mod tests {
     fn an_idle_link_earns_no_credit() {
         let mut s = shaper(100_000);
         let t0 = Instant::now();
-        s.enqueue(t0, addr(A), 0, &[1; 100]).unwrap();
+        s.enqueue(t0, addr(A), 0, vec![1; 100]).unwrap();
         assert_eq!(release_at(&mut s, t0, 0).len(), 1);
         // Idle from 100 us to 1000 us; two packets arrive at 1000 us: the
         // second still waits its 100 us.
         let t1 = t0 + Duration::from_micros(1000);
-        s.enqueue(t1, addr(A), 0, &[2; 100]).unwrap();
-        s.enqueue(t1, addr(A), 0, &[3; 100]).unwrap();
+        s.enqueue(t1, addr(A), 0, vec![2; 100]).unwrap();
+        s.enqueue(t1, addr(A), 0, vec![3; 100]).unwrap();
         assert_eq!(release_at(&mut s, t0, 1000), [(2, addr(A))]);
         assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(1100)));
     }
@@ -358,15 +359,18 @@ mod tests {
     fn a_full_queue_drops_the_tail_and_counts_it() {
         let mut s = shaper(250);
         let t0 = Instant::now();
-        s.enqueue(t0, addr(A), 1, &[1; 100]).unwrap();
-        s.enqueue(t0, addr(A), 1, &[2; 100]).unwrap();
+        s.enqueue(t0, addr(A), 1, vec![1; 100]).unwrap();
+        s.enqueue(t0, addr(A), 1, vec![2; 100]).unwrap();
         assert_eq!(
-            s.enqueue(t0, addr(A), 1, &[3; 100]),
+            s.enqueue(t0, addr(A), 1, vec![3; 100]),
             Err(Refused::QueueFull)
         );
         // Other queues have their own room.
-        s.enqueue(t0, addr(A), 2, &[4; 100]).unwrap();
-        assert_eq!(s.enqueue(t0, addr(A), 8, &[5; 10]), Err(Refused::NoQueue));
+        s.enqueue(t0, addr(A), 2, vec![4; 100]).unwrap();
+        assert_eq!(
+            s.enqueue(t0, addr(A), 8, vec![5; 10]),
+            Err(Refused::NoQueue)
+        );
         let q = &s.stats()[0].queues;
         assert_eq!(
             (q[1].drops, q[1].depth_bytes, q[2].depth_bytes),

@@ -232,7 +232,7 @@ fn queue_paced(state: &mut State, head: &[u8], payload: &[u8], to: SocketAddr) {
     let Some(shaper) = &mut state.shaper else {
         return;
     };
-    if shaper.enqueue(Instant::now(), to, queue, &bytes).is_err() {
+    if shaper.enqueue(Instant::now(), to, queue, bytes).is_err() {
         state.switch.counters_mut().drop(DropReason::QueueFull);
     }
 }

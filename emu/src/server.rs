@@ -205,15 +205,20 @@ struct DataPlane {
     state: Arc<Mutex<State>>,
     tx: SendBatch,
     pipeline: Pipeline,
+    /// Whether the ports have a line rate (fixed at start): an unpaced
+    /// emulator skips the release step and its lock on every loop.
+    paced: bool,
 }
 
 impl DataPlane {
     fn new(socket: BatchSocket, state: Arc<Mutex<State>>) -> DataPlane {
+        let paced = lock(&state).shaper.is_some();
         DataPlane {
             socket,
             state,
             tx: SendBatch::new(),
             pipeline: Pipeline::default(),
+            paced,
         }
     }
 
@@ -225,7 +230,11 @@ impl DataPlane {
             } else {
                 IDLE_POLL
             };
-            let wait = self.release_paced(wait);
+            let wait = if self.paced {
+                self.release_paced(wait)
+            } else {
+                wait
+            };
             let n = match self.socket.recv_batch(&mut rx, wait) {
                 Ok(n) => n,
                 Err(err) => {

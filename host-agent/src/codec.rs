@@ -77,6 +77,12 @@ impl<'a, T> LaneData<'a, T> {
         // &mut self keeps this view from lending it twice.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) })
     }
+
+    /// Chunk `index`, which a round carries: the engine only runs rounds
+    /// the tensor has.
+    fn round_chunk(&mut self, index: usize) -> &mut [T] {
+        self.chunk(index).expect("round within the slot's chunks")
+    }
 }
 
 /// Int32 sums: chunk `slot + round * window` in round `round`; no exponents.
@@ -104,10 +110,7 @@ impl Codec for IntCodec<'_> {
     }
 
     fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> u8 {
-        let chunk = self
-            .data
-            .chunk(slot + round * window)
-            .expect("round within the slot's chunks");
+        let chunk = self.data.round_chunk(slot + round * window);
         let len = chunk.len();
         payload::write_i32s(&mut out[..len * 4], chunk);
         out[len * 4..].fill(0);
@@ -115,10 +118,7 @@ impl Codec for IntCodec<'_> {
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], _exponent: u8) {
-        let chunk = self
-            .data
-            .chunk(slot + round * window)
-            .expect("round within the slot's chunks");
+        let chunk = self.data.round_chunk(slot + round * window);
         let len = chunk.len();
         payload::read_i32s(&bytes[..len * 4], chunk);
     }
@@ -148,6 +148,15 @@ impl<'a> FloatCodec<'a> {
     }
 }
 
+impl FloatCodec<'_> {
+    /// The chunk round `round` of `slot` carries quantized, with its agreed
+    /// exponent (none in round 0, which carries only an exponent).
+    fn quantized(&mut self, slot: usize, round: usize, window: usize) -> Option<(u8, &mut [f32])> {
+        let index = slot + round.checked_sub(1)? * window;
+        Some((self.agreed[index], self.data.round_chunk(index)))
+    }
+}
+
 impl Codec for FloatCodec<'_> {
     fn rounds(&self, slot: usize, window: usize) -> usize {
         let chunks = self.agreed.len();
@@ -160,16 +169,10 @@ impl Codec for FloatCodec<'_> {
     }
 
     fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> u8 {
-        if round == 0 {
-            out.fill(0);
-        } else {
-            let index = slot + (round - 1) * window;
-            let e = self.agreed[index];
-            let chunk = self
-                .data
-                .chunk(index)
-                .expect("round within the slot's chunks");
-            quant::quantize(chunk, e, self.workers, out);
+        let workers = self.workers;
+        match self.quantized(slot, round, window) {
+            None => out.fill(0),
+            Some((e, chunk)) => quant::quantize(chunk, e, workers, out),
         }
         self.data
             .chunk(slot + round * window)
@@ -177,14 +180,9 @@ impl Codec for FloatCodec<'_> {
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
-        if round > 0 {
-            let index = slot + (round - 1) * window;
-            let e = self.agreed[index];
-            let chunk = self
-                .data
-                .chunk(index)
-                .expect("round within the slot's chunks");
-            quant::dequantize(bytes, e, self.workers, chunk);
+        let workers = self.workers;
+        if let Some((e, chunk)) = self.quantized(slot, round, window) {
+            quant::dequantize(bytes, e, workers, chunk);
         }
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;

@@ -142,7 +142,6 @@ pub struct DpdkPort {
 /// One lane of a worker's DPDK port: one receive and one transmit queue,
 /// driven by one thread.
 pub struct DpdkLink {
-    port_name: String,
     lane: usize,
     lanes: usize,
     /// Every lane's hand-off queue (index: the receiving lane).
@@ -203,7 +202,6 @@ impl SlotBuf for MbufSlot {
 impl std::fmt::Debug for DpdkLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DpdkLink")
-            .field("port", &self.port_name)
             .field("lane", &self.lane)
             .field("lanes", &self.lanes)
             .field("flow", &self.flow)
@@ -281,7 +279,6 @@ impl DpdkPort {
             .zip(tx)
             .enumerate()
             .map(|(lane, (rx, tx))| DpdkLink {
-                port_name: port.name().to_owned(),
                 lane,
                 lanes,
                 handoff: handoff.clone(),
