@@ -60,15 +60,20 @@ impl<'a, T> LaneData<'a, T> {
         self.len
     }
 
-    /// Chunk `index`, if the tensor has it. Panics if another lane owns
-    /// it: the engine gives a lane only its own slots' rounds.
-    pub fn chunk(&mut self, index: usize) -> Option<&mut [T]> {
-        assert_eq!(
-            index % self.window % self.lanes,
-            self.lane,
-            "chunk {index} belongs to another lane"
+    /// The chunk round `round` of `slot` carries (chunk `slot + round *
+    /// window`), if the tensor has it. Panics if another lane owns the
+    /// slot: the engine gives a lane only its own slots' rounds. Taking the
+    /// slot rather than the chunk index keeps the check free of divisions
+    /// on a one-lane worker (it runs twice per packet).
+    pub fn chunk(&mut self, slot: usize, round: usize) -> Option<&mut [T]> {
+        assert!(
+            slot < self.window && (self.lanes == 1 || slot % self.lanes == self.lane),
+            "slot {slot} belongs to another lane"
         );
-        let start = index.checked_mul(self.k)?;
+        let start = round
+            .checked_mul(self.window)
+            .and_then(|i| i.checked_add(slot))
+            .and_then(|i| i.checked_mul(self.k))?;
         if start >= self.len {
             return None;
         }
@@ -78,10 +83,10 @@ impl<'a, T> LaneData<'a, T> {
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) })
     }
 
-    /// Chunk `index`, which a round carries: the engine only runs rounds
-    /// the tensor has.
-    fn round_chunk(&mut self, index: usize) -> &mut [T] {
-        self.chunk(index).expect("round within the slot's chunks")
+    /// The chunk a round carries: the engine only runs rounds the tensor has.
+    fn round_chunk(&mut self, slot: usize, round: usize) -> &mut [T] {
+        self.chunk(slot, round)
+            .expect("round within the slot's chunks")
     }
 }
 
@@ -109,16 +114,16 @@ impl Codec for IntCodec<'_> {
         dealt(chunk_count(self.data.len(), self.data.k), slot, window)
     }
 
-    fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> u8 {
-        let chunk = self.data.round_chunk(slot + round * window);
+    fn encode(&mut self, slot: usize, round: usize, _window: usize, out: &mut [u8]) -> u8 {
+        let chunk = self.data.round_chunk(slot, round);
         let len = chunk.len();
         payload::write_i32s(&mut out[..len * 4], chunk);
         out[len * 4..].fill(0);
         0
     }
 
-    fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], _exponent: u8) {
-        let chunk = self.data.round_chunk(slot + round * window);
+    fn decode(&mut self, slot: usize, round: usize, _window: usize, bytes: &[u8], _exponent: u8) {
+        let chunk = self.data.round_chunk(slot, round);
         let len = chunk.len();
         payload::read_i32s(&bytes[..len * 4], chunk);
     }
@@ -152,8 +157,9 @@ impl FloatCodec<'_> {
     /// The chunk round `round` of `slot` carries quantized, with its agreed
     /// exponent (none in round 0, which carries only an exponent).
     fn quantized(&mut self, slot: usize, round: usize, window: usize) -> Option<(u8, &mut [f32])> {
-        let index = slot + round.checked_sub(1)? * window;
-        Some((self.agreed[index], self.data.round_chunk(index)))
+        let round = round.checked_sub(1)?;
+        let index = slot + round * window;
+        Some((self.agreed[index], self.data.round_chunk(slot, round)))
     }
 }
 
@@ -175,7 +181,7 @@ impl Codec for FloatCodec<'_> {
             Some((e, chunk)) => quant::quantize(chunk, e, workers, out),
         }
         self.data
-            .chunk(slot + round * window)
+            .chunk(slot, round)
             .map_or(0, |c| quant::block_exponent(c))
     }
 
@@ -201,21 +207,21 @@ mod tests {
         // (chunks 1, 4).
         let mut data: Vec<u32> = (0..10).collect();
         let mut lanes = LaneData::split(&mut data, 2, 3, 2);
-        for c in [0, 2, 3] {
+        for (s, r) in [(0, 0), (2, 0), (0, 1)] {
             lanes[0]
-                .chunk(c)
+                .chunk(s, r)
                 .unwrap()
                 .iter_mut()
                 .for_each(|x| *x += 100);
         }
-        for c in [1, 4] {
+        for (s, r) in [(1, 0), (1, 1)] {
             lanes[1]
-                .chunk(c)
+                .chunk(s, r)
                 .unwrap()
                 .iter_mut()
                 .for_each(|x| *x += 200);
         }
-        assert_eq!(lanes[1].chunk(7), None, "past the end");
+        assert_eq!(lanes[1].chunk(1, 2), None, "past the end");
         drop(lanes);
         assert_eq!(data, [100, 101, 202, 203, 104, 105, 106, 107, 208, 209]);
     }
@@ -225,7 +231,7 @@ mod tests {
     fn a_lane_cannot_reach_another_lanes_chunk() {
         let mut data = [0u8; 8];
         let mut lanes = LaneData::split(&mut data, 2, 2, 2);
-        let _ = lanes[0].chunk(1);
+        let _ = lanes[0].chunk(1, 0);
     }
 
     #[test]
