@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use inagg_host_agent::quant::{block_exponent, error_bound};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_switch_control::controller::Client;
 
 use crate::backend::{Backend, DpdkArgs};
 
@@ -37,19 +38,32 @@ pub struct AgentArgs {
     pub backend: Backend,
     #[command(flatten)]
     pub dpdk: DpdkArgs,
-    /// Job id.
+    /// Register with this controller (`inagg controller`), which admits
+    /// the worker and gives it the job's id, pool, K, generation and the
+    /// aggregator's address: then only --job (the job's name), --rank and
+    /// --bind are needed.
+    #[arg(long, value_name = "ADDR")]
+    pub controller: Option<SocketAddr>,
+    /// The controller's API token.
+    #[arg(long, env = "INAGG_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Longest wait, in seconds, for the controller to admit the job (the
+    /// other workers to register, slots to free).
+    #[arg(long, default_value_t = 60.0)]
+    pub register_wait: f64,
+    /// Job: its id, or with --controller its name.
     #[arg(long)]
-    pub job: u16,
-    /// This worker's id.
-    #[arg(long)]
+    pub job: String,
+    /// This worker's id (its rank).
+    #[arg(long, alias = "rank")]
     pub worker: u16,
-    /// Workers in the job.
-    #[arg(long)]
-    pub workers: u16,
-    /// Slots in the job's pool.
-    #[arg(long)]
-    pub pool_size: u32,
-    /// Elements per packet (the job's K).
+    /// Workers in the job (without --controller).
+    #[arg(long, required_unless_present = "controller")]
+    pub workers: Option<u16>,
+    /// Slots in the job's pool (without --controller).
+    #[arg(long, required_unless_present = "controller")]
+    pub pool_size: Option<u32>,
+    /// Elements per packet (the job's K; without --controller).
     #[arg(long, default_value_t = 64)]
     pub elements: u16,
     /// Membership generation.
@@ -96,16 +110,7 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     if !(a.timeout > 0.0 && a.timeout.is_finite()) {
         bail!("--timeout must be a positive number of seconds");
     }
-    let mut config = AgentConfig::new(
-        a.switch,
-        a.job,
-        a.worker,
-        a.workers,
-        a.pool_size,
-        a.elements,
-    );
-    config.bind = a.bind;
-    config.generation = a.generation;
+    let mut config = configure(a)?;
     config.priority = a.priority;
     config.give_up_after = Duration::from_secs_f64(a.timeout);
     let mut worker = open(a, config)?;
@@ -113,6 +118,7 @@ pub fn run(a: &AgentArgs) -> Result<()> {
         Dtype::I32 => run_i32(a, &mut worker)?,
         Dtype::F32 => run_f32(a, &mut worker)?,
     };
+    let config = worker.config().clone();
     let (lanes, handed_over) = lanes(&worker);
     if a.json {
         let mut v = serde_json::to_value(&stats)?;
@@ -128,8 +134,9 @@ pub fn run(a: &AgentArgs) -> Result<()> {
             String::new()
         };
         println!(
-            "worker {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{lanes}{}",
-            a.worker,
+            "worker {} of job {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{lanes}{}",
+            config.worker,
+            config.job,
             stats.payload_bytes,
             stats.elapsed.as_secs_f64(),
             stats.goodput_gbps(),
@@ -146,6 +153,43 @@ pub fn run(a: &AgentArgs) -> Result<()> {
         bail!("the reduced tensor does not match the expected sum");
     }
     Ok(())
+}
+
+/// The job's parameters: from the controller that admits this worker, or
+/// from the command line.
+fn configure(a: &AgentArgs) -> Result<AgentConfig> {
+    if let Some(addr) = a.controller {
+        if !(a.register_wait > 0.0 && a.register_wait.is_finite()) {
+            bail!("--register-wait must be a positive number of seconds");
+        }
+        let mut client = Client::connect(addr, a.token.clone())?;
+        let admission = client
+            .register(
+                &a.job,
+                a.worker,
+                a.bind,
+                Duration::from_secs_f64(a.register_wait),
+            )
+            .with_context(|| format!("register rank {} of job {:?}", a.worker, a.job))?;
+        return Ok(admission.agent_config(a.bind));
+    }
+    let job: u16 = a.job.parse().with_context(|| {
+        format!(
+            "--job {:?}: without --controller the job is its numeric id (0-65535)",
+            a.job
+        )
+    })?;
+    let mut config = AgentConfig::new(
+        a.switch,
+        job,
+        a.worker,
+        a.workers.context("--workers is needed without --controller")?,
+        a.pool_size.context("--pool-size is needed without --controller")?,
+        a.elements,
+    );
+    config.bind = a.bind;
+    config.generation = a.generation;
+    Ok(config)
 }
 
 /// Lanes of the worker and results handed between them.
@@ -185,6 +229,7 @@ fn open_dpdk(_: &AgentArgs, _: AgentConfig) -> Result<Worker> {
 
 fn load<T>(
     a: &AgentArgs,
+    rank: u16,
     pattern: impl Fn(u16, usize) -> T,
     parse: impl Fn([u8; 4]) -> T,
 ) -> Result<Vec<T>> {
@@ -202,7 +247,7 @@ fn load<T>(
                 .map(|c| parse([c[0], c[1], c[2], c[3]]))
                 .collect())
         }
-        (None, Some(n)) => Ok((0..n).map(|i| pattern(a.worker, i)).collect()),
+        (None, Some(n)) => Ok((0..n).map(|i| pattern(rank, i)).collect()),
         (None, None) => bail!("give the tensor with --input FILE or --len N"),
     }
 }
@@ -216,26 +261,28 @@ fn save(path: &Option<String>, bytes: impl Iterator<Item = [u8; 4]>) -> Result<(
 }
 
 fn run_i32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
-    let mut data = load(a, pattern_i32, i32::from_le_bytes)?;
+    let (rank, workers) = (worker.config().worker, worker.config().workers);
+    let mut data = load(a, rank, pattern_i32, i32::from_le_bytes)?;
     let stats = worker.allreduce_i32(&mut data)?;
     save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
     let verified = a.verify.then(|| {
         data.iter()
             .enumerate()
-            .all(|(i, v)| *v == (0..a.workers).fold(0i32, |s, w| s.wrapping_add(pattern_i32(w, i))))
+            .all(|(i, v)| *v == (0..workers).fold(0i32, |s, w| s.wrapping_add(pattern_i32(w, i))))
     });
     Ok((stats, verified))
 }
 
 fn run_f32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
-    let mut data = load(a, pattern_f32, f32::from_le_bytes)?;
+    let c = worker.config();
+    let (rank, workers, k) = (c.worker, c.workers, usize::from(c.elements));
+    let mut data = load(a, rank, pattern_f32, f32::from_le_bytes)?;
     let stats = worker.allreduce_f32(&mut data)?;
     save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
     let verified = a.verify.then(|| {
-        let k = usize::from(a.elements);
         data.chunks(k).enumerate().all(|(c, chunk)| {
             let start = c * k;
-            let e = (0..a.workers)
+            let e = (0..workers)
                 .map(|w| {
                     block_exponent(
                         &(start..start + chunk.len())
@@ -246,10 +293,10 @@ fn run_f32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> 
                 .max()
                 .unwrap_or(0);
             chunk.iter().enumerate().all(|(j, y)| {
-                let exact: f64 = (0..a.workers)
+                let exact: f64 = (0..workers)
                     .map(|w| f64::from(pattern_f32(w, start + j)))
                     .sum();
-                (f64::from(*y) - exact).abs() <= error_bound(e, a.workers, exact)
+                (f64::from(*y) - exact).abs() <= error_bound(e, workers, exact)
             })
         })
     });

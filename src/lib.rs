@@ -13,6 +13,7 @@ pub mod bench;
 #[cfg(feature = "dpdk")]
 pub mod bench_dpdk;
 pub mod conformance_cmd;
+pub mod controller_cmd;
 pub mod demo;
 pub mod emu_cmd;
 pub mod local;

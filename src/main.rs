@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use inagg::{agent_cmd, bench, conformance_cmd, demo, emu_cmd};
+use inagg::{agent_cmd, bench, conformance_cmd, controller_cmd, demo, emu_cmd};
 use inagg_switch_control::cli as ctl;
 
 /// In-network aggregation: all-reduce through a (software) switch.
@@ -24,8 +24,10 @@ enum Command {
     Emu(emu_cmd::EmuArgs),
     /// Run one worker.
     Agent(agent_cmd::AgentArgs),
-    /// Program and inspect a switch.
+    /// Program and inspect a switch, directly or through the controller.
     Ctl(ctl::CtlArgs),
+    /// Run the control-plane daemon: jobs of many tenants, pools, fallback.
+    Controller(controller_cmd::ControllerArgs),
     /// Replay the conformance vectors against the emulator or a switch on real ports.
     Conformance(conformance_cmd::ConformanceArgs),
 }
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Emu(args) => emu_cmd::run(&args),
         Command::Agent(args) => agent_cmd::run(&args),
         Command::Conformance(args) => conformance_cmd::run(&args),
+        Command::Controller(args) => controller_cmd::run(&args),
         Command::Ctl(args) => {
             ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from)
         }

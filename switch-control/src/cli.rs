@@ -28,6 +28,13 @@ pub struct CtlArgs {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Go through this controller (`inagg controller`) instead of
+    /// programming the switch directly: jobs by name, pools placed for you.
+    #[arg(long, global = true, env = "INAGG_CONTROLLER", value_name = "ADDR")]
+    pub controller: Option<SocketAddr>,
+    /// The controller's API token.
+    #[arg(long, global = true, env = "INAGG_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Options of the bmv2 target.
     #[command(flatten)]
     pub bmv2: Bmv2Args,
@@ -129,6 +136,9 @@ pub enum CtlCommand {
         /// The queue.
         queue: u8,
     },
+    /// The aggregators behind the controller (the switch, fallback
+    /// emulators): up or down, memory, free ranges (with --controller).
+    Sites,
     /// Make the switch hold exactly the jobs of a cluster file.
     Apply {
         /// The cluster file (TOML).
@@ -146,24 +156,39 @@ pub enum CtlCommand {
 /// Job verbs.
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
-    /// Install a job.
+    /// Install a job. Directly: --id, --workers ENDPOINTS, --pool-base,
+    /// --pool-size. Through --controller: --name, --count, --slots (the
+    /// controller places the pool; workers register, or give --workers).
     Create {
-        /// Job id (0-65535).
+        /// Job id (0-65535; direct only).
         #[arg(long)]
-        id: u16,
+        id: Option<u16>,
+        /// Job name (with --controller).
+        #[arg(long)]
+        name: Option<String>,
+        /// Workers in the job (with --controller).
+        #[arg(long)]
+        count: Option<u16>,
+        /// Slots to ask for (with --controller); fewer may be granted.
+        #[arg(long)]
+        slots: Option<u32>,
+        /// With --controller: wait for free slots instead of running on a
+        /// fallback emulator when the switch is full.
+        #[arg(long)]
+        no_fallback: bool,
         /// Worker endpoints, comma-separated (worker id = position).
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',')]
         workers: Vec<SocketAddr>,
-        /// First slot of the pool.
+        /// First slot of the pool (direct only).
         #[arg(long)]
-        pool_base: u32,
-        /// Slots in the pool.
+        pool_base: Option<u32>,
+        /// Slots in the pool (direct only).
         #[arg(long)]
-        pool_size: u32,
+        pool_size: Option<u32>,
         /// Elements per packet (K).
         #[arg(long, default_value_t = 64)]
         elements: u16,
-        /// Membership generation.
+        /// Membership generation (direct only).
         #[arg(long, default_value_t = 0)]
         generation: u16,
     },
@@ -172,19 +197,19 @@ pub enum JobCommand {
     List,
     /// One job in detail.
     Show {
-        /// Job id.
-        id: u16,
+        /// Job id (with --controller: its name).
+        job: String,
     },
     /// Remove a job and free its pool.
     #[command(alias = "rm")]
     Delete {
-        /// Job id.
-        id: u16,
+        /// Job id (with --controller: its name).
+        job: String,
     },
 }
 
 /// Connects to the target `args` name.
-pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target>> {
+pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target + Send>> {
     connect_target(args.target, args.addr, &args.bmv2)
 }
 
@@ -195,7 +220,7 @@ pub fn connect_target(
     kind: TargetKind,
     addr: Option<SocketAddr>,
     bmv2: &Bmv2Args,
-) -> Result<Box<dyn Target>> {
+) -> Result<Box<dyn Target + Send>> {
     match kind {
         TargetKind::Emu => {
             if bmv2.any() {
@@ -213,7 +238,7 @@ pub fn connect_target(
 }
 
 #[cfg(feature = "bmv2")]
-fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target>> {
+fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
     use crate::bmv2::{Bmv2Options, Bmv2Target, Topology};
     let defaults = Bmv2Options::default();
     let options = Bmv2Options {
@@ -229,7 +254,7 @@ fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target
 }
 
 #[cfg(not(feature = "bmv2"))]
-fn connect_bmv2(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target>> {
+fn connect_bmv2(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
     Err(ControlError::Unsupported {
         target: "bmv2",
         what: "anything in this build: rebuild inagg with the `bmv2` feature",
@@ -238,6 +263,9 @@ fn connect_bmv2(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Targ
 
 /// Runs `inagg ctl`, writing to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(addr) = args.controller {
+        return crate::ctl_controller::run(addr, args.token.clone(), args.json, args.command, out);
+    }
     let mut target = connect(&args)?;
     let t = target.as_mut();
     let json = args.json;
@@ -314,6 +342,10 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             let report = t.queues()?;
             emit(out, json, &report, |o| write_queues(o, &report))
         }
+        CtlCommand::Sites => Err(ControlError::Unsupported {
+            target: t.kind(),
+            what: "sites (they are the controller's: pass --controller ADDR)",
+        }),
         CtlCommand::Priority { class, queue } => {
             t.set_priority_queue(class, queue)?;
             emit(
@@ -360,17 +392,34 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
     match cmd {
         JobCommand::Create {
             id,
+            name,
+            count,
+            slots,
+            no_fallback,
             workers,
             pool_base,
             pool_size,
             elements,
             generation,
         } => {
+            if name.is_some() || count.is_some() || slots.is_some() || no_fallback {
+                return Err(usage(
+                    "--name, --count, --slots and --no-fallback are for jobs created through \
+                     --controller ADDR",
+                ));
+            }
+            let need = |v: Option<u32>, flag: &str| {
+                v.ok_or_else(|| usage(&format!("{flag} is needed (or use --controller ADDR)")))
+            };
+            let id = id.ok_or_else(|| usage("--id is needed (or use --controller ADDR)"))?;
+            if workers.is_empty() {
+                return Err(usage("--workers ENDPOINTS is needed (or use --controller ADDR)"));
+            }
             let spec = JobSpec {
                 id,
                 workers,
-                pool_base,
-                pool_size,
+                pool_base: need(pool_base, "--pool-base")?,
+                pool_size: need(pool_size, "--pool-size")?,
                 elements,
                 generation,
             };
@@ -378,7 +427,8 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             emit(out, json, &spec, |o| {
                 writeln!(
                     o,
-                    "created job {id}: pool [{pool_base}, {}) k={elements}",
+                    "created job {id}: pool [{}, {}) k={elements}",
+                    spec.pool_base,
                     spec.pool_end()
                 )
             })
@@ -387,11 +437,12 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             let jobs = t.jobs()?;
             emit(out, json, &jobs, |o| write_jobs(o, &jobs))
         }
-        JobCommand::Show { id } => {
-            let job = t.job(id)?;
+        JobCommand::Show { job } => {
+            let job = t.job(job_id(&job)?)?;
             emit(out, json, &job, |o| write_job(o, &job))
         }
-        JobCommand::Delete { id } => {
+        JobCommand::Delete { job } => {
+            let id = job_id(&job)?;
             t.delete_job(id)?;
             emit(out, json, &serde_json::json!({ "deleted": id }), |o| {
                 writeln!(o, "deleted job {id}")
@@ -400,8 +451,25 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
     }
 }
 
+/// A job id from the command line (names are the controller's).
+fn job_id(s: &str) -> Result<u16> {
+    s.parse().map_err(|_| {
+        usage(&format!(
+            "job {s:?}: a switch job is a number (0-65535); named jobs are the controller's (--controller ADDR)"
+        ))
+    })
+}
+
+/// A command-line mistake.
+pub(crate) fn usage(message: &str) -> ControlError {
+    ControlError::Config {
+        path: "command line".into(),
+        message: message.into(),
+    }
+}
+
 /// Prints `value` as JSON or through `human`.
-fn emit<T: Serialize>(
+pub(crate) fn emit<T: Serialize>(
     out: &mut dyn Write,
     json: bool,
     value: &T,

@@ -8,7 +8,11 @@
 //!   client for `simple_switch_grpc` running p4/v1model;
 //! - [`cluster`]: declarative cluster files (`inagg ctl apply -f`), checked
 //!   as a whole before anything touches the switch;
-//! - [`cli`]: the operator CLI `inagg ctl`, one subcommand per noun.
+//! - [`cli`]: the operator CLI `inagg ctl`, one subcommand per noun;
+//! - [`controller`]: the `inagg controller` daemon (jobs of many tenants,
+//!   pool allocation with fallback to host emulators, agent registration,
+//!   state in an embedded database) and its client;
+//! - [`alloc`]: the slot allocator the controller places pools with.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
 //! before they are sent, so a refused job never reaches the switch; the
@@ -17,8 +21,11 @@
 
 #[cfg(feature = "bmv2")]
 pub mod bmv2;
+pub mod alloc;
 pub mod cli;
 pub mod cluster;
+pub mod controller;
+mod ctl_controller;
 pub mod emu;
 pub mod target;
 

@@ -85,6 +85,10 @@ pub enum ControlError {
         /// What is missing or wrong.
         message: String,
     },
+    /// The controller refused a request or could not be reached (its
+    /// message says whose fault and what to do).
+    #[error(transparent)]
+    Controller(#[from] crate::controller::client::ClientError),
     /// A configuration file is unusable (the operator's fault).
     #[error("{path}: {message}")]
     Config {

@@ -1,0 +1,84 @@
+//! `inagg controller`: the multi-tenant control-plane daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
+use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
+
+/// Options of `inagg controller`.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Where the API listens. Off loopback it needs --token.
+    #[arg(long, default_value = inagg_switch_control::controller::api::DEFAULT_ADDR)]
+    pub listen: SocketAddr,
+    /// A token every client must present (`inagg ctl --token`, `inagg agent
+    /// --token`, or INAGG_TOKEN).
+    #[arg(long, env = "INAGG_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The database holding jobs, pools and the priority map across restarts.
+    #[arg(long, default_value = "inagg-controller.redb")]
+    pub state: PathBuf,
+    /// Which kind of switch.
+    #[arg(long, value_enum, default_value_t = TargetKind::Emu)]
+    pub target: TargetKind,
+    /// The switch's control endpoint [default: 127.0.0.1:47001 for emu,
+    /// 127.0.0.1:9559 for bmv2].
+    #[arg(long)]
+    pub switch: Option<SocketAddr>,
+    /// Options of the bmv2 target.
+    #[command(flatten)]
+    pub bmv2: Bmv2Args,
+    /// Control endpoint of an `inagg emu` on a host, used for jobs that do
+    /// not fit on the switch (repeat for more).
+    #[arg(long = "fallback", value_name = "ADDR")]
+    pub fallbacks: Vec<SocketAddr>,
+    /// How often every aggregator is checked and brought in step, ms.
+    #[arg(long, default_value_t = 500)]
+    pub reconcile_ms: u64,
+}
+
+/// Runs the daemon until the process is killed.
+pub fn run(a: &ControllerArgs) -> Result<()> {
+    if a.reconcile_ms == 0 {
+        bail!("--reconcile-ms must be at least 1");
+    }
+    let kind = a.target;
+    let default = match kind {
+        TargetKind::Emu => SocketAddr::from(([127, 0, 0, 1], 47001)),
+        TargetKind::Bmv2 => SocketAddr::from(([127, 0, 0, 1], 9559)),
+    };
+    let switch = a.switch.unwrap_or(default);
+    let bmv2 = a.bmv2.clone();
+    let switch_connect: Connector =
+        Box::new(move || connect_target(kind, Some(switch), &bmv2));
+    let fallbacks = a
+        .fallbacks
+        .iter()
+        .map(|&addr| {
+            let c: Connector = Box::new(move || {
+                connect_target(TargetKind::Emu, Some(addr), &Bmv2Args::default())
+            });
+            (addr, c)
+        })
+        .collect();
+    let controller = Controller::start(ControllerConfig {
+        listen: a.listen,
+        token: a.token.clone(),
+        state: a.state.clone(),
+        switch: (switch, switch_connect),
+        fallbacks,
+        reconcile_every: Duration::from_millis(a.reconcile_ms),
+    })?;
+    eprintln!(
+        "inagg controller: API on {}, switch {switch} ({kind:?}), {} fallback(s), state in {}",
+        controller.addr(),
+        a.fallbacks.len(),
+        a.state.display()
+    );
+    controller.wait();
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! The controller's allocator over a switch's aggregator memory.
+//!
+//! A pool is a contiguous range of slots (the switch maps a packet's slot
+//! to `pool_base + slot`). Placement is best fit: the smallest free range
+//! that holds the whole request, which keeps large ranges whole for large
+//! jobs. When no range holds the request, the largest free range is
+//! granted instead (a partial grant: the job's window shrinks, it still
+//! works); when nothing is free, nothing is granted and the controller
+//! falls back to host aggregation or makes the job wait.
+//!
+//! Pure: no I/O, so the controller's placement decisions are unit-tested
+//! here.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A granted range of slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// First slot.
+    pub base: u32,
+    /// Slots granted (at most the request).
+    pub size: u32,
+}
+
+impl Grant {
+    /// One past the last slot.
+    pub fn end(&self) -> u64 {
+        u64::from(self.base) + u64::from(self.size)
+    }
+}
+
+/// Why a range cannot be reserved (when rebuilding the allocator from the
+/// controller's stored state).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The range runs past the memory.
+    #[error("slots [{base}, {end}) run past the switch's {slots} slots")]
+    Beyond {
+        /// First slot.
+        base: u32,
+        /// End.
+        end: u64,
+        /// Slots the switch has.
+        slots: u32,
+    },
+    /// The range overlaps one already in use.
+    #[error("slots [{base}, {end}) overlap the pool at [{other_base}, {other_end})")]
+    Overlap {
+        /// First slot.
+        base: u32,
+        /// End.
+        end: u64,
+        /// The pool in the way.
+        other_base: u32,
+        /// Its end.
+        other_end: u64,
+    },
+}
+
+/// Used ranges of `slots` slots of aggregator memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotAllocator {
+    slots: u32,
+    /// base -> size of each range in use.
+    used: BTreeMap<u32, u32>,
+}
+
+impl SlotAllocator {
+    /// An empty memory of `slots` slots.
+    pub fn new(slots: u32) -> SlotAllocator {
+        SlotAllocator {
+            slots,
+            used: BTreeMap::new(),
+        }
+    }
+
+    /// Slots in the memory.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Slots not in any pool.
+    pub fn free(&self) -> u32 {
+        self.slots - self.used.values().sum::<u32>()
+    }
+
+    /// The free ranges, in slot order.
+    pub fn free_ranges(&self) -> Vec<Grant> {
+        let mut out = Vec::new();
+        let mut at = 0u32;
+        for (&base, &size) in &self.used {
+            if base > at {
+                out.push(Grant {
+                    base: at,
+                    size: base - at,
+                });
+            }
+            at = base + size;
+        }
+        if at < self.slots {
+            out.push(Grant {
+                base: at,
+                size: self.slots - at,
+            });
+        }
+        out
+    }
+
+    /// The largest free range (the first of equals), if any slot is free.
+    pub fn largest_free(&self) -> Option<Grant> {
+        self.free_ranges()
+            .into_iter()
+            .fold(None, |best: Option<Grant>, r| match best {
+                Some(b) if b.size >= r.size => Some(b),
+                _ => Some(r),
+            })
+    }
+
+    /// Places a pool of `want` slots: best fit if a free range holds it,
+    /// else the largest free range (a partial grant), else `None`.
+    pub fn allocate(&mut self, want: u32) -> Option<Grant> {
+        let ranges = self.free_ranges();
+        let fit = ranges
+            .iter()
+            .filter(|r| r.size >= want)
+            .min_by_key(|r| r.size)
+            .map(|r| Grant {
+                base: r.base,
+                size: want,
+            });
+        let grant = fit.or_else(|| self.largest_free())?;
+        if grant.size == 0 {
+            return None;
+        }
+        self.used.insert(grant.base, grant.size);
+        Some(grant)
+    }
+
+    /// Marks a range as used (a pool the controller placed before a restart).
+    pub fn reserve(&mut self, g: Grant) -> Result<(), AllocError> {
+        if g.end() > u64::from(self.slots) {
+            return Err(AllocError::Beyond {
+                base: g.base,
+                end: g.end(),
+                slots: self.slots,
+            });
+        }
+        // Ranges never overlap, so only the last one starting before our end
+        // can reach into us.
+        let before = self.used.range(..g.end() as u32).next_back();
+        if let Some((&b, &s)) = before {
+            if u64::from(b) + u64::from(s) > u64::from(g.base) {
+                return Err(AllocError::Overlap {
+                    base: g.base,
+                    end: g.end(),
+                    other_base: b,
+                    other_end: u64::from(b) + u64::from(s),
+                });
+            }
+        }
+        self.used.insert(g.base, g.size);
+        Ok(())
+    }
+
+    /// Frees the pool that starts at `base`; false if there was none.
+    pub fn release(&mut self, base: u32) -> bool {
+        self.used.remove(&base).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_fit_keeps_the_large_range_whole() {
+        let mut a = SlotAllocator::new(100);
+        let g1 = a.allocate(10).unwrap(); // [0,10)
+        let g2 = a.allocate(20).unwrap(); // [10,30)
+        let _g3 = a.allocate(5).unwrap(); // [30,35)
+        assert!(a.release(g1.base));
+        // Free: [0,10) and [35,100); 8 slots go in the small hole.
+        assert_eq!(a.allocate(8), Some(Grant { base: 0, size: 8 }));
+        assert!(a.release(g2.base));
+        assert_eq!(a.free(), 100 - 8 - 5);
+    }
+
+    #[test]
+    fn a_request_larger_than_any_range_gets_the_largest_one() {
+        let mut a = SlotAllocator::new(64);
+        let g = a.allocate(40).unwrap();
+        assert_eq!(g, Grant { base: 0, size: 40 });
+        assert_eq!(a.allocate(40), Some(Grant { base: 40, size: 24 }));
+        assert_eq!(a.allocate(1), None, "nothing is free");
+        assert_eq!(a.free(), 0);
+    }
+
+    #[test]
+    fn reserve_refuses_overlaps_and_ranges_beyond_memory() {
+        let mut a = SlotAllocator::new(32);
+        a.reserve(Grant { base: 8, size: 8 }).unwrap();
+        assert!(matches!(
+            a.reserve(Grant { base: 12, size: 8 }),
+            Err(AllocError::Overlap { other_base: 8, .. })
+        ));
+        assert!(matches!(
+            a.reserve(Grant { base: 4, size: 5 }),
+            Err(AllocError::Overlap { other_base: 8, .. })
+        ));
+        assert!(matches!(
+            a.reserve(Grant { base: 30, size: 4 }),
+            Err(AllocError::Beyond { .. })
+        ));
+        a.reserve(Grant { base: 0, size: 8 }).unwrap();
+        assert_eq!(
+            a.free_ranges(),
+            vec![Grant {
+                base: 16,
+                size: 16
+            }]
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! The controller's API: one JSON request per line over TCP, one JSON
+//! reply per line. `inagg ctl --controller` and registering agents are its
+//! clients ([`super::client::Client`]).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::Grant;
+
+/// Default address of the controller's API (loopback: remote use needs an
+/// explicit address and a token).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:47100";
+
+/// What a job asks for. Workers register by rank unless `endpoints` names
+/// them all up front.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDecl {
+    /// The job's name (what agents give with `--job`).
+    pub name: String,
+    /// Workers in the job.
+    pub workers: u16,
+    /// Aggregator slots asked for (the job's window); fewer may be granted.
+    pub slots: u32,
+    /// Elements per packet, K.
+    #[serde(default = "default_elements")]
+    pub elements: u16,
+    /// When the switch has no free slot: run on a host emulator (true) or
+    /// wait for slots to free (false).
+    #[serde(default = "yes")]
+    pub fallback: bool,
+    /// Every worker's endpoint, by rank, for workers that do not register.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Vec<SocketAddr>>,
+}
+
+fn default_elements() -> u16 {
+    64
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Where a job's pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "on", rename_all = "snake_case")]
+pub enum Placement {
+    /// Nowhere yet: no slot free on the switch and no fallback (or the job
+    /// does not want one). It is placed when slots free, in order of arrival.
+    Waiting,
+    /// On the switch.
+    Switch {
+        /// The slots.
+        grant: Grant,
+    },
+    /// On a host emulator (ATP's software fallback, with the same protocol).
+    Fallback {
+        /// The emulator's control address.
+        host: SocketAddr,
+        /// The slots.
+        grant: Grant,
+    },
+}
+
+impl Placement {
+    /// The slots, if placed.
+    pub fn grant(&self) -> Option<Grant> {
+        match *self {
+            Placement::Waiting => None,
+            Placement::Switch { grant } | Placement::Fallback { grant, .. } => Some(grant),
+        }
+    }
+}
+
+/// A job as the controller reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// What was asked.
+    pub decl: JobDecl,
+    /// The id in packets.
+    pub id: u16,
+    /// Where its pool is.
+    pub placement: Placement,
+    /// Ranks registered in the current session.
+    pub registered: u16,
+    /// Installed on its aggregator (every worker known)?
+    pub installed: bool,
+    /// Membership generation of the current session.
+    pub generation: u16,
+    /// The aggregator's data-plane address, once placed and reachable.
+    pub data_addr: Option<SocketAddr>,
+}
+
+/// What a worker is told when it is admitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    /// The job's name.
+    pub job: String,
+    /// The id in packets.
+    pub id: u16,
+    /// This worker's id (its rank).
+    pub worker: u16,
+    /// Workers in the job.
+    pub workers: u16,
+    /// Slots granted: the window.
+    pub pool_size: u32,
+    /// K.
+    pub elements: u16,
+    /// The session's membership generation.
+    pub generation: u16,
+    /// Where to send contributions: the switch or a host emulator.
+    pub data_addr: SocketAddr,
+    /// On the fallback rather than the switch?
+    pub fallback: bool,
+}
+
+/// One aggregator the controller drives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteStatus {
+    /// "switch" or "fallback".
+    pub role: String,
+    /// Target kind.
+    pub kind: String,
+    /// Control address.
+    pub control: SocketAddr,
+    /// Reachable at the last attempt?
+    pub up: bool,
+    /// The last error, when down.
+    pub error: Option<String>,
+    /// Slots (once reached).
+    pub slots: Option<u32>,
+    /// Free slots.
+    pub free: Option<u32>,
+    /// Free ranges.
+    pub free_ranges: Vec<Grant>,
+}
+
+/// A request and the API token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The token the controller was started with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The request.
+    pub request: Request,
+}
+
+/// Requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Admit a job: place its pool.
+    CreateJob {
+        /// The job.
+        decl: JobDecl,
+    },
+    /// Remove a job and free its pool.
+    DeleteJob {
+        /// Its name.
+        name: String,
+    },
+    /// Every job.
+    Jobs,
+    /// Register a worker; answered once the job is installed (every rank
+    /// registered, slots granted) or after `wait_ms`.
+    Register {
+        /// The job's name.
+        job: String,
+        /// The worker's rank (worker id).
+        rank: u16,
+        /// Its data endpoint; `None`: the UDP `port` at the address the
+        /// request came from.
+        endpoint: Option<SocketAddr>,
+        /// With `endpoint: None`.
+        port: Option<u16>,
+        /// How long to wait for the rest of the job, ms.
+        wait_ms: u64,
+    },
+    /// The aggregators and their memory.
+    Sites,
+    /// Priority class -> egress queue, on every aggregator.
+    SetPriority {
+        /// The class.
+        class: u8,
+        /// The queue.
+        queue: u8,
+    },
+}
+
+/// Replies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// Done.
+    Done,
+    /// One job.
+    Job {
+        /// It.
+        job: JobStatus,
+    },
+    /// Jobs.
+    Jobs {
+        /// Them.
+        jobs: Vec<JobStatus>,
+    },
+    /// A worker's admission.
+    Admitted {
+        /// It.
+        admission: Admission,
+    },
+    /// The aggregators.
+    Sites {
+        /// Them.
+        sites: Vec<SiteStatus>,
+    },
+}
+
+/// A reply line: `{"ok": ...}` or `{"error": "..."}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    /// Success.
+    Ok(Reply),
+    /// Failure: what is wrong and what to do.
+    Error(String),
+}
+
+impl Admission {
+    /// The agent's configuration for this admission, with default timers;
+    /// `bind` is the local endpoint the worker registered.
+    pub fn agent_config(&self, bind: SocketAddr) -> inagg_host_agent::AgentConfig {
+        let mut c = inagg_host_agent::AgentConfig::new(
+            self.data_addr,
+            self.id,
+            self.worker,
+            self.workers,
+            self.pool_size,
+            self.elements,
+        );
+        c.bind = bind;
+        c.generation = self.generation;
+        c
+    }
+}

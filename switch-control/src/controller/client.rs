@@ -1,0 +1,161 @@
+//! A client of the controller's API.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use super::api::{
+    Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStatus,
+};
+
+/// How long to wait to connect, and for an answer beyond a request's own wait.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Client errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Not reachable (the environment: is it running there?).
+    #[error("cannot reach the controller at {addr}: {source}; is `inagg controller` running?")]
+    Connect {
+        /// Where.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The connection broke.
+    #[error("controller connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// An answer we cannot read (a version mismatch).
+    #[error("unexpected reply from the controller: {0}")]
+    Protocol(String),
+    /// The controller refused the request; its message says why.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A connection to `inagg controller`.
+pub struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    token: Option<String>,
+    local: SocketAddr,
+}
+
+impl Client {
+    /// Connects; `token` is the controller's `--token`, if it has one.
+    pub fn connect(addr: SocketAddr, token: Option<String>) -> Result<Client, ClientError> {
+        let err = |source| ClientError::Connect { addr, source };
+        let stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(err)?;
+        let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().map_err(err)?;
+        let writer = stream.try_clone().map_err(err)?;
+        Ok(Client {
+            reader: BufReader::new(stream),
+            writer,
+            token,
+            local,
+        })
+    }
+
+    /// This end of the connection: the address the controller sees us at.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn call(&mut self, request: Request, wait: Duration) -> Result<Reply, ClientError> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(wait + TIMEOUT))?;
+        let mut line = serde_json::to_vec(&Envelope {
+            token: self.token.clone(),
+            request,
+        })
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line)?;
+        let mut answer = String::new();
+        if self.reader.read_line(&mut answer)? == 0 {
+            return Err(ClientError::Protocol(
+                "the controller closed the connection".into(),
+            ));
+        }
+        match serde_json::from_str::<Response>(&answer) {
+            Ok(Response::Ok(r)) => Ok(r),
+            Ok(Response::Error(e)) => Err(ClientError::Refused(e)),
+            Err(e) => Err(ClientError::Protocol(format!("{e}: {}", answer.trim_end()))),
+        }
+    }
+
+    /// Admits a job.
+    pub fn create_job(&mut self, decl: JobDecl) -> Result<JobStatus, ClientError> {
+        match self.call(Request::CreateJob { decl }, Duration::ZERO)? {
+            Reply::Job { job } => Ok(job),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes a job.
+    pub fn delete_job(&mut self, name: &str) -> Result<(), ClientError> {
+        match self.call(Request::DeleteJob { name: name.into() }, Duration::ZERO)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every job.
+    pub fn jobs(&mut self) -> Result<Vec<JobStatus>, ClientError> {
+        match self.call(Request::Jobs, Duration::ZERO)? {
+            Reply::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The aggregators.
+    pub fn sites(&mut self) -> Result<Vec<SiteStatus>, ClientError> {
+        match self.call(Request::Sites, Duration::ZERO)? {
+            Reply::Sites { sites } => Ok(sites),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends priority class `class` through egress queue `queue` everywhere.
+    pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), ClientError> {
+        match self.call(Request::SetPriority { class, queue }, Duration::ZERO)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Registers rank `rank` of `job` with its data endpoint and waits (up
+    /// to `wait`) until the job is installed. An endpoint whose address is
+    /// unspecified (0.0.0.0) is registered at the address the controller
+    /// sees this host at.
+    pub fn register(
+        &mut self,
+        job: &str,
+        rank: u16,
+        endpoint: SocketAddr,
+        wait: Duration,
+    ) -> Result<Admission, ClientError> {
+        let (endpoint, port) = if endpoint.ip().is_unspecified() {
+            (None, Some(endpoint.port()))
+        } else {
+            (Some(endpoint), None)
+        };
+        let request = Request::Register {
+            job: job.into(),
+            rank,
+            endpoint,
+            port,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        match self.call(request, wait)? {
+            Reply::Admitted { admission } => Ok(admission),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(r: Reply) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply {r:?}"))
+}

@@ -1,0 +1,377 @@
+//! `inagg controller`: the daemon that owns the aggregators (the switch and
+//! host emulators for fallback), keeps the desired state (jobs, pools,
+//! priority map) in an embedded database, admits jobs and registering
+//! workers, and keeps every aggregator in step with that state (so a
+//! restarted switch or controller gets it all back).
+//!
+//! - [`api`]: the JSON-lines protocol;
+//! - [`client`]: its client, used by `inagg ctl --controller` and by agents
+//!   that register;
+//! - `state`: jobs, placement, registration, reconciliation;
+//! - `store`: the database;
+//! - this module: the server (a thread per connection, one lock over the
+//!   state, a reconcile thread).
+
+pub mod api;
+pub mod client;
+mod state;
+mod store;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use client::Client;
+pub use state::Connector;
+
+use api::{Admission, Envelope, Placement, Reply, Request, Response};
+use state::{Core, CoreError, Site};
+use store::Store;
+
+/// Longest a registration waits for the rest of its job.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// What the daemon runs with.
+pub struct ControllerConfig {
+    /// The API's address.
+    pub listen: SocketAddr,
+    /// Required from every client when set; needed to listen off loopback.
+    pub token: Option<String>,
+    /// The database file.
+    pub state: PathBuf,
+    /// The switch: its control address and how to connect.
+    pub switch: (SocketAddr, Connector),
+    /// Host emulators for fallback: control address and connector.
+    pub fallbacks: Vec<(SocketAddr, Connector)>,
+    /// How often every aggregator is checked and brought in step.
+    pub reconcile_every: Duration,
+}
+
+/// Why the daemon cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Off loopback without a token.
+    #[error("the API would listen on {0}, off this host, without a token: pass --token (or listen on 127.0.0.1)")]
+    NoToken(SocketAddr),
+    /// The address is taken or not ours.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The stored state.
+    #[error(transparent)]
+    State(#[from] CoreError),
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    /// Signalled on every change, for waiting registrations.
+    changed: Condvar,
+    token: Option<String>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running controller; stopped when dropped.
+pub struct Controller {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Opens the state, binds the API, and starts serving and reconciling.
+    pub fn start(config: ControllerConfig) -> Result<Controller, StartError> {
+        if !config.listen.ip().is_loopback() && config.token.is_none() {
+            return Err(StartError::NoToken(config.listen));
+        }
+        let store = Store::open(&config.state).map_err(CoreError::from)?;
+        let mut sites = vec![Site::new("switch", config.switch.0, config.switch.1)];
+        for (addr, connect) in config.fallbacks {
+            sites.push(Site::new("fallback", addr, connect));
+        }
+        let mut core = Core::load(store, sites)?;
+        for p in core.reconcile() {
+            eprintln!("controller: {p}");
+        }
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Listen { addr, source })?;
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            changed: Condvar::new(),
+            token: config.token,
+            stop: AtomicBool::new(false),
+        });
+        let every = config.reconcile_every;
+        let threads = vec![
+            spawn_named("ctl-accept", {
+                let shared = shared.clone();
+                move || accept_loop(&shared, &listener)
+            }),
+            spawn_named("ctl-reconcile", {
+                let shared = shared.clone();
+                move || reconcile_loop(&shared, every)
+            }),
+        ];
+        Ok(Controller {
+            shared,
+            addr,
+            threads,
+        })
+    }
+
+    /// Where the API listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Runs until the process ends.
+    pub fn wait(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.changed.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawn a controller thread")
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    while !shared.stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let shared = shared.clone();
+                // Connection threads are detached: a blocked registration
+                // ends at its deadline or when the controller stops.
+                std::thread::spawn(move || serve(&shared, stream, peer));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                eprintln!("controller: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn reconcile_loop(shared: &Shared, every: Duration) {
+    let mut last_problems = Vec::new();
+    while !shared.stop.load(Ordering::Acquire) {
+        let guard = shared.lock();
+        let (mut core, _) = shared
+            .changed
+            .wait_timeout(guard, every)
+            .unwrap_or_else(|p| p.into_inner());
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let problems = core.reconcile();
+        drop(core);
+        // Registrations wait for installation, which reconcile does.
+        shared.changed.notify_all();
+        if problems != last_problems {
+            for p in &problems {
+                eprintln!("controller: {p}");
+            }
+            last_problems = problems;
+        }
+    }
+}
+
+/// One client connection: requests until it closes.
+fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
+    let Ok(writer) = stream.try_clone() else {
+        return;
+    };
+    let mut writer = writer;
+    let reader = BufReader::new(stream);
+    for line in reader.lines() {
+        let Ok(line) = line else { return };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let response = match serde_json::from_str::<Envelope>(&line) {
+            Err(e) => Response::Error(format!("unreadable request: {e}")),
+            Ok(env) if env.token != shared.token && shared.token.is_some() => Response::Error(
+                "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
+            ),
+            Ok(env) => match handle(shared, env.request, peer) {
+                Ok(r) => Response::Ok(r),
+                Err(e) => Response::Error(e),
+            },
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| {
+            format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes()
+        });
+        out.push(b'\n');
+        if writer.write_all(&out).is_err() {
+            return;
+        }
+    }
+}
+
+fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, String> {
+    let err = |e: CoreError| e.to_string();
+    match request {
+        Request::CreateJob { decl } => {
+            let mut core = shared.lock();
+            core.create(decl.clone()).map_err(err)?;
+            for p in core.reconcile() {
+                eprintln!("controller: {p}");
+            }
+            let job = core.status(&core.jobs[&decl.name]);
+            drop(core);
+            shared.changed.notify_all();
+            Ok(Reply::Job { job })
+        }
+        Request::DeleteJob { name } => {
+            let mut core = shared.lock();
+            core.delete(&name).map_err(err)?;
+            for p in core.reconcile() {
+                eprintln!("controller: {p}");
+            }
+            drop(core);
+            shared.changed.notify_all();
+            Ok(Reply::Done)
+        }
+        Request::Jobs => {
+            let core = shared.lock();
+            let jobs = core.jobs.values().map(|j| core.status(j)).collect();
+            Ok(Reply::Jobs { jobs })
+        }
+        Request::Sites => {
+            let core = shared.lock();
+            Ok(Reply::Sites {
+                sites: core.sites.iter().map(Site::status).collect(),
+            })
+        }
+        Request::SetPriority { class, queue } => {
+            let mut core = shared.lock();
+            core.set_priority(class, queue).map_err(err)?;
+            let problems = core.reconcile();
+            if let Some(p) = problems.first() {
+                return Err(format!("stored, but not installed everywhere yet: {p}"));
+            }
+            Ok(Reply::Done)
+        }
+        Request::Register {
+            job,
+            rank,
+            endpoint,
+            port,
+            wait_ms,
+        } => {
+            let endpoint = match (endpoint, port) {
+                (Some(e), _) => e,
+                (None, Some(p)) => SocketAddr::new(peer.ip(), p),
+                (None, None) => {
+                    return Err("registration needs an endpoint or a port".into());
+                }
+            };
+            register(shared, &job, rank, endpoint, Duration::from_millis(wait_ms))
+        }
+    }
+}
+
+/// Records the worker, then waits until its job is installed with this
+/// worker in it, and tells it where and how to run.
+fn register(
+    shared: &Shared,
+    name: &str,
+    rank: u16,
+    endpoint: SocketAddr,
+    wait: Duration,
+) -> Result<Reply, String> {
+    let deadline = Instant::now() + wait.min(MAX_WAIT);
+    let mut core = shared.lock();
+    core.register(name, rank, endpoint).map_err(|e| e.to_string())?;
+    for p in core.reconcile() {
+        eprintln!("controller: {p}");
+    }
+    shared.changed.notify_all();
+    let generation = core.jobs[name].generation;
+    loop {
+        let Some(job) = core.jobs.get(name) else {
+            return Err(format!("job {name:?} was deleted while rank {rank} waited"));
+        };
+        if job.generation != generation {
+            return Err(format!(
+                "job {name:?}: rank {rank} registered again elsewhere, starting a new session"
+            ));
+        }
+        let status = core.status(job);
+        if let (true, Some(data_addr), Some(grant)) =
+            (status.installed, status.data_addr, job.placement.grant())
+        {
+            return Ok(Reply::Admitted {
+                admission: Admission {
+                    job: name.into(),
+                    id: job.id,
+                    worker: rank,
+                    workers: job.decl.workers,
+                    pool_size: grant.size,
+                    elements: job.decl.elements,
+                    generation: job.generation,
+                    data_addr,
+                    fallback: matches!(job.placement, Placement::Fallback { .. }),
+                },
+            });
+        }
+        let now = Instant::now();
+        if now >= deadline || shared.stop.load(Ordering::Acquire) {
+            let why = if job.placement == Placement::Waiting {
+                "no aggregator has a free slot (delete a job, or add a --fallback emulator)".to_string()
+            } else {
+                format!(
+                    "{} of {} workers registered",
+                    status.registered, job.decl.workers
+                )
+            };
+            return Err(format!(
+                "job {name:?} not ready after {:.1} s: {why}",
+                wait.as_secs_f64()
+            ));
+        }
+        core = shared
+            .changed
+            .wait_timeout(core, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}

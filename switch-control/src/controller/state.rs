@@ -1,0 +1,582 @@
+//! The controller's state: the jobs it admitted, where their pools are, who
+//! has registered, and the aggregators (the switch and host emulators) it
+//! keeps in step with that state.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use inagg_emu::api::JobSpec;
+use serde::{Deserialize, Serialize};
+
+use super::api::{JobDecl, JobStatus, Placement, SiteStatus};
+use super::store::{Store, StoreError};
+use crate::alloc::{Grant, SlotAllocator};
+use crate::target::{ControlError, Target};
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// What was asked.
+    pub decl: JobDecl,
+    /// Id in packets.
+    pub id: u16,
+    /// Where the pool is.
+    pub placement: Placement,
+    /// Each rank's endpoint, once known.
+    pub endpoints: Vec<Option<SocketAddr>>,
+    /// Ranks registered in the current session (all of them once installed).
+    pub session: Vec<bool>,
+    /// Membership generation of the current session.
+    pub generation: u16,
+    /// Admission order: waiting jobs are placed first come, first served.
+    pub order: u64,
+}
+
+impl JobRecord {
+    /// Every rank known in this session: the job can be installed.
+    pub fn complete(&self) -> bool {
+        self.session.iter().all(|&r| r) && self.endpoints.iter().all(Option::is_some)
+    }
+
+    /// The switch entry, once complete and placed.
+    pub fn spec(&self) -> Option<JobSpec> {
+        let grant = self.placement.grant()?;
+        if !self.complete() {
+            return None;
+        }
+        Some(JobSpec {
+            id: self.id,
+            workers: self.endpoints.iter().flatten().copied().collect(),
+            pool_base: grant.base,
+            pool_size: grant.size,
+            elements: self.decl.elements,
+            generation: self.generation,
+        })
+    }
+}
+
+/// Opens a connection to an aggregator.
+pub type Connector = Box<dyn Fn() -> Result<Box<dyn Target + Send>, ControlError> + Send>;
+
+/// One aggregator: the switch, or a host emulator serving as fallback.
+pub struct Site {
+    /// "switch" or "fallback".
+    pub role: &'static str,
+    /// Its control address (the key of fallback placements).
+    pub control: SocketAddr,
+    connect: Connector,
+    target: Option<Box<dyn Target + Send>>,
+    /// Its memory, once reached.
+    pub alloc: Option<SlotAllocator>,
+    /// Where its data plane listens, once reached.
+    pub data_addr: Option<SocketAddr>,
+    kind: &'static str,
+    error: Option<String>,
+}
+
+impl Site {
+    /// An aggregator not yet reached.
+    pub fn new(role: &'static str, control: SocketAddr, connect: Connector) -> Site {
+        Site {
+            role,
+            control,
+            connect,
+            target: None,
+            alloc: None,
+            data_addr: None,
+            kind: "?",
+            error: None,
+        }
+    }
+
+    /// What `inagg ctl sites` shows.
+    pub fn status(&self) -> SiteStatus {
+        SiteStatus {
+            role: self.role.into(),
+            kind: self.kind.into(),
+            control: self.control,
+            up: self.target.is_some(),
+            error: self.error.clone(),
+            slots: self.alloc.as_ref().map(SlotAllocator::slots),
+            free: self.alloc.as_ref().map(SlotAllocator::free),
+            free_ranges: self
+                .alloc
+                .as_ref()
+                .map(SlotAllocator::free_ranges)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Connects if not connected; on the first contact learns the memory
+    /// size and the data address. Returns whether the site is up.
+    fn ensure(&mut self) -> bool {
+        if self.target.is_some() {
+            return true;
+        }
+        let attempt = (|| {
+            let mut t = (self.connect)()?;
+            let info = t.info()?;
+            let data = t.data_addr()?;
+            Ok::<_, ControlError>((t, info.slots, data))
+        })();
+        match attempt {
+            Ok((t, slots, data)) => {
+                self.kind = t.kind();
+                self.target = Some(t);
+                if self.alloc.as_ref().map(SlotAllocator::slots) != Some(slots) {
+                    self.alloc = Some(SlotAllocator::new(slots));
+                }
+                // An emulator bound to 0.0.0.0 is reached at its control host.
+                self.data_addr = data.map(|mut a| {
+                    if a.ip().is_unspecified() {
+                        a.set_ip(self.control.ip());
+                    }
+                    a
+                });
+                self.error = None;
+                true
+            }
+            Err(e) => {
+                self.fail(e);
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, e: ControlError) {
+        self.target = None;
+        self.error = Some(e.to_string());
+    }
+
+    /// Makes the target hold exactly `want` (by job id) and the priority
+    /// map. A connection error marks the site down (retried next time);
+    /// a refused job is reported and the rest still installed.
+    fn sync(&mut self, want: &BTreeMap<u16, JobSpec>, priority: &BTreeMap<u8, u8>) -> Vec<String> {
+        let mut problems = Vec::new();
+        let Some(t) = self.target.as_mut() else {
+            return problems;
+        };
+        let result = (|| {
+            let have: BTreeMap<u16, JobSpec> =
+                t.jobs()?.into_iter().map(|j| (j.spec.id, j.spec)).collect();
+            for (id, spec) in &have {
+                if want.get(id) != Some(spec) {
+                    t.delete_job(*id)?;
+                }
+            }
+            for (id, spec) in want {
+                if have.get(id) != Some(spec) {
+                    match t.create_job(spec) {
+                        Ok(()) => {}
+                        Err(ControlError::Job(e)) => problems.push(e.to_string()),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            sync_priority(t.as_mut(), priority)
+        })();
+        if let Err(e) = result {
+            problems.push(e.to_string());
+            if !matches!(e, ControlError::Job(_) | ControlError::Api(_)) {
+                self.fail(e);
+            }
+        }
+        problems
+    }
+}
+
+/// Installs the class -> queue entries the target lacks (targets without
+/// queues are left alone).
+fn sync_priority(t: &mut dyn Target, want: &BTreeMap<u8, u8>) -> Result<(), ControlError> {
+    if want.is_empty() {
+        return Ok(());
+    }
+    let have: BTreeMap<u8, u8> = match t.queues() {
+        Ok(r) => r.map.iter().map(|m| (m.class, m.queue)).collect(),
+        Err(ControlError::Unsupported { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for (&class, &queue) in want {
+        if have.get(&class).copied().unwrap_or(0) != queue {
+            t.set_priority_queue(class, queue)?;
+        }
+    }
+    Ok(())
+}
+
+/// Why the controller refused a request (the caller's fault unless it says
+/// otherwise; each message says what to do).
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// A bad job declaration.
+    #[error("job {name:?}: {message}")]
+    BadJob {
+        /// The job.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The name is taken.
+    #[error("job {0:?} already exists; delete it first (inagg ctl job delete {0})")]
+    Exists(String),
+    /// No such job.
+    #[error("no job {0:?}; create it first (inagg ctl job create --name {0} ...)")]
+    Unknown(String),
+    /// A rank outside the job.
+    #[error("job {name:?} has {workers} workers (ranks 0..{workers}); rank {rank} is not one")]
+    BadRank {
+        /// The job.
+        name: String,
+        /// The rank given.
+        rank: u16,
+        /// Workers in the job.
+        workers: u16,
+    },
+    /// The endpoint is another rank's.
+    #[error("job {name:?}: endpoint {endpoint} is already rank {other}'s")]
+    EndpointTaken {
+        /// The job.
+        name: String,
+        /// The endpoint.
+        endpoint: SocketAddr,
+        /// Whose it is.
+        other: usize,
+    },
+    /// Every job id is in use.
+    #[error("all 65535 job ids are in use")]
+    NoIds,
+    /// The database failed (the environment's fault).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Everything the controller holds, behind one lock.
+pub struct Core {
+    /// The jobs by name.
+    pub jobs: BTreeMap<String, JobRecord>,
+    /// Class -> queue on every aggregator.
+    pub priority: BTreeMap<u8, u8>,
+    /// Index 0: the switch; then the fallbacks.
+    pub sites: Vec<Site>,
+    store: Store,
+    next_order: u64,
+    next_generation: u16,
+}
+
+const GENERATION_KEY: &str = "next_generation";
+const PRIORITY_KEY: &str = "priority";
+
+impl Core {
+    /// Loads the stored state; pools are re-reserved when each aggregator
+    /// is first reached.
+    pub fn load(store: Store, sites: Vec<Site>) -> Result<Core, CoreError> {
+        let jobs: BTreeMap<String, JobRecord> = store
+            .jobs()?
+            .into_iter()
+            .map(|j| (j.decl.name.clone(), j))
+            .collect();
+        let next_order = jobs.values().map(|j| j.order + 1).max().unwrap_or(0);
+        let next_generation = store.meta(GENERATION_KEY)?.unwrap_or(1);
+        let priority = store.meta(PRIORITY_KEY)?.unwrap_or_default();
+        Ok(Core {
+            jobs,
+            priority,
+            sites,
+            store,
+            next_order,
+            next_generation,
+        })
+    }
+
+    /// A fresh generation for a new session of some job: packets of older
+    /// sessions carry another one and are dropped.
+    fn fresh_generation(&mut self) -> Result<u16, CoreError> {
+        let g = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        self.store.set_meta(GENERATION_KEY, &self.next_generation)?;
+        Ok(g)
+    }
+
+    /// Status of one job.
+    pub fn status(&self, job: &JobRecord) -> JobStatus {
+        let site = match job.placement {
+            Placement::Waiting => None,
+            Placement::Switch { .. } => self.sites.first(),
+            Placement::Fallback { host, .. } => self.sites.iter().find(|s| s.control == host),
+        };
+        JobStatus {
+            decl: job.decl.clone(),
+            id: job.id,
+            placement: job.placement,
+            registered: job.session.iter().filter(|&&r| r).count() as u16,
+            installed: job.spec().is_some(),
+            generation: job.generation,
+            data_addr: site.and_then(|s| s.data_addr),
+        }
+    }
+
+    /// Admits a job: checks it, gives it an id, places its pool.
+    pub fn create(&mut self, decl: JobDecl) -> Result<JobStatus, CoreError> {
+        check_decl(&decl)?;
+        if self.jobs.contains_key(&decl.name) {
+            return Err(CoreError::Exists(decl.name));
+        }
+        let used: std::collections::BTreeSet<u16> = self.jobs.values().map(|j| j.id).collect();
+        let id = (1..=u16::MAX)
+            .find(|i| !used.contains(i))
+            .ok_or(CoreError::NoIds)?;
+        let n = usize::from(decl.workers);
+        let given = decl.endpoints.clone();
+        let mut job = JobRecord {
+            id,
+            placement: Placement::Waiting,
+            endpoints: given.as_ref().map_or(vec![None; n], |e| e.iter().copied().map(Some).collect()),
+            session: vec![given.is_some(); n],
+            generation: self.fresh_generation()?,
+            order: self.next_order,
+            decl,
+        };
+        self.next_order += 1;
+        job.placement = self.place(&job.decl);
+        self.store.put_job(&job)?;
+        let status = self.status(&job);
+        self.jobs.insert(job.decl.name.clone(), job);
+        Ok(status)
+    }
+
+    /// Where a new pool goes: the switch (whole or partial grant), else a
+    /// fallback with room (if the job accepts one), else nowhere yet.
+    fn place(&mut self, decl: &JobDecl) -> Placement {
+        if let Some(grant) = self.sites[0].alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
+            return Placement::Switch { grant };
+        }
+        if decl.fallback {
+            for site in &mut self.sites[1..] {
+                if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
+                    return Placement::Fallback {
+                        host: site.control,
+                        grant,
+                    };
+                }
+            }
+        }
+        Placement::Waiting
+    }
+
+    fn site_of(&mut self, p: &Placement) -> Option<&mut Site> {
+        match *p {
+            Placement::Waiting => None,
+            Placement::Switch { .. } => self.sites.first_mut(),
+            Placement::Fallback { host, .. } => self.sites.iter_mut().find(|s| s.control == host),
+        }
+    }
+
+    /// Removes a job, frees its pool, and places waiting jobs in the room.
+    pub fn delete(&mut self, name: &str) -> Result<(), CoreError> {
+        let job = self
+            .jobs
+            .remove(name)
+            .ok_or_else(|| CoreError::Unknown(name.into()))?;
+        self.store.delete_job(name)?;
+        if let Some(g) = job.placement.grant() {
+            if let Some(a) = self.site_of(&job.placement).and_then(|s| s.alloc.as_mut()) {
+                a.release(g.base);
+            }
+        }
+        self.place_waiting()
+    }
+
+    /// Places waiting jobs, first come first served, while room lasts.
+    fn place_waiting(&mut self) -> Result<(), CoreError> {
+        let mut waiting: Vec<(u64, String)> = self
+            .jobs
+            .values()
+            .filter(|j| j.placement == Placement::Waiting)
+            .map(|j| (j.order, j.decl.name.clone()))
+            .collect();
+        waiting.sort();
+        for (_, name) in waiting {
+            let decl = self.jobs[&name].decl.clone();
+            let placement = self.place(&decl);
+            if placement == Placement::Waiting {
+                continue;
+            }
+            let job = self.jobs.get_mut(&name).expect("listed above");
+            job.placement = placement;
+            self.store.put_job(job)?;
+        }
+        Ok(())
+    }
+
+    /// Records a worker's endpoint. A rank registering again after the
+    /// job was installed starts a new session: a fresh generation, and the
+    /// job is installed again once every rank has registered again.
+    pub fn register(
+        &mut self,
+        name: &str,
+        rank: u16,
+        endpoint: SocketAddr,
+    ) -> Result<(), CoreError> {
+        let generation = match self.jobs.get(name) {
+            Some(j) if j.complete() => Some(self.fresh_generation()?),
+            _ => None,
+        };
+        let job = self
+            .jobs
+            .get_mut(name)
+            .ok_or_else(|| CoreError::Unknown(name.into()))?;
+        let workers = job.decl.workers;
+        if rank >= workers {
+            return Err(CoreError::BadRank {
+                name: name.into(),
+                rank,
+                workers,
+            });
+        }
+        if let Some(other) = job
+            .endpoints
+            .iter()
+            .enumerate()
+            .position(|(r, e)| r != usize::from(rank) && *e == Some(endpoint))
+        {
+            // Another rank's old endpoint is free again once a new session starts.
+            if job.session[other] || generation.is_none() {
+                return Err(CoreError::EndpointTaken {
+                    name: name.into(),
+                    endpoint,
+                    other,
+                });
+            }
+            job.endpoints[other] = None;
+        }
+        if let Some(g) = generation {
+            job.generation = g;
+            job.session.iter_mut().for_each(|r| *r = false);
+        }
+        job.endpoints[usize::from(rank)] = Some(endpoint);
+        job.session[usize::from(rank)] = true;
+        self.store.put_job(job)?;
+        Ok(())
+    }
+
+    /// Sets a class -> queue entry (installed by the next reconcile).
+    pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), CoreError> {
+        if queue >= 8 {
+            return Err(CoreError::BadJob {
+                name: String::new(),
+                message: format!("queue {queue} does not exist: ports have queues 0..8"),
+            });
+        }
+        self.priority.insert(class, queue);
+        self.store.set_meta(PRIORITY_KEY, &self.priority)?;
+        Ok(())
+    }
+
+    /// One pass over every aggregator: reconnect what is down (re-reserving
+    /// its pools from the stored placements), place waiting jobs, and make
+    /// each hold exactly its installed jobs. This is what re-installs the
+    /// state after the switch or the controller restarts. Returns problems
+    /// worth logging.
+    pub fn reconcile(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for i in 0..self.sites.len() {
+            let fresh = self.sites[i].target.is_none();
+            if self.sites[i].ensure() && fresh {
+                problems.extend(self.reserve_site(i));
+            }
+        }
+        if let Err(e) = self.place_waiting() {
+            problems.push(e.to_string());
+        }
+        for i in 0..self.sites.len() {
+            let want: BTreeMap<u16, JobSpec> = self
+                .jobs
+                .values()
+                .filter(|j| self.on_site(j, i))
+                .filter_map(JobRecord::spec)
+                .map(|s| (s.id, s))
+                .collect();
+            let priority = self.priority.clone();
+            problems.extend(self.sites[i].sync(&want, &priority));
+        }
+        problems
+    }
+
+    fn on_site(&self, job: &JobRecord, i: usize) -> bool {
+        match job.placement {
+            Placement::Waiting => false,
+            Placement::Switch { .. } => i == 0,
+            Placement::Fallback { host, .. } => i > 0 && self.sites[i].control == host,
+        }
+    }
+
+    /// Rebuilds a site's allocator from the stored placements; a pool that
+    /// no longer fits (a smaller memory after a restart) sends its job back
+    /// to waiting.
+    fn reserve_site(&mut self, i: usize) -> Vec<String> {
+        let mut problems = Vec::new();
+        let slots = match self.sites[i].alloc.as_ref() {
+            Some(a) => a.slots(),
+            None => return problems,
+        };
+        let mut alloc = SlotAllocator::new(slots);
+        let names: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| self.on_site(j, i))
+            .map(|j| j.decl.name.clone())
+            .collect();
+        for name in names {
+            let job = self.jobs.get_mut(&name).expect("listed above");
+            let grant: Grant = job.placement.grant().expect("placed");
+            if let Err(e) = alloc.reserve(grant) {
+                problems.push(format!("job {name:?}: {e}; waiting for slots again"));
+                job.placement = Placement::Waiting;
+                if let Err(e) = self.store.put_job(job) {
+                    problems.push(e.to_string());
+                }
+            }
+        }
+        self.sites[i].alloc = Some(alloc);
+        problems
+    }
+}
+
+fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
+    let bad = |message: String| {
+        Err(CoreError::BadJob {
+            name: d.name.clone(),
+            message,
+        })
+    };
+    if d.name.is_empty() || d.name.len() > 64 || d.name.chars().any(char::is_whitespace) {
+        return bad("a name is 1 to 64 characters without spaces".into());
+    }
+    if d.workers == 0 || usize::from(d.workers) > inagg_wire::MAX_WORKERS {
+        return bad(format!(
+            "{} workers; a job has 1 to {}",
+            d.workers,
+            inagg_wire::MAX_WORKERS
+        ));
+    }
+    if d.slots == 0 || d.slots > 65536 {
+        return bad(format!("{} slots; ask for 1 to 65536", d.slots));
+    }
+    if d.elements == 0 {
+        return bad("K (elements per packet) must be at least 1".into());
+    }
+    if let Some(e) = &d.endpoints {
+        if e.len() != usize::from(d.workers) {
+            return bad(format!(
+                "{} endpoints for {} workers; give one per worker or none",
+                e.len(),
+                d.workers
+            ));
+        }
+        let unique: std::collections::BTreeSet<_> = e.iter().collect();
+        if unique.len() != e.len() {
+            return bad("an endpoint is listed twice".into());
+        }
+    }
+    Ok(())
+}

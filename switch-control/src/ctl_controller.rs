@@ -1,0 +1,183 @@
+//! `inagg ctl --controller ADDR`: the operator CLI as the controller's
+//! client. Jobs by name; the controller places pools and installs them.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use crate::cli::{emit, usage, CtlCommand, JobCommand};
+use crate::controller::api::{JobDecl, JobStatus, Placement, SiteStatus};
+use crate::controller::Client;
+use crate::target::{ControlError, Result};
+
+/// Runs one ctl command against the controller.
+pub fn run(
+    addr: SocketAddr,
+    token: Option<String>,
+    json: bool,
+    command: CtlCommand,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut c = Client::connect(addr, token)?;
+    match command {
+        CtlCommand::Job(cmd) => job(&mut c, cmd, json, out),
+        CtlCommand::Sites | CtlCommand::Pool => {
+            let sites = c.sites()?;
+            let jobs = c.jobs()?;
+            emit(out, json, &serde_json::json!({ "sites": sites, "jobs": jobs }), |o| {
+                write_sites(o, &sites, &jobs)
+            })
+        }
+        CtlCommand::Priority { class, queue } => {
+            c.set_priority(class, queue)?;
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "class": class, "queue": queue }),
+                |o| writeln!(o, "priority class {class} -> queue {queue} on every aggregator"),
+            )
+        }
+        _ => Err(ControlError::Unsupported {
+            target: "controller",
+            what: "this command yet; run it against the switch directly (without --controller)",
+        }),
+    }
+}
+
+fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        JobCommand::Create {
+            id,
+            name,
+            count,
+            slots,
+            no_fallback,
+            workers,
+            pool_base,
+            pool_size,
+            elements,
+            generation: _,
+        } => {
+            if id.is_some() || pool_base.is_some() || pool_size.is_some() {
+                return Err(usage(
+                    "--id, --pool-base and --pool-size are the controller's to choose: \
+                     give --name, --count and --slots",
+                ));
+            }
+            let name = name.ok_or_else(|| usage("--name is needed"))?;
+            let count = match (count, workers.len()) {
+                (Some(n), _) => n,
+                (None, 0) => return Err(usage("--count N (workers in the job) is needed")),
+                (None, n) => u16::try_from(n).map_err(|_| usage("too many --workers"))?,
+            };
+            let decl = JobDecl {
+                name,
+                workers: count,
+                slots: slots.ok_or_else(|| usage("--slots is needed"))?,
+                elements,
+                fallback: !no_fallback,
+                endpoints: (!workers.is_empty()).then_some(workers),
+            };
+            let job = c.create_job(decl)?;
+            emit(out, json, &job, |o| {
+                writeln!(
+                    o,
+                    "created job {:?} (id {}): {}",
+                    job.decl.name,
+                    job.id,
+                    placement(&job)
+                )
+            })
+        }
+        JobCommand::List => {
+            let jobs = c.jobs()?;
+            emit(out, json, &jobs, |o| write_jobs(o, &jobs))
+        }
+        JobCommand::Show { job } => {
+            let jobs = c.jobs()?;
+            let j = jobs
+                .into_iter()
+                .find(|j| j.decl.name == job)
+                .ok_or_else(|| usage(&format!("no job {job:?} (inagg ctl job list shows them)")))?;
+            emit(out, json, &j, |o| write_jobs(o, std::slice::from_ref(&j)))
+        }
+        JobCommand::Delete { job } => {
+            c.delete_job(&job)?;
+            emit(out, json, &serde_json::json!({ "deleted": job }), |o| {
+                writeln!(o, "deleted job {job:?}")
+            })
+        }
+    }
+}
+
+/// Where a job runs, in words.
+fn placement(j: &JobStatus) -> String {
+    match j.placement {
+        Placement::Waiting => "waiting for free slots".into(),
+        Placement::Switch { grant } => {
+            let partial = if grant.size < j.decl.slots {
+                format!(" (asked {}: partial grant)", j.decl.slots)
+            } else {
+                String::new()
+            };
+            format!(
+                "switch slots [{}, {}){partial}",
+                grant.base,
+                grant.end()
+            )
+        }
+        Placement::Fallback { host, grant } => format!(
+            "fallback {host} slots [{}, {})",
+            grant.base,
+            grant.end()
+        ),
+    }
+}
+
+fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
+    writeln!(
+        o,
+        "{:<16} {:>5} {:>9} {:>4} {:>9}  PLACEMENT",
+        "NAME", "ID", "WORKERS", "GEN", "STATE"
+    )?;
+    for j in jobs {
+        let state = if j.installed {
+            "installed".to_string()
+        } else {
+            format!("{}/{} reg", j.registered, j.decl.workers)
+        };
+        writeln!(
+            o,
+            "{:<16} {:>5} {:>9} {:>4} {:>9}  {}",
+            j.decl.name,
+            j.id,
+            j.decl.workers,
+            j.generation,
+            state,
+            placement(j)
+        )?;
+    }
+    if jobs.is_empty() {
+        writeln!(o, "(no jobs)")?;
+    }
+    Ok(())
+}
+
+fn write_sites(o: &mut dyn Write, sites: &[SiteStatus], jobs: &[JobStatus]) -> std::io::Result<()> {
+    for s in sites {
+        let state = if s.up {
+            "up".to_string()
+        } else {
+            format!("DOWN ({})", s.error.as_deref().unwrap_or("not reached yet"))
+        };
+        writeln!(o, "{} {} at {}: {state}", s.role, s.kind, s.control)?;
+        if let (Some(slots), Some(free)) = (s.slots, s.free) {
+            let ranges: Vec<String> = s
+                .free_ranges
+                .iter()
+                .map(|r| format!("[{}, {})", r.base, r.end()))
+                .collect();
+            writeln!(o, "  {free} of {slots} slots free: {}", ranges.join(" "))?;
+        }
+    }
+    write_jobs(o, jobs)
+}
