@@ -183,8 +183,10 @@ fn configure(a: &AgentArgs) -> Result<AgentConfig> {
         a.switch,
         job,
         a.worker,
-        a.workers.context("--workers is needed without --controller")?,
-        a.pool_size.context("--pool-size is needed without --controller")?,
+        a.workers
+            .context("--workers is needed without --controller")?,
+        a.pool_size
+            .context("--pool-size is needed without --controller")?,
         a.elements,
     );
     config.bind = a.bind;

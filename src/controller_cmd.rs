@@ -53,15 +53,13 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
     };
     let switch = a.switch.unwrap_or(default);
     let bmv2 = a.bmv2.clone();
-    let switch_connect: Connector =
-        Box::new(move || connect_target(kind, Some(switch), &bmv2));
+    let switch_connect: Connector = Box::new(move || connect_target(kind, Some(switch), &bmv2));
     let fallbacks = a
         .fallbacks
         .iter()
         .map(|&addr| {
-            let c: Connector = Box::new(move || {
-                connect_target(TargetKind::Emu, Some(addr), &Bmv2Args::default())
-            });
+            let c: Connector =
+                Box::new(move || connect_target(TargetKind::Emu, Some(addr), &Bmv2Args::default()));
             (addr, c)
         })
         .collect();

@@ -214,12 +214,6 @@ mod tests {
             Err(AllocError::Beyond { .. })
         ));
         a.reserve(Grant { base: 0, size: 8 }).unwrap();
-        assert_eq!(
-            a.free_ranges(),
-            vec![Grant {
-                base: 16,
-                size: 16
-            }]
-        );
+        assert_eq!(a.free_ranges(), vec![Grant { base: 16, size: 16 }]);
     }
 }

@@ -413,7 +413,9 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             };
             let id = id.ok_or_else(|| usage("--id is needed (or use --controller ADDR)"))?;
             if workers.is_empty() {
-                return Err(usage("--workers ENDPOINTS is needed (or use --controller ADDR)"));
+                return Err(usage(
+                    "--workers ENDPOINTS is needed (or use --controller ADDR)",
+                ));
             }
             let spec = JobSpec {
                 id,

@@ -23,9 +23,12 @@ pub fn run(
         CtlCommand::Sites | CtlCommand::Pool => {
             let sites = c.sites()?;
             let jobs = c.jobs()?;
-            emit(out, json, &serde_json::json!({ "sites": sites, "jobs": jobs }), |o| {
-                write_sites(o, &sites, &jobs)
-            })
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "sites": sites, "jobs": jobs }),
+                |o| write_sites(o, &sites, &jobs),
+            )
         }
         CtlCommand::Priority { class, queue } => {
             c.set_priority(class, queue)?;
@@ -33,7 +36,12 @@ pub fn run(
                 out,
                 json,
                 &serde_json::json!({ "class": class, "queue": queue }),
-                |o| writeln!(o, "priority class {class} -> queue {queue} on every aggregator"),
+                |o| {
+                    writeln!(
+                        o,
+                        "priority class {class} -> queue {queue} on every aggregator"
+                    )
+                },
             )
         }
         _ => Err(ControlError::Unsupported {
@@ -119,17 +127,11 @@ fn placement(j: &JobStatus) -> String {
             } else {
                 String::new()
             };
-            format!(
-                "switch slots [{}, {}){partial}",
-                grant.base,
-                grant.end()
-            )
+            format!("switch slots [{}, {}){partial}", grant.base, grant.end())
         }
-        Placement::Fallback { host, grant } => format!(
-            "fallback {host} slots [{}, {})",
-            grant.base,
-            grant.end()
-        ),
+        Placement::Fallback { host, grant } => {
+            format!("fallback {host} slots [{}, {})", grant.base, grant.end())
+        }
     }
 }
 

@@ -19,9 +19,9 @@
 //! emulator checks again, as hardware tables would refuse a bad entry, and
 //! the bmv2 target checks against what it reads back from the switch.
 
+pub mod alloc;
 #[cfg(feature = "bmv2")]
 pub mod bmv2;
-pub mod alloc;
 pub mod cli;
 pub mod cluster;
 pub mod controller;

@@ -4,9 +4,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::api::{
-    Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStatus,
-};
+use super::api::{Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStatus};
 
 /// How long to wait to connect, and for an answer beyond a request's own wait.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -75,9 +75,16 @@ struct Shared {
     changed: Condvar,
     token: Option<String>,
     stop: AtomicBool,
+    /// Open client connections by number, shut when the controller stops
+    /// (each removes itself when it ends).
+    conns: Mutex<std::collections::HashMap<u64, TcpStream>>,
 }
 
 impl Shared {
+    fn conns(&self) -> MutexGuard<'_, std::collections::HashMap<u64, TcpStream>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -121,6 +128,7 @@ impl Controller {
             changed: Condvar::new(),
             token: config.token,
             stop: AtomicBool::new(false),
+            conns: Mutex::new(std::collections::HashMap::new()),
         });
         let every = config.reconcile_every;
         let threads = vec![
@@ -160,6 +168,11 @@ impl Drop for Controller {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        let conns = std::mem::take(&mut *self.shared.conns());
+        for c in conns.into_values() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        self.shared.lock().close();
     }
 }
 
@@ -171,13 +184,23 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    let mut next = 0u64;
     while !shared.stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                let _ = stream.set_nonblocking(false);
+                let id = next;
+                next += 1;
+                if let Ok(c) = stream.try_clone() {
+                    shared.conns().insert(id, c);
+                }
                 let shared = shared.clone();
                 // Connection threads are detached: a blocked registration
                 // ends at its deadline or when the controller stops.
-                std::thread::spawn(move || serve(&shared, stream, peer));
+                std::thread::spawn(move || {
+                    serve(&shared, stream, peer);
+                    shared.conns().remove(&id);
+                });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -320,7 +343,8 @@ fn register(
 ) -> Result<Reply, String> {
     let deadline = Instant::now() + wait.min(MAX_WAIT);
     let mut core = shared.lock();
-    core.register(name, rank, endpoint).map_err(|e| e.to_string())?;
+    core.register(name, rank, endpoint)
+        .map_err(|e| e.to_string())?;
     for p in core.reconcile() {
         eprintln!("controller: {p}");
     }
@@ -356,7 +380,8 @@ fn register(
         let now = Instant::now();
         if now >= deadline || shared.stop.load(Ordering::Acquire) {
             let why = if job.placement == Placement::Waiting {
-                "no aggregator has a free slot (delete a job, or add a --fallback emulator)".to_string()
+                "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
+                    .to_string()
             } else {
                 format!(
                     "{} of {} workers registered",

@@ -288,6 +288,11 @@ impl Core {
         })
     }
 
+    /// Closes the database (the controller is stopping).
+    pub fn close(&mut self) {
+        self.store.close();
+    }
+
     /// A fresh generation for a new session of some job: packets of older
     /// sessions carry another one and are dropped.
     fn fresh_generation(&mut self) -> Result<u16, CoreError> {
@@ -330,7 +335,9 @@ impl Core {
         let mut job = JobRecord {
             id,
             placement: Placement::Waiting,
-            endpoints: given.as_ref().map_or(vec![None; n], |e| e.iter().copied().map(Some).collect()),
+            endpoints: given
+                .as_ref()
+                .map_or(vec![None; n], |e| e.iter().copied().map(Some).collect()),
             session: vec![given.is_some(); n],
             generation: self.fresh_generation()?,
             order: self.next_order,
@@ -347,7 +354,11 @@ impl Core {
     /// Where a new pool goes: the switch (whole or partial grant), else a
     /// fallback with room (if the job accepts one), else nowhere yet.
     fn place(&mut self, decl: &JobDecl) -> Placement {
-        if let Some(grant) = self.sites[0].alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
+        if let Some(grant) = self.sites[0]
+            .alloc
+            .as_mut()
+            .and_then(|a| a.allocate(decl.slots))
+        {
             return Placement::Switch { grant };
         }
         if decl.fallback {

@@ -25,9 +25,10 @@ pub struct StoreError {
     message: String,
 }
 
-/// The open database.
+/// The open database (closed when its controller stops, so that another
+/// controller, in this process or another, can open the file).
 pub struct Store {
-    db: Database,
+    db: Option<Database>,
     path: String,
 }
 
@@ -39,13 +40,27 @@ impl Store {
             path: name.clone(),
             message: format!("{e} (is another controller using it?)"),
         })?;
-        let store = Store { db, path: name };
+        let store = Store {
+            db: Some(db),
+            path: name,
+        };
         // Create the tables so that reads never meet a missing one.
-        let txn = store.db.begin_write().map_err(|e| store.err(e))?;
+        let txn = store.db()?.begin_write().map_err(|e| store.err(e))?;
         txn.open_table(JOBS).map_err(|e| store.err(e))?;
         txn.open_table(META).map_err(|e| store.err(e))?;
         txn.commit().map_err(|e| store.err(e))?;
         Ok(store)
+    }
+
+    /// Closes the file; later calls fail.
+    pub fn close(&mut self) {
+        self.db = None;
+    }
+
+    fn db(&self) -> Result<&Database, StoreError> {
+        self.db
+            .as_ref()
+            .ok_or_else(|| self.err("closed: the controller is stopping"))
     }
 
     fn err(&self, e: impl std::fmt::Display) -> StoreError {
@@ -57,7 +72,7 @@ impl Store {
 
     /// Every stored job.
     pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.db()?.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(JOBS).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         for row in table.iter().map_err(|e| self.err(e))? {
@@ -82,7 +97,7 @@ impl Store {
 
     /// A metadata value, if set.
     pub fn meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.db()?.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(META).map_err(|e| self.err(e))?;
         let Some(v) = table.get(key).map_err(|e| self.err(e))? else {
             return Ok(None);
@@ -104,7 +119,7 @@ impl Store {
         key: &str,
         value: Option<&str>,
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let txn = self.db()?.begin_write().map_err(|e| self.err(e))?;
         {
             let mut t = txn.open_table(table).map_err(|e| self.err(e))?;
             match value {

@@ -1,0 +1,463 @@
+//! The controller end to end: emulators as the switch and as a host
+//! fallback, the controller in this process, workers that register by rank
+//! and run real all-reduces over UDP on loopback, with loss.
+//!
+//! ```text
+//!   workers --register--> controller --installs--> switch emu (64 slots)
+//!      |                                  \------> fallback emu
+//!      +--------- contributions / results ---------^ (whichever admits them)
+//! ```
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use inagg::local::LocalCluster;
+use inagg::verify::check_i32;
+use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
+use inagg_host_agent::Worker;
+use inagg_switch_control::controller::api::{Admission, JobDecl, Placement};
+use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
+use inagg_switch_control::target::Target;
+use inagg_switch_control::EmuTarget;
+
+fn emulator(slots: u32, loss: f64, seed: u64) -> LocalCluster {
+    LocalCluster::start_with(
+        FaultConfig {
+            drop_ingress: loss,
+            drop_egress: loss,
+            seed,
+            ..FaultConfig::default()
+        },
+        SwitchConfig {
+            slots,
+            ..SwitchConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+fn connector(addr: SocketAddr) -> Connector {
+    Box::new(move || Ok(Box::new(EmuTarget::connect(addr)?) as Box<dyn Target + Send>))
+}
+
+/// A fresh state file for one test.
+fn state_file(test: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "inagg-controller-{test}-{}.redb",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controller {
+    Controller::start(ControllerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        state: state.to_path_buf(),
+        switch: (switch, connector(switch)),
+        fallbacks: fallbacks.iter().map(|&a| (a, connector(a))).collect(),
+        reconcile_every: Duration::from_millis(100),
+    })
+    .unwrap()
+}
+
+fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
+    JobDecl {
+        name: name.into(),
+        workers,
+        slots,
+        elements: 64,
+        fallback: true,
+        endpoints: None,
+    }
+}
+
+/// A loopback port nobody holds right now, for a worker to register
+/// before it binds (its K and aggregator come from the admission).
+fn free_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn inputs(workers: u16, len: usize, seed: i32) -> Vec<Vec<i32>> {
+    (0..workers)
+        .map(|w| {
+            (0..len)
+                .map(|i| (i as i32).wrapping_mul(7919) ^ (seed * 131 + i32::from(w)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Registers every rank of `job` at once, runs one int32 all-reduce on
+/// each, checks the sums exactly, and returns rank 0's admission.
+fn run_job(ctl: SocketAddr, job: &str, workers: u16, len: usize, seed: i32) -> Admission {
+    let input = inputs(workers, len, seed);
+    let mut data = input.clone();
+    let admissions: Vec<Admission> = std::thread::scope(|s| {
+        let handles: Vec<_> = data
+            .iter_mut()
+            .enumerate()
+            .map(|(rank, d)| {
+                s.spawn(move || {
+                    let bind = free_port();
+                    let mut c = Client::connect(ctl, None).unwrap();
+                    let a = c
+                        .register(job, rank as u16, bind, Duration::from_secs(30))
+                        .unwrap_or_else(|e| panic!("{job} rank {rank}: {e}"));
+                    let mut w = Worker::new(a.agent_config(bind)).unwrap();
+                    w.allreduce_i32(d).unwrap();
+                    a
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    check_i32(&input, &data).unwrap_or_else(|e| panic!("job {job}: {e}"));
+    for (rank, a) in admissions.iter().enumerate() {
+        assert_eq!(a.worker, rank as u16);
+        assert_eq!(
+            (a.id, a.generation, a.pool_size, a.data_addr),
+            (
+                admissions[0].id,
+                admissions[0].generation,
+                admissions[0].pool_size,
+                admissions[0].data_addr
+            ),
+            "every rank of {job} got the same job parameters"
+        );
+    }
+    admissions[0].clone()
+}
+
+#[test]
+fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
+    let switch = emulator(64, 0.01, 7);
+    let fallback = emulator(256, 0.02, 8);
+    let state = state_file("share");
+    let ctl = start(switch.control_addr(), &[fallback.control_addr()], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let a = c.create_job(decl("a", 2, 16)).unwrap();
+    let b = c.create_job(decl("b", 3, 24)).unwrap();
+    // 24 slots left: c asks for 32 and gets them (a partial grant).
+    let cj = c.create_job(decl("c", 4, 32)).unwrap();
+    let d = c.create_job(decl("d", 2, 16)).unwrap();
+    assert!(matches!(a.placement, Placement::Switch { grant } if grant.size == 16));
+    assert!(matches!(b.placement, Placement::Switch { grant } if grant.size == 24));
+    assert!(matches!(cj.placement, Placement::Switch { grant } if grant.size == 24));
+    assert!(
+        matches!(d.placement, Placement::Fallback { host, grant } if host == fallback.control_addr() && grant.size == 16),
+        "{:?}",
+        d.placement
+    );
+
+    let ctl_addr = ctl.addr();
+    let runs: Vec<Admission> = std::thread::scope(|s| {
+        let jobs = [("a", 2, 1), ("b", 3, 2), ("c", 4, 3), ("d", 2, 4)];
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|&(name, n, seed)| s.spawn(move || run_job(ctl_addr, name, n, 30_000, seed)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        runs[2].pool_size, 24,
+        "c runs with the slots it was granted"
+    );
+    assert!(runs[..3]
+        .iter()
+        .all(|r| !r.fallback && r.data_addr == switch.emu.data_addr()));
+    assert!(runs[3].fallback && runs[3].data_addr == fallback.emu.data_addr());
+
+    // What each aggregator holds, read from the aggregators themselves.
+    let ids = |addr| {
+        let mut t = EmuTarget::connect(addr).unwrap();
+        let mut v: Vec<u16> = t
+            .jobs()
+            .unwrap()
+            .iter()
+            .filter(|j| j.counters.results > 0)
+            .map(|j| j.spec.id)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(switch.control_addr()), vec![a.id, b.id, cj.id]);
+    assert_eq!(ids(fallback.control_addr()), vec![d.id]);
+    // Loss really happened on both.
+    for e in [&switch, &fallback] {
+        let counters = EmuTarget::connect(e.control_addr())
+            .unwrap()
+            .counters()
+            .unwrap();
+        assert!(counters.dropped(inagg_emu::DropReason::InjectedIngress) > 0);
+    }
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+#[test]
+fn freeing_a_job_lets_a_waiting_job_onto_the_switch() {
+    let switch = emulator(32, 0.0, 1);
+    let state = state_file("wait");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    c.create_job(decl("big", 1, 32)).unwrap();
+    let mut waiting = decl("late", 2, 8);
+    waiting.fallback = false;
+    assert_eq!(c.create_job(waiting).unwrap().placement, Placement::Waiting);
+
+    // Its workers register and wait: no slot is free.
+    let (tx, rx) = mpsc::channel();
+    let ctl_addr = ctl.addr();
+    let late = std::thread::spawn(move || {
+        let a = run_job(ctl_addr, "late", 2, 20_000, 9);
+        tx.send(()).unwrap();
+        a
+    });
+    // A registration that is refused would come back at once; a waiting
+    // one does not.
+    assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+    let st = c.jobs().unwrap();
+    let late_status = st.iter().find(|j| j.decl.name == "late").unwrap();
+    assert_eq!(late_status.placement, Placement::Waiting);
+
+    c.delete_job("big").unwrap();
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the waiting job runs once slots are free");
+    let a = late.join().unwrap();
+    assert!(!a.fallback);
+    assert_eq!(a.pool_size, 8);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+#[test]
+fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
+    let first = emulator(64, 0.0, 1);
+    let (data, control) = (first.emu.data_addr(), first.control_addr());
+    let state = state_file("restart");
+    let ctl = start(control, &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let job = c.create_job(decl("j", 2, 16)).unwrap();
+    let before = run_job(ctl.addr(), "j", 2, 10_000, 1);
+
+    // The switch restarts empty, at the same addresses.
+    first.emu.stop();
+    let _second = LocalCluster::start_config(EmulatorConfig {
+        data_addr: data,
+        control_addr: control,
+        switch: SwitchConfig {
+            slots: 64,
+            ..SwitchConfig::default()
+        },
+        ..EmulatorConfig::ephemeral()
+    })
+    .unwrap();
+    let installed = |want: u16| {
+        // The controller checks every 100 ms; give it a few rounds.
+        for _ in 0..100 {
+            if let Ok(jobs) = EmuTarget::connect(control).and_then(|mut t| t.jobs()) {
+                if jobs.iter().any(|j| j.spec.id == want) {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    assert!(installed(job.id), "re-installed on the restarted switch");
+
+    // The controller restarts: the job, its pool and its session are read
+    // back from the database and put on the switch again.
+    drop(ctl);
+    EmuTarget::connect(control)
+        .unwrap()
+        .delete_job(job.id)
+        .unwrap();
+    let ctl = start(control, &[], &state);
+    assert!(
+        installed(job.id),
+        "re-installed by the restarted controller"
+    );
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let jobs = c.jobs().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].placement, job.placement);
+    assert_eq!(jobs[0].generation, before.generation);
+    // A new session of the job gets a newer generation, and works.
+    let after = run_job(ctl.addr(), "j", 2, 10_000, 2);
+    assert_ne!(after.generation, before.generation);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+#[test]
+fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
+    let switch = emulator(16, 0.0, 1);
+    let state = state_file("token");
+    let remote = Controller::start(ControllerConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        token: None,
+        state: state.clone(),
+        switch: (switch.control_addr(), connector(switch.control_addr())),
+        fallbacks: vec![],
+        reconcile_every: Duration::from_millis(100),
+    });
+    let err = remote.err().expect("refused").to_string();
+    assert!(err.contains("without a token"), "{err}");
+
+    let ctl = Controller::start(ControllerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some("s3cret".into()),
+        state: state.clone(),
+        switch: (switch.control_addr(), connector(switch.control_addr())),
+        fallbacks: vec![],
+        reconcile_every: Duration::from_millis(100),
+    })
+    .unwrap();
+    let err = Client::connect(ctl.addr(), None)
+        .unwrap()
+        .jobs()
+        .unwrap_err();
+    assert!(err.to_string().contains("token"), "{err}");
+    let err = Client::connect(ctl.addr(), Some("guess".into()))
+        .unwrap()
+        .jobs()
+        .unwrap_err();
+    assert!(err.to_string().contains("token"), "{err}");
+    assert!(Client::connect(ctl.addr(), Some("s3cret".into()))
+        .unwrap()
+        .jobs()
+        .unwrap()
+        .is_empty());
+
+    // Bad requests are refused with the reason, not dropped.
+    let mut c = Client::connect(ctl.addr(), Some("s3cret".into())).unwrap();
+    let e = c
+        .create_job(decl("bad name", 2, 8))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without spaces"), "{e}");
+    let e = c.create_job(decl("x", 2, 0)).unwrap_err().to_string();
+    assert!(e.contains("0 slots"), "{e}");
+    c.create_job(decl("x", 2, 8)).unwrap();
+    let e = c
+        .register(
+            "x",
+            5,
+            "127.0.0.1:9".parse().unwrap(),
+            Duration::from_millis(10),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 5 is not one"), "{e}");
+    let e = c
+        .register(
+            "x",
+            0,
+            "127.0.0.1:9".parse().unwrap(),
+            Duration::from_millis(100),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("1 of 2 workers registered"), "{e}");
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+/// `inagg ctl --controller` and `inagg agent --controller`, the real binary.
+#[test]
+fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
+    let switch = emulator(32, 0.01, 3);
+    let state = state_file("cli");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let addr = ctl.addr().to_string();
+    let inagg = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
+            .args(args)
+            .env_remove("INAGG_CONTROLLER")
+            .env_remove("INAGG_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let out = inagg(&[
+        "ctl",
+        "--controller",
+        &addr,
+        "job",
+        "create",
+        "--name",
+        "m",
+        "--count",
+        "2",
+        "--slots",
+        "64",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("partial grant"), "{text}");
+    let out = inagg(&["ctl", "--controller", &addr, "job", "create", "--id", "3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the controller's to choose"), "{err}");
+
+    let agents: Vec<_> = (0..2)
+        .map(|r| {
+            let bind = free_port().to_string();
+            std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
+                .args([
+                    "agent",
+                    "--controller",
+                    &addr,
+                    "--job",
+                    "m",
+                    "--rank",
+                    &r.to_string(),
+                    "--bind",
+                    &bind,
+                    "--len",
+                    "50000",
+                    "--verify",
+                    "--json",
+                ])
+                .output_async()
+        })
+        .collect();
+    for a in agents {
+        let out = a.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["verified"], true);
+    }
+    let out = inagg(&["ctl", "--controller", &addr, "--json", "job", "list"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(jobs[0]["installed"], true);
+    assert_eq!(jobs[0]["placement"]["grant"]["size"], 32);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+/// Spawns with piped output (the agents of one job must run at once).
+trait OutputAsync {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl OutputAsync for std::process::Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
