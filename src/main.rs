@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use inagg::{agent_cmd, bench, conformance_cmd, controller_cmd, demo, emu_cmd};
 use inagg_switch_control::cli as ctl;
 
@@ -28,6 +28,12 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Run the control-plane daemon: jobs of many tenants, pools, fallback.
     Controller(controller_cmd::ControllerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell),
+    /// e.g. `inagg completions bash > /etc/bash_completion.d/inagg`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Replay the conformance vectors against the emulator or a switch on real ports.
     Conformance(conformance_cmd::ConformanceArgs),
 }
@@ -52,6 +58,13 @@ fn main() -> ExitCode {
         Command::Agent(args) => agent_cmd::run(&args),
         Command::Conformance(args) => conformance_cmd::run(&args),
         Command::Controller(args) => controller_cmd::run(&args),
+        Command::Completions { shell } => {
+            // Into a buffer first: clap_complete panics on a write error
+            // (a closed pipe), and a closed pipe is not worth a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "inagg", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(anyhow::Error::from)
+        }
         Command::Ctl(args) => {
             ctl::run(args, &mut std::io::stdout().lock()).map_err(anyhow::Error::from)
         }

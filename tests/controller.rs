@@ -440,6 +440,9 @@ fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
         let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(v["verified"], true);
     }
+    let out = inagg(&["completions", "bash"]);
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && script.contains("--controller"));
     let out = inagg(&["ctl", "--controller", &addr, "--json", "job", "list"]);
     let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(jobs[0]["installed"], true);
