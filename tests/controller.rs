@@ -197,6 +197,22 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
             .unwrap();
         assert!(counters.dropped(inagg_emu::DropReason::InjectedIngress) > 0);
     }
+    // The controller's view of the same counters, with its names.
+    let stats = c.stats().unwrap();
+    let named = |i: usize| {
+        let mut v: Vec<String> = stats[i]
+            .jobs
+            .iter()
+            .filter(|j| j.counters.results > 0)
+            .filter_map(|j| j.name.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(named(0), ["a", "b", "c"]);
+    assert_eq!(named(1), ["d"]);
+    let sw = stats[0].counters.as_ref().unwrap();
+    assert!(sw.dropped(inagg_emu::DropReason::InjectedEgress) > 0);
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }
@@ -367,6 +383,16 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("1 of 2 workers registered"), "{e}");
+    let e = c
+        .register(
+            "x",
+            1,
+            "127.0.0.1:9".parse().unwrap(),
+            Duration::from_millis(10),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already rank 0's"), "{e}");
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use crate::cli::{emit, usage, CtlCommand, JobCommand};
-use crate::controller::api::{JobDecl, JobStatus, Placement, SiteStatus};
+use crate::controller::api::{JobDecl, JobStatus, Placement, SiteStats, SiteStatus};
 use crate::controller::Client;
 use crate::target::{ControlError, Result};
 
@@ -29,6 +29,10 @@ pub fn run(
                 &serde_json::json!({ "sites": sites, "jobs": jobs }),
                 |o| write_sites(o, &sites, &jobs),
             )
+        }
+        CtlCommand::Counters { reset: false } => {
+            let sites = c.stats()?;
+            emit(out, json, &sites, |o| write_stats(o, &sites))
         }
         CtlCommand::Priority { class, queue } => {
             c.set_priority(class, queue)?;
@@ -182,4 +186,49 @@ fn write_sites(o: &mut dyn Write, sites: &[SiteStatus], jobs: &[JobStatus]) -> s
         }
     }
     write_jobs(o, jobs)
+}
+
+fn write_stats(o: &mut dyn Write, sites: &[SiteStats]) -> std::io::Result<()> {
+    for s in sites {
+        writeln!(o, "{} at {}", s.role, s.control)?;
+        match &s.counters {
+            Err(e) => writeln!(o, "  unreadable: {e}")?,
+            Ok(c) => {
+                writeln!(
+                    o,
+                    "  rx {} packets {} bytes; tx {} packets {} bytes",
+                    c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
+                )?;
+                let drops: Vec<String> = inagg_emu::counters::DropReason::ALL
+                    .iter()
+                    .filter(|r| c.dropped(**r) > 0)
+                    .map(|r| format!("{} {}", r.name(), c.dropped(*r)))
+                    .collect();
+                writeln!(
+                    o,
+                    "  drops: {}",
+                    if drops.is_empty() {
+                        "none".into()
+                    } else {
+                        drops.join(", ")
+                    }
+                )?;
+            }
+        }
+        for j in &s.jobs {
+            let c = &j.counters;
+            writeln!(
+                o,
+                "  job {:<16} (id {:>5})  contributions {}  results {}  resent {}  duplicates {}  dropped {}",
+                j.name.as_deref().unwrap_or("?"),
+                j.id,
+                c.contributions,
+                c.results,
+                c.resent_results,
+                c.duplicates,
+                c.dropped
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -179,6 +179,8 @@ pub enum Request {
     },
     /// The aggregators and their memory.
     Sites,
+    /// Counters of every aggregator and of every job on it.
+    Stats,
     /// Priority class -> egress queue, on every aggregator.
     SetPriority {
         /// The class.
@@ -214,6 +216,35 @@ pub enum Reply {
         /// Them.
         sites: Vec<SiteStatus>,
     },
+    /// Counters.
+    Stats {
+        /// Per aggregator that answered.
+        sites: Vec<SiteStats>,
+    },
+}
+
+/// One aggregator's counters, read from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteStats {
+    /// "switch" or "fallback".
+    pub role: String,
+    /// Its control address.
+    pub control: SocketAddr,
+    /// Switch-wide counters (drops by reason), or why they could not be read.
+    pub counters: Result<inagg_emu::counters::Counters, String>,
+    /// Each installed job's counters, with the controller's name for it.
+    pub jobs: Vec<NamedJobCounters>,
+}
+
+/// A job's counters on one aggregator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedJobCounters {
+    /// The controller's name (None: a job the controller does not know).
+    pub name: Option<String>,
+    /// Id in packets.
+    pub id: u16,
+    /// The counters.
+    pub counters: inagg_emu::counters::JobCounters,
 }
 
 /// A reply line: `{"ok": ...}` or `{"error": "..."}`.

@@ -4,7 +4,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::api::{Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStatus};
+use super::api::{
+    Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStats, SiteStatus,
+};
 
 /// How long to wait to connect, and for an answer beyond a request's own wait.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,6 +114,14 @@ impl Client {
     pub fn sites(&mut self) -> Result<Vec<SiteStatus>, ClientError> {
         match self.call(Request::Sites, Duration::ZERO)? {
             Reply::Sites { sites } => Ok(sites),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Counters of every aggregator and its jobs.
+    pub fn stats(&mut self) -> Result<Vec<SiteStats>, ClientError> {
+        match self.call(Request::Stats, Duration::ZERO)? {
+            Reply::Stats { sites } => Ok(sites),
             other => Err(unexpected(other)),
         }
     }

@@ -304,6 +304,9 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
                 sites: core.sites.iter().map(Site::status).collect(),
             })
         }
+        Request::Stats => Ok(Reply::Stats {
+            sites: shared.lock().stats(),
+        }),
         Request::SetPriority { class, queue } => {
             let mut core = shared.lock();
             core.set_priority(class, queue).map_err(err)?;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use inagg_emu::api::JobSpec;
 use serde::{Deserialize, Serialize};
 
-use super::api::{JobDecl, JobStatus, Placement, SiteStatus};
+use super::api::{JobDecl, JobStatus, NamedJobCounters, Placement, SiteStats, SiteStatus};
 use super::store::{Store, StoreError};
 use crate::alloc::{Grant, SlotAllocator};
 use crate::target::{ControlError, Target};
@@ -104,6 +104,41 @@ impl Site {
                 .as_ref()
                 .map(SlotAllocator::free_ranges)
                 .unwrap_or_default(),
+        }
+    }
+
+    /// The site's counters and its jobs', named by `name_of`.
+    fn stats(&mut self, name_of: impl Fn(u16) -> Option<String>) -> SiteStats {
+        let read = self.target.as_mut().map(|t| {
+            let counters = t.counters()?;
+            let jobs = t.jobs()?;
+            Ok::<_, ControlError>((counters, jobs))
+        });
+        let (counters, jobs) = match read {
+            None => (
+                Err(self
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "not reached yet".into())),
+                Vec::new(),
+            ),
+            Some(Err(e)) => (Err(e.to_string()), Vec::new()),
+            Some(Ok((c, jobs))) => (
+                Ok(c),
+                jobs.into_iter()
+                    .map(|j| NamedJobCounters {
+                        name: name_of(j.spec.id),
+                        id: j.spec.id,
+                        counters: j.counters,
+                    })
+                    .collect(),
+            ),
+        };
+        SiteStats {
+            role: self.role.into(),
+            control: self.control,
+            counters,
+            jobs,
         }
     }
 
@@ -444,14 +479,15 @@ impl Core {
                 workers,
             });
         }
-        if let Some(other) = job
+        let taken = job
             .endpoints
             .iter()
             .enumerate()
-            .position(|(r, e)| r != usize::from(rank) && *e == Some(endpoint))
-        {
-            // Another rank's old endpoint is free again once a new session starts.
-            if job.session[other] || generation.is_none() {
+            .position(|(r, e)| r != usize::from(rank) && *e == Some(endpoint));
+        // A rank that already registered in this session keeps its
+        // endpoint; one from an earlier session gives it up.
+        if let Some(other) = taken {
+            if job.session[other] && generation.is_none() {
                 return Err(CoreError::EndpointTaken {
                     name: name.into(),
                     endpoint,
@@ -468,6 +504,19 @@ impl Core {
         job.session[usize::from(rank)] = true;
         self.store.put_job(job)?;
         Ok(())
+    }
+
+    /// Every aggregator's counters, jobs named.
+    pub fn stats(&mut self) -> Vec<SiteStats> {
+        let names: BTreeMap<u16, String> = self
+            .jobs
+            .values()
+            .map(|j| (j.id, j.decl.name.clone()))
+            .collect();
+        self.sites
+            .iter_mut()
+            .map(|s| s.stats(|id| names.get(&id).cloned()))
+            .collect()
     }
 
     /// Sets a class -> queue entry (installed by the next reconcile).
