@@ -363,35 +363,18 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     let e = c.create_job(decl("x", 2, 0)).unwrap_err().to_string();
     assert!(e.contains("0 slots"), "{e}");
     c.create_job(decl("x", 2, 8)).unwrap();
-    let e = c
-        .register(
-            "x",
-            5,
-            "127.0.0.1:9".parse().unwrap(),
-            Duration::from_millis(10),
-        )
-        .unwrap_err()
-        .to_string();
+    // Rank `rank` of x registers at 127.0.0.1:9 and is refused: why?
+    let mut refused = |rank: u16, wait_ms: u64| {
+        let endpoint = "127.0.0.1:9".parse().unwrap();
+        c.register("x", rank, endpoint, Duration::from_millis(wait_ms))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = refused(5, 10);
     assert!(e.contains("rank 5 is not one"), "{e}");
-    let e = c
-        .register(
-            "x",
-            0,
-            "127.0.0.1:9".parse().unwrap(),
-            Duration::from_millis(100),
-        )
-        .unwrap_err()
-        .to_string();
+    let e = refused(0, 100);
     assert!(e.contains("1 of 2 workers registered"), "{e}");
-    let e = c
-        .register(
-            "x",
-            1,
-            "127.0.0.1:9".parse().unwrap(),
-            Duration::from_millis(10),
-        )
-        .unwrap_err()
-        .to_string();
+    let e = refused(1, 10);
     assert!(e.contains("already rank 0's"), "{e}");
     drop(ctl);
     let _ = std::fs::remove_file(state);
