@@ -78,6 +78,18 @@ pub enum Action {
     },
 }
 
+/// Refuses an egress queue the ports do not have (shared with the
+/// controller, which checks a priority map before storing it).
+pub fn check_queue(queue: u8) -> Result<(), JobError> {
+    if queue >= EGRESS_QUEUES {
+        return Err(JobError::BadQueue {
+            queue,
+            queues: EGRESS_QUEUES,
+        });
+    }
+    Ok(())
+}
+
 /// The software switch's state.
 #[derive(Debug)]
 pub struct Switch {
@@ -106,12 +118,7 @@ impl Switch {
 
     /// Maps a priority class to an egress queue (below [`EGRESS_QUEUES`]).
     pub fn set_queue(&mut self, class: u8, queue: u8) -> Result<(), JobError> {
-        if queue >= EGRESS_QUEUES {
-            return Err(JobError::BadQueue {
-                queue,
-                queues: EGRESS_QUEUES,
-            });
-        }
+        check_queue(queue)?;
         self.queues[usize::from(class)] = queue;
         Ok(())
     }

@@ -110,12 +110,7 @@ impl SlotAllocator {
 
     /// The largest free range (the first of equals), if any slot is free.
     pub fn largest_free(&self) -> Option<Grant> {
-        self.free_ranges()
-            .into_iter()
-            .fold(None, |best: Option<Grant>, r| match best {
-                Some(b) if b.size >= r.size => Some(b),
-                _ => Some(r),
-            })
+        largest(&self.free_ranges())
     }
 
     /// Places a pool of `want` slots: best fit if a free range holds it,
@@ -130,7 +125,7 @@ impl SlotAllocator {
                 base: r.base,
                 size: want,
             });
-        let grant = fit.or_else(|| self.largest_free())?;
+        let grant = fit.or_else(|| largest(&ranges))?;
         if grant.size == 0 {
             return None;
         }
@@ -168,6 +163,14 @@ impl SlotAllocator {
     pub fn release(&mut self, base: u32) -> bool {
         self.used.remove(&base).is_some()
     }
+}
+
+/// The largest of `ranges`, the first of equals.
+fn largest(ranges: &[Grant]) -> Option<Grant> {
+    ranges
+        .iter()
+        .copied()
+        .reduce(|best, r| if r.size > best.size { r } else { best })
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ struct Shared {
     core: Mutex<Core>,
     /// Signalled on every change, for waiting registrations.
     changed: Condvar,
+    /// Signalled only when stopping: the reconcile thread's periodic wait
+    /// (changes are reconciled by the request that made them).
+    tick: Condvar,
     token: Option<String>,
     stop: AtomicBool,
     /// Open client connections by number, shut when the controller stops
@@ -87,6 +90,26 @@ impl Shared {
 
     fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies a change, brings every aggregator in step with it at once
+    /// (so a worker admitted next finds its job installed), and wakes the
+    /// waiting registrations. Returns the state, still locked.
+    fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Core) -> Result<T, CoreError>,
+    ) -> Result<(MutexGuard<'_, Core>, T), String> {
+        let mut core = self.lock();
+        let out = f(&mut core).map_err(|e| e.to_string())?;
+        log(&core.reconcile());
+        self.changed.notify_all();
+        Ok((core, out))
+    }
+}
+
+fn log(problems: &[String]) {
+    for p in problems {
+        eprintln!("controller: {p}");
     }
 }
 
@@ -109,9 +132,7 @@ impl Controller {
             sites.push(Site::new("fallback", addr, connect));
         }
         let mut core = Core::load(store, sites)?;
-        for p in core.reconcile() {
-            eprintln!("controller: {p}");
-        }
+        log(&core.reconcile());
         let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
             addr: config.listen,
             source,
@@ -126,6 +147,7 @@ impl Controller {
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changed: Condvar::new(),
+            tick: Condvar::new(),
             token: config.token,
             stop: AtomicBool::new(false),
             conns: Mutex::new(std::collections::HashMap::new()),
@@ -165,6 +187,7 @@ impl Drop for Controller {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.changed.notify_all();
+        self.shared.tick.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -218,7 +241,7 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
     while !shared.stop.load(Ordering::Acquire) {
         let guard = shared.lock();
         let (mut core, _) = shared
-            .changed
+            .tick
             .wait_timeout(guard, every)
             .unwrap_or_else(|p| p.into_inner());
         if shared.stop.load(Ordering::Acquire) {
@@ -229,9 +252,7 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
         // Registrations wait for installation, which reconcile does.
         shared.changed.notify_all();
         if problems != last_problems {
-            for p in &problems {
-                eprintln!("controller: {p}");
-            }
+            log(&problems);
             last_problems = problems;
         }
     }
@@ -239,10 +260,9 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
 
 /// One client connection: requests until it closes.
 fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
-    let Ok(writer) = stream.try_clone() else {
+    let Ok(mut writer) = stream.try_clone() else {
         return;
     };
-    let mut writer = writer;
     let reader = BufReader::new(stream);
     for line in reader.lines() {
         let Ok(line) = line else { return };
@@ -270,27 +290,15 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
 }
 
 fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, String> {
-    let err = |e: CoreError| e.to_string();
     match request {
         Request::CreateJob { decl } => {
-            let mut core = shared.lock();
-            core.create(decl.clone()).map_err(err)?;
-            for p in core.reconcile() {
-                eprintln!("controller: {p}");
-            }
+            let (core, ()) = shared.change(|c| c.create(decl.clone()).map(drop))?;
+            // The status after reconciling (a waiting job may have been placed).
             let job = core.status(&core.jobs[&decl.name]);
-            drop(core);
-            shared.changed.notify_all();
             Ok(Reply::Job { job })
         }
         Request::DeleteJob { name } => {
-            let mut core = shared.lock();
-            core.delete(&name).map_err(err)?;
-            for p in core.reconcile() {
-                eprintln!("controller: {p}");
-            }
-            drop(core);
-            shared.changed.notify_all();
+            drop(shared.change(|c| c.delete(&name))?);
             Ok(Reply::Done)
         }
         Request::Jobs => {
@@ -309,7 +317,7 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
         }),
         Request::SetPriority { class, queue } => {
             let mut core = shared.lock();
-            core.set_priority(class, queue).map_err(err)?;
+            core.set_priority(class, queue).map_err(|e| e.to_string())?;
             let problems = core.reconcile();
             if let Some(p) = problems.first() {
                 return Err(format!("stored, but not installed everywhere yet: {p}"));
@@ -345,13 +353,7 @@ fn register(
     wait: Duration,
 ) -> Result<Reply, String> {
     let deadline = Instant::now() + wait.min(MAX_WAIT);
-    let mut core = shared.lock();
-    core.register(name, rank, endpoint)
-        .map_err(|e| e.to_string())?;
-    for p in core.reconcile() {
-        eprintln!("controller: {p}");
-    }
-    shared.changed.notify_all();
+    let (mut core, ()) = shared.change(|c| c.register(name, rank, endpoint))?;
     let generation = core.jobs[name].generation;
     loop {
         let Some(job) = core.jobs.get(name) else {

@@ -158,9 +158,8 @@ impl Site {
             Ok((t, slots, data)) => {
                 self.kind = t.kind();
                 self.target = Some(t);
-                if self.alloc.as_ref().map(SlotAllocator::slots) != Some(slots) {
-                    self.alloc = Some(SlotAllocator::new(slots));
-                }
+                // Filled from the stored placements by `Core::reserve_site`.
+                self.alloc = Some(SlotAllocator::new(slots));
                 // An emulator bound to 0.0.0.0 is reached at its control host.
                 self.data_addr = data.map(|mut a| {
                     if a.ip().is_unspecified() {
@@ -277,6 +276,9 @@ pub enum CoreError {
         /// Whose it is.
         other: usize,
     },
+    /// Refused as the switch would refuse it (a queue it does not have).
+    #[error(transparent)]
+    Refused(#[from] inagg_emu::api::JobError),
     /// Every job id is in use.
     #[error("all 65535 job ids are in use")]
     NoIds,
@@ -337,13 +339,20 @@ impl Core {
         Ok(g)
     }
 
+    /// The index in `sites` of the aggregator a placement is on.
+    fn site_index(&self, p: &Placement) -> Option<usize> {
+        match *p {
+            Placement::Waiting => None,
+            Placement::Switch { .. } => Some(0),
+            Placement::Fallback { host, .. } => self.sites.iter().position(|s| s.control == host),
+        }
+    }
+
     /// Status of one job.
     pub fn status(&self, job: &JobRecord) -> JobStatus {
-        let site = match job.placement {
-            Placement::Waiting => None,
-            Placement::Switch { .. } => self.sites.first(),
-            Placement::Fallback { host, .. } => self.sites.iter().find(|s| s.control == host),
-        };
+        let site = self
+            .site_index(&job.placement)
+            .and_then(|i| self.sites.get(i));
         JobStatus {
             decl: job.decl.clone(),
             id: job.id,
@@ -409,14 +418,6 @@ impl Core {
         Placement::Waiting
     }
 
-    fn site_of(&mut self, p: &Placement) -> Option<&mut Site> {
-        match *p {
-            Placement::Waiting => None,
-            Placement::Switch { .. } => self.sites.first_mut(),
-            Placement::Fallback { host, .. } => self.sites.iter_mut().find(|s| s.control == host),
-        }
-    }
-
     /// Removes a job, frees its pool, and places waiting jobs in the room.
     pub fn delete(&mut self, name: &str) -> Result<(), CoreError> {
         let job = self
@@ -424,8 +425,8 @@ impl Core {
             .remove(name)
             .ok_or_else(|| CoreError::Unknown(name.into()))?;
         self.store.delete_job(name)?;
-        if let Some(g) = job.placement.grant() {
-            if let Some(a) = self.site_of(&job.placement).and_then(|s| s.alloc.as_mut()) {
+        if let (Some(g), Some(i)) = (job.placement.grant(), self.site_index(&job.placement)) {
+            if let Some(a) = self.sites[i].alloc.as_mut() {
                 a.release(g.base);
             }
         }
@@ -521,12 +522,8 @@ impl Core {
 
     /// Sets a class -> queue entry (installed by the next reconcile).
     pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), CoreError> {
-        if queue >= 8 {
-            return Err(CoreError::BadJob {
-                name: String::new(),
-                message: format!("queue {queue} does not exist: ports have queues 0..8"),
-            });
-        }
+        // Checked as every aggregator will check it, before it is stored.
+        inagg_emu::switch::check_queue(queue)?;
         self.priority.insert(class, queue);
         self.store.set_meta(PRIORITY_KEY, &self.priority)?;
         Ok(())
@@ -548,6 +545,7 @@ impl Core {
         if let Err(e) = self.place_waiting() {
             problems.push(e.to_string());
         }
+        let priority = self.priority.clone();
         for i in 0..self.sites.len() {
             let want: BTreeMap<u16, JobSpec> = self
                 .jobs
@@ -556,18 +554,13 @@ impl Core {
                 .filter_map(JobRecord::spec)
                 .map(|s| (s.id, s))
                 .collect();
-            let priority = self.priority.clone();
             problems.extend(self.sites[i].sync(&want, &priority));
         }
         problems
     }
 
     fn on_site(&self, job: &JobRecord, i: usize) -> bool {
-        match job.placement {
-            Placement::Waiting => false,
-            Placement::Switch { .. } => i == 0,
-            Placement::Fallback { host, .. } => i > 0 && self.sites[i].control == host,
-        }
+        self.site_index(&job.placement) == Some(i)
     }
 
     /// Rebuilds a site's allocator from the stored placements; a pool that
