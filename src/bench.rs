@@ -174,6 +174,7 @@ fn emu_rate(k: u16) -> Result<EmuRate> {
         pool_size: slots.into(),
         elements: k,
         generation: 0,
+        queues: Vec::new(),
     })?;
     let packets: Vec<Vec<Vec<u8>>> = (0..2u8)
         .map(|set| {

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
+use inagg_emu::egress::ClassQueue;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_control::target::install_job;
@@ -76,6 +77,16 @@ impl LocalCluster {
     /// Binds the job's workers, then installs the job with their endpoints
     /// through the control plane. `tune` adjusts each worker's configuration.
     pub fn job(&self, p: JobParams, tune: impl Fn(&mut AgentConfig)) -> Result<Vec<Worker>> {
+        self.job_with_queues(p, Vec::new(), tune)
+    }
+
+    /// [`LocalCluster::job`] with the job's own priority class -> queue map.
+    pub fn job_with_queues(
+        &self,
+        p: JobParams,
+        queues: Vec<ClassQueue>,
+        tune: impl Fn(&mut AgentConfig),
+    ) -> Result<Vec<Worker>> {
         let workers = (0..p.workers)
             .map(|w| {
                 let mut c = AgentConfig::new(
@@ -98,6 +109,7 @@ impl LocalCluster {
             pool_size: p.pool_size,
             elements: p.elements,
             generation: 0,
+            queues,
         };
         let mut target = EmuTarget::connect(self.control_addr())?;
         install_job(&mut target, &spec).with_context(|| format!("install job {}", p.id))?;

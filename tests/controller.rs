@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use inagg::local::LocalCluster;
 use inagg::verify::check_i32;
+use inagg_emu::egress::ClassQueue;
 use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_host_agent::Worker;
 use inagg_switch_control::controller::api::{Admission, JobDecl, Placement};
@@ -72,6 +73,7 @@ fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
         elements: 64,
         fallback: true,
         endpoints: None,
+        queues: Vec::new(),
     }
 }
 
@@ -142,7 +144,13 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     let state = state_file("share");
     let ctl = start(switch.control_addr(), &[fallback.control_addr()], &state);
     let mut c = Client::connect(ctl.addr(), None).unwrap();
-    let a = c.create_job(decl("a", 2, 16)).unwrap();
+    let urgent = vec![ClassQueue { class: 0, queue: 7 }];
+    let a = c
+        .create_job(JobDecl {
+            queues: urgent.clone(),
+            ..decl("a", 2, 16)
+        })
+        .unwrap();
     let b = c.create_job(decl("b", 3, 24)).unwrap();
     // 24 slots left: c asks for 32 and gets them (a partial grant).
     let cj = c.create_job(decl("c", 4, 32)).unwrap();
@@ -188,6 +196,10 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
         v
     };
     assert_eq!(ids(switch.control_addr()), vec![a.id, b.id, cj.id]);
+    // a's own priority map went to the switch with its pool.
+    let mut t = EmuTarget::connect(switch.control_addr()).unwrap();
+    assert_eq!(t.job(a.id).unwrap().spec.queues, urgent);
+    assert!(t.job(b.id).unwrap().spec.queues.is_empty());
     assert_eq!(ids(fallback.control_addr()), vec![d.id]);
     // Loss really happened on both.
     for e in [&switch, &fallback] {
@@ -362,6 +374,12 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     assert!(e.contains("without spaces"), "{e}");
     let e = c.create_job(decl("x", 2, 0)).unwrap_err().to_string();
     assert!(e.contains("0 slots"), "{e}");
+    let bad_map = JobDecl {
+        queues: vec![ClassQueue { class: 2, queue: 8 }],
+        ..decl("x", 2, 8)
+    };
+    let e = c.create_job(bad_map).unwrap_err().to_string();
+    assert!(e.contains("queue 8 does not exist"), "{e}");
     c.create_job(decl("x", 2, 8)).unwrap();
     // Rank `rank` of x registers at 127.0.0.1:9 and is refused: why?
     let mut refused = |rank: u16, wait_ms: u64| {
@@ -407,10 +425,32 @@ fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
         "2",
         "--slots",
         "64",
+        "--class-queue",
+        "1=7",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("partial grant"), "{text}");
+    let out = inagg(&["ctl", "--controller", &addr, "job", "show", "m"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("priority map  class 1 -> queue 7"), "{text}");
+    let out = inagg(&[
+        "ctl",
+        "--controller",
+        &addr,
+        "job",
+        "create",
+        "--name",
+        "q",
+        "--count",
+        "1",
+        "--slots",
+        "1",
+        "--class-queue",
+        "1:7",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"1:7\" is not CLASS=QUEUE"), "{err}");
     let out = inagg(&["ctl", "--controller", &addr, "job", "create", "--id", "3"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

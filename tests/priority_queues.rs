@@ -6,7 +6,7 @@
 
 use inagg::local::{run_all, JobParams, LocalCluster};
 use inagg::verify::check_i32;
-use inagg_emu::egress::LinkConfig;
+use inagg_emu::egress::{ClassQueue, LinkConfig};
 use inagg_emu::{DropReason, EmulatorConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
@@ -87,6 +87,68 @@ fn each_class_leaves_by_its_queue_and_both_jobs_stay_exact() {
         assert!(q[0].tx_packets >= 60_000u64.div_ceil(256), "{q:?}");
         assert_eq!(q[7].tx_packets, 0, "bulk results left by queue 7: {q:?}");
     }
+}
+
+#[test]
+fn a_jobs_own_map_overrides_the_switch_wide_one_for_that_job_only() {
+    let cluster = paced(500_000_000, 1 << 20);
+    let mut t = EmuTarget::connect(cluster.control_addr()).unwrap();
+    // Both jobs tag class 5; switch-wide it goes to queue 3, but job 1
+    // maps it to queue 6 for itself.
+    t.set_priority_queue(5, 3).unwrap();
+    let p = |id, pool_base| JobParams {
+        id,
+        workers: 2,
+        pool_base,
+        pool_size: 8,
+        elements: 64,
+    };
+    let own = vec![ClassQueue { class: 5, queue: 6 }];
+    let mut a = cluster
+        .job_with_queues(p(1, 0), own.clone(), |c| c.priority = 5)
+        .unwrap();
+    let mut b = cluster.job(p(2, 8), |c| c.priority = 5).unwrap();
+    let want = inputs(2, 4096, 4);
+    let (mut da, mut db) = (want.clone(), want.clone());
+    run_all(&mut a, &mut da, |w, d| w.allreduce_i32(d)).unwrap();
+    run_all(&mut b, &mut db, |w, d| w.allreduce_i32(d)).unwrap();
+    check_i32(&want, &da).unwrap();
+    check_i32(&want, &db).unwrap();
+    assert_eq!(t.job(1).unwrap().spec.queues, own, "the map is installed");
+    let report = t.queues().unwrap();
+    let queue_packets = |w: &inagg_host_agent::Worker| -> Vec<u64> {
+        let port = report.ports.iter().find(|p| p.port == w.local_addr());
+        port.unwrap().queues.iter().map(|q| q.tx_packets).collect()
+    };
+    for w in &a {
+        let q = queue_packets(w);
+        assert!(q[6] >= 4096 / 64, "job 1 by its own queue 6: {q:?}");
+        assert_eq!(q.iter().sum::<u64>(), q[6], "{q:?}");
+    }
+    for w in &b {
+        let q = queue_packets(w);
+        assert!(q[3] >= 4096 / 64, "job 2 by the switch-wide queue 3: {q:?}");
+        assert_eq!(q.iter().sum::<u64>(), q[3], "{q:?}");
+    }
+    // A bad map is refused before anything is installed.
+    let bad = cluster
+        .job_with_queues(p(3, 16), vec![ClassQueue { class: 1, queue: 9 }], |_| {})
+        .unwrap_err();
+    assert!(
+        format!("{bad:#}").contains("queue 9 does not exist"),
+        "{bad:#}"
+    );
+    let twice = vec![
+        ClassQueue { class: 1, queue: 2 },
+        ClassQueue { class: 1, queue: 3 },
+    ];
+    let bad = cluster
+        .job_with_queues(p(3, 16), twice, |_| {})
+        .unwrap_err();
+    assert!(
+        format!("{bad:#}").contains("priority class 1 is mapped twice"),
+        "{bad:#}"
+    );
 }
 
 #[test]

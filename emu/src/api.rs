@@ -28,6 +28,11 @@ pub struct JobSpec {
     /// Membership generation; packets with another generation are dropped.
     #[serde(default)]
     pub generation: u16,
+    /// This job's priority class -> egress queue map. A class listed here
+    /// leaves by its queue; any other class by the switch-wide map, so a
+    /// job without a map behaves as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<ClassQueue>,
 }
 
 impl JobSpec {
@@ -49,6 +54,14 @@ pub enum JobError {
         queue: u8,
         /// Queues per port.
         queues: u8,
+    },
+    /// A job's priority map lists a class twice.
+    #[error("job {id}: priority class {class} is mapped twice; give each class one queue")]
+    DuplicateClass {
+        /// The job.
+        id: u16,
+        /// The repeated class.
+        class: u8,
     },
     /// The id is taken.
     #[error("job {id} already exists; delete it first or pick another id")]
@@ -179,6 +192,15 @@ pub fn validate_job<'a>(
             end,
             slots: config.slots,
         });
+    }
+    for (i, cq) in spec.queues.iter().enumerate() {
+        crate::switch::check_queue(cq.queue)?;
+        if spec.queues[..i].iter().any(|o| o.class == cq.class) {
+            return Err(JobError::DuplicateClass {
+                id,
+                class: cq.class,
+            });
+        }
     }
     for other in existing {
         if other.id == id {
@@ -437,6 +459,7 @@ mod tests {
             pool_size: size,
             elements: 64,
             generation: 0,
+            queues: Vec::new(),
         }
     }
 

@@ -140,6 +140,7 @@ impl JobVector {
             pool_size: self.pool_size,
             elements: self.elements,
             generation: self.generation,
+            queues: Vec::new(),
         }
     }
 }

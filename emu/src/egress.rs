@@ -74,6 +74,29 @@ pub struct ClassQueue {
     pub queue: u8,
 }
 
+/// A class -> queue map in words: `class 1 -> queue 7, class 2 -> queue 3`.
+pub fn describe_map(map: &[ClassQueue]) -> String {
+    let entries: Vec<String> = map
+        .iter()
+        .map(|cq| format!("class {} -> queue {}", cq.class, cq.queue))
+        .collect();
+    entries.join(", ")
+}
+
+impl std::str::FromStr for ClassQueue {
+    type Err = String;
+
+    /// `CLASS=QUEUE`, as the CLI takes it: `5=7` sends class 5 by queue 7.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not CLASS=QUEUE (for example 5=7)");
+        let (class, queue) = s.split_once('=').ok_or_else(bad)?;
+        Ok(ClassQueue {
+            class: class.trim().parse().map_err(|_| bad())?,
+            queue: queue.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
+
 /// One queue's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueStats {

@@ -220,12 +220,12 @@ fn queue<E: Egress>(
 fn queue_paced(state: &mut State, head: &[u8], payload: &[u8], to: SocketAddr) {
     // `head` is the header alone (the payload is staged apart), so it is
     // read unchecked once its length is known to cover the header.
-    let class = if head.len() >= HEADER_LEN {
-        Packet::new_unchecked(head).priority()
+    let queue = if head.len() >= HEADER_LEN {
+        let packet = Packet::new_unchecked(head);
+        state.switch.queue_for(packet.job(), packet.priority())
     } else {
-        0
+        state.switch.queue_of(0)
     };
-    let queue = state.switch.queue_of(class);
     let mut bytes = Vec::with_capacity(head.len() + payload.len());
     bytes.extend_from_slice(head);
     bytes.extend_from_slice(payload);

@@ -128,6 +128,15 @@ impl Switch {
         self.queues[usize::from(class)]
     }
 
+    /// The egress queue of a packet of class `class` of job `job`: the
+    /// job's own map first, then the switch-wide one.
+    pub fn queue_for(&self, job: u16, class: u8) -> u8 {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.spec.queues.iter().find(|cq| cq.class == class))
+            .map_or_else(|| self.queue_of(class), |cq| cq.queue)
+    }
+
     /// The classes mapped to a queue other than 0, with their queues.
     pub fn queue_map(&self) -> Vec<crate::egress::ClassQueue> {
         (0..=u8::MAX)
@@ -372,6 +381,7 @@ mod tests {
             pool_size: 4,
             elements: 2,
             generation: 0,
+            queues: Vec::new(),
         })
         .unwrap();
         sw
@@ -617,6 +627,7 @@ mod tests {
             pool_size: 4,
             elements: 2,
             generation: 0,
+            queues: Vec::new(),
         })
         .unwrap();
         let mut out = Vec::new();

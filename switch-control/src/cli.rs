@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 use inagg_emu::api::{JobInfo, JobSpec, PoolMap};
 use inagg_emu::counters::{Counters, DropReason};
+use inagg_emu::egress::{describe_map, ClassQueue};
 use inagg_emu::FaultConfig;
 use serde::Serialize;
 
@@ -191,6 +192,14 @@ pub enum JobCommand {
         /// Membership generation (direct only).
         #[arg(long, default_value_t = 0)]
         generation: u16,
+        /// This job's priority class -> egress queue map, CLASS=QUEUE,
+        /// repeatable or comma-separated (`--class-queue 5=7,1=0`).
+        #[arg(
+            long = "class-queue",
+            value_name = "CLASS=QUEUE",
+            value_delimiter = ','
+        )]
+        class_queue: Vec<ClassQueue>,
     },
     /// List jobs.
     #[command(alias = "ls")]
@@ -401,6 +410,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             pool_size,
             elements,
             generation,
+            class_queue,
         } => {
             if name.is_some() || count.is_some() || slots.is_some() || no_fallback {
                 return Err(usage(
@@ -424,6 +434,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
                 pool_size: need(pool_size, "--pool-size")?,
                 elements,
                 generation,
+                queues: class_queue,
             };
             install_job(t, &spec)?;
             emit(out, json, &spec, |o| {
@@ -540,6 +551,9 @@ fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
     )?;
     for (i, w) in s.workers.iter().enumerate() {
         writeln!(o, "  worker {i:>3}  {w}")?;
+    }
+    if !s.queues.is_empty() {
+        writeln!(o, "  priority map  {}", describe_map(&s.queues))?;
     }
     writeln!(
         o,

@@ -21,6 +21,7 @@
 use std::net::SocketAddr;
 
 use inagg_emu::api::{validate_job, JobSpec};
+use inagg_emu::egress::ClassQueue;
 use inagg_emu::switch::SwitchConfig;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +81,10 @@ pub struct JobSection {
     /// Membership generation.
     #[serde(default)]
     pub generation: u16,
+    /// This job's priority class -> egress queue map
+    /// (`queues = [{ class = 5, queue = 7 }]`).
+    #[serde(default)]
+    pub queues: Vec<ClassQueue>,
 }
 
 fn default_elements() -> u16 {
@@ -95,6 +100,7 @@ impl From<&JobSection> for JobSpec {
             pool_size: j.pool_size,
             elements: j.elements,
             generation: j.generation,
+            queues: j.queues.clone(),
         }
     }
 }

@@ -68,6 +68,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             pool_size,
             elements,
             generation: _,
+            class_queue,
         } => {
             if id.is_some() || pool_base.is_some() || pool_size.is_some() {
                 return Err(usage(
@@ -88,6 +89,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
                 elements,
                 fallback: !no_fallback,
                 endpoints: (!workers.is_empty()).then_some(workers),
+                queues: class_queue,
             };
             let job = c.create_job(decl)?;
             emit(out, json, &job, |o| {
@@ -110,7 +112,14 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
                 .into_iter()
                 .find(|j| j.decl.name == job)
                 .ok_or_else(|| usage(&format!("no job {job:?} (inagg ctl job list shows them)")))?;
-            emit(out, json, &j, |o| write_jobs(o, std::slice::from_ref(&j)))
+            emit(out, json, &j, |o| {
+                write_jobs(o, std::slice::from_ref(&j))?;
+                if !j.decl.queues.is_empty() {
+                    let map = inagg_emu::egress::describe_map(&j.decl.queues);
+                    writeln!(o, "  priority map  {map}")?;
+                }
+                Ok(())
+            })
         }
         JobCommand::Delete { job } => {
             c.delete_job(&job)?;

@@ -181,6 +181,7 @@ mod tests {
             pool_size: size,
             elements: 64,
             generation: 0,
+            queues: Vec::new(),
         }
     }
 

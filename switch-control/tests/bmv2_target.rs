@@ -582,6 +582,7 @@ fn spec(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> JobSpec {
         pool_size,
         elements: 64,
         generation: 0,
+        queues: Vec::new(),
     }
 }
 

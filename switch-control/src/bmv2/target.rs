@@ -339,6 +339,13 @@ impl Bmv2Target {
                 spec.id, spec.elements, self.schema.elements, spec.elements
             )));
         }
+        if !spec.queues.is_empty() {
+            return Err(ControlError::Unsupported {
+                target: "bmv2",
+                what: "per-job priority maps (the program's priority_to_queue is keyed by class \
+                       alone; map classes switch-wide instead)",
+            });
+        }
         if spec.id == u16::MAX {
             return Err(invalid(format!(
                 "job id {} cannot be used on bmv2: its multicast group (id + 1) does not fit 16 bits",
@@ -858,6 +865,7 @@ impl SwitchState {
             pool_size: j.pool_size,
             elements: j.elements,
             generation: j.generation,
+            queues: Vec::new(),
         })
     }
 }

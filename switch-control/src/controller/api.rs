@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use inagg_emu::egress::ClassQueue;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::Grant;
@@ -32,6 +33,10 @@ pub struct JobDecl {
     /// Every worker's endpoint, by rank, for workers that do not register.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<Vec<SocketAddr>>,
+    /// The job's priority class -> egress queue map, installed with its
+    /// pool (classes not listed follow the switch-wide map).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<ClassQueue>,
 }
 
 fn default_elements() -> u16 {

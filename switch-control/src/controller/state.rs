@@ -51,6 +51,7 @@ impl JobRecord {
             pool_size: grant.size,
             elements: self.decl.elements,
             generation: self.generation,
+            queues: self.decl.queues.clone(),
         })
     }
 }
@@ -617,6 +618,17 @@ fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
     }
     if d.elements == 0 {
         return bad("K (elements per packet) must be at least 1".into());
+    }
+    for (i, cq) in d.queues.iter().enumerate() {
+        if let Err(e) = inagg_emu::switch::check_queue(cq.queue) {
+            return bad(e.to_string());
+        }
+        if d.queues[..i].iter().any(|o| o.class == cq.class) {
+            return bad(format!(
+                "priority class {} is mapped twice; give each class one queue",
+                cq.class
+            ));
+        }
     }
     if let Some(e) = &d.endpoints {
         if e.len() != usize::from(d.workers) {
