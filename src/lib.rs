@@ -18,4 +18,5 @@ pub mod demo;
 pub mod emu_cmd;
 pub mod local;
 pub mod ring;
+pub mod schedule;
 pub mod verify;

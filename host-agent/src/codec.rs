@@ -93,6 +93,13 @@ impl<'a, T> LaneData<'a, T> {
 /// Int32 sums: chunk `slot + round * window` in round `round`; no exponents.
 pub(crate) struct IntCodec<'a> {
     pub data: LaneData<'a, i32>,
+    /// Each chunk's priority class, when chunks have their own.
+    pub classes: Option<&'a [u8]>,
+}
+
+/// The class of chunk `index`, if `classes` gives chunks classes.
+fn chunk_class(classes: Option<&[u8]>, index: usize) -> Option<u8> {
+    classes.and_then(|c| c.get(index).copied())
 }
 
 /// Chunks of `k` elements in `len` elements.
@@ -127,6 +134,10 @@ impl Codec for IntCodec<'_> {
         let len = chunk.len();
         payload::read_i32s(&bytes[..len * 4], chunk);
     }
+
+    fn class(&self, slot: usize, round: usize, window: usize) -> Option<u8> {
+        chunk_class(self.classes, slot + round * window)
+    }
 }
 
 /// Float sums with the exponent negotiated one window ahead (as SwitchML
@@ -137,17 +148,20 @@ impl Codec for IntCodec<'_> {
 pub(crate) struct FloatCodec<'a> {
     pub data: LaneData<'a, f32>,
     pub workers: u16,
+    /// Each chunk's priority class, when chunks have their own.
+    pub classes: Option<&'a [u8]>,
     /// Agreed (max-reduced) exponent per chunk, filled as results arrive
     /// (a lane fills only its own chunks').
     pub agreed: Vec<u8>,
 }
 
 impl<'a> FloatCodec<'a> {
-    pub fn new(data: LaneData<'a, f32>, workers: u16) -> Self {
+    pub fn new(data: LaneData<'a, f32>, workers: u16, classes: Option<&'a [u8]>) -> Self {
         let chunks = chunk_count(data.len(), data.k);
         FloatCodec {
             data,
             workers,
+            classes,
             agreed: vec![0; chunks],
         }
     }
@@ -193,6 +207,12 @@ impl Codec for FloatCodec<'_> {
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;
         }
+    }
+
+    /// Round r >= 1 carries chunk `slot + (r-1) * window`; round 0, the
+    /// exponent of the slot's first chunk, goes with that chunk's class.
+    fn class(&self, slot: usize, round: usize, window: usize) -> Option<u8> {
+        chunk_class(self.classes, slot + round.saturating_sub(1) * window)
     }
 }
 
@@ -247,7 +267,7 @@ mod tests {
     #[test]
     fn float_codec_has_one_exponent_round_per_slot() {
         let mut data = vec![1.0f32; 10];
-        let c = FloatCodec::new(LaneData::whole(&mut data, 4), 2);
+        let c = FloatCodec::new(LaneData::whole(&mut data, 4), 2, None);
         // 3 chunks over a window of 2: slot 0 has chunks 0 and 2, slot 1 has chunk 1.
         assert_eq!((c.rounds(0, 2), c.rounds(1, 2)), (3, 2));
     }

@@ -33,6 +33,11 @@ pub(crate) trait Codec {
     fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> u8;
     /// Takes round `round`'s result.
     fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
+    /// The priority class round `round` is tagged with, when the codec's
+    /// chunks carry their own (else the worker's).
+    fn class(&self, _slot: usize, _round: usize, _window: usize) -> Option<u8> {
+        None
+    }
 }
 
 /// What a received datagram means to the window.
@@ -293,10 +298,13 @@ impl<L: Link> Engine<'_, L> {
         slot.packet_id = epoch.wrapping_shl(16) | s as u32;
         let mut packet = Packet::new_unchecked(slot.packet.datagram_mut()?);
         let exponent = codec.encode(s, slot.round, window, packet.payload_mut());
+        let priority = codec
+            .class(s, slot.round, window)
+            .unwrap_or(self.config.priority);
         Repr {
             kind: Kind::Contribution,
             set: slot.set,
-            priority: self.config.priority,
+            priority,
             job: self.config.job,
             slot: s as u16,
             worker: self.config.worker,

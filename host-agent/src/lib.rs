@@ -13,7 +13,8 @@
 //! generation) before reusing it.
 //!
 //! Modules: [`quant`] (block floating point), `engine` (the self-clocking
-//! window and retransmission), `codec` (what each round carries), [`stats`].
+//! window and retransmission), `codec` (what each round carries), [`stats`],
+//! [`sched`] (FIFO, P3 and ByteScheduler over many tensors of one job).
 
 mod codec;
 #[cfg(feature = "dpdk")]
@@ -21,6 +22,7 @@ pub mod dpdk;
 mod engine;
 mod link;
 pub mod quant;
+pub mod sched;
 pub mod stats;
 
 use std::net::SocketAddr;
@@ -323,12 +325,25 @@ impl Worker {
     /// Sums `data` across the job's workers in place, exactly (int32 adds
     /// wrap, as on the switch).
     pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<Stats> {
+        self.allreduce_i32_classes(data, None)
+    }
+
+    /// [`Worker::allreduce_i32`] with a priority class per chunk of K
+    /// elements (`classes[c]` tags chunk `c`'s packets; chunks past the end
+    /// of `classes` use the worker's class): several tensors of different
+    /// urgency can share one all-reduce and still leave the switch by their
+    /// own queues.
+    pub fn allreduce_i32_classes(
+        &mut self,
+        data: &mut [i32],
+        classes: Option<&[u8]>,
+    ) -> Result<Stats> {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
         let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
             .into_iter()
-            .map(|data| IntCodec { data })
+            .map(|data| IntCodec { data, classes })
             .collect();
         self.run(codecs, chunks, bytes)
     }
@@ -337,13 +352,23 @@ impl Worker {
     /// [`quant::error_bound`]; chunks holding NaN or Inf on any worker come
     /// back as NaN on every worker.
     pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<Stats> {
+        self.allreduce_f32_classes(data, None)
+    }
+
+    /// [`Worker::allreduce_f32`] with a priority class per chunk of K
+    /// elements, as [`Worker::allreduce_i32_classes`].
+    pub fn allreduce_f32_classes(
+        &mut self,
+        data: &mut [f32],
+        classes: Option<&[u8]>,
+    ) -> Result<Stats> {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
         let workers = self.config.workers;
         let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
             .into_iter()
-            .map(|data| FloatCodec::new(data, workers))
+            .map(|data| FloatCodec::new(data, workers, classes))
             .collect();
         self.run(codecs, chunks, bytes)
     }
