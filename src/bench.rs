@@ -43,6 +43,11 @@ pub struct BenchArgs {
     /// path against the vdev's raw burst rate, and an all-reduce over memif).
     #[arg(long, value_enum, default_value_t = Backend::Socket)]
     pub backend: Backend,
+    /// Measure priorities instead: an urgent job next to a bulk one on
+    /// shared paced links (priorities on and off), and FIFO, P3 and
+    /// ByteScheduler within one job.
+    #[arg(long)]
+    pub priority: bool,
 }
 
 /// One benchmark run's figures.
@@ -100,6 +105,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "--workers {n}: each count must be 1..={}",
             inagg_wire::MAX_WORKERS
         );
+    }
+    if args.priority {
+        return crate::bench_priority::run(args.repeat, args.json);
     }
     if args.backend == Backend::Dpdk {
         #[cfg(feature = "dpdk")]

@@ -56,6 +56,11 @@ pub struct EmuArgs {
     /// Bytes each egress queue holds before tail drop (with --line-rate).
     #[arg(long, default_value_t = 256 * 1024, requires = "line_rate")]
     pub queue_bytes: usize,
+    /// With --line-rate: one port per host (IP address) instead of one per
+    /// worker endpoint, so workers of different jobs on one host share (and
+    /// compete for) its link.
+    #[arg(long, requires = "line_rate")]
+    pub port_per_host: bool,
 }
 
 /// The ports' pacing, from --line-rate and --queue-bytes.
@@ -69,6 +74,7 @@ fn link(args: &EmuArgs) -> Result<Option<LinkConfig>> {
     let link = LinkConfig {
         rate_bps: (gbps * 1e9) as u64,
         queue_bytes: args.queue_bytes,
+        per_host: args.port_per_host,
     };
     link.validate().map_err(anyhow::Error::msg)?;
     Ok(Some(link))

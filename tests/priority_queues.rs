@@ -203,6 +203,7 @@ fn bad_queue_settings_are_refused_with_the_reason() {
         link: Some(LinkConfig {
             rate_bps: 5,
             queue_bytes: 1 << 16,
+            per_host: false,
         }),
         ..EmulatorConfig::ephemeral()
     })

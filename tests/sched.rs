@@ -135,6 +135,7 @@ fn float_tensors_are_summed_within_the_bound_and_tagged_by_class() {
         link: Some(LinkConfig {
             rate_bps: 2_000_000_000,
             queue_bytes: 1 << 20,
+            per_host: false,
         }),
         ..EmulatorConfig::ephemeral()
     })

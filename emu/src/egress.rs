@@ -37,6 +37,11 @@ pub struct LinkConfig {
     pub rate_bps: u64,
     /// Bytes each queue of a port may hold before tail drop.
     pub queue_bytes: usize,
+    /// One port per host (destination IP address) rather than per worker
+    /// endpoint: workers of several jobs on one host then share its link,
+    /// as they share a server's NIC, and compete for it.
+    #[serde(default)]
+    pub per_host: bool,
 }
 
 impl LinkConfig {
@@ -56,6 +61,16 @@ impl LinkConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The port a copy for `to` leaves by: the endpoint's own, or its
+    /// host's (`ip:0`) when ports are per host.
+    pub fn port_of(&self, to: SocketAddr) -> SocketAddr {
+        if self.per_host {
+            SocketAddr::new(to.ip(), 0)
+        } else {
+            to
+        }
     }
 
     /// Time `bytes` take on the link.
@@ -126,6 +141,8 @@ pub struct PortStats {
 struct Waiting {
     bytes: Vec<u8>,
     arrived: Instant,
+    /// Its destination (a host's port serves several).
+    to: SocketAddr,
 }
 
 /// One output port.
@@ -200,7 +217,7 @@ impl Shaper {
             return Err(Refused::NoQueue);
         }
         let limit = self.config.queue_bytes;
-        let port = self.ports.entry(to).or_default();
+        let port = self.ports.entry(self.config.port_of(to)).or_default();
         let stats = &mut port.stats[q];
         if stats.depth_bytes + bytes.len() > limit {
             stats.drops += 1;
@@ -211,6 +228,7 @@ impl Shaper {
         port.queues[q].push_back(Waiting {
             bytes,
             arrived: now,
+            to,
         });
         Ok(())
     }
@@ -220,7 +238,7 @@ impl Shaper {
     /// when the previous one has left.
     pub fn release(&mut self, now: Instant, mut send: impl FnMut(&[u8], SocketAddr)) {
         let config = self.config;
-        for (&to, port) in &mut self.ports {
+        for port in self.ports.values_mut() {
             while let Some(q) = port.next_queue() {
                 let Some(start) = port.start_of(q).filter(|&t| t <= now) else {
                     break;
@@ -233,7 +251,7 @@ impl Shaper {
                 stats.tx_packets += 1;
                 stats.tx_bytes += p.bytes.len() as u64;
                 port.free_at = Some(start + config.serialisation(p.bytes.len()));
-                send(&p.bytes, to);
+                send(&p.bytes, p.to);
             }
         }
     }
@@ -291,6 +309,7 @@ mod tests {
         Shaper::new(LinkConfig {
             rate_bps: 8_000_000,
             queue_bytes,
+            per_host: false,
         })
     }
 
@@ -402,15 +421,43 @@ mod tests {
     }
 
     #[test]
+    fn per_host_ports_share_one_link_between_a_hosts_endpoints() {
+        let mut s = Shaper::new(LinkConfig {
+            per_host: true,
+            ..shaper(10_000).config()
+        });
+        let t0 = Instant::now();
+        let (a1, a2) = (addr("10.0.0.1:1"), addr("10.0.0.1:2"));
+        // Two jobs' workers on host 10.0.0.1: the bulk one's copy first,
+        // then the urgent one's; the urgent one still goes first, and each
+        // reaches its own endpoint.
+        s.enqueue(t0 + Duration::from_micros(1), a1, 0, vec![1; 100])
+            .unwrap();
+        s.enqueue(t0 + Duration::from_micros(1), a1, 0, vec![2; 100])
+            .unwrap();
+        s.enqueue(t0 + Duration::from_micros(2), a2, 7, vec![9; 100])
+            .unwrap();
+        s.enqueue(t0, addr(B), 0, vec![5; 100]).unwrap();
+        assert_eq!(release_at(&mut s, t0, 0), [(5, addr(B))], "B's own link");
+        assert_eq!(release_at(&mut s, t0, 2), [(9, a2)]);
+        assert_eq!(release_at(&mut s, t0, 101), []);
+        assert_eq!(release_at(&mut s, t0, 102), [(1, a1)]);
+        let ports: Vec<SocketAddr> = s.stats().iter().map(|p| p.port).collect();
+        assert_eq!(ports, [addr("10.0.0.1:0"), addr("10.0.0.2:0")]);
+    }
+
+    #[test]
     fn bad_configurations_are_refused_with_the_reason() {
         let low = LinkConfig {
             rate_bps: 10,
             queue_bytes: 1 << 20,
+            per_host: false,
         };
         assert!(low.validate().unwrap_err().contains("too low"));
         let tiny = LinkConfig {
             rate_bps: 1_000_000_000,
             queue_bytes: 4,
+            per_host: false,
         };
         assert!(tiny
             .validate()
