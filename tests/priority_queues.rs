@@ -16,6 +16,7 @@ fn paced(rate_bps: u64, queue_bytes: usize) -> LocalCluster {
         link: Some(LinkConfig {
             rate_bps,
             queue_bytes,
+            per_host: false,
         }),
         ..EmulatorConfig::ephemeral()
     })
