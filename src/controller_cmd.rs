@@ -4,10 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
+use inagg_switch_control::metrics::{self, MetricsServer};
 
 /// Options of `inagg controller`.
 #[derive(Debug, Clone, Args)]
@@ -39,6 +40,10 @@ pub struct ControllerArgs {
     /// How often every aggregator is checked and brought in step, ms.
     #[arg(long, default_value_t = 500)]
     pub reconcile_ms: u64,
+    /// Serve Prometheus metrics (every aggregator's counters, jobs by name)
+    /// on this address, e.g. 127.0.0.1:9470. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Runs the daemon until the process is killed.
@@ -77,6 +82,16 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         a.fallbacks.len(),
         a.state.display()
     );
+    let _metrics = match a.metrics {
+        Some(addr) => {
+            let (api, token) = (controller.addr(), a.token.clone());
+            let m = MetricsServer::start(addr, move || metrics::controller(api, token.clone()))
+                .with_context(|| format!("serve metrics on {addr}"))?;
+            eprintln!("inagg controller: metrics on http://{}/metrics", m.addr());
+            Some(m)
+        }
+        None => None,
+    };
     controller.wait();
     Ok(())
 }

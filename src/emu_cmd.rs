@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use inagg_emu::egress::LinkConfig;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
+use inagg_switch_control::metrics::{self, MetricsServer};
 
 use crate::backend::{Backend, DpdkArgs};
 
@@ -61,6 +62,10 @@ pub struct EmuArgs {
     /// compete for) its link.
     #[arg(long, requires = "line_rate")]
     pub port_per_host: bool,
+    /// Serve Prometheus metrics (counters, jobs, queues) on this address,
+    /// e.g. 127.0.0.1:9471. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The ports' pacing, from --line-rate and --queue-bytes.
@@ -120,6 +125,16 @@ pub fn run(args: &EmuArgs) -> Result<()> {
         args.backend,
         emu.control_addr()
     );
+    let _metrics = match args.metrics {
+        Some(addr) => {
+            let control = emu.control_addr();
+            let m = MetricsServer::start(addr, move || metrics::emulator(control))
+                .with_context(|| format!("serve metrics on {addr}"))?;
+            eprintln!("inagg emu: metrics on http://{}/metrics", m.addr());
+            Some(m)
+        }
+        None => None,
+    };
     emu.wait();
     Ok(())
 }

@@ -361,3 +361,60 @@ fn bad_arguments_get_clear_errors_not_panics() {
         assert!(!text(&out).contains("panicked"), "{}", text(&out));
     }
 }
+
+/// `inagg emu --metrics ADDR`: a Prometheus scrape shows the job, its
+/// counters and the drops by reason, as `ctl counters` does.
+#[test]
+fn the_emulator_serves_prometheus_metrics() {
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let emu = Emu::start(&["--metrics", &metrics.to_string()]);
+    let ok = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "4",
+        "--workers",
+        "127.0.0.1:5000",
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    // A datagram that is not inagg: counted as malformed.
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.send_to(b"junk", emu.data).unwrap();
+    let scrape = || -> String {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(metrics).unwrap();
+        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = scrape();
+        if body.contains("inagg_drops_total{reason=\"malformed\"} 1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(
+        body.contains("inagg_drops_total{reason=\"malformed\"} 1\n"),
+        "{body}"
+    );
+    assert!(body.contains("inagg_rx_packets_total 1\n"), "{body}");
+    assert!(
+        body.contains("inagg_job_results_total{job=\"4\"} 0\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE inagg_job_results_total counter\n"),
+        "{body}"
+    );
+}

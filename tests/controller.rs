@@ -223,6 +223,18 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     };
     assert_eq!(named(0), ["a", "b", "c"]);
     assert_eq!(named(1), ["d"]);
+    // The same for Prometheus (`inagg controller --metrics ADDR`).
+    let text = inagg_switch_control::metrics::controller(ctl.addr(), None).unwrap();
+    let site = format!("role=\"fallback\",site=\"{}\"", fallback.control_addr());
+    assert!(
+        text.contains(&format!("inagg_site_up{{{site}}} 1\n")),
+        "{text}"
+    );
+    let d_results = format!(
+        "inagg_job_results_total{{{site},job=\"{}\",name=\"d\"}}",
+        d.id
+    );
+    assert!(text.contains(&d_results), "{text}");
     let sw = stats[0].counters.as_ref().unwrap();
     assert!(sw.dropped(inagg_emu::DropReason::InjectedEgress) > 0);
     drop(ctl);

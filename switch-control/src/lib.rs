@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod controller;
 mod ctl_controller;
 pub mod emu;
+pub mod metrics;
 pub mod target;
 
 #[cfg(feature = "bmv2")]
