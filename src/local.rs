@@ -129,13 +129,21 @@ pub fn run_all<T: Send>(
             .zip(data.iter_mut())
             .map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice())))
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(i, h)| match h.join() {
-                Ok(r) => r.with_context(|| format!("worker {i}")),
-                Err(_) => Err(anyhow::anyhow!("worker {i} panicked")),
-            })
-            .collect()
+        join_workers(handles)
     })
+}
+
+/// Joins one thread per worker, in worker order; the first failure (or
+/// panic) names its worker.
+pub fn join_workers<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, inagg_host_agent::Result<T>>>,
+) -> Result<Vec<T>> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| match h.join() {
+            Ok(r) => r.with_context(|| format!("worker {i}")),
+            Err(_) => Err(anyhow::anyhow!("worker {i} panicked")),
+        })
+        .collect()
 }

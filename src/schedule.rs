@@ -8,7 +8,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use inagg_host_agent::sched::{self, Completed, Element, Policy, SchedStats, Tensor};
 use inagg_host_agent::Worker;
 
@@ -60,14 +60,7 @@ pub fn run<T: Element>(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(i, h)| match h.join() {
-                Ok(r) => r.with_context(|| format!("worker {i}")),
-                Err(_) => Err(anyhow::anyhow!("worker {i} panicked")),
-            })
-            .collect()
+        crate::local::join_workers(handles)
     })
 }
 
