@@ -100,9 +100,6 @@ fn priority_order_lets_a_late_urgent_tensor_overtake_the_bulk_one_exactly() {
                 "{policy:?}: the urgent tensor finishes first"
             );
             assert_eq!(finish_rank(r, BULK), Some(2), "{policy:?}: bulk last");
-            let c = &r.done[0];
-            assert!(c.agreed >= r.done[2].agreed, "agreed no earlier than bulk");
-            assert!(r.stats.transport.packets_received > 0);
         }
     }
 }

@@ -56,10 +56,8 @@ pub enum JobError {
         queues: u8,
     },
     /// A job's priority map lists a class twice.
-    #[error("job {id}: priority class {class} is mapped twice; give each class one queue")]
+    #[error("priority class {class} is mapped twice; give each class one queue")]
     DuplicateClass {
-        /// The job.
-        id: u16,
         /// The repeated class.
         class: u8,
     },
@@ -193,15 +191,7 @@ pub fn validate_job<'a>(
             slots: config.slots,
         });
     }
-    for (i, cq) in spec.queues.iter().enumerate() {
-        crate::switch::check_queue(cq.queue)?;
-        if spec.queues[..i].iter().any(|o| o.class == cq.class) {
-            return Err(JobError::DuplicateClass {
-                id,
-                class: cq.class,
-            });
-        }
-    }
+    check_queue_map(&spec.queues)?;
     for other in existing {
         if other.id == id {
             return Err(JobError::DuplicateId { id });
@@ -215,6 +205,18 @@ pub fn validate_job<'a>(
                 other_base: other.pool_base,
                 other_end: other.pool_end(),
             });
+        }
+    }
+    Ok(())
+}
+
+/// Checks a job's class -> queue map: every queue exists, no class twice
+/// (shared with the controller, which checks a map before storing it).
+pub fn check_queue_map(queues: &[ClassQueue]) -> Result<(), JobError> {
+    for (i, cq) in queues.iter().enumerate() {
+        crate::switch::check_queue(cq.queue)?;
+        if queues[..i].iter().any(|o| o.class == cq.class) {
+            return Err(JobError::DuplicateClass { class: cq.class });
         }
     }
     Ok(())

@@ -39,7 +39,7 @@
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::{Error, Result, Stats, Worker};
 
@@ -202,20 +202,27 @@ struct Held<T> {
     next: usize,
     /// Elements whose sums have come back.
     summed: usize,
-    done: bool,
 }
 
 impl<T> Held<T> {
-    /// The tensor, handed back to the caller (its buffer leaves with it).
-    fn take(&mut self) -> Tensor<T> {
+    /// The completed tensor, handed back to the caller (its buffer leaves
+    /// with it).
+    fn finish(&mut self, seq: usize, now: Instant) -> Completed<T> {
         let priority = self.tensor.priority;
-        std::mem::replace(
+        let tensor = std::mem::replace(
             &mut self.tensor,
             Tensor {
                 data: Vec::new(),
                 priority,
             },
-        )
+        );
+        Completed {
+            seq,
+            tensor,
+            submitted: self.submitted,
+            agreed: self.agreed.unwrap_or(now),
+            finished: now,
+        }
     }
 }
 
@@ -247,7 +254,6 @@ pub fn run<T: Element>(
     let workers = i64::from(worker.config().workers);
     let mut held: Vec<Held<T>> = Vec::with_capacity(expected);
     let mut base = 0usize; // lowest tensor not yet agreed
-    let mut agreed_flags = vec![false; expected];
     let mut pending: VecDeque<usize> = VecDeque::new();
     let mut finished = 0usize;
     let mut stats = SchedStats::default();
@@ -256,7 +262,7 @@ pub fn run<T: Element>(
     while finished < expected {
         receive(source, &mut held, expected)?;
         let picks = pick(&mut held, &mut pending, policy.order, slice, credit, k);
-        build(&held, &picks, base, expected, k, &mut buf, &mut classes);
+        build(&held, &picks, base, k, &mut buf, &mut classes);
         let s = T::allreduce(worker, &mut buf, &classes)?;
         stats.transport.merge(&s);
         stats.epochs += 1;
@@ -268,30 +274,23 @@ pub fn run<T: Element>(
             let h = &mut held[p.seq];
             h.tensor.data[p.range.clone()].copy_from_slice(&buf[p.at..p.at + p.range.len()]);
             h.summed += p.range.len();
-        }
-        for p in &picks {
-            let h = &mut held[p.seq];
-            if !h.done && h.summed == h.tensor.data.len() {
-                h.done = true;
+            // Reached once, by the tensor's last slice.
+            if h.summed == h.tensor.data.len() {
                 finished += 1;
-                done(Completed {
-                    seq: p.seq,
-                    tensor: h.take(),
-                    submitted: h.submitted,
-                    agreed: h.agreed.unwrap_or(now),
-                    finished: now,
-                });
+                done(h.finish(p.seq, now));
             }
         }
+        // A flag summing to n was 1 here too, so the tensor is in `held`
+        // (`get_mut` all the same: a peer's bytes never index blindly).
         for (i, flag) in buf[..k].iter().enumerate() {
             let seq = base + i;
-            if seq < expected && !agreed_flags[seq] && flag.count() == workers {
-                agreed_flags[seq] = true;
-                held[seq].agreed = Some(now);
+            let newly = held.get_mut(seq).filter(|h| h.agreed.is_none());
+            if let Some(h) = newly.filter(|_| flag.count() == workers) {
+                h.agreed = Some(now);
                 pending.push_back(seq);
             }
         }
-        while base < expected && agreed_flags[base] {
+        while held.get(base).is_some_and(|h| h.agreed.is_some()) {
             base += 1;
         }
         finished += complete_empty(&mut held, &mut pending, now, &mut done);
@@ -313,7 +312,6 @@ fn receive<T>(
                 agreed: None,
                 next: 0,
                 summed: 0,
-                done: false,
             }),
             Err(TryRecvError::Empty) => break,
             Err(TryRecvError::Disconnected) => {
@@ -378,19 +376,11 @@ fn complete_empty<T>(
 ) -> usize {
     let mut n = 0;
     pending.retain(|&seq| {
-        let h = &mut held[seq];
-        if !h.tensor.data.is_empty() {
+        if !held[seq].tensor.data.is_empty() {
             return true;
         }
-        h.done = true;
         n += 1;
-        done(Completed {
-            seq,
-            tensor: h.take(),
-            submitted: h.submitted,
-            agreed: now,
-            finished: now,
-        });
+        done(held[seq].finish(seq, now));
         false
     });
     n
@@ -403,7 +393,6 @@ fn build<T: Element>(
     held: &[Held<T>],
     picks: &[Pick],
     base: usize,
-    expected: usize,
     k: usize,
     buf: &mut Vec<T>,
     classes: &mut Vec<u8>,
@@ -415,7 +404,7 @@ fn build<T: Element>(
     buf.resize(len, T::default());
     classes.clear();
     for (i, flag) in buf[..k].iter_mut().enumerate() {
-        if base + i < expected.min(held.len()) {
+        if base + i < held.len() {
             *flag = T::ONE;
         }
     }
@@ -433,17 +422,6 @@ fn build<T: Element>(
     }
 }
 
-/// How long each completed tensor took from its submission, by seq: what
-/// the benchmarks compare across policies.
-pub fn latencies<T>(done: &[Completed<T>]) -> Vec<(usize, Duration)> {
-    let mut v: Vec<_> = done
-        .iter()
-        .map(|c| (c.seq, c.finished.duration_since(c.submitted)))
-        .collect();
-    v.sort_by_key(|&(s, _)| s);
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,7 +437,6 @@ mod tests {
                 agreed: None,
                 next: 0,
                 summed: 0,
-                done: false,
             })
             .collect()
     }
@@ -542,7 +519,7 @@ mod tests {
         let mut pending = VecDeque::from([0, 1]);
         let p = pick(&mut h, &mut pending, Order::Fifo, 100, 4, 10);
         let (mut buf, mut classes) = (Vec::new(), Vec::new());
-        build(&h, &p, 0, 3, 10, &mut buf, &mut classes);
+        build(&h, &p, 0, 10, &mut buf, &mut classes);
         assert_eq!(buf.len(), 10 + 20 + 10);
         assert_eq!(&buf[..10], &[1, 1, 0, 0, 0, 0, 0, 0, 0, 0], "2 of 3 held");
         assert_eq!(&buf[10..25], &h[0].tensor.data[..]);

@@ -619,16 +619,8 @@ fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
     if d.elements == 0 {
         return bad("K (elements per packet) must be at least 1".into());
     }
-    for (i, cq) in d.queues.iter().enumerate() {
-        if let Err(e) = inagg_emu::switch::check_queue(cq.queue) {
-            return bad(e.to_string());
-        }
-        if d.queues[..i].iter().any(|o| o.class == cq.class) {
-            return bad(format!(
-                "priority class {} is mapped twice; give each class one queue",
-                cq.class
-            ));
-        }
+    if let Err(e) = inagg_emu::api::check_queue_map(&d.queues) {
+        return bad(e.to_string());
     }
     if let Some(e) = &d.endpoints {
         if e.len() != usize::from(d.workers) {
