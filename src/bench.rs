@@ -183,6 +183,7 @@ fn emu_rate(k: u16) -> Result<EmuRate> {
         elements: k,
         generation: 0,
         queues: Vec::new(),
+        group: None,
     })?;
     let packets: Vec<Vec<Vec<u8>>> = (0..2u8)
         .map(|set| {

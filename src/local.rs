@@ -110,6 +110,7 @@ impl LocalCluster {
             elements: p.elements,
             generation: 0,
             queues,
+            group: None,
         };
         let mut target = EmuTarget::connect(self.control_addr())?;
         install_job(&mut target, &spec).with_context(|| format!("install job {}", p.id))?;

@@ -525,3 +525,110 @@ impl OutputAsync for std::process::Command {
             .unwrap()
     }
 }
+
+#[test]
+fn the_controller_allocates_job_groups_and_keeps_hand_made_ones() {
+    use inagg_host_agent::group::GroupSocket;
+    use inagg_switch_control::controller::api::GroupDecl;
+    let first = emulator(64, 0.0, 3);
+    let (data, control) = (first.emu.data_addr(), first.control_addr());
+    let state = state_file("groups");
+    let ctl = start(control, &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let job = c.create_job(decl("a", 2, 8)).unwrap();
+    let mut sockets: Vec<GroupSocket> = (0..3)
+        .map(|m| GroupSocket::bind("127.0.0.1:0".parse().unwrap(), data, 2, m).unwrap())
+        .collect();
+    let members: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    let hand = c
+        .create_group(GroupDecl {
+            name: "peers".into(),
+            id: None,
+            members: members.clone(),
+        })
+        .unwrap();
+    // The job took group 1 when it was created; the hand-made one gets 2.
+    assert_eq!(
+        (hand.id, hand.owner.as_str(), hand.installed),
+        (2, "hand", true)
+    );
+    let err = c
+        .create_group(GroupDecl {
+            name: "clash".into(),
+            id: Some(1),
+            members: members.clone(),
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("multicast group 1 is in use (job a)"),
+        "{err}"
+    );
+    let err = c.delete_group("a").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("its group goes when the job is deleted"),
+        "{err}"
+    );
+
+    run_job(ctl.addr(), "a", 2, 1000, 5);
+    let on_switch = |t: &mut EmuTarget| -> Vec<(u16, Option<u16>)> {
+        t.groups().unwrap().iter().map(|g| (g.id, g.job)).collect()
+    };
+    let mut t = EmuTarget::connect(control).unwrap();
+    assert_eq!(on_switch(&mut t), vec![(1, Some(job.id)), (2, None)]);
+    let listed = c.groups().unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|g| g.installed), "{listed:?}");
+    assert_eq!(
+        (listed[0].name.as_str(), listed[0].owner.as_str()),
+        ("a", "job")
+    );
+
+    // Deleting the job frees its group; the hand-made one stays.
+    c.delete_job("a").unwrap();
+    assert_eq!(on_switch(&mut t), vec![(2, None)]);
+
+    // The switch restarts empty, then the controller: the group comes back
+    // each time and carries datagrams.
+    first.emu.stop();
+    let _second = LocalCluster::start_config(EmulatorConfig {
+        data_addr: data,
+        control_addr: control,
+        ..EmulatorConfig::ephemeral()
+    })
+    .unwrap();
+    let reinstalled = || {
+        (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            EmuTarget::connect(control)
+                .and_then(|mut t| t.groups())
+                .is_ok_and(|g| g.len() == 1 && g[0].members == members)
+        })
+    };
+    assert!(reinstalled(), "re-installed on the restarted switch");
+    drop(c);
+    drop(ctl);
+    EmuTarget::connect(control)
+        .unwrap()
+        .delete_group(2)
+        .unwrap();
+    let ctl = start(control, &[], &state);
+    assert!(reinstalled(), "re-installed by the restarted controller");
+    sockets[2].send(&[42, 43], 1, 0).unwrap();
+    for s in &mut sockets[..2] {
+        let d = s.recv(Duration::from_secs(5)).unwrap().expect("a copy");
+        assert_eq!((d.sender, d.values), (2, vec![42, 43]));
+    }
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    c.delete_group("peers").unwrap();
+    assert!(EmuTarget::connect(control)
+        .unwrap()
+        .groups()
+        .unwrap()
+        .is_empty());
+    let err = c.delete_group("peers").unwrap_err();
+    assert!(err.to_string().contains("no group \"peers\""), "{err}");
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}

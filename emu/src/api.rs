@@ -33,6 +33,12 @@ pub struct JobSpec {
     /// job without a map behaves as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<ClassQueue>,
+    /// The multicast group that carries this job's results: installed with
+    /// the job (members = its workers, replication id = worker id) and freed
+    /// with it. `None`: the target picks one (bmv2: job id + 1; the
+    /// emulator: no group-table entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u16>,
 }
 
 impl JobSpec {
@@ -42,8 +48,8 @@ impl JobSpec {
     }
 }
 
-/// Why a job cannot be installed, found or removed. The operator's fault:
-/// every message says what to change.
+/// Why a job or a multicast group cannot be installed, found or removed.
+/// The operator's fault: every message says what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum JobError {
@@ -135,6 +141,49 @@ pub enum JobError {
         /// That job's pool end.
         other_end: u64,
     },
+    /// Group id 0 means "no group" on a switch (as in P4Runtime).
+    #[error("multicast group 0 is reserved; pick a group id from 1 to 65535")]
+    GroupZero,
+    /// The group id is taken by a job's group or a group made by hand.
+    #[error("multicast group {group} is in use ({owner}); pick another id or delete it first")]
+    GroupInUse {
+        /// The id asked for.
+        group: u16,
+        /// Who holds it: "job N" or "made by hand".
+        owner: String,
+    },
+    /// No such group.
+    #[error("no multicast group {group} is installed")]
+    UnknownGroup {
+        /// The id asked for.
+        group: u16,
+    },
+    /// A group made by hand cannot be deleted alone while it is a job's.
+    #[error("multicast group {group} belongs to job {job}; it goes when the job is deleted")]
+    GroupOfJob {
+        /// The group.
+        group: u16,
+        /// Its job.
+        job: u16,
+    },
+    /// A group without members, or with more than the switch replicates.
+    #[error("multicast group {group} has {count} members; give 1 to {max}")]
+    BadMembers {
+        /// The group.
+        group: u16,
+        /// Members given.
+        count: usize,
+        /// The most a group may have.
+        max: usize,
+    },
+    /// Two members with the same endpoint.
+    #[error("multicast group {group}: member {addr} is listed twice")]
+    DuplicateMember {
+        /// The group.
+        group: u16,
+        /// The repeated endpoint.
+        addr: SocketAddr,
+    },
     /// K is zero or larger than the switch supports.
     #[error("job {id}: {elements} elements per packet; the switch supports 1 to {max}")]
     BadElements {
@@ -192,7 +241,18 @@ pub fn validate_job<'a>(
         });
     }
     check_queue_map(&spec.queues)?;
+    if spec.group == Some(0) {
+        return Err(JobError::GroupZero);
+    }
     for other in existing {
+        if let (Some(g), Some(o)) = (spec.group, other.group) {
+            if g == o {
+                return Err(JobError::GroupInUse {
+                    group: g,
+                    owner: format!("job {}", other.id),
+                });
+            }
+        }
         if other.id == id {
             return Err(JobError::DuplicateId { id });
         }
@@ -229,6 +289,60 @@ pub struct JobInfo {
     pub spec: JobSpec,
     /// What it has done.
     pub counters: JobCounters,
+}
+
+/// The most members a multicast group may have (the worker field that names
+/// a member is 16 bits; bmv2 and Tofino replicate far more than this).
+pub const MAX_GROUP_MEMBERS: usize = 1024;
+
+/// A multicast group made by hand: datagrams of kind multicast sent to it by
+/// one member are copied to every other member, unaggregated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSpec {
+    /// Group id, carried in the header's job field; 1 to 65535.
+    pub id: u16,
+    /// Member endpoints; member index = position (the header's worker field).
+    pub members: Vec<SocketAddr>,
+}
+
+/// Checks a group made by hand on its own (ids in use are the switch's check).
+pub fn check_group(spec: &GroupSpec) -> Result<(), JobError> {
+    let group = spec.id;
+    if group == 0 {
+        return Err(JobError::GroupZero);
+    }
+    let count = spec.members.len();
+    if count == 0 || count > MAX_GROUP_MEMBERS {
+        return Err(JobError::BadMembers {
+            group,
+            count,
+            max: MAX_GROUP_MEMBERS,
+        });
+    }
+    for (i, a) in spec.members.iter().enumerate() {
+        if spec.members[..i].contains(a) {
+            return Err(JobError::DuplicateMember { group, addr: *a });
+        }
+    }
+    Ok(())
+}
+
+/// A multicast group as the switch reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    /// Group id.
+    pub id: u16,
+    /// Members; index = member (or worker) id.
+    pub members: Vec<SocketAddr>,
+    /// The job whose results it carries; `None`: made by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u16>,
+    /// Group datagrams admitted.
+    #[serde(default)]
+    pub packets: u64,
+    /// Copies made of them (one per member but the sender).
+    #[serde(default)]
+    pub copies: u64,
 }
 
 /// The switch's memory and limits.
@@ -347,6 +461,18 @@ pub enum Request {
     },
     /// The egress ports' line rate and per-queue counters.
     Queues,
+    /// Install a multicast group made by hand.
+    CreateGroup {
+        /// The group.
+        group: GroupSpec,
+    },
+    /// Remove a group made by hand.
+    DeleteGroup {
+        /// Its id.
+        id: u16,
+    },
+    /// Every multicast group, the jobs' and those made by hand.
+    ListGroups,
     /// Send a priority class's packets through an egress queue (the P4
     /// programs' `priority_to_queue` entry).
     SetPriorityQueue {
@@ -394,6 +520,11 @@ pub enum Reply {
     Faults {
         /// The settings.
         faults: FaultConfig,
+    },
+    /// To `ListGroups`.
+    Groups {
+        /// The groups, by id.
+        groups: Vec<GroupInfo>,
     },
     /// To `Queues`.
     Queues {
@@ -462,6 +593,7 @@ mod tests {
             elements: 64,
             generation: 0,
             queues: Vec::new(),
+            group: None,
         }
     }
 

@@ -141,6 +141,7 @@ impl JobVector {
             elements: self.elements,
             generation: self.generation,
             queues: Vec::new(),
+            group: None,
         }
     }
 }
@@ -161,6 +162,7 @@ impl Fields {
         let kind = match self.kind.as_str() {
             "contribution" => Kind::Contribution,
             "result" => Kind::Result,
+            "multicast" => Kind::Multicast,
             other => return Err(format!("unknown kind {other:?}")),
         };
         let repr = Repr {
@@ -322,6 +324,14 @@ fn egress(
             })
             .collect(),
         Action::Unicast { to } => vec![sent(to, result.to_vec())],
+        Action::Replicate { group, sender } => sw
+            .members(group)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter(|&(id, _)| id != usize::from(sender))
+            .map(|(_, &to)| sent(to, result.to_vec()))
+            .collect(),
         Action::Absorbed | Action::Drop(_) => Vec::new(),
     }
 }

@@ -13,7 +13,8 @@ pub enum DropReason {
     NotContribution,
     /// No job with the packet's job id is installed.
     UnknownJob,
-    /// The sender is not the worker the packet names, or the id is out of range.
+    /// The sender is not the worker (or group member) the packet names, or
+    /// the id is out of range.
     UnknownWorker,
     /// The slot index is outside the job's pool.
     SlotOutOfPool,
@@ -33,11 +34,13 @@ pub enum DropReason {
     Undeliverable,
     /// A copy tail-dropped by a full egress queue (ports with a line rate).
     QueueFull,
+    /// A multicast datagram naming a group that is not installed.
+    UnknownGroup,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -50,6 +53,7 @@ impl DropReason {
         DropReason::InjectedEgress,
         DropReason::Undeliverable,
         DropReason::QueueFull,
+        DropReason::UnknownGroup,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -67,6 +71,7 @@ impl DropReason {
             DropReason::InjectedEgress => "injected_egress",
             DropReason::Undeliverable => "undeliverable",
             DropReason::QueueFull => "queue_full",
+            DropReason::UnknownGroup => "unknown_group",
         }
     }
 }
@@ -83,7 +88,7 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 12],
+    pub drops: [u64; 13],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.

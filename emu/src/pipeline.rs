@@ -147,6 +147,16 @@ impl Pipeline {
                     self.egress(state, &head, &payload, addr, out);
                 }
             }
+            Action::Replicate { group, sender } => {
+                for id in 0.. {
+                    let Some(&addr) = state.switch.members(group).and_then(|m| m.get(id)) else {
+                        break;
+                    };
+                    if id != usize::from(sender) {
+                        self.egress(state, &head, &payload, addr, out);
+                    }
+                }
+            }
             Action::Absorbed | Action::Drop(_) => {}
         }
     }

@@ -403,6 +403,14 @@ pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Res
         Request::DeleteJob { id } => sw.delete_job(id).map(|_| Reply::Done).map_err(Into::into),
         Request::GetJob { id } => sw.job(id).map(|job| Reply::Job { job }).map_err(Into::into),
         Request::ListJobs => Ok(Reply::Jobs { jobs: sw.jobs() }),
+        Request::CreateGroup { group } => sw
+            .create_group(group)
+            .map(|_| Reply::Done)
+            .map_err(Into::into),
+        Request::DeleteGroup { id } => sw.delete_group(id).map(|_| Reply::Done).map_err(Into::into),
+        Request::ListGroups => Ok(Reply::Groups {
+            groups: sw.groups(),
+        }),
         Request::Pools => Ok(Reply::Pools { pools: sw.pools() }),
         Request::Counters => Ok(Reply::Counters {
             counters: sw.counters().clone(),

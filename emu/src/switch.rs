@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
-use crate::api::{validate_job, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
+use crate::api::{
+    check_group, validate_job, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap,
+    SwitchInfo,
+};
 use crate::counters::{Counters, DropReason, JobCounters};
 
 /// Size of the switch's aggregator memory and the packets it accepts.
@@ -70,6 +73,14 @@ pub enum Action {
         /// The job whose workers receive it.
         job: u16,
     },
+    /// A group datagram (copied verbatim to the output buffer) goes to every
+    /// member of the group but its sender.
+    Replicate {
+        /// The group.
+        group: u16,
+        /// The sender's member index (it gets no copy).
+        sender: u16,
+    },
     /// A retransmission to a completed slot: the stored result (written to the
     /// output buffer) goes back to the sender only.
     Unicast {
@@ -90,11 +101,30 @@ pub fn check_queue(queue: u8) -> Result<(), JobError> {
     Ok(())
 }
 
+/// One entry of the multicast group table.
+#[derive(Debug, Clone)]
+struct Group {
+    members: Vec<SocketAddr>,
+    /// The job whose results it carries; `None`: made by hand.
+    job: Option<u16>,
+    packets: u64,
+    copies: u64,
+}
+
+impl Group {
+    fn owner(&self) -> String {
+        self.job
+            .map_or_else(|| "made by hand".to_string(), |j| format!("job {j}"))
+    }
+}
+
 /// The software switch's state.
 #[derive(Debug)]
 pub struct Switch {
     config: SwitchConfig,
     jobs: BTreeMap<u16, Job>,
+    /// The multicast group table: jobs' groups and groups made by hand.
+    groups: BTreeMap<u16, Group>,
     counters: Counters,
     /// Egress queue of each priority class (the P4 `priority_to_queue`
     /// table); every class starts on queue 0.
@@ -111,6 +141,7 @@ impl Switch {
         Switch {
             config,
             jobs: BTreeMap::new(),
+            groups: BTreeMap::new(),
             counters: Counters::default(),
             queues: [0; 256],
         }
@@ -157,6 +188,18 @@ impl Switch {
     pub fn create_job(&mut self, spec: JobSpec) -> Result<(), JobError> {
         let existing: Vec<&JobSpec> = self.jobs.values().map(|j| &j.spec).collect();
         validate_job(&spec, existing, self.config)?;
+        if let Some(g) = spec.group {
+            self.check_group_free(g)?;
+            self.groups.insert(
+                g,
+                Group {
+                    members: spec.workers.clone(),
+                    job: Some(spec.id),
+                    packets: 0,
+                    copies: 0,
+                },
+            );
+        }
         let sets = spec.pool_size as usize * 2;
         let job = Job {
             sets: vec![SetState::default(); sets],
@@ -168,12 +211,74 @@ impl Switch {
         Ok(())
     }
 
-    /// Removes a job and frees its pool.
+    /// Removes a job and frees its pool and its multicast group.
     pub fn delete_job(&mut self, id: u16) -> Result<JobSpec, JobError> {
-        self.jobs
+        let spec = self
+            .jobs
             .remove(&id)
             .map(|j| j.spec)
-            .ok_or(JobError::UnknownJob { id })
+            .ok_or(JobError::UnknownJob { id })?;
+        if let Some(g) = spec.group {
+            self.groups.remove(&g);
+        }
+        Ok(spec)
+    }
+
+    fn check_group_free(&self, group: u16) -> Result<(), JobError> {
+        match self.groups.get(&group) {
+            Some(g) => Err(JobError::GroupInUse {
+                group,
+                owner: g.owner(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Installs a multicast group made by hand.
+    pub fn create_group(&mut self, spec: GroupSpec) -> Result<(), JobError> {
+        check_group(&spec)?;
+        self.check_group_free(spec.id)?;
+        self.groups.insert(
+            spec.id,
+            Group {
+                members: spec.members,
+                job: None,
+                packets: 0,
+                copies: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes a group made by hand (a job's goes with the job).
+    pub fn delete_group(&mut self, group: u16) -> Result<(), JobError> {
+        match self.groups.get(&group) {
+            None => Err(JobError::UnknownGroup { group }),
+            Some(Group { job: Some(job), .. }) => Err(JobError::GroupOfJob { group, job: *job }),
+            Some(_) => {
+                self.groups.remove(&group);
+                Ok(())
+            }
+        }
+    }
+
+    /// Every multicast group with its counters, by id.
+    pub fn groups(&self) -> Vec<GroupInfo> {
+        self.groups
+            .iter()
+            .map(|(&id, g)| GroupInfo {
+                id,
+                members: g.members.clone(),
+                job: g.job,
+                packets: g.packets,
+                copies: g.copies,
+            })
+            .collect()
+    }
+
+    /// The member endpoints of a group (for replication).
+    pub fn members(&self, group: u16) -> Option<&[SocketAddr]> {
+        self.groups.get(&group).map(|g| g.members.as_slice())
     }
 
     /// A job's spec and counters.
@@ -224,6 +329,9 @@ impl Switch {
         for job in self.jobs.values_mut() {
             job.counters = JobCounters::default();
         }
+        for group in self.groups.values_mut() {
+            (group.packets, group.copies) = (0, 0);
+        }
     }
 
     /// Processes one datagram from `from`. When the action is `Multicast` or
@@ -244,6 +352,9 @@ impl Switch {
             Ok(r) => r,
             Err(_) => return Action::Drop(DropReason::Malformed),
         };
+        if repr.kind == Kind::Multicast {
+            return self.relay(&repr, data, from, out);
+        }
         if repr.kind != Kind::Contribution {
             return Action::Drop(DropReason::NotContribution);
         }
@@ -255,6 +366,25 @@ impl Switch {
             return Action::Drop(reason);
         }
         job.contribute(&repr, &data[HEADER_LEN..], from, out)
+    }
+
+    /// A group datagram: admitted when its sender is the member it names,
+    /// then copied unchanged (docs/PROTOCOL.md, "Multicast groups").
+    fn relay(&mut self, repr: &Repr, data: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+        let Some(group) = self.groups.get_mut(&repr.job) else {
+            return Action::Drop(DropReason::UnknownGroup);
+        };
+        if group.members.get(usize::from(repr.worker)) != Some(&from) {
+            return Action::Drop(DropReason::UnknownWorker);
+        }
+        group.packets += 1;
+        group.copies += group.members.len() as u64 - 1;
+        out.clear();
+        out.extend_from_slice(data);
+        Action::Replicate {
+            group: repr.job,
+            sender: repr.worker,
+        }
     }
 }
 
@@ -382,6 +512,7 @@ mod tests {
             elements: 2,
             generation: 0,
             queues: Vec::new(),
+            group: None,
         })
         .unwrap();
         sw
@@ -628,6 +759,7 @@ mod tests {
             elements: 2,
             generation: 0,
             queues: Vec::new(),
+            group: None,
         })
         .unwrap();
         let mut out = Vec::new();
@@ -644,5 +776,126 @@ mod tests {
         send(&mut sw, 1, 0, 0, [1, 1], &mut out);
         send(&mut sw, 2, 0, 0, [1, 1], &mut out);
         assert_eq!(result(&out).1, [3, 3]);
+    }
+
+    /// A group datagram of group `group` from member `member`.
+    fn group_packet(group: u16, member: u16, values: [i32; 2]) -> Vec<u8> {
+        let repr = Repr {
+            kind: Kind::Multicast,
+            ..Repr::contribution(group, 0, 0, member, 2, 77)
+        };
+        let mut buf = vec![0; repr.buffer_len()];
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        repr.emit(&mut p);
+        payload::write_i32s(p.payload_mut(), &values);
+        buf
+    }
+
+    #[test]
+    fn a_group_datagram_is_copied_unchanged_to_the_other_members() {
+        let mut sw = switch();
+        let members = vec![addr(2000), addr(2001), addr(2002)];
+        sw.create_group(GroupSpec { id: 9, members }).unwrap();
+        let mut out = Vec::new();
+        let bytes = group_packet(9, 1, [5, -5]);
+        assert_eq!(
+            sw.process(&bytes, addr(2001), &mut out),
+            Action::Replicate {
+                group: 9,
+                sender: 1
+            }
+        );
+        assert_eq!(out, bytes);
+        let g = &sw.groups()[0];
+        assert_eq!((g.packets, g.copies, g.job), (1, 2, None));
+        // Aggregation state is untouched: job 1 saw nothing.
+        assert_eq!(sw.job(1).unwrap().counters.contributions, 0);
+    }
+
+    #[test]
+    fn group_datagrams_from_strangers_or_to_unknown_groups_are_dropped() {
+        let mut sw = switch();
+        sw.create_group(GroupSpec {
+            id: 9,
+            members: vec![addr(2000), addr(2001)],
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        // Member 1's id from member 0's endpoint, and an id out of range.
+        for (member, from) in [(1, addr(2000)), (5, addr(2000))] {
+            assert_eq!(
+                sw.process(&group_packet(9, member, [1, 1]), from, &mut out),
+                Action::Drop(DropReason::UnknownWorker)
+            );
+        }
+        assert_eq!(
+            sw.process(&group_packet(8, 0, [1, 1]), addr(2000), &mut out),
+            Action::Drop(DropReason::UnknownGroup)
+        );
+        assert_eq!(sw.counters().dropped(DropReason::UnknownGroup), 1);
+        assert_eq!(sw.counters().dropped(DropReason::UnknownWorker), 2);
+        assert_eq!(sw.groups()[0].packets, 0);
+    }
+
+    #[test]
+    fn a_jobs_group_comes_and_goes_with_the_job_and_ids_never_clash() {
+        let mut sw = switch();
+        let spec = |id: u16, group: u16| JobSpec {
+            id,
+            workers: vec![addr(3000), addr(3001)],
+            pool_base: 30,
+            pool_size: 2,
+            elements: 2,
+            generation: 0,
+            queues: Vec::new(),
+            group: Some(group),
+        };
+        sw.create_job(spec(2, 5)).unwrap();
+        assert_eq!(sw.groups()[0].job, Some(2));
+        assert_eq!(sw.groups()[0].members, vec![addr(3000), addr(3001)]);
+        let hand = GroupSpec {
+            id: 5,
+            members: vec![addr(1)],
+        };
+        assert_eq!(
+            sw.create_group(hand.clone()).unwrap_err().to_string(),
+            "multicast group 5 is in use (job 2); pick another id or delete it first"
+        );
+        assert_eq!(
+            sw.delete_group(5),
+            Err(JobError::GroupOfJob { group: 5, job: 2 })
+        );
+        sw.delete_job(2).unwrap();
+        assert!(sw.groups().is_empty());
+        sw.create_group(hand).unwrap();
+        assert!(matches!(
+            sw.create_job(spec(2, 5)),
+            Err(JobError::GroupInUse { group: 5, .. })
+        ));
+        assert!(sw.job(2).is_err(), "a refused job is not half-installed");
+        assert_eq!(sw.create_job(spec(2, 0)), Err(JobError::GroupZero));
+        sw.delete_group(5).unwrap();
+        assert_eq!(sw.delete_group(5), Err(JobError::UnknownGroup { group: 5 }));
+    }
+
+    #[test]
+    fn bad_groups_are_refused() {
+        let mut sw = switch();
+        let bad = |members: Vec<SocketAddr>| GroupSpec { id: 3, members };
+        assert!(matches!(
+            sw.create_group(bad(Vec::new())),
+            Err(JobError::BadMembers { count: 0, .. })
+        ));
+        assert!(matches!(
+            sw.create_group(bad(vec![addr(1), addr(1)])),
+            Err(JobError::DuplicateMember { .. })
+        ));
+        assert_eq!(
+            sw.create_group(GroupSpec {
+                id: 0,
+                members: vec![addr(1)]
+            }),
+            Err(JobError::GroupZero)
+        );
     }
 }

@@ -20,6 +20,7 @@ mod codec;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 mod engine;
+pub mod group;
 mod link;
 pub mod quant;
 pub mod sched;

@@ -45,6 +45,10 @@ const drop_reason_t DROP_SLOT_OUT_OF_POOL  = 4;  /* slot >= pool size */
 const drop_reason_t DROP_WRONG_ELEMENTS    = 5;  /* elements != the job's K */
 const drop_reason_t DROP_STALE_GENERATION  = 6;  /* generation != the job's */
 const drop_reason_t DROP_DUPLICATE_PENDING = 7;  /* retransmission to an incomplete set */
+/* 10 undeliverable and 11 queue_full are the emulator's egress; 12
+ * unknown_group is the group datagrams (kind 3) that the programs do not
+ * relay yet: they count them as malformed (docs/PROTOCOL.md, "Multicast
+ * groups"). */
 #define INAGG_DROP_REASONS 10
 
 #endif /* _INAGG_PROTOCOL_P4_ */

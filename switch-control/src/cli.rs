@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use inagg_emu::api::{JobInfo, JobSpec, PoolMap};
+use inagg_emu::api::{GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap};
 use inagg_emu::counters::{Counters, DropReason};
 use inagg_emu::egress::{describe_map, ClassQueue};
 use inagg_emu::FaultConfig;
@@ -98,6 +98,10 @@ pub enum CtlCommand {
     /// Jobs: create, list, show, delete.
     #[command(subcommand, alias = "jobs")]
     Job(JobCommand),
+    /// Multicast groups: the jobs' result groups and groups made by hand
+    /// for unaggregated group datagrams.
+    #[command(subcommand, alias = "groups")]
+    Group(GroupCommand),
     /// Aggregator memory: which slots each job's pool holds, what is free.
     #[command(alias = "pools")]
     Pool,
@@ -200,6 +204,10 @@ pub enum JobCommand {
             value_delimiter = ','
         )]
         class_queue: Vec<ClassQueue>,
+        /// The multicast group for the job's results (direct only; the
+        /// controller allocates one) [default: the target's pick].
+        #[arg(long)]
+        group: Option<u16>,
     },
     /// List jobs.
     #[command(alias = "ls")]
@@ -214,6 +222,34 @@ pub enum JobCommand {
     Delete {
         /// Job id (with --controller: its name).
         job: String,
+    },
+}
+
+/// Multicast group verbs.
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Make a group by hand: a member's group datagrams are copied to every
+    /// other member. Directly: --id. Through --controller: --name (the id is
+    /// allocated unless --id is given).
+    Create {
+        /// Group id (1-65535).
+        #[arg(long)]
+        id: Option<u16>,
+        /// Group name (with --controller).
+        #[arg(long)]
+        name: Option<String>,
+        /// Member endpoints, comma-separated (member id = position).
+        #[arg(long, value_delimiter = ',', required = true)]
+        members: Vec<SocketAddr>,
+    },
+    /// List every group, the jobs' and those made by hand.
+    #[command(alias = "ls")]
+    List,
+    /// Remove a group made by hand (a job's group goes with its job).
+    #[command(alias = "rm")]
+    Delete {
+        /// Group id (with --controller: its name).
+        group: String,
     },
 }
 
@@ -300,6 +336,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             )
         }
         CtlCommand::Job(cmd) => run_job(cmd, t, json, out),
+        CtlCommand::Group(cmd) => run_group(cmd, t, json, out),
         CtlCommand::Pool => {
             let pools = t.pools()?;
             emit(out, json, &pools, |o| write_pools(o, &pools))
@@ -411,6 +448,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             elements,
             generation,
             class_queue,
+            group,
         } => {
             if name.is_some() || count.is_some() || slots.is_some() || no_fallback {
                 return Err(usage(
@@ -435,6 +473,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
                 elements,
                 generation,
                 queues: class_queue,
+                group,
             };
             install_job(t, &spec)?;
             emit(out, json, &spec, |o| {
@@ -462,6 +501,71 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             })
         }
     }
+}
+
+fn run_group(cmd: GroupCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        GroupCommand::Create { id, name, members } => {
+            if name.is_some() {
+                return Err(usage("--name is for groups made through --controller ADDR"));
+            }
+            let id = id.ok_or_else(|| usage("--id is needed (or use --controller ADDR)"))?;
+            let spec = GroupSpec { id, members };
+            t.create_group(&spec)?;
+            emit(out, json, &spec, |o| {
+                writeln!(
+                    o,
+                    "created multicast group {id} with {} members",
+                    spec.members.len()
+                )
+            })
+        }
+        GroupCommand::List => {
+            let groups = t.groups()?;
+            emit(out, json, &groups, |o| write_groups(o, &groups))
+        }
+        GroupCommand::Delete { group } => {
+            let id: u16 = group.parse().map_err(|_| {
+                usage(&format!(
+                    "group {group:?}: a switch group is a number (1-65535); named groups are the \
+                     controller's (--controller ADDR)"
+                ))
+            })?;
+            t.delete_group(id)?;
+            emit(out, json, &serde_json::json!({ "deleted": id }), |o| {
+                writeln!(o, "deleted multicast group {id}")
+            })
+        }
+    }
+}
+
+/// The switch's group table: id, owner, members, counters.
+fn write_groups(o: &mut dyn Write, groups: &[GroupInfo]) -> std::io::Result<()> {
+    writeln!(
+        o,
+        "{:>5}  {:<16}  {:>7}  {:>10}  {:>10}  MEMBERS",
+        "GROUP", "OWNER", "MEMBERS", "PACKETS", "COPIES"
+    )?;
+    for g in groups {
+        let owner = g
+            .job
+            .map_or_else(|| "by hand".to_string(), |j| format!("job {j}"));
+        let members: Vec<String> = g.members.iter().map(ToString::to_string).collect();
+        writeln!(
+            o,
+            "{:>5}  {:<16}  {:>7}  {:>10}  {:>10}  {}",
+            g.id,
+            owner,
+            g.members.len(),
+            g.packets,
+            g.copies,
+            members.join(",")
+        )?;
+    }
+    if groups.is_empty() {
+        writeln!(o, "(no multicast groups)")?;
+    }
+    Ok(())
 }
 
 /// A job id from the command line (names are the controller's).
@@ -554,6 +658,9 @@ fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
     }
     if !s.queues.is_empty() {
         writeln!(o, "  priority map  {}", describe_map(&s.queues))?;
+    }
+    if let Some(g) = s.group {
+        writeln!(o, "  multicast group {g}")?;
     }
     writeln!(
         o,

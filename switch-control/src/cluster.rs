@@ -85,6 +85,9 @@ pub struct JobSection {
     /// (`queues = [{ class = 5, queue = 7 }]`).
     #[serde(default)]
     pub queues: Vec<ClassQueue>,
+    /// The multicast group of the job's results [default: the target's pick].
+    #[serde(default)]
+    pub group: Option<u16>,
 }
 
 fn default_elements() -> u16 {
@@ -101,6 +104,7 @@ impl From<&JobSection> for JobSpec {
             elements: j.elements,
             generation: j.generation,
             queues: j.queues.clone(),
+            group: j.group,
         }
     }
 }

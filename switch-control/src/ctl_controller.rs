@@ -4,8 +4,10 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-use crate::cli::{emit, usage, CtlCommand, JobCommand};
-use crate::controller::api::{JobDecl, JobStatus, Placement, SiteStats, SiteStatus};
+use crate::cli::{emit, usage, CtlCommand, GroupCommand, JobCommand};
+use crate::controller::api::{
+    GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStats, SiteStatus,
+};
 use crate::controller::Client;
 use crate::target::{ControlError, Result};
 
@@ -20,6 +22,7 @@ pub fn run(
     let mut c = Client::connect(addr, token)?;
     match command {
         CtlCommand::Job(cmd) => job(&mut c, cmd, json, out),
+        CtlCommand::Group(cmd) => group(&mut c, cmd, json, out),
         CtlCommand::Sites | CtlCommand::Pool => {
             let sites = c.sites()?;
             let jobs = c.jobs()?;
@@ -69,10 +72,11 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             elements,
             generation: _,
             class_queue,
+            group,
         } => {
-            if id.is_some() || pool_base.is_some() || pool_size.is_some() {
+            if id.is_some() || pool_base.is_some() || pool_size.is_some() || group.is_some() {
                 return Err(usage(
-                    "--id, --pool-base and --pool-size are the controller's to choose: \
+                    "--id, --pool-base, --pool-size and --group are the controller's to choose: \
                      give --name, --count and --slots",
                 ));
             }
@@ -128,6 +132,61 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             })
         }
     }
+}
+
+fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        GroupCommand::Create { id, name, members } => {
+            let name = name.ok_or_else(|| usage("--name is needed"))?;
+            let g = c.create_group(GroupDecl { name, id, members })?;
+            emit(out, json, &g, |o| {
+                writeln!(
+                    o,
+                    "created multicast group {:?} (id {}) with {} members",
+                    g.name,
+                    g.id,
+                    g.members.len()
+                )
+            })
+        }
+        GroupCommand::List => {
+            let groups = c.groups()?;
+            emit(out, json, &groups, |o| write_groups(o, &groups))
+        }
+        GroupCommand::Delete { group } => {
+            c.delete_group(&group)?;
+            emit(out, json, &serde_json::json!({ "deleted": group }), |o| {
+                writeln!(o, "deleted multicast group {group:?}")
+            })
+        }
+    }
+}
+
+fn write_groups(o: &mut dyn Write, groups: &[GroupStatus]) -> std::io::Result<()> {
+    writeln!(
+        o,
+        "{:<16} {:>5} {:>5} {:>7} {:>9} {:>10} {:>10}  MEMBERS",
+        "NAME", "ID", "OWNER", "MEMBERS", "STATE", "PACKETS", "COPIES"
+    )?;
+    for g in groups {
+        let members: Vec<String> = g.members.iter().map(ToString::to_string).collect();
+        writeln!(
+            o,
+            "{:<16} {:>5} {:>5} {:>7} {:>9} {:>10} {:>10}  {}",
+            g.name,
+            g.id,
+            g.owner,
+            g.members.len(),
+            if g.installed { "installed" } else { "pending" },
+            g.packets,
+            g.copies,
+            members.join(",")
+        )?;
+    }
+    if groups.is_empty() {
+        writeln!(o, "(no multicast groups)")?;
+    }
+    Ok(())
 }
 
 /// Where a job runs, in words.

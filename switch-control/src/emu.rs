@@ -5,7 +5,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use inagg_emu::api::{JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo};
+use inagg_emu::api::{
+    GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
+};
 use inagg_emu::counters::Counters;
 use inagg_emu::FaultConfig;
 
@@ -159,6 +161,28 @@ impl Target for EmuTarget {
         }
     }
 
+    fn groups(&mut self) -> Result<Vec<GroupInfo>> {
+        match self.call(&Request::ListGroups)? {
+            Reply::Groups { groups } => Ok(groups),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn create_group(&mut self, group: &GroupSpec) -> Result<()> {
+        let group = group.clone();
+        match self.call(&Request::CreateGroup { group })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn delete_group(&mut self, id: u16) -> Result<()> {
+        match self.call(&Request::DeleteGroup { id })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn queues(&mut self) -> Result<QueueReport> {
         match self.call(&Request::Queues)? {
             Reply::Queues { map, link, ports } => Ok(QueueReport { map, link, ports }),
@@ -182,6 +206,7 @@ mod tests {
             elements: 64,
             generation: 0,
             queues: Vec::new(),
+            group: None,
         }
     }
 

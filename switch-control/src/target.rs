@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 
-use inagg_emu::api::{validate_job, ApiError, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
+use inagg_emu::api::{
+    validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
+};
 use inagg_emu::counters::Counters;
 use inagg_emu::egress::{ClassQueue, LinkConfig, PortStats};
 use inagg_emu::switch::SwitchConfig;
@@ -175,6 +177,27 @@ pub trait Target {
         Err(ControlError::Unsupported {
             target: self.kind(),
             what: "fault injection",
+        })
+    }
+    /// Every multicast group: the jobs' and those made by hand.
+    fn groups(&mut self) -> Result<Vec<GroupInfo>> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "multicast groups",
+        })
+    }
+    /// Installs a multicast group made by hand (unaggregated group datagrams).
+    fn create_group(&mut self, _group: &GroupSpec) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "multicast groups made by hand",
+        })
+    }
+    /// Removes a multicast group made by hand.
+    fn delete_group(&mut self, _id: u16) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "multicast groups made by hand",
         })
     }
     /// Sends priority class `class` through egress queue `queue`.

@@ -90,6 +90,10 @@ code_enum! {
         Contribution = 1,
         /// An aggregated result, switch -> worker(s).
         Result = 2,
+        /// A group datagram: not aggregated, copied by the switch to every
+        /// other member of the multicast group named in the job field
+        /// (peer-to-peer parameter multicast, as SELMCAST sends).
+        Multicast = 3,
     }
 }
 
@@ -98,6 +102,7 @@ impl fmt::Display for Kind {
         match self {
             Kind::Contribution => write!(f, "contribution"),
             Kind::Result => write!(f, "result"),
+            Kind::Multicast => write!(f, "multicast"),
             Kind::Unknown(n) => write!(f, "kind({n})"),
         }
     }

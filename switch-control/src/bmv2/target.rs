@@ -24,7 +24,9 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use inagg_emu::api::{validate_job, ApiError, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo};
+use inagg_emu::api::{
+    validate_job, ApiError, GroupInfo, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
+};
 use inagg_emu::counters::{Counters, JobCounters};
 use inagg_emu::switch::SwitchConfig;
 use prost::Message;
@@ -346,7 +348,10 @@ impl Bmv2Target {
                        alone; map classes switch-wide instead)",
             });
         }
-        if spec.id == u16::MAX {
+        if spec.group == Some(0) {
+            return Err(JobError::GroupZero.into());
+        }
+        if spec.id == u16::MAX && spec.group.is_none() {
             return Err(invalid(format!(
                 "job id {} cannot be used on bmv2: its multicast group (id + 1) does not fit 16 bits",
                 spec.id
@@ -393,7 +398,7 @@ impl Bmv2Target {
     ) -> Result<(Vec<Step>, Step)> {
         let s = &self.schema;
         let job = u64::from(spec.id);
-        let group = u32::from(spec.id) + 1;
+        let group = job_group(spec);
         let mut steps = vec![Step {
             what: format!("insert multicast group {group}"),
             entity: group_entity(
@@ -565,6 +570,11 @@ fn counter_entity(counter_id: u32, index: i64, data: Option<p4::CounterData>) ->
     }
 }
 
+/// The multicast group carrying a job's results: the spec's, or id + 1.
+fn job_group(spec: &JobSpec) -> u32 {
+    spec.group.map_or(u32::from(spec.id) + 1, u32::from)
+}
+
 fn group_entity(multicast_group_id: u32, replicas: Vec<p4::Replica>) -> p4::Entity {
     p4::Entity {
         entity: Some(p4::entity::Entity::PacketReplicationEngineEntry(
@@ -686,6 +696,8 @@ struct JobEntry {
     elements: u16,
     generation: u16,
     incarnation: u32,
+    /// The job's result multicast group.
+    group: u16,
     /// The key, for deleting it.
     key: p4::Entity,
 }
@@ -710,6 +722,7 @@ impl JobEntry {
             elements: narrow(t, p::ELEMENTS, v(j.set_job.elements, p::ELEMENTS)?)?,
             generation: narrow(t, p::GENERATION, v(j.set_job.generation, p::GENERATION)?)?,
             incarnation: narrow(t, p::INCARNATION, v(j.set_job.incarnation, p::INCARNATION)?)?,
+            group: narrow(t, p::MCAST_GRP, v(j.set_job.mcast_grp, p::MCAST_GRP)?)?,
             key: key_of(e),
         })
     }
@@ -866,6 +879,8 @@ impl SwitchState {
             elements: j.elements,
             generation: j.generation,
             queues: Vec::new(),
+            // The default group (id + 1) reads back as "the target's pick".
+            group: (u32::from(j.group) != u32::from(j.job) + 1).then_some(j.group),
         })
     }
 }
@@ -966,8 +981,8 @@ impl Target for Bmv2Target {
                 r.key.clone(),
             )?;
         }
-        if id < u16::MAX {
-            let group = u32::from(id) + 1;
+        let group = job.map_or(u32::from(id) + 1, |j| u32::from(j.group));
+        if group <= u32::from(u16::MAX) {
             match delete(
                 format!("delete multicast group {group}"),
                 group_entity(group, Vec::new()),
@@ -997,6 +1012,26 @@ impl Target for Bmv2Target {
                 spec,
             })
             .collect())
+    }
+
+    /// The jobs' result groups (the program relays no hand-made groups:
+    /// creating one is Unsupported).
+    fn groups(&mut self) -> Result<Vec<GroupInfo>> {
+        let (_, installed) = self.installed()?;
+        let mut groups: Vec<GroupInfo> = installed
+            .into_iter()
+            .filter_map(|(spec, _)| {
+                Some(GroupInfo {
+                    id: u16::try_from(job_group(&spec)).ok()?,
+                    job: Some(spec.id),
+                    members: spec.workers,
+                    packets: 0,
+                    copies: 0,
+                })
+            })
+            .collect();
+        groups.sort_by_key(|g| g.id);
+        Ok(groups)
     }
 
     fn pools(&mut self) -> Result<PoolMap> {

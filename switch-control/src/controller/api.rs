@@ -39,6 +39,40 @@ pub struct JobDecl {
     pub queues: Vec<ClassQueue>,
 }
 
+/// A multicast group made by hand through the controller: unaggregated
+/// group datagrams between its members (peer-to-peer parameter multicast).
+/// Installed on the switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupDecl {
+    /// The group's name.
+    pub name: String,
+    /// The group id in packets; `None`: the controller allocates one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u16>,
+    /// Member endpoints; member id = position.
+    pub members: Vec<SocketAddr>,
+}
+
+/// A multicast group as the controller reports it: a job's result group or
+/// one made by hand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// The group's name, or its job's.
+    pub name: String,
+    /// The id in packets.
+    pub id: u16,
+    /// Whose: "job" (allocated and freed with the job) or "hand".
+    pub owner: String,
+    /// Members known (a job's: the workers registered so far).
+    pub members: Vec<SocketAddr>,
+    /// On its aggregator, as the last read of it shows.
+    pub installed: bool,
+    /// Group datagrams relayed (hand-made groups; 0 when unread).
+    pub packets: u64,
+    /// Copies made of them.
+    pub copies: u64,
+}
+
 fn default_elements() -> u16 {
     64
 }
@@ -182,6 +216,18 @@ pub enum Request {
         /// How long to wait for the rest of the job, ms.
         wait_ms: u64,
     },
+    /// Make a multicast group by hand.
+    CreateGroup {
+        /// The group.
+        decl: GroupDecl,
+    },
+    /// Remove a group made by hand.
+    DeleteGroup {
+        /// Its name.
+        name: String,
+    },
+    /// Every multicast group: the jobs' and those made by hand.
+    Groups,
     /// The aggregators and their memory.
     Sites,
     /// Counters of every aggregator and of every job on it.
@@ -215,6 +261,11 @@ pub enum Reply {
     Admitted {
         /// It.
         admission: Admission,
+    },
+    /// Multicast groups.
+    Groups {
+        /// Them, by id.
+        groups: Vec<GroupStatus>,
     },
     /// The aggregators.
     Sites {

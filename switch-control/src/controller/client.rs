@@ -5,7 +5,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::api::{
-    Admission, Envelope, JobDecl, JobStatus, Reply, Request, Response, SiteStats, SiteStatus,
+    Admission, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request, Response,
+    SiteStats, SiteStatus,
 };
 
 /// How long to wait to connect, and for an answer beyond a request's own wait.
@@ -106,6 +107,30 @@ impl Client {
     pub fn jobs(&mut self) -> Result<Vec<JobStatus>, ClientError> {
         match self.call(Request::Jobs, Duration::ZERO)? {
             Reply::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Makes a multicast group by hand; returns it as installed.
+    pub fn create_group(&mut self, decl: GroupDecl) -> Result<GroupStatus, ClientError> {
+        match self.call(Request::CreateGroup { decl }, Duration::ZERO)? {
+            Reply::Groups { mut groups } if groups.len() == 1 => Ok(groups.remove(0)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes a group made by hand.
+    pub fn delete_group(&mut self, name: &str) -> Result<(), ClientError> {
+        match self.call(Request::DeleteGroup { name: name.into() }, Duration::ZERO)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every multicast group.
+    pub fn groups(&mut self) -> Result<Vec<GroupStatus>, ClientError> {
+        match self.call(Request::Groups, Duration::ZERO)? {
+            Reply::Groups { groups } => Ok(groups),
             other => Err(unexpected(other)),
         }
     }

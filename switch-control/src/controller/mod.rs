@@ -306,6 +306,23 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
             let jobs = core.jobs.values().map(|j| core.status(j)).collect();
             Ok(Reply::Jobs { jobs })
         }
+        Request::CreateGroup { decl } => {
+            let (mut core, record) = shared.change(|c| c.create_group(decl))?;
+            let group = core
+                .group_status()
+                .into_iter()
+                .find(|g| g.id == record.id && g.owner == "hand");
+            Ok(Reply::Groups {
+                groups: group.into_iter().collect(),
+            })
+        }
+        Request::DeleteGroup { name } => {
+            drop(shared.change(|c| c.delete_group(&name))?);
+            Ok(Reply::Done)
+        }
+        Request::Groups => Ok(Reply::Groups {
+            groups: shared.lock().group_status(),
+        }),
         Request::Sites => {
             let core = shared.lock();
             Ok(Reply::Sites {

@@ -5,10 +5,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use inagg_emu::api::JobSpec;
+use inagg_emu::api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
 use serde::{Deserialize, Serialize};
 
-use super::api::{JobDecl, JobStatus, NamedJobCounters, Placement, SiteStats, SiteStatus};
+use super::api::{
+    GroupDecl, GroupStatus, JobDecl, JobStatus, NamedJobCounters, Placement, SiteStats, SiteStatus,
+};
 use super::store::{Store, StoreError};
 use crate::alloc::{Grant, SlotAllocator};
 use crate::target::{ControlError, Target};
@@ -30,6 +32,30 @@ pub struct JobRecord {
     pub generation: u16,
     /// Admission order: waiting jobs are placed first come, first served.
     pub order: u64,
+    /// The multicast group of its results, allocated with the job and
+    /// freed with it (0 in records stored before groups were allocated:
+    /// given one on load).
+    #[serde(default)]
+    pub group: u16,
+}
+
+/// A multicast group made by hand, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// What was asked.
+    pub decl: GroupDecl,
+    /// The id in packets (the asked one, or allocated).
+    pub id: u16,
+}
+
+impl GroupRecord {
+    /// The switch entry.
+    pub fn spec(&self) -> GroupSpec {
+        GroupSpec {
+            id: self.id,
+            members: self.decl.members.clone(),
+        }
+    }
 }
 
 impl JobRecord {
@@ -52,6 +78,7 @@ impl JobRecord {
             elements: self.decl.elements,
             generation: self.generation,
             queues: self.decl.queues.clone(),
+            group: (self.group != 0).then_some(self.group),
         })
     }
 }
@@ -183,10 +210,11 @@ impl Site {
         self.error = Some(e.to_string());
     }
 
-    /// Makes the target hold exactly `want` (by job id) and the priority
-    /// map. A connection error marks the site down (retried next time);
-    /// a refused job is reported and the rest still installed.
-    fn sync(&mut self, want: &BTreeMap<u16, JobSpec>, priority: &BTreeMap<u8, u8>) -> Vec<String> {
+    /// Makes the target hold exactly `want` (jobs by id, hand-made groups
+    /// by id) and the priority map. A connection error marks the site down
+    /// (retried next time); a refused job or group is reported and the rest
+    /// still installed.
+    fn sync(&mut self, want: &Desired, priority: &BTreeMap<u8, u8>) -> Vec<String> {
         let mut problems = Vec::new();
         let Some(t) = self.target.as_mut() else {
             return problems;
@@ -195,17 +223,34 @@ impl Site {
             let have: BTreeMap<u16, JobSpec> =
                 t.jobs()?.into_iter().map(|j| (j.spec.id, j.spec)).collect();
             for (id, spec) in &have {
-                if want.get(id) != Some(spec) {
+                if want.jobs.get(id) != Some(spec) {
                     t.delete_job(*id)?;
                 }
             }
-            for (id, spec) in want {
+            // Stale groups go before jobs are created: a job's group may
+            // take a freed id.
+            let groups = hand_groups(t.as_mut(), !want.groups.is_empty())?;
+            for (id, spec) in &groups {
+                if want.groups.get(id) != Some(spec) {
+                    t.delete_group(*id)?;
+                }
+            }
+            let mut refused = |r: Result<(), ControlError>| match r {
+                Ok(()) => Ok(()),
+                Err(ControlError::Job(e)) => {
+                    problems.push(e.to_string());
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            for (id, spec) in &want.jobs {
                 if have.get(id) != Some(spec) {
-                    match t.create_job(spec) {
-                        Ok(()) => {}
-                        Err(ControlError::Job(e)) => problems.push(e.to_string()),
-                        Err(e) => return Err(e),
-                    }
+                    refused(t.create_job(spec))?;
+                }
+            }
+            for (id, spec) in &want.groups {
+                if groups.get(id) != Some(spec) {
+                    refused(t.create_group(spec))?;
                 }
             }
             sync_priority(t.as_mut(), priority)
@@ -218,6 +263,36 @@ impl Site {
         }
         problems
     }
+}
+
+/// What one aggregator should hold.
+#[derive(Debug, Default)]
+struct Desired {
+    jobs: BTreeMap<u16, JobSpec>,
+    groups: BTreeMap<u16, GroupSpec>,
+}
+
+/// The hand-made groups a target holds. A target without groups holds none;
+/// that is an error only when some are wanted.
+fn hand_groups(t: &mut dyn Target, wanted: bool) -> Result<BTreeMap<u16, GroupSpec>, ControlError> {
+    let groups = match t.groups() {
+        Ok(g) => g,
+        Err(ControlError::Unsupported { .. }) if !wanted => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(groups
+        .into_iter()
+        .filter(|g| g.job.is_none())
+        .map(|g| {
+            (
+                g.id,
+                GroupSpec {
+                    id: g.id,
+                    members: g.members,
+                },
+            )
+        })
+        .collect())
 }
 
 /// Installs the class -> queue entries the target lacks (targets without
@@ -283,6 +358,23 @@ pub enum CoreError {
     /// Every job id is in use.
     #[error("all 65535 job ids are in use")]
     NoIds,
+    /// Every multicast group id is in use.
+    #[error("all 65535 multicast group ids are in use")]
+    NoGroupIds,
+    /// A bad group declaration.
+    #[error("group {name:?}: {message}")]
+    BadGroup {
+        /// The group.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The group name is taken.
+    #[error("group {0:?} already exists; delete it first (inagg ctl group delete {0})")]
+    GroupExists(String),
+    /// No such group.
+    #[error("no group {0:?}; `inagg ctl group list` shows the groups")]
+    UnknownGroup(String),
     /// The database failed (the environment's fault).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -292,6 +384,8 @@ pub enum CoreError {
 pub struct Core {
     /// The jobs by name.
     pub jobs: BTreeMap<String, JobRecord>,
+    /// Multicast groups made by hand, by name (on the switch).
+    pub groups: BTreeMap<String, GroupRecord>,
     /// Class -> queue on every aggregator.
     pub priority: BTreeMap<u8, u8>,
     /// Index 0: the switch; then the fallbacks.
@@ -303,6 +397,7 @@ pub struct Core {
 
 const GENERATION_KEY: &str = "next_generation";
 const PRIORITY_KEY: &str = "priority";
+const GROUPS_KEY: &str = "groups";
 
 impl Core {
     /// Loads the stored state; pools are re-reserved when each aggregator
@@ -316,14 +411,143 @@ impl Core {
         let next_order = jobs.values().map(|j| j.order + 1).max().unwrap_or(0);
         let next_generation = store.meta(GENERATION_KEY)?.unwrap_or(1);
         let priority = store.meta(PRIORITY_KEY)?.unwrap_or_default();
-        Ok(Core {
+        let groups = store.meta(GROUPS_KEY)?.unwrap_or_default();
+        let mut core = Core {
             jobs,
+            groups,
             priority,
             sites,
             store,
             next_order,
             next_generation,
-        })
+        };
+        core.give_jobs_groups()?;
+        Ok(core)
+    }
+
+    /// Gives a group to every stored job without one.
+    fn give_jobs_groups(&mut self) -> Result<(), CoreError> {
+        let names: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.group == 0)
+            .map(|j| j.decl.name.clone())
+            .collect();
+        for name in names {
+            let group = self.free_group()?;
+            let job = self.jobs.get_mut(&name).expect("listed above");
+            job.group = group;
+            self.store.put_job(job)?;
+        }
+        Ok(())
+    }
+
+    /// Group ids in use: the jobs' and the hand-made ones.
+    fn groups_in_use(&self) -> BTreeMap<u16, String> {
+        let jobs = self
+            .jobs
+            .values()
+            .filter(|j| j.group != 0)
+            .map(|j| (j.group, format!("job {}", j.decl.name)));
+        let hand = self
+            .groups
+            .values()
+            .map(|g| (g.id, format!("group {}", g.decl.name)));
+        jobs.chain(hand).collect()
+    }
+
+    /// The lowest group id not in use.
+    fn free_group(&self) -> Result<u16, CoreError> {
+        let used = self.groups_in_use();
+        (1..=u16::MAX)
+            .find(|i| !used.contains_key(i))
+            .ok_or(CoreError::NoGroupIds)
+    }
+
+    /// Makes a group by hand (installed on the switch by the next reconcile).
+    pub fn create_group(&mut self, decl: GroupDecl) -> Result<GroupRecord, CoreError> {
+        let name = decl.name.clone();
+        let bad = |message: String| CoreError::BadGroup {
+            name: name.clone(),
+            message,
+        };
+        check_name(&decl.name).map_err(bad)?;
+        if self.groups.contains_key(&decl.name) {
+            return Err(CoreError::GroupExists(decl.name));
+        }
+        let id = match decl.id {
+            Some(id) => {
+                if let Some(owner) = self.groups_in_use().get(&id) {
+                    return Err(JobError::GroupInUse {
+                        group: id,
+                        owner: owner.clone(),
+                    }
+                    .into());
+                }
+                id
+            }
+            None => self.free_group()?,
+        };
+        let record = GroupRecord { decl, id };
+        check_group(&record.spec()).map_err(|e| bad(e.to_string()))?;
+        self.groups.insert(record.decl.name.clone(), record.clone());
+        self.store.set_meta(GROUPS_KEY, &self.groups)?;
+        Ok(record)
+    }
+
+    /// Removes a group made by hand.
+    pub fn delete_group(&mut self, name: &str) -> Result<(), CoreError> {
+        if self.groups.remove(name).is_none() {
+            let message = match self.jobs.get(name) {
+                Some(_) => format!(
+                    "{name:?} is a job; its group goes when the job is deleted \
+                     (inagg ctl job delete {name})"
+                ),
+                None => return Err(CoreError::UnknownGroup(name.into())),
+            };
+            return Err(CoreError::BadGroup {
+                name: name.into(),
+                message,
+            });
+        }
+        self.store.set_meta(GROUPS_KEY, &self.groups)?;
+        Ok(())
+    }
+
+    /// Every group, the jobs' and the hand-made ones, with the counters of
+    /// the aggregators that answer.
+    pub fn group_status(&mut self) -> Vec<GroupStatus> {
+        let mut seen: BTreeMap<u16, GroupInfo> = BTreeMap::new();
+        for site in &mut self.sites {
+            if let Some(t) = site.target.as_mut() {
+                if let Ok(groups) = t.groups() {
+                    seen.extend(groups.into_iter().map(|g| (g.id, g)));
+                }
+            }
+        }
+        let status = |name: &str, id: u16, owner: &str, members: Vec<SocketAddr>| {
+            let on = seen.get(&id);
+            GroupStatus {
+                name: name.into(),
+                id,
+                owner: owner.into(),
+                installed: on.is_some_and(|g| g.members == members),
+                packets: on.map_or(0, |g| g.packets),
+                copies: on.map_or(0, |g| g.copies),
+                members,
+            }
+        };
+        let jobs = self.jobs.values().filter(|j| j.group != 0).map(|j| {
+            let members = j.endpoints.iter().flatten().copied().collect();
+            status(&j.decl.name, j.group, "job", members)
+        });
+        let hand = self
+            .groups
+            .values()
+            .map(|g| status(&g.decl.name, g.id, "hand", g.decl.members.clone()));
+        let mut all: Vec<GroupStatus> = jobs.chain(hand).collect();
+        all.sort_by_key(|g| g.id);
+        all
     }
 
     /// Closes the database (the controller is stopping).
@@ -386,6 +610,7 @@ impl Core {
             session: vec![given.is_some(); n],
             generation: self.fresh_generation()?,
             order: self.next_order,
+            group: self.free_group()?,
             decl,
         };
         self.next_order += 1;
@@ -548,14 +773,19 @@ impl Core {
         }
         let priority = self.priority.clone();
         for i in 0..self.sites.len() {
-            let want: BTreeMap<u16, JobSpec> = self
+            let jobs = self
                 .jobs
                 .values()
                 .filter(|j| self.on_site(j, i))
                 .filter_map(JobRecord::spec)
                 .map(|s| (s.id, s))
                 .collect();
-            problems.extend(self.sites[i].sync(&want, &priority));
+            // Groups made by hand live on the switch.
+            let groups = match i {
+                0 => self.groups.values().map(|g| (g.id, g.spec())).collect(),
+                _ => BTreeMap::new(),
+            };
+            problems.extend(self.sites[i].sync(&Desired { jobs, groups }, &priority));
         }
         problems
     }
@@ -603,8 +833,8 @@ fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
             message,
         })
     };
-    if d.name.is_empty() || d.name.len() > 64 || d.name.chars().any(char::is_whitespace) {
-        return bad("a name is 1 to 64 characters without spaces".into());
+    if let Err(message) = check_name(&d.name) {
+        return bad(message);
     }
     if d.workers == 0 || usize::from(d.workers) > inagg_wire::MAX_WORKERS {
         return bad(format!(
@@ -634,6 +864,14 @@ fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
         if unique.len() != e.len() {
             return bad("an endpoint is listed twice".into());
         }
+    }
+    Ok(())
+}
+
+/// Job and group names: what agents and operators type.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+        return Err("a name is 1 to 64 characters without spaces".into());
     }
     Ok(())
 }
