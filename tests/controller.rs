@@ -632,3 +632,99 @@ fn the_controller_allocates_job_groups_and_keeps_hand_made_ones() {
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }
+
+#[test]
+fn apply_through_the_controller_shows_the_diff_then_makes_it() {
+    let switch = emulator(64, 0.0, 4);
+    let state = state_file("apply");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let addr = ctl.addr().to_string();
+    let file = std::env::temp_dir().join(format!("inagg-apply-{}.toml", std::process::id()));
+    let path = file.to_str().unwrap().to_string();
+    let apply = |text: &str, extra: &[&str]| {
+        std::fs::write(&file, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
+            .args(["ctl", "--controller", &addr, "apply", "-f", &path])
+            .args(extra)
+            .env_remove("INAGG_CONTROLLER")
+            .env_remove("INAGG_TOKEN")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        (out.status.success(), text, err)
+    };
+    let v1 = r#"
+priority = [{ class = 5, queue = 7 }]
+[[job]]
+name = "train"
+workers = 2
+slots = 8
+[[group]]
+name = "peers"
+members = ["127.0.0.1:6000", "127.0.0.1:6001"]
+"#;
+    let (ok, text, err) = apply(v1, &["--dry-run"]);
+    assert!(ok, "{err}");
+    assert!(text.contains("dry run: nothing changed"), "{text}");
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    assert!(c.jobs().unwrap().is_empty(), "a dry run changes nothing");
+
+    let (ok, text, err) = apply(v1, &[]);
+    assert!(ok, "{err}");
+    for line in [
+        "+ job train: 2 workers, 8 slots, k=64",
+        "+ group peers: 2 members",
+        "~ priority class 5: queue 0 -> 7",
+        "applied",
+    ] {
+        assert!(text.contains(line), "{line:?} in {text}");
+    }
+    run_job(ctl.addr(), "train", 2, 2000, 9);
+    let mut t = EmuTarget::connect(switch.control_addr()).unwrap();
+    assert_eq!(t.groups().unwrap().len(), 2, "the job's group and peers");
+    assert_eq!(
+        t.queues().unwrap().map,
+        vec![ClassQueue { class: 5, queue: 7 }]
+    );
+
+    // The same file again: nothing to do.
+    let (ok, text, _) = apply(v1, &[]);
+    assert!(ok);
+    assert!(
+        text.contains("= job train: unchanged") && text.contains("= group peers: unchanged"),
+        "{text}"
+    );
+    assert!(!text.contains('+') && !text.contains('~'), "{text}");
+
+    // More slots re-creates the job; --prune drops the group.
+    let v2 = "[[job]]\nname = \"train\"\nworkers = 2\nslots = 16\n";
+    let (ok, text, err) = apply(v2, &["--prune", "--json"]);
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let actions: Vec<&str> = json["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, vec!["replace_job", "delete_group"]);
+    let jobs = c.jobs().unwrap();
+    assert_eq!((jobs.len(), jobs[0].decl.slots), (1, 16));
+    assert!(c.groups().unwrap().iter().all(|g| g.owner == "job"));
+    run_job(ctl.addr(), "train", 2, 2000, 10);
+    let (_, text, _) = apply(&v2.replace("slots = 16", "slots = 32"), &["--dry-run"]);
+    assert!(
+        text.contains("~ job train: slots 16 -> 32 (re-created: its workers register again)"),
+        "{text}"
+    );
+
+    // A bad file changes nothing and says where and what.
+    let (ok, _, err) = apply("[[job]]\nname = \"x\"\nworkers = 2\nslots = 0\n", &[]);
+    assert!(!ok);
+    assert!(err.contains(&path) && err.contains("0 slots"), "{err}");
+    assert_eq!(c.jobs().unwrap().len(), 1);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+    let _ = std::fs::remove_file(file);
+}

@@ -144,9 +144,12 @@ pub enum CtlCommand {
     /// The aggregators behind the controller (the switch, fallback
     /// emulators): up or down, memory, free ranges (with --controller).
     Sites,
-    /// Make the switch hold exactly the jobs of a cluster file.
+    /// Make the switch hold the jobs of a cluster file (jobs by id, pools
+    /// given); with --controller, make the controller hold the jobs (by
+    /// name), groups and priority entries of a controller file. The changes
+    /// are shown, then made.
     Apply {
-        /// The cluster file (TOML).
+        /// The file (TOML); README.md shows both kinds.
         #[arg(short = 'f', long = "file")]
         file: String,
         /// Also delete installed jobs the file does not list.

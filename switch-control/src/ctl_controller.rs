@@ -51,6 +51,34 @@ pub fn run(
                 },
             )
         }
+        CtlCommand::Apply {
+            file,
+            prune,
+            dry_run,
+        } => {
+            use crate::controller::file::{execute, plan, ControllerFile};
+            let parsed = ControllerFile::load(&file)?;
+            let changes = plan(&parsed, &file, &mut c, prune)?;
+            if !dry_run {
+                execute(&changes, &mut c)?;
+            }
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "applied": !dry_run, "changes": changes }),
+                |o| {
+                    for change in &changes {
+                        writeln!(o, "{change}")?;
+                    }
+                    let done = if dry_run {
+                        "dry run: nothing changed"
+                    } else {
+                        "applied"
+                    };
+                    writeln!(o, "{done}")
+                },
+            )
+        }
         _ => Err(ControlError::Unsupported {
             target: "controller",
             what: "this command yet; run it against the switch directly (without --controller)",

@@ -16,6 +16,7 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:47100";
 /// What a job asks for. Workers register by rank unless `endpoints` names
 /// them all up front.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JobDecl {
     /// The job's name (what agents give with `--job`).
     pub name: String,
@@ -43,6 +44,7 @@ pub struct JobDecl {
 /// group datagrams between its members (peer-to-peer parameter multicast).
 /// Installed on the switch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GroupDecl {
     /// The group's name.
     pub name: String,
@@ -232,6 +234,8 @@ pub enum Request {
     Sites,
     /// Counters of every aggregator and of every job on it.
     Stats,
+    /// The switch-wide priority class -> queue map.
+    Priority,
     /// Priority class -> egress queue, on every aggregator.
     SetPriority {
         /// The class.
@@ -261,6 +265,11 @@ pub enum Reply {
     Admitted {
         /// It.
         admission: Admission,
+    },
+    /// The switch-wide class -> queue map (classes not listed: queue 0).
+    Priority {
+        /// The entries.
+        map: Vec<ClassQueue>,
     },
     /// Multicast groups.
     Groups {

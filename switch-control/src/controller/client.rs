@@ -151,6 +151,14 @@ impl Client {
         }
     }
 
+    /// The switch-wide class -> queue map.
+    pub fn priority(&mut self) -> Result<Vec<inagg_emu::egress::ClassQueue>, ClientError> {
+        match self.call(Request::Priority, Duration::ZERO)? {
+            Reply::Priority { map } => Ok(map),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Sends priority class `class` through egress queue `queue` everywhere.
     pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), ClientError> {
         match self.call(Request::SetPriority { class, queue }, Duration::ZERO)? {

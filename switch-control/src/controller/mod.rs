@@ -7,6 +7,7 @@
 //! - [`api`]: the JSON-lines protocol;
 //! - [`client`]: its client, used by `inagg ctl --controller` and by agents
 //!   that register;
+//! - [`file`]: declarative files (`inagg ctl --controller ADDR apply -f`);
 //! - `state`: jobs, placement, registration, reconciliation;
 //! - `store`: the database;
 //! - this module: the server (a thread per connection, one lock over the
@@ -14,6 +15,7 @@
 
 pub mod api;
 pub mod client;
+pub mod file;
 mod state;
 mod store;
 
@@ -331,6 +333,14 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
         }
         Request::Stats => Ok(Reply::Stats {
             sites: shared.lock().stats(),
+        }),
+        Request::Priority => Ok(Reply::Priority {
+            map: shared
+                .lock()
+                .priority
+                .iter()
+                .map(|(&class, &queue)| inagg_emu::egress::ClassQueue { class, queue })
+                .collect(),
         }),
         Request::SetPriority { class, queue } => {
             let mut core = shared.lock();

@@ -466,12 +466,7 @@ impl Core {
 
     /// Makes a group by hand (installed on the switch by the next reconcile).
     pub fn create_group(&mut self, decl: GroupDecl) -> Result<GroupRecord, CoreError> {
-        let name = decl.name.clone();
-        let bad = |message: String| CoreError::BadGroup {
-            name: name.clone(),
-            message,
-        };
-        check_name(&decl.name).map_err(bad)?;
+        check_group_decl(&decl)?;
         if self.groups.contains_key(&decl.name) {
             return Err(CoreError::GroupExists(decl.name));
         }
@@ -489,7 +484,6 @@ impl Core {
             None => self.free_group()?,
         };
         let record = GroupRecord { decl, id };
-        check_group(&record.spec()).map_err(|e| bad(e.to_string()))?;
         self.groups.insert(record.decl.name.clone(), record.clone());
         self.store.set_meta(GROUPS_KEY, &self.groups)?;
         Ok(record)
@@ -826,7 +820,9 @@ impl Core {
     }
 }
 
-fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
+/// Checks a job declaration as the controller does on admission (also
+/// used by `ctl apply` to check a whole file before changing anything).
+pub(crate) fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
     let bad = |message: String| {
         Err(CoreError::BadJob {
             name: d.name.clone(),
@@ -866,6 +862,22 @@ fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
         }
     }
     Ok(())
+}
+
+/// Checks a hand-made group's declaration on its own (ids in use are
+/// checked against the state).
+pub(crate) fn check_group_decl(d: &GroupDecl) -> Result<(), CoreError> {
+    let bad = |message: String| CoreError::BadGroup {
+        name: d.name.clone(),
+        message,
+    };
+    check_name(&d.name).map_err(bad)?;
+    let spec = GroupSpec {
+        // Any valid id: the members are what is checked here.
+        id: d.id.unwrap_or(1),
+        members: d.members.clone(),
+    };
+    check_group(&spec).map_err(|e| bad(e.to_string()))
 }
 
 /// Job and group names: what agents and operators type.
