@@ -728,3 +728,106 @@ members = ["127.0.0.1:6000", "127.0.0.1:6001"]
     let _ = std::fs::remove_file(state);
     let _ = std::fs::remove_file(file);
 }
+
+/// Runs one all-reduce of `job` on rank `rank`, registering first, and
+/// returns the summed data.
+fn rank_allreduce(
+    ctl: SocketAddr,
+    job: &str,
+    rank: u16,
+    mut data: Vec<i32>,
+) -> (Admission, Vec<i32>) {
+    let bind = free_port();
+    let mut c = Client::connect(ctl, None).unwrap();
+    let a = c
+        .register(job, rank, bind, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{job} rank {rank}: {e}"));
+    Worker::new(a.agent_config(bind))
+        .unwrap()
+        .allreduce_i32(&mut data)
+        .unwrap();
+    (a, data)
+}
+
+#[test]
+fn pools_of_jobs_between_all_reduces_are_moved_to_make_room() {
+    let switch = emulator(64, 0.01, 6);
+    let state = state_file("defrag");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let grant = |c: &mut Client, name: &str| {
+        let jobs = c.jobs().unwrap();
+        let j = jobs.iter().find(|j| j.decl.name == name).unwrap();
+        let g = j.placement.grant().unwrap();
+        (g.base, g.size)
+    };
+    for name in ["a", "b", "c"] {
+        let mut d = decl(name, 2, 16);
+        d.fallback = false;
+        c.create_job(d).unwrap();
+    }
+    run_job(ctl.addr(), "a", 2, 3000, 1);
+    run_job(ctl.addr(), "c", 2, 3000, 2);
+    c.delete_job("b").unwrap();
+    assert_eq!(grant(&mut c, "c"), (32, 16));
+
+    // 32 slots are free in two pieces and c is installed: no move, so a
+    // job asking for 32 gets the largest piece.
+    let mut d = decl("d", 1, 32);
+    d.fallback = false;
+    assert_eq!(
+        c.create_job(d.clone())
+            .unwrap()
+            .placement
+            .grant()
+            .unwrap()
+            .size,
+        16
+    );
+    c.delete_job("d").unwrap();
+
+    // Rank 0 of c starts a new session: c is between all-reduces until
+    // rank 1 registers, so its pool may move.
+    let input = inputs(2, 3000, 3);
+    let first = {
+        let (ctl, data) = (ctl.addr(), input[0].clone());
+        std::thread::spawn(move || rank_allreduce(ctl, "c", 0, data))
+    };
+    while c
+        .jobs()
+        .unwrap()
+        .iter()
+        .any(|j| j.decl.name == "c" && (j.installed || j.registered != 1))
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let placed = c.create_job(d).unwrap().placement.grant().unwrap();
+    assert_eq!(
+        (placed.base, placed.size),
+        (32, 32),
+        "a whole grant after the move"
+    );
+    assert_eq!(grant(&mut c, "c"), (16, 16), "c moved next to a");
+    // c's workers find their pool where it is now, and sum exactly.
+    let (_, second) = rank_allreduce(ctl.addr(), "c", 1, input[1].clone());
+    let (admission, first) = first.join().unwrap();
+    assert_eq!(admission.pool_size, 16);
+    check_i32(&input, &[first, second]).unwrap();
+    let pools = EmuTarget::connect(switch.control_addr())
+        .unwrap()
+        .pools()
+        .unwrap();
+    let owned: Vec<(u32, u32)> = pools
+        .ranges
+        .iter()
+        .filter(|r| r.job.is_some())
+        .map(|r| (r.base, r.size))
+        .collect();
+    assert_eq!(
+        owned,
+        vec![(0, 16), (16, 16)],
+        "a and c on the switch (d not yet registered)"
+    );
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}

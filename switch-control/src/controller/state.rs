@@ -616,8 +616,19 @@ impl Core {
     }
 
     /// Where a new pool goes: the switch (whole or partial grant), else a
-    /// fallback with room (if the job accepts one), else nowhere yet.
+    /// fallback with room (if the job accepts one), else nowhere yet. When
+    /// no free range of the switch holds the request, the switch's memory
+    /// is first compacted as far as jobs between all-reduces allow.
     fn place(&mut self, decl: &JobDecl) -> Placement {
+        let largest = |c: &Core| {
+            c.sites[0]
+                .alloc
+                .as_ref()
+                .map(|a| a.largest_free().map_or(0, |g| g.size))
+        };
+        if largest(self).is_some_and(|l| l < decl.slots) {
+            self.defragment(&decl.name);
+        }
         if let Some(grant) = self.sites[0]
             .alloc
             .as_mut()
@@ -636,6 +647,62 @@ impl Core {
             }
         }
         Placement::Waiting
+    }
+
+    /// Defragments the switch's memory between all-reduces: the pools of
+    /// jobs that are not installed (their current session has not every
+    /// rank yet, so none of their all-reduces can be running, and their
+    /// workers address slots relative to the pool, so a new base is
+    /// invisible to them) are packed again around the installed ones.
+    /// Kept only when it makes the largest free range larger; `for_job`
+    /// names the job it is for, in the log.
+    fn defragment(&mut self, for_job: &str) {
+        let Some(old) = self.sites[0].alloc.as_ref() else {
+            return;
+        };
+        let before = old.largest_free().map_or(0, |g| g.size);
+        let mut next = SlotAllocator::new(old.slots());
+        let mut movable: Vec<(String, Grant)> = Vec::new();
+        for j in self.jobs.values() {
+            let Placement::Switch { grant } = j.placement else {
+                continue;
+            };
+            if j.spec().is_some() {
+                if next.reserve(grant).is_err() {
+                    return;
+                }
+            } else {
+                movable.push((j.decl.name.clone(), grant));
+            }
+        }
+        // Largest first, each best fit: the big ones find room while there is.
+        movable.sort_by_key(|(name, g)| (std::cmp::Reverse(g.size), name.clone()));
+        let mut moves = Vec::new();
+        for (name, grant) in movable {
+            match next.allocate(grant.size) {
+                Some(g) if g.size == grant.size => moves.push((name, grant, g)),
+                _ => return,
+            }
+        }
+        if next.largest_free().map_or(0, |g| g.size) <= before {
+            return;
+        }
+        for (name, from, to) in moves.into_iter().filter(|(_, f, t)| f != t) {
+            let job = self.jobs.get_mut(&name).expect("listed above");
+            job.placement = Placement::Switch { grant: to };
+            if let Err(e) = self.store.put_job(job) {
+                eprintln!("controller: {e}");
+            }
+            eprintln!(
+                "controller: moved job {name:?} from slots [{}, {}) to [{}, {}) \
+                 (between its all-reduces) to make room for {for_job:?}",
+                from.base,
+                from.end(),
+                to.base,
+                to.end()
+            );
+        }
+        self.sites[0].alloc = Some(next);
     }
 
     /// Removes a job, frees its pool, and places waiting jobs in the room.
