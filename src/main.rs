@@ -10,6 +10,12 @@ use inagg_switch_control::cli as ctl;
 #[derive(Debug, Parser)]
 #[command(name = "inagg", version, about)]
 struct Cli {
+    /// Log level or filter for messages on stderr: error, warn, info, debug,
+    /// trace, or per module (`inagg_switch_control=debug,warn`). Overrides
+    /// the INAGG_LOG environment variable [default: info for the daemons
+    /// (emu, controller), warn otherwise].
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,8 +44,35 @@ enum Command {
     Conformance(conformance_cmd::ConformanceArgs),
 }
 
+/// Logs through `tracing` to stderr, filtered by `--log`, else INAGG_LOG,
+/// else the command's default. A bad filter is a usage error.
+fn init_logs(cli: &Cli) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let default = match cli.command {
+        Command::Emu(_) | Command::Controller(_) => "info",
+        _ => "warn",
+    };
+    let filter = match (&cli.log, std::env::var("INAGG_LOG")) {
+        (Some(f), _) => f.clone(),
+        (None, Ok(f)) if !f.is_empty() => f,
+        _ => default.to_string(),
+    };
+    let filter = EnvFilter::try_new(&filter)
+        .map_err(|e| format!("bad log filter {filter:?}: {e} (try --log debug)"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = init_logs(&cli) {
+        eprintln!("inagg: error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).and_then(|report| {
             if args.json {

@@ -16,10 +16,17 @@ struct Emu {
 
 impl Emu {
     fn start(extra: &[&str]) -> Emu {
+        Emu::start_with(&[], extra, Stdio::inherit())
+    }
+
+    /// With global options before `emu` and its stderr sent to `stderr`.
+    fn start_with(global: &[&str], extra: &[&str], stderr: Stdio) -> Emu {
         let mut child = Command::new(INAGG)
+            .args(global)
             .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -417,4 +424,40 @@ fn the_emulator_serves_prometheus_metrics() {
         body.contains("# TYPE inagg_job_results_total counter\n"),
         "{body}"
     );
+}
+
+#[test]
+fn logs_have_levels_and_a_bad_filter_is_refused() {
+    let out = Command::new(INAGG)
+        .args(["--log", "inagg=[", "ctl", "info"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("bad log filter"), "{}", text(&out));
+
+    let path = std::env::temp_dir().join(format!("inagg-log-{}.txt", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    let emu = Emu::start_with(&["--log", "debug"], &[], Stdio::from(file));
+    let ok = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "4",
+        "--workers",
+        "127.0.0.1:5000",
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(emu.ctl(&["job", "list"]).status.success());
+    assert!(!emu.ctl(&["job", "delete", "9"]).status.success());
+    drop(emu);
+    let log = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let line = |level: &str, what: &str| log.lines().any(|l| l.contains(level) && l.contains(what));
+    assert!(line(" INFO ", "CreateJob"), "{log}");
+    assert!(line(" DEBUG ", "ListJobs"), "{log}");
+    assert!(line(" WARN ", "no job 9 is installed"), "{log}");
 }

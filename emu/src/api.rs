@@ -483,6 +483,24 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// Whether the request changes the switch (logged at info level; reads
+    /// at debug).
+    pub fn changes_state(&self) -> bool {
+        !matches!(
+            self,
+            Request::Info
+                | Request::GetJob { .. }
+                | Request::ListJobs
+                | Request::ListGroups
+                | Request::Pools
+                | Request::Counters
+                | Request::GetFaults
+                | Request::Queues
+        )
+    }
+}
+
 /// A successful reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]

@@ -238,14 +238,14 @@ impl DataPlane {
             let n = match self.socket.recv_batch(&mut rx, wait) {
                 Ok(n) => n,
                 Err(err) => {
-                    eprintln!("inagg emu: receive failed: {err}");
+                    tracing::warn!("receive failed: {err}");
                     std::thread::sleep(IDLE_POLL);
                     continue;
                 }
             };
             self.serve_batch(&rx, n);
             if let Err(err) = self.socket.send_batch(&mut self.tx) {
-                eprintln!("inagg emu: send failed: {err}");
+                tracing::warn!("send failed: {err}");
             }
         }
     }
@@ -273,7 +273,7 @@ impl DataPlane {
         let next = shaper.next_departure();
         drop(state);
         if let Err(err) = self.socket.send_batch(&mut self.tx) {
-            eprintln!("inagg emu: send failed: {err}");
+            tracing::warn!("send failed: {err}");
         }
         next.map_or(wait, |t| t.saturating_duration_since(now).min(wait))
     }
@@ -313,7 +313,7 @@ fn serve_control(
                 }));
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            Err(err) => eprintln!("inagg emu: control accept failed: {err}"),
+            Err(err) => tracing::warn!("control accept failed: {err}"),
         }
         conns.retain(|c: &JoinHandle<()>| !c.is_finished());
     }
@@ -373,15 +373,33 @@ fn serve_connection(
             continue; // partial line; the rest follows
         }
         let response = match serde_json::from_slice::<Request>(&line) {
-            Ok(request) => handle(request, &mut lock(state), data_addr),
-            Err(e) => Response::Err(ApiError::BadRequest {
-                message: e.to_string(),
-            }),
+            Ok(request) => {
+                let changes = request.changes_state();
+                let summary = format!("{request:?}");
+                let response = handle(request, &mut lock(state), data_addr);
+                log_request(changes, &summary, &response);
+                response
+            }
+            Err(e) => {
+                tracing::warn!("bad control request: {e}");
+                Response::Err(ApiError::BadRequest {
+                    message: e.to_string(),
+                })
+            }
         };
         line.clear();
         if reply(&mut writer, &response).is_err() {
             return;
         }
+    }
+}
+
+/// Changes of state at info level, reads at debug, refusals at warn.
+fn log_request(changes: bool, request: &str, response: &Response) {
+    match response {
+        Response::Err(e) => tracing::warn!("refused {request}: {e}"),
+        Response::Ok(_) if changes => tracing::info!("{request}"),
+        Response::Ok(_) => tracing::debug!("{request}"),
     }
 }
 

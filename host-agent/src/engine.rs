@@ -228,6 +228,11 @@ impl<L: Link> Engine<'_, L> {
             if n < self.link.batch() && now >= next_scan {
                 if now.duration_since(last_progress) > self.config.give_up_after {
                     let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
+                    tracing::warn!(
+                        job = self.config.job,
+                        slot = stuck,
+                        "no progress; giving up"
+                    );
                     return Err(Error::Timeout {
                         switch: self.switch,
                         job: self.config.job,
@@ -236,7 +241,16 @@ impl<L: Link> Engine<'_, L> {
                         retransmissions: stats.retransmissions,
                     });
                 }
+                let before = stats.retransmissions;
                 self.retransmit_expired(slots, now, &mut tx, &mut stats);
+                if stats.retransmissions > before {
+                    tracing::debug!(
+                        job = self.config.job,
+                        resent = stats.retransmissions - before,
+                        total = stats.retransmissions,
+                        "slots timed out; retransmitted"
+                    );
+                }
                 next_scan = now + scan_every;
             }
         }

@@ -245,6 +245,43 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// What the request is, for the log, and whether it changes the
+    /// controller's state (logged at info level; reads at debug).
+    pub fn summary(&self) -> (String, bool) {
+        match self {
+            Request::CreateJob { decl } => (
+                format!(
+                    "create job {:?} ({} workers, {} slots)",
+                    decl.name, decl.workers, decl.slots
+                ),
+                true,
+            ),
+            Request::DeleteJob { name } => (format!("delete job {name:?}"), true),
+            Request::CreateGroup { decl } => (
+                format!(
+                    "create group {:?} ({} members)",
+                    decl.name,
+                    decl.members.len()
+                ),
+                true,
+            ),
+            Request::DeleteGroup { name } => (format!("delete group {name:?}"), true),
+            Request::Register { job, rank, .. } => {
+                (format!("register rank {rank} of job {job:?}"), true)
+            }
+            Request::SetPriority { class, queue } => {
+                (format!("priority class {class} -> queue {queue}"), true)
+            }
+            Request::Jobs => ("list jobs".into(), false),
+            Request::Groups => ("list groups".into(), false),
+            Request::Priority => ("read the priority map".into(), false),
+            Request::Sites => ("list sites".into(), false),
+            Request::Stats => ("read counters".into(), false),
+        }
+    }
+}
+
 /// Replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]

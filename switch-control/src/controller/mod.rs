@@ -19,7 +19,7 @@ pub mod file;
 mod state;
 mod store;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,7 +111,7 @@ impl Shared {
 
 fn log(problems: &[String]) {
     for p in problems {
-        eprintln!("controller: {p}");
+        tracing::warn!("{p}");
     }
 }
 
@@ -231,7 +231,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => {
-                eprintln!("controller: accept: {e}");
+                tracing::warn!("accept: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -261,32 +261,64 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
 }
 
 /// One client connection: requests until it closes.
+/// Longest request line the API reads (a job with 64 endpoints is ~3 KiB).
+const MAX_LINE: u64 = 1 << 20;
+
 fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
-    let reader = BufReader::new(stream);
-    for line in reader.lines() {
-        let Ok(line) = line else { return };
-        if line.trim().is_empty() {
-            continue;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
         }
-        let response = match serde_json::from_str::<Envelope>(&line) {
-            Err(e) => Response::Error(format!("unreadable request: {e}")),
-            Ok(env) if env.token != shared.token && shared.token.is_some() => Response::Error(
-                "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
-            ),
-            Ok(env) => match handle(shared, env.request, peer) {
-                Ok(r) => Response::Ok(r),
-                Err(e) => Response::Error(e),
-            },
+        let too_long = !line.ends_with(b"\n") && line.len() as u64 >= MAX_LINE;
+        let response = if too_long {
+            Response::Error(format!("request line longer than {MAX_LINE} bytes"))
+        } else {
+            match std::str::from_utf8(&line) {
+                Err(_) => Response::Error("request is not UTF-8 JSON".into()),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => respond(shared, text, peer),
+            }
         };
+        if let Response::Error(e) = &response {
+            tracing::warn!("refused a request from {peer}: {e}");
+        }
         let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| {
             format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes()
         });
         out.push(b'\n');
-        if writer.write_all(&out).is_err() {
+        if writer.write_all(&out).is_err() || too_long {
             return;
+        }
+    }
+}
+
+/// One request line: token check, then the request.
+fn respond(shared: &Shared, line: &str, peer: SocketAddr) -> Response {
+    match serde_json::from_str::<Envelope>(line) {
+        Err(e) => Response::Error(format!("unreadable request: {e}")),
+        Ok(env) if env.token != shared.token && shared.token.is_some() => Response::Error(
+            "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
+        ),
+        Ok(env) => {
+            let summary = env.request.summary();
+            match handle(shared, env.request, peer) {
+                Ok(r) => {
+                    if summary.1 {
+                        tracing::info!("{} from {peer}", summary.0);
+                    } else {
+                        tracing::debug!("{} from {peer}", summary.0);
+                    }
+                    Response::Ok(r)
+                }
+                Err(e) => Response::Error(e),
+            }
         }
     }
 }

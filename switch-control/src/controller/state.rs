@@ -184,6 +184,12 @@ impl Site {
         })();
         match attempt {
             Ok((t, slots, data)) => {
+                tracing::info!(
+                    "reached the {} ({}) at {}: {slots} slots",
+                    self.role,
+                    t.kind(),
+                    self.control
+                );
                 self.kind = t.kind();
                 self.target = Some(t);
                 // Filled from the stored placements by `Core::reserve_site`.
@@ -206,6 +212,9 @@ impl Site {
     }
 
     fn fail(&mut self, e: ControlError) {
+        if self.target.is_some() || self.error.is_none() {
+            tracing::warn!("the {} at {} is down: {e}", self.role, self.control);
+        }
         self.target = None;
         self.error = Some(e.to_string());
     }
@@ -225,6 +234,7 @@ impl Site {
             for (id, spec) in &have {
                 if want.jobs.get(id) != Some(spec) {
                     t.delete_job(*id)?;
+                    tracing::info!("removed job {id} from the {}", self.role);
                 }
             }
             // Stale groups go before jobs are created: a job's group may
@@ -235,22 +245,29 @@ impl Site {
                     t.delete_group(*id)?;
                 }
             }
-            let mut refused = |r: Result<(), ControlError>| match r {
-                Ok(()) => Ok(()),
+            // Ok(true): done; Ok(false): refused (reported, the rest goes on).
+            let mut done = |r: Result<(), ControlError>| match r {
+                Ok(()) => Ok(true),
                 Err(ControlError::Job(e)) => {
                     problems.push(e.to_string());
-                    Ok(())
+                    Ok(false)
                 }
                 Err(e) => Err(e),
             };
             for (id, spec) in &want.jobs {
-                if have.get(id) != Some(spec) {
-                    refused(t.create_job(spec))?;
+                if have.get(id) != Some(spec) && done(t.create_job(spec))? {
+                    let (base, end) = (spec.pool_base, spec.pool_end());
+                    let (n, g) = (spec.workers.len(), spec.generation);
+                    tracing::info!(
+                        "installed job {id} on the {}: slots [{base}, {end}), {n} workers, \
+                         generation {g}",
+                        self.role
+                    );
                 }
             }
             for (id, spec) in &want.groups {
                 if groups.get(id) != Some(spec) {
-                    refused(t.create_group(spec))?;
+                    done(t.create_group(spec))?;
                 }
             }
             sync_priority(t.as_mut(), priority)
@@ -609,6 +626,7 @@ impl Core {
         };
         self.next_order += 1;
         job.placement = self.place(&job.decl);
+        tracing::info!("job {:?} (id {}): {:?}", job.decl.name, id, job.placement);
         self.store.put_job(&job)?;
         let status = self.status(&job);
         self.jobs.insert(job.decl.name.clone(), job);
@@ -691,10 +709,10 @@ impl Core {
             let job = self.jobs.get_mut(&name).expect("listed above");
             job.placement = Placement::Switch { grant: to };
             if let Err(e) = self.store.put_job(job) {
-                eprintln!("controller: {e}");
+                tracing::error!("{e}");
             }
-            eprintln!(
-                "controller: moved job {name:?} from slots [{}, {}) to [{}, {}) \
+            tracing::info!(
+                "moved job {name:?} from slots [{}, {}) to [{}, {}) \
                  (between its all-reduces) to make room for {for_job:?}",
                 from.base,
                 from.end(),
@@ -736,6 +754,7 @@ impl Core {
                 continue;
             }
             let job = self.jobs.get_mut(&name).expect("listed above");
+            tracing::info!("waiting job {name:?} placed: {placement:?}");
             job.placement = placement;
             self.store.put_job(job)?;
         }
