@@ -9,8 +9,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use inagg_host_agent::quant::{block_exponent, error_bound};
+use inagg_host_agent::stats::Live;
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_control::controller::Client;
+use inagg_switch_control::metrics::{self, MetricsServer};
 
 use crate::backend::{Backend, DpdkArgs};
 
@@ -93,6 +95,14 @@ pub struct AgentArgs {
     /// Print statistics as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve the worker's counters in the Prometheus text format on this
+    /// address (GET /metrics) while it runs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// With --metrics: keep serving the final counters this many seconds
+    /// after the all-reduce, so a scrape can collect them.
+    #[arg(long, default_value_t = 0.0, requires = "metrics", value_name = "SECS")]
+    pub metrics_linger: f64,
 }
 
 /// The pattern worker `w` contributes at element `i` (ints: exact sums).
@@ -113,7 +123,12 @@ pub fn run(a: &AgentArgs) -> Result<()> {
     let mut config = configure(a)?;
     config.priority = a.priority;
     config.give_up_after = Duration::from_secs_f64(a.timeout);
+    if !(a.metrics_linger >= 0.0 && a.metrics_linger.is_finite()) {
+        bail!("--metrics-linger must be zero or a positive number of seconds");
+    }
+    let (job, worker_id) = (config.job, config.worker);
     let mut worker = open(a, config)?;
+    let metrics = serve_metrics(a, &mut worker, job, worker_id)?;
     let (stats, verified) = match a.dtype {
         Dtype::I32 => run_i32(a, &mut worker)?,
         Dtype::F32 => run_f32(a, &mut worker)?,
@@ -149,10 +164,31 @@ pub fn run(a: &AgentArgs) -> Result<()> {
             }
         );
     }
+    if metrics.is_some() && a.metrics_linger > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(a.metrics_linger));
+    }
     if verified == Some(false) {
         bail!("the reduced tensor does not match the expected sum");
     }
     Ok(())
+}
+
+/// Starts the metrics server of `--metrics`, fed by the worker's live counts.
+fn serve_metrics(
+    a: &AgentArgs,
+    worker: &mut Worker,
+    job: u16,
+    id: u16,
+) -> Result<Option<MetricsServer>> {
+    let Some(addr) = a.metrics else {
+        return Ok(None);
+    };
+    let live = std::sync::Arc::new(Live::default());
+    worker.set_live(live.clone());
+    let server = MetricsServer::start(addr, move || Ok(metrics::agent(&live, job, id)))
+        .with_context(|| format!("serve metrics on {addr}"))?;
+    eprintln!("inagg agent: metrics on http://{}/metrics", server.addr());
+    Ok(Some(server))
 }
 
 /// The job's parameters: from the controller that admits this worker, or

@@ -461,3 +461,84 @@ fn logs_have_levels_and_a_bad_filter_is_refused() {
     assert!(line(" DEBUG ", "ListJobs"), "{log}");
     assert!(line(" WARN ", "no job 9 is installed"), "{log}");
 }
+
+#[test]
+fn the_agent_serves_its_counters_to_prometheus() {
+    let emu = Emu::start(&[]);
+    let bind = free_udp_port();
+    let ok = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "4",
+        "--workers",
+        &bind.to_string(),
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut agent = Command::new(INAGG)
+        .args([
+            "agent",
+            "--switch",
+            &emu.data.to_string(),
+            "--bind",
+            &bind.to_string(),
+        ])
+        .args([
+            "--job",
+            "4",
+            "--worker",
+            "0",
+            "--workers",
+            "1",
+            "--pool-size",
+            "8",
+        ])
+        .args(["--dtype", "i32", "--len", "10000", "--verify"])
+        .args(["--metrics", &metrics.to_string(), "--metrics-linger", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The summary line is printed when the all-reduce is done; the
+    // counters are then final, and served while the agent lingers.
+    let mut line = String::new();
+    BufReader::new(agent.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("result verified"), "{line}");
+    let body = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(metrics).unwrap();
+        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let labels = "{job=\"4\",worker=\"0\"}";
+    assert!(
+        body.contains(&format!("inagg_agent_allreduces_total{labels} 1\n")),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("inagg_agent_payload_bytes_total{labels} 40000\n")),
+        "{body}"
+    );
+    // 10000 elements at K = 64: 157 chunks, each sent at least once.
+    let sent: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("inagg_agent_packets_sent_total{labels} ")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(sent >= 157, "{body}");
+}

@@ -123,6 +123,8 @@ pub(crate) struct Engine<'a, L: Link> {
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
     pub progress: Option<&'a AtomicU64>,
+    /// Where the counts are published at every scan, when someone reads them.
+    pub live: Option<&'a crate::stats::Live>,
     /// (this lane, lanes): a multi-queue worker runs one engine per lane,
     /// each with the slots `s` where `s % lanes == lane`; 1 lane has them all.
     pub lane: (usize, usize),
@@ -240,6 +242,10 @@ impl<L: Link> Engine<'_, L> {
                         waited: now.duration_since(last_progress),
                         retransmissions: stats.retransmissions,
                     });
+                }
+                if let Some(live) = self.live {
+                    stats.elapsed = start.elapsed();
+                    live.update(self.lane.0, self.lane.1, &stats);
                 }
                 let before = stats.retransmissions;
                 self.retransmit_expired(slots, now, &mut tx, &mut stats);

@@ -203,6 +203,7 @@ pub struct Worker {
     epochs: Vec<u32>,
     rtt: RttEstimator,
     progress: Option<Arc<AtomicU64>>,
+    live: Option<Arc<stats::Live>>,
 }
 
 impl Worker {
@@ -229,6 +230,7 @@ impl Worker {
             backend,
             rtt: RttEstimator::new(),
             progress: None,
+            live: None,
         }
     }
 
@@ -279,6 +281,12 @@ impl Worker {
         self.progress = Some(counter);
     }
 
+    /// Publishes the worker's counts to `live` as it runs (read with
+    /// [`stats::Live::snapshot`], e.g. by a metrics exporter).
+    pub fn set_live(&mut self, live: Arc<stats::Live>) {
+        self.live = Some(live);
+    }
+
     /// Packets (rounds) an all-reduce of `len` elements takes per worker:
     /// one per chunk, plus one exponent round per slot for floats.
     pub fn rounds(&self, len: usize, float: bool) -> u64 {
@@ -307,20 +315,26 @@ impl Worker {
     ) -> Result<Stats> {
         let (config, epochs, rtt) = (&self.config, &mut self.epochs[..], &mut self.rtt);
         let progress = self.progress.as_deref();
+        let live = self.live.as_deref();
         let shared = Shared {
             config,
             progress,
+            live,
             chunks,
             bytes,
         };
-        match &mut self.backend {
+        let result = match &mut self.backend {
             Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => match port.lanes_mut() {
                 [link] => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
                 links => shared.run_lanes(links, codecs, epochs, rtt),
             },
+        };
+        if let Some(live) = live {
+            live.finish(result.as_ref().ok());
         }
+        result
     }
 
     /// Sums `data` across the job's workers in place, exactly (int32 adds
@@ -380,6 +394,7 @@ impl Worker {
 struct Shared<'a> {
     config: &'a AgentConfig,
     progress: Option<&'a AtomicU64>,
+    live: Option<&'a stats::Live>,
     chunks: usize,
     bytes: u64,
 }
@@ -401,6 +416,7 @@ impl Shared<'_> {
             rtt,
             switch: self.config.switch,
             progress: self.progress,
+            live: self.live,
             lane,
         }
         .run(codec, self.chunks, self.bytes)

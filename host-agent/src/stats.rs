@@ -65,3 +65,103 @@ impl Stats {
         self.elapsed = self.elapsed.max(o.elapsed);
     }
 }
+
+/// A worker's statistics readable while it runs (`inagg agent --metrics`):
+/// each lane publishes its counts at every retransmission scan (a few ms
+/// apart, never per packet), and a finished all-reduce adds its totals.
+#[derive(Debug, Default)]
+pub struct Live {
+    inner: std::sync::Mutex<LiveInner>,
+}
+
+#[derive(Debug, Default)]
+struct LiveInner {
+    /// Totals of the finished all-reduces.
+    done: Stats,
+    /// All-reduces finished.
+    allreduces: u64,
+    /// The running all-reduce, per lane.
+    running: Vec<Stats>,
+}
+
+impl Live {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Everything counted so far (finished all-reduces and the running
+    /// one), and how many all-reduces have finished.
+    pub fn snapshot(&self) -> (Stats, u64) {
+        let inner = self.lock();
+        let mut running = Stats::default();
+        inner.running.iter().for_each(|s| running.merge(s));
+        let mut total = inner.done.clone();
+        accumulate(&mut total, &running);
+        (total, inner.allreduces)
+    }
+
+    /// Lane `lane` of `lanes` has counted `stats` so far in this all-reduce.
+    pub(crate) fn update(&self, lane: usize, lanes: usize, stats: &Stats) {
+        let mut inner = self.lock();
+        inner.running.resize(lanes, Stats::default());
+        inner.running[lane] = stats.clone();
+    }
+
+    /// The running all-reduce ended: `Some(totals)` if it completed.
+    pub(crate) fn finish(&self, completed: Option<&Stats>) {
+        let mut inner = self.lock();
+        let partial = std::mem::take(&mut inner.running);
+        match completed {
+            Some(s) => {
+                accumulate(&mut inner.done, s);
+                inner.allreduces += 1;
+            }
+            None => partial.iter().for_each(|s| accumulate(&mut inner.done, s)),
+        }
+    }
+}
+
+/// Adds one all-reduce's counts to running totals (payload and time add
+/// up too, unlike [`Stats::merge`] across lanes of one all-reduce).
+fn accumulate(total: &mut Stats, s: &Stats) {
+    let (payload, elapsed) = (
+        total.payload_bytes + s.payload_bytes,
+        total.elapsed + s.elapsed,
+    );
+    total.merge(s);
+    total.payload_bytes = payload;
+    total.elapsed = elapsed;
+}
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+
+    fn sent(n: u64, payload: u64) -> Stats {
+        Stats {
+            packets_sent: n,
+            payload_bytes: payload,
+            elapsed: Duration::from_millis(n),
+            ..Stats::default()
+        }
+    }
+
+    #[test]
+    fn live_counts_add_finished_and_running_all_reduces() {
+        let live = Live::default();
+        live.update(0, 2, &sent(3, 100));
+        live.update(1, 2, &sent(4, 100));
+        // Lanes of one all-reduce: counts add, the tensor counts once.
+        assert_eq!(live.snapshot().0.packets_sent, 7);
+        assert_eq!(live.snapshot().0.payload_bytes, 100);
+        live.finish(Some(&sent(8, 100)));
+        live.update(0, 1, &sent(2, 50));
+        let (s, done) = live.snapshot();
+        assert_eq!((s.packets_sent, s.payload_bytes, done), (10, 150, 1));
+        // A failed all-reduce keeps what it sent, and does not count as done.
+        live.finish(None);
+        let (s, done) = live.snapshot();
+        assert_eq!((s.packets_sent, done), (10, 1));
+        assert_eq!(s.elapsed, Duration::from_millis(10));
+    }
+}

@@ -205,6 +205,84 @@ pub fn emulator(control: SocketAddr) -> Result<String, String> {
     Ok(e.render())
 }
 
+/// An agent's exposition: its counts so far (finished all-reduces and the
+/// running one), labelled with its job and worker id.
+pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> String {
+    let (s, allreduces) = live.snapshot();
+    let (job, worker) = (job.to_string(), worker.to_string());
+    let labels = [("job", job.as_str()), ("worker", worker.as_str())];
+    let mut e = Exposition::default();
+    let rows: [(&'static str, &'static str, u64); 11] = [
+        (
+            "inagg_agent_allreduces_total",
+            "All-reduces completed.",
+            allreduces,
+        ),
+        (
+            "inagg_agent_packets_sent_total",
+            "Packets sent, retransmissions included.",
+            s.packets_sent,
+        ),
+        (
+            "inagg_agent_packets_received_total",
+            "Datagrams received.",
+            s.packets_received,
+        ),
+        (
+            "inagg_agent_retransmissions_total",
+            "Packets sent again after a timeout.",
+            s.retransmissions,
+        ),
+        (
+            "inagg_agent_stale_results_total",
+            "Results that were not the one awaited.",
+            s.stale_results,
+        ),
+        (
+            "inagg_agent_malformed_total",
+            "Datagrams that did not parse.",
+            s.malformed,
+        ),
+        (
+            "inagg_agent_foreign_total",
+            "Packets for another job or of the wrong kind.",
+            s.foreign,
+        ),
+        (
+            "inagg_agent_send_errors_total",
+            "Sends the kernel or NIC refused (retried).",
+            s.send_errors,
+        ),
+        (
+            "inagg_agent_bytes_sent_total",
+            "Bytes sent (inagg header and payload).",
+            s.bytes_sent,
+        ),
+        (
+            "inagg_agent_bytes_received_total",
+            "Bytes received.",
+            s.bytes_received,
+        ),
+        (
+            "inagg_agent_payload_bytes_total",
+            "Tensor bytes all-reduced.",
+            s.payload_bytes,
+        ),
+    ];
+    for (name, help, v) in rows {
+        e.counter(name, help, &labels, v);
+    }
+    let help = "Time spent in all-reduces, milliseconds.";
+    let ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
+    e.counter(
+        "inagg_agent_allreduce_milliseconds_total",
+        help,
+        &labels,
+        ms,
+    );
+    e.render()
+}
+
 /// A controller's exposition: every aggregator's counters (labelled with
 /// its role and control address) and each job's under its name, read
 /// through the controller's API.
