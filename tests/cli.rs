@@ -76,6 +76,16 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// One GET /metrics: the whole HTTP response.
+fn scrape(metrics: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(metrics).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}
+
 fn free_udp_port() -> SocketAddr {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -394,14 +404,7 @@ fn the_emulator_serves_prometheus_metrics() {
     // A datagram that is not inagg: counted as malformed.
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     s.send_to(b"junk", emu.data).unwrap();
-    let scrape = || -> String {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(metrics).unwrap();
-        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        c.read_to_string(&mut out).unwrap();
-        out
-    };
+    let scrape = || scrape(metrics);
     let mut body = String::new();
     for _ in 0..100 {
         body = scrape();
@@ -514,14 +517,7 @@ fn the_agent_serves_its_counters_to_prometheus() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("result verified"), "{line}");
-    let body = {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(metrics).unwrap();
-        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        c.read_to_string(&mut out).unwrap();
-        out
-    };
+    let body = scrape(metrics);
     let _ = agent.kill();
     let _ = agent.wait();
     let labels = "{job=\"4\",worker=\"0\"}";

@@ -414,25 +414,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             if !dry_run {
                 cluster::execute(&steps, t)?;
             }
-            emit(
-                out,
-                json,
-                &serde_json::json!({ "applied": !dry_run, "steps": steps }),
-                |o| {
-                    for s in &steps {
-                        writeln!(o, "{s}")?;
-                    }
-                    writeln!(
-                        o,
-                        "{}",
-                        if dry_run {
-                            "dry run: nothing changed"
-                        } else {
-                            "applied"
-                        }
-                    )
-                },
-            )
+            emit_plan(out, json, dry_run, "steps", &steps)
         }
     }
 }
@@ -586,6 +568,29 @@ pub(crate) fn usage(message: &str) -> ControlError {
         path: "command line".into(),
         message: message.into(),
     }
+}
+
+/// Prints an `apply` plan: JSON `{"applied": .., key: items}`, or one
+/// line per item and whether it was carried out.
+pub(crate) fn emit_plan<T: Serialize + std::fmt::Display>(
+    out: &mut dyn Write,
+    json: bool,
+    dry_run: bool,
+    key: &str,
+    items: &[T],
+) -> Result<()> {
+    let value = serde_json::json!({ "applied": !dry_run, key: items });
+    emit(out, json, &value, |o| {
+        for item in items {
+            writeln!(o, "{item}")?;
+        }
+        let done = if dry_run {
+            "dry run: nothing changed"
+        } else {
+            "applied"
+        };
+        writeln!(o, "{done}")
+    })
 }
 
 /// Prints `value` as JSON or through `human`.

@@ -130,12 +130,16 @@ impl ClusterFile {
 
     /// Reads and parses a file.
     pub fn load(path: &str) -> Result<ClusterFile> {
-        let text = std::fs::read_to_string(path).map_err(|e| ControlError::Config {
-            path: path.into(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &text)
+        Self::parse(path, &read_text(path)?)
     }
+}
+
+/// A configuration file's text; an error names the file.
+pub(crate) fn read_text(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| ControlError::Config {
+        path: path.into(),
+        message: format!("cannot read: {e}"),
+    })
 }
 
 /// One step of a plan.

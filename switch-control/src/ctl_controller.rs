@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-use crate::cli::{emit, usage, CtlCommand, GroupCommand, JobCommand};
+use crate::cli::{emit, emit_plan, usage, CtlCommand, GroupCommand, JobCommand};
 use crate::controller::api::{
     GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStats, SiteStatus,
 };
@@ -62,22 +62,7 @@ pub fn run(
             if !dry_run {
                 execute(&changes, &mut c)?;
             }
-            emit(
-                out,
-                json,
-                &serde_json::json!({ "applied": !dry_run, "changes": changes }),
-                |o| {
-                    for change in &changes {
-                        writeln!(o, "{change}")?;
-                    }
-                    let done = if dry_run {
-                        "dry run: nothing changed"
-                    } else {
-                        "applied"
-                    };
-                    writeln!(o, "{done}")
-                },
-            )
+            emit_plan(out, json, dry_run, "changes", &changes)
         }
         _ => Err(ControlError::Unsupported {
             target: "controller",

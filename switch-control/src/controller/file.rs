@@ -92,11 +92,7 @@ impl ControllerFile {
 
     /// Reads, parses and checks a file.
     pub fn load(path: &str) -> Result<ControllerFile> {
-        let text = std::fs::read_to_string(path).map_err(|e| ControlError::Config {
-            path: path.into(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &text)
+        Self::parse(path, &crate::cluster::read_text(path)?)
     }
 }
 
