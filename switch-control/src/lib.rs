@@ -12,7 +12,8 @@
 //! - [`controller`]: the `inagg controller` daemon (jobs of many tenants,
 //!   pool allocation with fallback to host emulators, agent registration,
 //!   state in an embedded database) and its client;
-//! - [`alloc`]: the slot allocator the controller places pools with.
+//! - [`alloc`]: the slot allocator the controller places pools with;
+//! - [`sched`]: the source papers' scheduling policies, pure.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
 //! before they are sent, so a refused job never reaches the switch; the
@@ -28,6 +29,7 @@ pub mod controller;
 mod ctl_controller;
 pub mod emu;
 pub mod metrics;
+pub mod sched;
 pub mod target;
 
 #[cfg(feature = "bmv2")]
