@@ -86,6 +86,16 @@ fn free_port() -> SocketAddr {
         .unwrap()
 }
 
+/// The real binary, with none of the caller's controller settings.
+fn inagg(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(args)
+        .env_remove("INAGG_CONTROLLER")
+        .env_remove("INAGG_TOKEN")
+        .output()
+        .unwrap()
+}
+
 fn inputs(workers: u16, len: usize, seed: i32) -> Vec<Vec<i32>> {
     (0..workers)
         .map(|w| {
@@ -417,14 +427,6 @@ fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
     let state = state_file("cli");
     let ctl = start(switch.control_addr(), &[], &state);
     let addr = ctl.addr().to_string();
-    let inagg = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
-            .args(args)
-            .env_remove("INAGG_CONTROLLER")
-            .env_remove("INAGG_TOKEN")
-            .output()
-            .unwrap()
-    };
     let out = inagg(&[
         "ctl",
         "--controller",
@@ -643,13 +645,8 @@ fn apply_through_the_controller_shows_the_diff_then_makes_it() {
     let path = file.to_str().unwrap().to_string();
     let apply = |text: &str, extra: &[&str]| {
         std::fs::write(&file, text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inagg"))
-            .args(["ctl", "--controller", &addr, "apply", "-f", &path])
-            .args(extra)
-            .env_remove("INAGG_CONTROLLER")
-            .env_remove("INAGG_TOKEN")
-            .output()
-            .unwrap();
+        let args = ["ctl", "--controller", &addr, "apply", "-f", &path];
+        let out = inagg(&[&args[..], extra].concat());
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         (out.status.success(), text, err)

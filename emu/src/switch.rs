@@ -879,6 +879,32 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_group_relays_group_datagrams_among_its_workers() {
+        let mut sw = switch();
+        let workers = vec![addr(3000), addr(3001)];
+        sw.create_job(JobSpec {
+            id: 2,
+            workers,
+            pool_base: 30,
+            pool_size: 2,
+            elements: 2,
+            generation: 0,
+            queues: Vec::new(),
+            group: Some(5),
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(
+            sw.process(&group_packet(5, 1, [4, 4]), addr(3001), &mut out),
+            Action::Replicate {
+                group: 5,
+                sender: 1
+            }
+        );
+        assert_eq!(sw.members(5), Some(&[addr(3000), addr(3001)][..]));
+    }
+
+    #[test]
     fn bad_groups_are_refused() {
         let mut sw = switch();
         let bad = |members: Vec<SocketAddr>| GroupSpec { id: 3, members };

@@ -221,11 +221,8 @@ fn held_decl(g: &GroupStatus, wanted: &GroupDecl) -> GroupDecl {
 /// Works out the changes that make the controller hold what `file` says.
 pub fn plan(file: &ControllerFile, path: &str, c: &mut Client, prune: bool) -> Result<Vec<Change>> {
     let jobs: Vec<JobStatus> = c.jobs()?;
-    let groups: Vec<GroupStatus> = c
-        .groups()?
-        .into_iter()
-        .filter(|g| g.owner == "hand")
-        .collect();
+    let all_groups = c.groups()?;
+    let groups: Vec<&GroupStatus> = all_groups.iter().filter(|g| g.owner == "hand").collect();
     let mut changes = Vec::new();
     for new in &file.jobs {
         changes.push(match jobs.iter().find(|j| j.decl.name == new.name) {
@@ -280,7 +277,7 @@ pub fn plan(file: &ControllerFile, path: &str, c: &mut Client, prune: bool) -> R
             });
         }
     }
-    check_group_ids(file, path, &changes, &c.groups()?)?;
+    check_group_ids(file, path, &changes, &all_groups)?;
     Ok(changes)
 }
 

@@ -95,6 +95,18 @@ impl Selection {
         }
     }
 
+    /// The round's forced pairs and nothing else.
+    fn forced(r: &Round) -> Selection {
+        let n = r.n();
+        let mut sel = Selection::empty(n);
+        for &(i, j) in &r.forced {
+            if i != j && i < n && j < n {
+                sel.x[i][j] = true;
+            }
+        }
+        sel
+    }
+
     /// Sender i's receivers.
     pub fn receivers(&self, i: usize) -> Vec<usize> {
         (0..self.x.len()).filter(|&j| self.x[i][j]).collect()
@@ -142,7 +154,7 @@ pub fn completion_time(r: &Round, s: &Selection) -> f64 {
 /// p_i receptions per sender, spread perfectly over the downlinks in
 /// proportion to their bandwidth, take at least their total over the
 /// total downlink bandwidth. (The paper leaves "ideal" undefined; this is
-/// inagg's reading, documented in docs/REPRODUCTION.md.)
+/// inagg's reading.)
 pub fn ideal_time(r: &Round) -> f64 {
     let n = r.n();
     let mut total = 0.0;
@@ -172,12 +184,7 @@ pub fn selmcast_bsp(r: &Round) -> Selection {
 /// lightest-loaded receivers.
 fn basic_selection(r: &Round) -> Selection {
     let n = r.n();
-    let mut sel = Selection::empty(n);
-    for &(i, j) in &r.forced {
-        if i != j && i < n && j < n {
-            sel.x[i][j] = true;
-        }
-    }
+    let mut sel = Selection::forced(r);
     // Senders with the most fixed receivers first (they have least choice).
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(sel.x[i].iter().filter(|&&b| b).count()));
@@ -237,12 +244,7 @@ fn pareto(r: &Round, sel: &mut Selection) {
 /// Orpheus honouring k: the forced pairs, then random receivers up to p.
 pub fn orpheus(r: &Round, rng: &mut impl Rng) -> Selection {
     let n = r.n();
-    let mut sel = Selection::empty(n);
-    for &(i, j) in &r.forced {
-        if i != j && i < n && j < n {
-            sel.x[i][j] = true;
-        }
-    }
+    let mut sel = Selection::forced(r);
     for i in 0..n {
         let have = sel.x[i].iter().filter(|&&b| b).count();
         let mut free: Vec<usize> = (0..n).filter(|&j| j != i && !sel.x[i][j]).collect();
