@@ -20,4 +20,5 @@ pub mod emu_cmd;
 pub mod local;
 pub mod ring;
 pub mod schedule;
+pub mod sim_cmd;
 pub mod verify;

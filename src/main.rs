@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use inagg::{agent_cmd, bench, conformance_cmd, controller_cmd, demo, emu_cmd};
+use inagg::{agent_cmd, bench, conformance_cmd, controller_cmd, demo, emu_cmd, sim_cmd};
 use inagg_switch_control::cli as ctl;
 
 /// In-network aggregation: all-reduce through a (software) switch.
@@ -42,6 +42,8 @@ enum Command {
     },
     /// Replay the conformance vectors against the emulator or a switch on real ports.
     Conformance(conformance_cmd::ConformanceArgs),
+    /// Reproduce the source papers' scheduling results in the flow-level simulator.
+    Sim(sim_cmd::SimArgs),
 }
 
 /// Logs through `tracing` to stderr, filtered by `--log`, else INAGG_LOG,
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => agent_cmd::run(&args),
         Command::Conformance(args) => conformance_cmd::run(&args),
         Command::Controller(args) => controller_cmd::run(&args),
+        Command::Sim(args) => sim_cmd::run(&args),
         Command::Completions { shell } => {
             // Into a buffer first: clap_complete panics on a write error
             // (a closed pipe), and a closed pipe is not worth a panic.

@@ -4,5 +4,8 @@
 //!
 //! - [`selmcast`]: multicast receiver selection (SELMCAST, BSP) with its
 //!   baselines (Orpheus, the exact optimum for small n).
+//! - [`selective_reduce`]: partial aggregation groups (BAG, BPAWR, the
+//!   controller loop) and the partial-reduce baseline.
 
+pub mod selective_reduce;
 pub mod selmcast;

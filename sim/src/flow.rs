@@ -1,0 +1,286 @@
+//! Flows over links with max-min fair sharing: the flow-level network model.
+//!
+//! A link is a one-way capacity (bytes/s): a host's uplink, a host's
+//! downlink, one direction of a WAN link. A flow crosses a set of links and
+//! gets, by progressive filling, the max-min fair rate over all of them. An
+//! L3 multicast is one flow over the sender's uplink and every receiver's
+//! downlink, so it runs at its slowest receiver's rate, as a switch that
+//! replicates packets does. Flows carry a strict-priority class (0 first):
+//! each class shares what the classes above it left, so the allocation is
+//! work-conserving (Geryon's and SELMCAST-SSP's assumption).
+//!
+//! Time moves only through [`FlowNet::advance_to`]; the caller interleaves
+//! it with its own events (see [`crate::events`]).
+
+/// A flow's handle.
+pub type FlowId = usize;
+
+#[derive(Debug, Clone)]
+struct Flow {
+    links: Vec<usize>,
+    remaining: f64,
+    class: u8,
+    rate: f64,
+    tag: u64,
+}
+
+/// Links, the flows on them, and the clock.
+#[derive(Debug, Clone, Default)]
+pub struct FlowNet {
+    capacity: Vec<f64>,
+    flows: Vec<Option<Flow>>,
+    free: Vec<FlowId>,
+    now: f64,
+    stale: bool,
+}
+
+/// A flow that finished: its handle and the caller's tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub id: FlowId,
+    pub tag: u64,
+}
+
+/// Bytes below which a flow counts as done (rounding of rate x time).
+const EPS_BYTES: f64 = 1e-3;
+
+impl FlowNet {
+    /// A network with no links, at time 0.
+    pub fn new() -> FlowNet {
+        FlowNet::default()
+    }
+
+    /// Adds a link of `capacity` bytes/s; returns its index.
+    pub fn add_link(&mut self, capacity: f64) -> usize {
+        self.capacity.push(capacity.max(0.0));
+        self.capacity.len() - 1
+    }
+
+    /// Changes a link's capacity from now on (a WAN link's rate redrawn).
+    pub fn set_capacity(&mut self, link: usize, capacity: f64) {
+        self.capacity[link] = capacity.max(0.0);
+        self.stale = true;
+    }
+
+    /// A link's capacity.
+    pub fn capacity(&self, link: usize) -> f64 {
+        self.capacity[link]
+    }
+
+    /// The clock, seconds.
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// Starts a flow of `bytes` over `links` (deduplicated) in priority
+    /// `class`; `tag` comes back when it finishes. A flow over no link or
+    /// of no bytes finishes at the next [`FlowNet::advance_to`].
+    pub fn start(&mut self, links: &[usize], bytes: f64, class: u8, tag: u64) -> FlowId {
+        let mut links = links.to_vec();
+        links.sort_unstable();
+        links.dedup();
+        let flow = Flow {
+            links,
+            remaining: bytes.max(0.0),
+            class,
+            rate: 0.0,
+            tag,
+        };
+        self.stale = true;
+        match self.free.pop() {
+            Some(id) => {
+                self.flows[id] = Some(flow);
+                id
+            }
+            None => {
+                self.flows.push(Some(flow));
+                self.flows.len() - 1
+            }
+        }
+    }
+
+    /// Stops a flow; returns the bytes it had left.
+    pub fn cancel(&mut self, id: FlowId) -> Option<f64> {
+        let flow = self.flows.get_mut(id)?.take()?;
+        self.free.push(id);
+        self.stale = true;
+        Some(flow.remaining)
+    }
+
+    /// Bytes a flow has left.
+    pub fn remaining(&self, id: FlowId) -> Option<f64> {
+        self.flows.get(id)?.as_ref().map(|f| f.remaining)
+    }
+
+    /// A flow's current rate (bytes/s).
+    pub fn rate(&mut self, id: FlowId) -> Option<f64> {
+        self.allocate();
+        self.flows.get(id)?.as_ref().map(|f| f.rate)
+    }
+
+    /// Flows running.
+    pub fn active(&self) -> usize {
+        self.flows.iter().flatten().count()
+    }
+
+    /// When the next flow finishes at the current rates (None: no flow can).
+    pub fn next_finish(&mut self) -> Option<f64> {
+        self.allocate();
+        self.flows
+            .iter()
+            .flatten()
+            .filter_map(|f| finish_in(f).map(|dt| self.now + dt))
+            .min_by(f64::total_cmp)
+    }
+
+    /// Moves the clock to `t` (never back), draining every flow at its rate;
+    /// returns the flows that finished, in handle order.
+    pub fn advance_to(&mut self, t: f64) -> Vec<Finished> {
+        self.allocate();
+        let dt = (t - self.now).max(0.0);
+        self.now = self.now.max(t);
+        let mut done = Vec::new();
+        for (id, slot) in self.flows.iter_mut().enumerate() {
+            let Some(f) = slot else { continue };
+            f.remaining -= f.rate * dt;
+            if f.remaining <= EPS_BYTES || f.links.is_empty() {
+                done.push(Finished { id, tag: f.tag });
+                *slot = None;
+            }
+        }
+        if !done.is_empty() {
+            self.free.extend(done.iter().map(|d| d.id));
+            self.stale = true;
+        }
+        done
+    }
+
+    /// Runs until every flow has finished; returns them in finishing order
+    /// with their times.
+    pub fn drain(&mut self) -> Vec<(f64, Finished)> {
+        let mut out = Vec::new();
+        while let Some(t) = self.next_finish() {
+            for f in self.advance_to(t) {
+                out.push((t, f));
+            }
+        }
+        out
+    }
+
+    /// Max-min fair rates by progressive filling, class by class.
+    fn allocate(&mut self) {
+        if !self.stale {
+            return;
+        }
+        self.stale = false;
+        let mut residual = self.capacity.clone();
+        let mut classes: Vec<u8> = self.flows.iter().flatten().map(|f| f.class).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        for class in classes {
+            let members: Vec<FlowId> = (0..self.flows.len())
+                .filter(|&i| self.flows[i].as_ref().is_some_and(|f| f.class == class))
+                .collect();
+            self.fill(&members, &mut residual);
+        }
+    }
+
+    /// Progressive filling of `members` over `residual` capacities: the link
+    /// with the least share per unfrozen flow fixes its flows at that share.
+    fn fill(&mut self, members: &[FlowId], residual: &mut [f64]) {
+        let mut on_link: Vec<Vec<FlowId>> = vec![Vec::new(); residual.len()];
+        let mut count = vec![0usize; residual.len()];
+        for &id in members {
+            let f = self.flows[id].as_mut().expect("member");
+            f.rate = 0.0;
+            for &l in &f.links {
+                on_link[l].push(id);
+                count[l] += 1;
+            }
+        }
+        let mut frozen = vec![false; self.flows.len()];
+        loop {
+            let bottleneck = (0..residual.len())
+                .filter(|&l| count[l] > 0)
+                .map(|l| (l, residual[l].max(0.0) / count[l] as f64))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let Some((link, share)) = bottleneck else {
+                break;
+            };
+            for &id in &on_link[link] {
+                if std::mem::replace(&mut frozen[id], true) {
+                    continue;
+                }
+                let f = self.flows[id].as_mut().expect("member");
+                f.rate = share;
+                for &m in &f.links {
+                    residual[m] -= share;
+                    count[m] -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// Seconds until `f` finishes at its rate.
+fn finish_in(f: &Flow) -> Option<f64> {
+    if f.links.is_empty() || f.remaining <= EPS_BYTES {
+        Some(0.0)
+    } else if f.rate > 0.0 {
+        Some(f.remaining / f.rate)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_min_shares_the_bottleneck_and_gives_the_rest_away() {
+        // Links: a (10), b (4). Flow x over a+b, y over a: x is held to 4 by
+        // b, y takes the 6 left on a.
+        let mut net = FlowNet::new();
+        let a = net.add_link(10.0);
+        let b = net.add_link(4.0);
+        let x = net.start(&[a, b], 8.0, 0, 1);
+        let y = net.start(&[a], 60.0, 0, 2);
+        assert_eq!(net.rate(x), Some(4.0));
+        assert_eq!(net.rate(y), Some(6.0));
+        // x ends at 2 s; then y has all 10: 60 - 12 = 48 left, 4.8 s more.
+        let done = net.drain();
+        assert_eq!(done[0], (2.0, Finished { id: x, tag: 1 }));
+        assert!((done[1].0 - 6.8).abs() < 1e-9, "{done:?}");
+    }
+
+    #[test]
+    fn multicast_runs_at_the_slowest_receiver() {
+        let mut net = FlowNet::new();
+        let up = net.add_link(10.0);
+        let fast = net.add_link(10.0);
+        let slow = net.add_link(2.0);
+        let m = net.start(&[up, fast, slow], 10.0, 0, 0);
+        assert_eq!(net.rate(m), Some(2.0));
+        assert_eq!(net.next_finish(), Some(5.0));
+    }
+
+    #[test]
+    fn strict_priority_is_work_conserving() {
+        let mut net = FlowNet::new();
+        let l = net.add_link(10.0);
+        let other = net.add_link(3.0);
+        let hi = net.start(&[l, other], 30.0, 0, 0);
+        let lo = net.start(&[l], 70.0, 1, 0);
+        // hi is limited to 3 elsewhere; lo takes the 7 left, not 0.
+        assert_eq!(net.rate(hi), Some(3.0));
+        assert_eq!(net.rate(lo), Some(7.0));
+        // Same class: equal shares would give lo 7 too; with hi unlimited,
+        // hi takes everything.
+        net.set_capacity(other, 100.0);
+        assert_eq!(net.rate(hi), Some(10.0));
+        assert_eq!(net.rate(lo), Some(0.0));
+        assert_eq!(net.cancel(hi).map(|r| r > 0.0), Some(true));
+        assert_eq!(net.rate(lo), Some(10.0));
+    }
+}

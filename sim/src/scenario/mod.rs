@@ -1,0 +1,3 @@
+//! One module per paper: its setup, its runs, and its reproduction report.
+
+pub mod selective_reduce;

@@ -1,0 +1,427 @@
+//! Selective reduce vs partial reduce vs all-reduce (seed 002, Section IV):
+//! n workers behind one switch, 500 MB model, bandwidth round(20u, 3) Gbit/s
+//! with u ~ U[0.05, 1], 1 ms latency, compute times from the CNN and
+//! Transformer stand-ins, 100 s of training.
+//!
+//! Workers compute a round, queue as ready, synchronise in the group the
+//! scheme picks, then start their next round. The selective controller
+//! runs at every arrival and every `dt` (GETREADYWORKERID's timeout).
+
+use inagg_switch_control::sched::selective_reduce::{
+    self as sr, Cdf, Controller, Params, Ready, Training,
+};
+
+use crate::cost::CostModel;
+use crate::dist::{self, Compute, SimRng};
+use crate::events::Events;
+use crate::report::{self, Claim, Report, Row};
+use crate::svg::{Figure, Series};
+use crate::Options;
+
+/// Who decides the groups.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scheme {
+    /// All n every round.
+    AllReduce,
+    /// The first p ready, first come first served.
+    PartialReduce,
+    /// BAG + BPAWR with the periodic full all-reduce; `cold` builds the
+    /// compute-time CDF from observed rounds instead of a trace.
+    Selective { cold: bool },
+}
+
+/// One run's setting.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub n: usize,
+    pub compute: Compute,
+    /// u ~ U[lambda, 1].
+    pub lambda: f64,
+    /// Model bytes.
+    pub volume: f64,
+    pub horizon: f64,
+    pub cost: CostModel,
+    /// A full all-reduce every `c` syncs (the paper gives no value).
+    pub c: u64,
+}
+
+impl Setup {
+    /// The paper's defaults for n workers.
+    pub fn paper(n: usize, compute: Compute) -> Setup {
+        Setup {
+            n,
+            compute,
+            lambda: 0.05,
+            volume: 500e6,
+            horizon: 100.0,
+            cost: CostModel::Ring { alpha: 0.001 },
+            c: 10,
+        }
+    }
+}
+
+/// One run's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Metrics {
+    /// Mean seconds per synchronisation.
+    pub sync_time: f64,
+    /// Mean group size.
+    pub sync_scale: f64,
+    /// Synchronisations finished within the horizon.
+    pub syncs: u64,
+    /// Worker rounds finished (computed and synchronised).
+    pub iterations: u64,
+    /// Mean seconds a ready worker waited for its group to launch.
+    pub wait: f64,
+}
+
+enum Ev {
+    Ready(usize),
+    Tick,
+    Done(Vec<usize>, f64),
+}
+
+struct Run<'a> {
+    setup: &'a Setup,
+    bandwidth: Vec<f64>,
+    /// Round start of each computing worker (None: ready or syncing).
+    started: Vec<Option<f64>>,
+    /// Ready workers, in arrival order, with their arrival times.
+    queue: Vec<(usize, f64)>,
+    events: Events<Ev>,
+    cdf: Cdf,
+    waits: (f64, u64),
+    m: Metrics,
+    total_sync: f64,
+}
+
+/// Runs one scheme once.
+pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
+    let bandwidth: Vec<f64> = (0..setup.n)
+        .map(|_| {
+            let u = dist::uniform(rng, setup.lambda, 1.0);
+            dist::gbps(((20.0 * u) * 1000.0).round() / 1000.0)
+        })
+        .collect();
+    let warm = Cdf::from_samples(setup.compute.samples(rng, 2000));
+    let mut r = Run {
+        setup,
+        bandwidth,
+        started: vec![None; setup.n],
+        queue: Vec::new(),
+        events: Events::default(),
+        cdf: if matches!(scheme, Scheme::Selective { cold: true }) {
+            Cdf::default()
+        } else {
+            warm
+        },
+        waits: (0.0, 0),
+        m: Metrics::default(),
+        total_sync: 0.0,
+    };
+    let params = Params {
+        c: setup.c,
+        ..Params::paper(setup.n, setup.volume)
+    };
+    let mut ctl = Controller::new(params);
+    for w in 0..setup.n {
+        r.start_round(w, 0.0, rng);
+    }
+    if matches!(scheme, Scheme::Selective { .. }) {
+        r.events.push(params.dt, Ev::Tick);
+    }
+    while let Some((now, ev)) = r.events.pop() {
+        if now > setup.horizon {
+            break;
+        }
+        match ev {
+            Ev::Ready(w) => r.ready(w, now, scheme),
+            Ev::Tick => r.events.push(now + params.dt, Ev::Tick),
+            Ev::Done(members, took) => {
+                r.m.syncs += 1;
+                r.m.iterations += members.len() as u64;
+                r.m.sync_scale += members.len() as f64;
+                r.total_sync += took;
+                for w in members {
+                    r.start_round(w, now, rng);
+                }
+                continue; // nobody new is ready
+            }
+        }
+        let groups = r.decide(now, scheme, &mut ctl, params.p);
+        for g in groups {
+            r.launch(&g, now);
+        }
+    }
+    if r.m.syncs > 0 {
+        r.m.sync_time = r.total_sync / r.m.syncs as f64;
+        r.m.sync_scale /= r.m.syncs as f64;
+    }
+    r.m.wait = if r.waits.1 > 0 {
+        r.waits.0 / r.waits.1 as f64
+    } else {
+        0.0
+    };
+    r.m
+}
+
+impl Run<'_> {
+    fn start_round(&mut self, w: usize, now: f64, rng: &mut SimRng) {
+        self.started[w] = Some(now);
+        let t = self.setup.compute.sample(rng);
+        self.events.push(now + t, Ev::Ready(w));
+    }
+
+    fn ready(&mut self, w: usize, now: f64, scheme: Scheme) {
+        if let Some(s) = self.started[w].take() {
+            if matches!(scheme, Scheme::Selective { cold: true }) {
+                self.cdf.observe(now - s);
+            }
+        }
+        self.queue.push((w, now));
+    }
+
+    /// The groups the scheme launches now.
+    fn decide(&self, now: f64, scheme: Scheme, ctl: &mut Controller, p: usize) -> Vec<Vec<usize>> {
+        let ready: Vec<Ready> = self
+            .queue
+            .iter()
+            .map(|&(id, _)| Ready {
+                id,
+                bandwidth: self.bandwidth[id],
+            })
+            .collect();
+        let ids = |gs: Vec<Vec<Ready>>| {
+            gs.into_iter()
+                .map(|g| g.into_iter().map(|w| w.id).collect())
+                .collect()
+        };
+        match scheme {
+            Scheme::AllReduce if ready.len() == self.setup.n => {
+                vec![ready.iter().map(|w| w.id).collect()]
+            }
+            Scheme::AllReduce => Vec::new(),
+            Scheme::PartialReduce => ids(sr::partial_reduce(&ready, p)),
+            Scheme::Selective { .. } => {
+                let training: Vec<Training> = (0..self.setup.n)
+                    .filter_map(|id| {
+                        self.started[id].map(|s| Training {
+                            id,
+                            bandwidth: self.bandwidth[id],
+                            elapsed: now - s,
+                        })
+                    })
+                    .collect();
+                ids(ctl.step(self.setup.n, &ready, &training, &self.cdf))
+            }
+        }
+    }
+
+    fn launch(&mut self, g: &[usize], now: f64) {
+        for w in g {
+            if let Some(at) = self.queue.iter().position(|&(id, _)| id == *w) {
+                let (_, since) = self.queue.remove(at);
+                self.waits.0 += now - since;
+                self.waits.1 += 1;
+            }
+        }
+        let bw: Vec<f64> = g.iter().map(|&w| self.bandwidth[w]).collect();
+        let took = self.setup.cost.sync_time(&bw, self.setup.volume);
+        self.events.push(now + took, Ev::Done(g.to_vec(), took));
+    }
+}
+
+/// Reads one metric off a run.
+type Metric = fn(&Metrics) -> f64;
+
+/// The medians over trials of each scheme at each n, for one trace.
+struct Sweep {
+    ns: Vec<usize>,
+    /// [scheme][n] -> median metrics.
+    by_scheme: Vec<Vec<Metrics>>,
+}
+
+const SCHEMES: [(&str, Scheme); 3] = [
+    ("selective reduce", Scheme::Selective { cold: false }),
+    ("partial reduce", Scheme::PartialReduce),
+    ("all-reduce", Scheme::AllReduce),
+];
+
+fn sweep(opts: &Options, compute: Compute, ns: &[usize]) -> Sweep {
+    let by_scheme = SCHEMES
+        .iter()
+        .map(|&(_, scheme)| {
+            ns.iter()
+                .map(|&n| {
+                    let runs: Vec<Metrics> = (0..opts.trials)
+                        .map(|t| {
+                            run(
+                                &Setup::paper(n, compute),
+                                scheme,
+                                &mut dist::rng(opts.seed ^ n as u64, t),
+                            )
+                        })
+                        .collect();
+                    median_metrics(&runs)
+                })
+                .collect()
+        })
+        .collect();
+    Sweep {
+        ns: ns.to_vec(),
+        by_scheme,
+    }
+}
+
+fn median_metrics(runs: &[Metrics]) -> Metrics {
+    let of = |f: fn(&Metrics) -> f64| report::median(&runs.iter().map(f).collect::<Vec<_>>());
+    Metrics {
+        sync_time: of(|m| m.sync_time),
+        sync_scale: of(|m| m.sync_scale),
+        syncs: of(|m| m.syncs as f64) as u64,
+        iterations: of(|m| m.iterations as f64) as u64,
+        wait: of(|m| m.wait),
+    }
+}
+
+/// The reproduction: Figs. 5 and 6 (n = 40..200), the headline ratios.
+pub fn reproduce(opts: &Options) -> Report {
+    let ns: Vec<usize> = if opts.quick {
+        vec![40, 120, 200]
+    } else {
+        vec![40, 80, 120, 160, 200]
+    };
+    let traces = [("cnn", Compute::CNN), ("transformer", Compute::TRANSFORMER)];
+    let sweeps: Vec<(&str, Sweep)> = traces
+        .iter()
+        .map(|&(name, c)| (name, sweep(opts, c, &ns)))
+        .collect();
+    let mut time_gain = Vec::new();
+    let mut scale_gain = Vec::new();
+    let mut iter_gain = Vec::new();
+    for (_, s) in &sweeps {
+        for i in 0..s.ns.len() {
+            let (sel, par) = (s.by_scheme[0][i], s.by_scheme[1][i]);
+            time_gain.push(par.sync_time / sel.sync_time);
+            scale_gain.push(sel.sync_scale / par.sync_scale);
+            iter_gain.push(sel.iterations as f64 / par.iterations as f64);
+        }
+    }
+    let lo_hi = |v: &[f64]| {
+        let (lo, _, hi) = report::spread(v);
+        (lo, hi)
+    };
+    let (t_lo, t_hi) = lo_hi(&time_gain);
+    let (s_lo, s_hi) = lo_hi(&scale_gain);
+    let (i_lo, i_hi) = lo_hi(&iter_gain);
+    let trend = |scheme: usize| {
+        let s = &sweeps[1].1.by_scheme[scheme];
+        s[s.len() - 1].sync_time / s[0].sync_time
+    };
+    let last = ns.len() - 1;
+    let rows = vec![
+        Row::new(
+            "sync time, partial / selective (lowest)",
+            "1.89x",
+            t_lo,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "sync time, partial / selective (highest)",
+            "2.55x",
+            t_hi,
+            Claim::Above(1.3),
+        ),
+        Row::new(
+            "sync scale, selective / partial (lowest)",
+            "1.19x",
+            s_lo,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "sync scale, selective / partial (highest)",
+            "1.25x",
+            s_hi,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "iterations, selective / partial (lowest)",
+            "1.10x",
+            i_lo,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "iterations, selective / partial (highest)",
+            "1.17x",
+            i_hi,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            format!(
+                "selective sync time, n={} / n={} (transformer)",
+                ns[last], ns[0]
+            ),
+            "falls (< 1)",
+            trend(0),
+            Claim::Below(1.0),
+        ),
+        Row::new(
+            format!(
+                "partial sync time, n={} / n={} (transformer)",
+                ns[last], ns[0]
+            ),
+            "grows (> 1)",
+            trend(1),
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            format!(
+                "all-reduce sync time, n={} / n={} (transformer)",
+                ns[last], ns[0]
+            ),
+            "grows (> 1)",
+            trend(2),
+            Claim::Above(1.0),
+        ),
+    ];
+    let mut figures = Vec::new();
+    for (trace, s) in &sweeps {
+        let metric_plots: [(&str, &str, Metric); 3] = [
+            ("sync-time", "average sync time (s)", |m| m.sync_time),
+            ("sync-scale", "average sync scale (workers)", |m| {
+                m.sync_scale
+            }),
+            ("iterations", "total iterations", |m| m.iterations as f64),
+        ];
+        for (file, label, f) in metric_plots {
+            figures.push(Figure {
+                file: format!("selective-reduce-{trace}-{file}.svg"),
+                title: format!("selective reduce, {trace} trace: {label}"),
+                x_label: "workers n".into(),
+                y_label: label.into(),
+                series: SCHEMES
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (name, _))| Series {
+                        name: (*name).into(),
+                        points: s
+                            .ns
+                            .iter()
+                            .zip(&s.by_scheme[k])
+                            .map(|(&n, m)| (n as f64, f(m)))
+                            .collect(),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    Report {
+        paper: "selective-reduce".into(),
+        setup: format!(
+            "n = {ns:?}, p = 0.3n, eta = 0.3, theta = 1, dt = 0.1 s, c = 10, 500 MB, 1-20 Gbit/s, 1 ms, 100 s, {} trials (medians), CNN and Transformer stand-ins, ring cost (Eq. 2)",
+            opts.trials
+        ),
+        rows,
+        figures,
+    }
+}
