@@ -42,12 +42,13 @@ impl Default for Options {
 }
 
 /// The reproductions by name.
-pub const PAPERS: [&str; 1] = ["selective-reduce"];
+pub const PAPERS: [&str; 2] = ["selective-reduce", "selmcast"];
 
 /// Runs the reproduction `name` (one of [`PAPERS`]).
 pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
     match name {
         "selective-reduce" => Some(scenario::selective_reduce::reproduce(opts)),
+        "selmcast" => Some(scenario::selmcast::reproduce(opts)),
         _ => None,
     }
 }

@@ -1,3 +1,4 @@
 //! One module per paper: its setup, its runs, and its reproduction report.
 
 pub mod selective_reduce;
+pub mod selmcast;

@@ -149,26 +149,51 @@ pub fn completion_time(r: &Round, s: &Selection) -> f64 {
 }
 
 /// A lower bound on any valid selection's time, the "ideal" that
-/// completion times are normalised by: every sender sends at least its
-/// p-th smallest volume (L3) or p smallest (L7) through its uplink, and the
-/// p_i receptions per sender, spread perfectly over the downlinks in
-/// proportion to their bandwidth, take at least their total over the
-/// total downlink bandwidth. (The paper leaves "ideal" undefined; this is
-/// inagg's reading.)
+/// completion times are normalised by (the paper leaves "ideal" undefined;
+/// this is inagg's reading). Every valid selection serves the forced pairs
+/// and at least p_i receivers per sender, so:
+/// - each sender sends at least its forced volumes plus its smallest other
+///   volumes up to p_i receivers (their largest under L3, their sum under
+///   L7) through its uplink;
+/// - each receiver receives at least its forced volumes;
+/// - all those receptions, spread perfectly over the downlinks in
+///   proportion to their bandwidth, take at least their total over the
+///   total downlink bandwidth.
 pub fn ideal_time(r: &Round) -> f64 {
     let n = r.n();
+    let mut forced = vec![vec![false; n]; n];
+    for &(i, j) in &r.forced {
+        if i != j && i < n && j < n {
+            forced[i][j] = true;
+        }
+    }
     let mut total = 0.0;
     let mut bound: f64 = 0.0;
     for i in 0..n {
-        let mut v: Vec<f64> = (0..n).filter(|&j| j != i).map(|j| r.volume[i][j]).collect();
-        v.sort_by(f64::total_cmp);
-        let least = &v[..r.p[i].min(v.len())];
+        let mut least: Vec<f64> = (0..n)
+            .filter(|&j| forced[i][j])
+            .map(|j| r.volume[i][j])
+            .collect();
+        let mut others: Vec<f64> = (0..n)
+            .filter(|&j| j != i && !forced[i][j])
+            .map(|j| r.volume[i][j])
+            .collect();
+        others.sort_by(f64::total_cmp);
+        let more = r.p[i].saturating_sub(least.len()).min(others.len());
+        least.extend_from_slice(&others[..more]);
         let s = match r.mode {
-            Multicast::L3 => least.last().copied().unwrap_or(0.0),
+            Multicast::L3 => least.iter().copied().fold(0.0, f64::max),
             Multicast::L7 => least.iter().sum(),
         };
         bound = bound.max(s / r.uplink[i]);
         total += least.iter().sum::<f64>();
+    }
+    for j in 0..n {
+        let load: f64 = (0..n)
+            .filter(|&i| forced[i][j])
+            .map(|i| r.volume[i][j])
+            .sum();
+        bound = bound.max(load / r.downlink[j]);
     }
     bound.max(total / r.downlink.iter().sum::<f64>())
 }
