@@ -42,13 +42,14 @@ impl Default for Options {
 }
 
 /// The reproductions by name.
-pub const PAPERS: [&str; 2] = ["selective-reduce", "selmcast"];
+pub const PAPERS: [&str; 3] = ["selective-reduce", "selmcast", "netstorm"];
 
 /// Runs the reproduction `name` (one of [`PAPERS`]).
 pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
     match name {
         "selective-reduce" => Some(scenario::selective_reduce::reproduce(opts)),
         "selmcast" => Some(scenario::selmcast::reproduce(opts)),
+        "netstorm" => Some(scenario::netstorm::reproduce(opts)),
         _ => None,
     }
 }

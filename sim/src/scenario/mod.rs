@@ -1,4 +1,5 @@
 //! One module per paper: its setup, its runs, and its reproduction report.
 
+pub mod netstorm;
 pub mod selective_reduce;
 pub mod selmcast;

@@ -120,15 +120,14 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
 
 /// Plays one round's transfers in the flow network; returns its makespan.
 pub fn play(r: &Round, sel: &Selection) -> f64 {
-    let n = r.n();
     let mut net = FlowNet::new();
     let up: Vec<usize> = r.uplink.iter().map(|&b| net.add_link(b)).collect();
     let down: Vec<usize> = r.downlink.iter().map(|&b| net.add_link(b)).collect();
-    for i in 0..n {
+    for (i, &uplink) in up.iter().enumerate() {
         let receivers = sel.receivers(i);
         match r.mode {
             Multicast::L3 if !receivers.is_empty() => {
-                let mut links = vec![up[i]];
+                let mut links = vec![uplink];
                 links.extend(receivers.iter().map(|&j| down[j]));
                 let v = receivers
                     .iter()
@@ -139,7 +138,7 @@ pub fn play(r: &Round, sel: &Selection) -> f64 {
             Multicast::L3 => {}
             Multicast::L7 => {
                 for j in receivers {
-                    net.start(&[up[i], down[j]], r.volume[i][j], 0, i as u64);
+                    net.start(&[uplink, down[j]], r.volume[i][j], 0, i as u64);
                 }
             }
         }

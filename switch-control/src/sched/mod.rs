@@ -6,6 +6,9 @@
 //!   baselines (Orpheus, the exact optimum for small n).
 //! - [`selective_reduce`]: partial aggregation groups (BAG, BPAWR, the
 //!   controller loop) and the partial-reduce baseline.
+//! - [`netstorm`]: aggregation trees over a WAN overlay (FAPT, roots by
+//!   quality, chunk quotas, auxiliary paths) and the baseline trees.
 
+pub mod netstorm;
 pub mod selective_reduce;
 pub mod selmcast;

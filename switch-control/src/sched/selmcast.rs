@@ -169,13 +169,10 @@ pub fn ideal_time(r: &Round) -> f64 {
     }
     let mut total = 0.0;
     let mut bound: f64 = 0.0;
-    for i in 0..n {
-        let mut least: Vec<f64> = (0..n)
-            .filter(|&j| forced[i][j])
-            .map(|j| r.volume[i][j])
-            .collect();
+    for (i, row) in forced.iter().enumerate() {
+        let mut least: Vec<f64> = (0..n).filter(|&j| row[j]).map(|j| r.volume[i][j]).collect();
         let mut others: Vec<f64> = (0..n)
-            .filter(|&j| j != i && !forced[i][j])
+            .filter(|&j| j != i && !row[j])
             .map(|j| r.volume[i][j])
             .collect();
         others.sort_by(f64::total_cmp);
@@ -188,12 +185,12 @@ pub fn ideal_time(r: &Round) -> f64 {
         bound = bound.max(s / r.uplink[i]);
         total += least.iter().sum::<f64>();
     }
-    for j in 0..n {
+    for (j, down) in r.downlink.iter().enumerate() {
         let load: f64 = (0..n)
             .filter(|&i| forced[i][j])
             .map(|i| r.volume[i][j])
             .sum();
-        bound = bound.max(load / r.downlink[j]);
+        bound = bound.max(load / down);
     }
     bound.max(total / r.downlink.iter().sum::<f64>())
 }
