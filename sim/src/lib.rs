@@ -42,7 +42,7 @@ impl Default for Options {
 }
 
 /// The reproductions by name.
-pub const PAPERS: [&str; 3] = ["selective-reduce", "selmcast", "netstorm"];
+pub const PAPERS: [&str; 4] = ["selective-reduce", "selmcast", "netstorm", "priority"];
 
 /// Runs the reproduction `name` (one of [`PAPERS`]).
 pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
@@ -50,6 +50,7 @@ pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
         "selective-reduce" => Some(scenario::selective_reduce::reproduce(opts)),
         "selmcast" => Some(scenario::selmcast::reproduce(opts)),
         "netstorm" => Some(scenario::netstorm::reproduce(opts)),
+        "priority" => Some(scenario::priority::reproduce(opts)),
         _ => None,
     }
 }

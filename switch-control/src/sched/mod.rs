@@ -8,7 +8,9 @@
 //!   controller loop) and the partial-reduce baseline.
 //! - [`netstorm`]: aggregation trees over a WAN overlay (FAPT, roots by
 //!   quality, chunk quotas, auxiliary paths) and the baseline trees.
+//! - [`priority`]: slice orders (FIFO, P3, ByteScheduler, Geryon classes).
 
 pub mod netstorm;
+pub mod priority;
 pub mod selective_reduce;
 pub mod selmcast;
