@@ -538,3 +538,43 @@ fn the_agent_serves_its_counters_to_prometheus() {
         .unwrap();
     assert!(sent >= 157, "{body}");
 }
+
+#[test]
+fn sim_reproduce_prints_json_and_writes_plots() {
+    let out = std::env::temp_dir().join(format!("inagg-sim-{}", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(["sim", "reproduce", "priority", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run inagg");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    let rows = reports[0]["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 4);
+    for row in rows {
+        assert!(
+            row["name"].is_string() && row["paper"].is_string() && row["inagg"].is_number(),
+            "{row}"
+        );
+    }
+    let svg =
+        std::fs::read_to_string(out.join("priority-iteration-time.svg")).expect("plot written");
+    assert!(svg.starts_with("<svg") && svg.contains("Geryon"));
+    let _ = std::fs::remove_dir_all(&out);
+    // An unknown paper is a clear error.
+    let bad = Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(["sim", "reproduce", "nope", "--out"])
+        .arg(std::env::temp_dir())
+        .output()
+        .expect("run inagg");
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("unknown paper \"nope\"") && err.contains("selmcast"),
+        "{err}"
+    );
+}

@@ -42,7 +42,13 @@ impl Default for Options {
 }
 
 /// The reproductions by name.
-pub const PAPERS: [&str; 4] = ["selective-reduce", "selmcast", "netstorm", "priority"];
+pub const PAPERS: [&str; 5] = [
+    "selective-reduce",
+    "selmcast",
+    "netstorm",
+    "dsyncps",
+    "priority",
+];
 
 /// Runs the reproduction `name` (one of [`PAPERS`]).
 pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
@@ -51,6 +57,7 @@ pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
         "selmcast" => Some(scenario::selmcast::reproduce(opts)),
         "netstorm" => Some(scenario::netstorm::reproduce(opts)),
         "priority" => Some(scenario::priority::reproduce(opts)),
+        "dsyncps" => Some(scenario::dsyncps::reproduce(opts)),
         _ => None,
     }
 }

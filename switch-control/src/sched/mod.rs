@@ -8,8 +8,12 @@
 //!   controller loop) and the partial-reduce baseline.
 //! - [`netstorm`]: aggregation trees over a WAN overlay (FAPT, roots by
 //!   quality, chunk quotas, auxiliary paths) and the baseline trees.
+//! - [`dsyncps`]: two-tier synchronisation with servers joining and
+//!   leaving (the status table, the advance/defer rule, eviction, load
+//!   balancing).
 //! - [`priority`]: slice orders (FIFO, P3, ByteScheduler, Geryon classes).
 
+pub mod dsyncps;
 pub mod netstorm;
 pub mod priority;
 pub mod selective_reduce;
