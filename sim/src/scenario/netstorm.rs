@@ -374,11 +374,11 @@ pub fn run(s: Scheme, dynamic: bool, horizon: f64, rng: &mut SimRng) -> Metrics 
     }
     // The hub / root of single trees: the most central node by hops.
     let hops = hops_graph();
+    let ecc: Vec<f64> = (0..NODES)
+        .map(|r| ns::dijkstra(&hops, r).0.into_iter().fold(0.0, f64::max))
+        .collect();
     let hub = (0..NODES)
-        .min_by(|&a, &b| {
-            let ecc = |r| ns::dijkstra(&hops, r).0.into_iter().fold(0.0, f64::max);
-            ecc(a).total_cmp(&ecc(b)).then(a.cmp(&b))
-        })
+        .min_by(|&a, &b| ecc[a].total_cmp(&ecc[b]).then(a.cmp(&b)))
         .unwrap_or(0);
     // NetStorm fixes its roots after the first run (shards never migrate).
     let roots = ns::select_roots(&graph(&wan.known), s.roots);

@@ -24,8 +24,6 @@ use crate::Options;
 pub enum Scheme {
     Selmcast,
     Orpheus,
-    /// Exhaustive search (n <= 5).
-    Optimal,
 }
 
 /// One setting.
@@ -79,33 +77,51 @@ const VOLUME: f64 = 200e6;
 /// The paper's b.
 const B: f64 = 40e9 / 8.0;
 
-/// Runs `rounds` rounds of one scheme.
-pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
-    let n = setup.n;
-    let mut draw = |scale: f64| -> Vec<f64> {
-        (0..n)
-            .map(|_| scale * (1.0 + 0.5 * dist::uniform(rng, -1.0, 1.0)))
-            .collect()
-    };
-    let downlink = draw(B);
-    let uplink = draw(B * setup.mu);
-    let mut history = History::new(n, setup.k);
-    let mut m = Metrics::default();
-    for _ in 0..setup.rounds {
+/// A trial's port bandwidths: egress b (1 + lambda x), ingress
+/// b mu (1 + lambda x), x ~ U[-1, 1], lambda = 0.5.
+struct Ports {
+    uplink: Vec<f64>,
+    downlink: Vec<f64>,
+}
+
+impl Ports {
+    fn draw(setup: &Setup, rng: &mut SimRng) -> Ports {
+        let mut draw = |scale: f64| -> Vec<f64> {
+            (0..setup.n)
+                .map(|_| scale * (1.0 + 0.5 * dist::uniform(rng, -1.0, 1.0)))
+                .collect()
+        };
+        let downlink = draw(B);
+        let uplink = draw(B * setup.mu);
+        Ports { uplink, downlink }
+    }
+
+    /// The next round's inputs, with the history's forced pairs and c_ij.
+    fn round(&self, setup: &Setup, history: &History) -> Round {
         let mut r = Round::uniform(
-            uplink.clone(),
-            downlink.clone(),
+            self.uplink.clone(),
+            self.downlink.clone(),
             VOLUME,
             setup.p,
             setup.mode,
         );
         r.forced = history.forced();
         r.since = history.since();
+        r
+    }
+}
+
+/// Runs `rounds` rounds of one scheme.
+pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
+    let ports = Ports::draw(setup, rng);
+    let mut history = History::new(setup.n, setup.k);
+    let mut m = Metrics::default();
+    for _ in 0..setup.rounds {
+        let r = ports.round(setup, &history);
         let began = Instant::now();
         let sel = match scheme {
             Scheme::Selmcast => selmcast::selmcast_bsp(&r),
             Scheme::Orpheus => selmcast::orpheus(&r, rng),
-            Scheme::Optimal => selmcast::optimal(&r).unwrap_or_else(|| selmcast::selmcast_bsp(&r)),
         };
         m.select_seconds += began.elapsed().as_secs_f64();
         let ideal = selmcast::ideal_time(&r);
@@ -153,30 +169,18 @@ pub fn play(r: &Round, sel: &Selection) -> f64 {
 }
 
 /// SELMCAST's round time over the exact optimum's for the same rounds
-/// (SELMCAST's history drives both), at n <= 5; the mean over rounds.
+/// (SELMCAST's history drives both), at n <= 5; the mean over rounds (NaN
+/// for larger n, where the enumeration is out of reach).
 pub fn versus_optimal(setup: &Setup, rng: &mut SimRng) -> f64 {
-    let n = setup.n;
-    let mut draw = |scale: f64| -> Vec<f64> {
-        (0..n)
-            .map(|_| scale * (1.0 + 0.5 * dist::uniform(rng, -1.0, 1.0)))
-            .collect()
-    };
-    let downlink = draw(B);
-    let uplink = draw(B * setup.mu);
-    let mut history = History::new(n, setup.k);
+    let ports = Ports::draw(setup, rng);
+    let mut history = History::new(setup.n, setup.k);
     let mut ratio = 0.0;
     for _ in 0..setup.rounds {
-        let mut r = Round::uniform(
-            uplink.clone(),
-            downlink.clone(),
-            VOLUME,
-            setup.p,
-            setup.mode,
-        );
-        r.forced = history.forced();
-        r.since = history.since();
+        let r = ports.round(setup, &history);
         let sel = selmcast::selmcast_bsp(&r);
-        let best = selmcast::optimal(&r).expect("n <= 5");
+        let Some(best) = selmcast::optimal(&r) else {
+            return f64::NAN;
+        };
         ratio += selmcast::completion_time(&r, &sel) / selmcast::completion_time(&r, &best);
         history.record(&sel);
     }
