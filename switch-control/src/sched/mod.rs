@@ -4,6 +4,8 @@
 //!
 //! - [`selmcast`]: multicast receiver selection (SELMCAST, BSP) with its
 //!   baselines (Orpheus, the exact optimum for small n).
+//! - [`selmcast_ssp`]: SELMCAST online for SSP training (Algorithm 2) and
+//!   the random baseline.
 //! - [`selective_reduce`]: partial aggregation groups (BAG, BPAWR, the
 //!   controller loop) and the partial-reduce baseline.
 //! - [`netstorm`]: aggregation trees over a WAN overlay (FAPT, roots by
@@ -18,3 +20,4 @@ pub mod netstorm;
 pub mod priority;
 pub mod selective_reduce;
 pub mod selmcast;
+pub mod selmcast_ssp;
