@@ -99,6 +99,16 @@ impl FlowNet {
         }
     }
 
+    /// Moves a running flow to priority `class` (no-op if it has ended).
+    pub fn set_class(&mut self, id: FlowId, class: u8) {
+        if let Some(Some(f)) = self.flows.get_mut(id) {
+            if f.class != class {
+                f.class = class;
+                self.stale = true;
+            }
+        }
+    }
+
     /// Stops a flow; returns the bytes it had left.
     pub fn cancel(&mut self, id: FlowId) -> Option<f64> {
         let flow = self.flows.get_mut(id)?.take()?;
@@ -174,50 +184,95 @@ impl FlowNet {
         }
         self.stale = false;
         let mut residual = self.capacity.clone();
-        let mut classes: Vec<u8> = self.flows.iter().flatten().map(|f| f.class).collect();
-        classes.sort_unstable();
-        classes.dedup();
-        for class in classes {
-            let members: Vec<FlowId> = (0..self.flows.len())
-                .filter(|&i| self.flows[i].as_ref().is_some_and(|f| f.class == class))
-                .collect();
-            self.fill(&members, &mut residual);
+        let mut ids: Vec<FlowId> = (0..self.flows.len())
+            .filter(|&i| self.flows[i].is_some())
+            .collect();
+        let class = |flows: &[Option<Flow>], i: FlowId| flows[i].as_ref().map_or(0, |f| f.class);
+        ids.sort_by_key(|&i| class(&self.flows, i));
+        let mut scratch = Scratch::new(residual.len(), self.flows.len());
+        let mut start = 0;
+        while start < ids.len() {
+            let c = class(&self.flows, ids[start]);
+            let end = start
+                + ids[start..]
+                    .iter()
+                    .take_while(|&&i| class(&self.flows, i) == c)
+                    .count();
+            self.fill(&ids[start..end], &mut residual, &mut scratch);
+            start = end;
         }
     }
 
     /// Progressive filling of `members` over `residual` capacities: the link
     /// with the least share per unfrozen flow fixes its flows at that share.
-    fn fill(&mut self, members: &[FlowId], residual: &mut [f64]) {
-        let mut on_link: Vec<Vec<FlowId>> = vec![Vec::new(); residual.len()];
-        let mut count = vec![0usize; residual.len()];
+    /// Only the links the members cross are looked at, so a class of one
+    /// flow (SELMCAST-SSP's strict priorities) costs its own links.
+    fn fill(&mut self, members: &[FlowId], residual: &mut [f64], s: &mut Scratch) {
         for &id in members {
             let f = self.flows[id].as_mut().expect("member");
             f.rate = 0.0;
             for &l in &f.links {
-                on_link[l].push(id);
-                count[l] += 1;
+                if s.count[l] == 0 {
+                    s.touched.push(l);
+                }
+                s.on_link[l].push(id);
+                s.count[l] += 1;
             }
         }
-        let mut frozen = vec![false; self.flows.len()];
         loop {
-            let bottleneck = (0..residual.len())
-                .filter(|&l| count[l] > 0)
-                .map(|l| (l, residual[l].max(0.0) / count[l] as f64))
-                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let bottleneck = s
+                .touched
+                .iter()
+                .filter(|&&l| s.count[l] > 0)
+                .map(|&l| (l, residual[l].max(0.0) / s.count[l] as f64))
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
             let Some((link, share)) = bottleneck else {
                 break;
             };
-            for &id in &on_link[link] {
-                if std::mem::replace(&mut frozen[id], true) {
+            for k in 0..s.on_link[link].len() {
+                let id = s.on_link[link][k];
+                if std::mem::replace(&mut s.frozen[id], true) {
                     continue;
                 }
                 let f = self.flows[id].as_mut().expect("member");
                 f.rate = share;
                 for &m in &f.links {
                     residual[m] -= share;
-                    count[m] -= 1;
+                    s.count[m] -= 1;
                 }
             }
+        }
+        s.clear(members);
+    }
+}
+
+/// Per-allocation work space, reused across classes.
+struct Scratch {
+    on_link: Vec<Vec<FlowId>>,
+    count: Vec<usize>,
+    touched: Vec<usize>,
+    frozen: Vec<bool>,
+}
+
+impl Scratch {
+    fn new(links: usize, flows: usize) -> Scratch {
+        Scratch {
+            on_link: vec![Vec::new(); links],
+            count: vec![0; links],
+            touched: Vec::new(),
+            frozen: vec![false; flows],
+        }
+    }
+
+    /// Resets what one class's filling used.
+    fn clear(&mut self, members: &[FlowId]) {
+        for &l in &self.touched {
+            self.on_link[l].clear();
+            self.count[l] = 0;
+        }
+        self.touched.clear();
+        for &id in members {
+            self.frozen[id] = false;
         }
     }
 }

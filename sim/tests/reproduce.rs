@@ -59,6 +59,15 @@ fn selmcast_balances_receivers() {
             "receivers, SELMCAST / Orpheus, L7",
             "round time, SELMCAST / optimal",
             "Eq. 1",
+            // SSP (Algorithm 2): more compute and more receivers than
+            // random choice, for each workload.
+            "SSP NPU utilisation, Orpheus, LSTM",
+            "SSP NPU utilisation, SELMCAST, LSTM",
+            "SSP NPU utilisation, SELMCAST, Transformer",
+            "SSP NPU utilisation, SELMCAST, ResNet-50",
+            "SSP scale delivered, SELMCAST, LSTM",
+            "SSP scale delivered, SELMCAST, Transformer",
+            "SSP scale planned at admission, SELMCAST, ResNet-50",
         ],
     );
 }

@@ -5,3 +5,4 @@ pub mod netstorm;
 pub mod priority;
 pub mod selective_reduce;
 pub mod selmcast;
+pub mod selmcast_ssp;

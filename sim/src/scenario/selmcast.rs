@@ -349,19 +349,25 @@ pub fn reproduce(opts: &Options) -> Report {
             points,
         });
     }
+    let mut rows = rows;
+    let mut figures = vec![Figure {
+        file: "selmcast-normalised-completion.svg".into(),
+        title: "SELMCAST vs Orpheus: the model's round time over the ideal".into(),
+        x_label: "workers n".into(),
+        y_label: "normalised completion time".into(),
+        series,
+    }];
+    let (ssp_rows, ssp_figures) = super::selmcast_ssp::reproduce(opts);
+    rows.extend(ssp_rows);
+    figures.extend(ssp_figures);
     Report {
         paper: "selmcast".into(),
         setup: format!(
-            "BSP, b = 40 Gbit/s, lambda = 0.5, 200 MB per sender, p = 0.3n, k = 4, 10 rounds per trial, {} trials (medians); ideal = port-load bound",
+            "BSP: n = 100, b = 40 Gbit/s, lambda = 0.5, 200 MB per sender, p = 0.3n, k = 4, 10 rounds per trial; ideal = port-load bound. SSP: n = 50, L3, ssp = 4, eta = 0.75, {} s of training (sweeps: Transformer, 200 s, up to 3 trials). {} trials (medians)",
+            if opts.quick { 60 } else { 600 },
             opts.trials
         ),
         rows,
-        figures: vec![Figure {
-            file: "selmcast-normalised-completion.svg".into(),
-            title: "SELMCAST vs Orpheus: the model's round time over the ideal".into(),
-            x_label: "workers n".into(),
-            y_label: "normalised completion time".into(),
-            series,
-        }],
+        figures,
     }
 }

@@ -251,22 +251,34 @@ impl Online {
             }
             r
         };
-        let mut candidates: Vec<(usize, usize)> = order
-            .iter()
-            .flat_map(|&i| (0..n).map(move |j| (i, j)))
-            .filter(|&(i, j)| self.task(i).receivers[j] && !y[i][j])
-            .collect();
-        candidates.sort_by_key(|&(i, j)| (std::cmp::Reverse(self.task(i).since[j]), rank[i], j));
-        let fits = |x: f64, bw: f64, t: f64| x / bw <= t * (1.0 + 1e-12);
-        for (i, j) in candidates {
+        // Longest unserved first; ties in priority order, then by receiver.
+        let mut candidates: Vec<(std::cmp::Reverse<u32>, usize, usize, usize)> = Vec::new();
+        for &i in order {
             let t = self.task(i);
-            y[i][j] = true;
-            let s = t.sends(self.mode, &y[i]);
-            let r = load[j] + t.remaining[j];
+            for j in (0..n).filter(|&j| t.receivers[j] && !y[i][j]) {
+                candidates.push((std::cmp::Reverse(t.since[j]), rank[i], j, i));
+            }
+        }
+        candidates.sort_unstable();
+        let fits = |x: f64, bw: f64, t: f64| x / bw <= t * (1.0 + 1e-12);
+        let mut sent: Vec<f64> = (0..n)
+            .map(|i| {
+                self.tasks[i]
+                    .as_ref()
+                    .map_or(0.0, |t| t.sends(self.mode, &y[i]))
+            })
+            .collect();
+        for (_, _, j, i) in candidates {
+            let v = self.task(i).remaining[j];
+            let s = match self.mode {
+                Multicast::L3 => sent[i].max(v),
+                Multicast::L7 => sent[i] + v,
+            };
+            let r = load[j] + v;
             if fits(s, self.uplink[i], deadline[i]) && fits(r, self.downlink[j], deadline[i]) {
+                y[i][j] = true;
+                sent[i] = s;
                 load[j] = r;
-            } else {
-                y[i][j] = false;
             }
         }
     }
