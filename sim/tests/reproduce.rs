@@ -40,6 +40,9 @@ fn selective_reduce_beats_partial_reduce() {
             "sync time, partial / selective (highest)",
             "sync scale, selective / partial (lowest)",
             "partial sync time, n=200",
+            "sensitivity: sync scale, p/n",
+            "sensitivity: sync scale, eta",
+            "sensitivity: sync-time gain, lambda",
         ],
     );
     // 2 traces x 3 metrics plotted, each with the three schemes.
