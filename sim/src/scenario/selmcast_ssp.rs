@@ -30,12 +30,8 @@ use crate::report::{self, Claim, Row};
 use crate::svg::{Figure, Series};
 use crate::Options;
 
-/// Who picks the receivers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Selmcast,
-    Orpheus,
-}
+/// Who picks the receivers: the same two schemes as under BSP.
+pub use super::selmcast::Scheme;
 
 /// One SSP setting.
 #[derive(Debug, Clone, Copy)]
