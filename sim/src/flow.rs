@@ -187,19 +187,15 @@ impl FlowNet {
         let mut ids: Vec<FlowId> = (0..self.flows.len())
             .filter(|&i| self.flows[i].is_some())
             .collect();
-        let class = |flows: &[Option<Flow>], i: FlowId| flows[i].as_ref().map_or(0, |f| f.class);
-        ids.sort_by_key(|&i| class(&self.flows, i));
+        let class = |i: FlowId| self.flows[i].as_ref().map_or(0, |f| f.class);
+        ids.sort_by_key(|&i| class(i));
+        let classes: Vec<Vec<FlowId>> = ids
+            .chunk_by(|&a, &b| class(a) == class(b))
+            .map(<[FlowId]>::to_vec)
+            .collect();
         let mut scratch = Scratch::new(residual.len(), self.flows.len());
-        let mut start = 0;
-        while start < ids.len() {
-            let c = class(&self.flows, ids[start]);
-            let end = start
-                + ids[start..]
-                    .iter()
-                    .take_while(|&&i| class(&self.flows, i) == c)
-                    .count();
-            self.fill(&ids[start..end], &mut residual, &mut scratch);
-            start = end;
+        for members in &classes {
+            self.fill(members, &mut residual, &mut scratch);
         }
     }
 

@@ -296,18 +296,7 @@ fn sweep(opts: &Options, compute: Compute, ns: &[usize]) -> Sweep {
         .iter()
         .map(|&(_, scheme)| {
             ns.iter()
-                .map(|&n| {
-                    let runs: Vec<Metrics> = (0..opts.trials)
-                        .map(|t| {
-                            run(
-                                &Setup::paper(n, compute),
-                                scheme,
-                                &mut dist::rng(opts.seed ^ n as u64, t),
-                            )
-                        })
-                        .collect();
-                    median_metrics(&runs)
-                })
+                .map(|&n| medians(opts, &Setup::paper(n, compute), scheme))
                 .collect()
         })
         .collect();

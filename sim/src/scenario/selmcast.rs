@@ -78,21 +78,22 @@ const VOLUME: f64 = 200e6;
 const B: f64 = 40e9 / 8.0;
 
 /// A trial's port bandwidths: egress b (1 + lambda x), ingress
-/// b mu (1 + lambda x), x ~ U[-1, 1], lambda = 0.5.
-struct Ports {
-    uplink: Vec<f64>,
-    downlink: Vec<f64>,
+/// b mu (1 + lambda x), x ~ U[-1, 1], lambda = 0.5 (BSP and SSP alike).
+pub(super) struct Ports {
+    pub uplink: Vec<f64>,
+    pub downlink: Vec<f64>,
 }
 
 impl Ports {
-    fn draw(setup: &Setup, rng: &mut SimRng) -> Ports {
+    /// n ports, uplinks mu times the downlinks before the spread.
+    pub(super) fn draw(n: usize, mu: f64, rng: &mut SimRng) -> Ports {
         let mut draw = |scale: f64| -> Vec<f64> {
-            (0..setup.n)
+            (0..n)
                 .map(|_| scale * (1.0 + 0.5 * dist::uniform(rng, -1.0, 1.0)))
                 .collect()
         };
         let downlink = draw(B);
-        let uplink = draw(B * setup.mu);
+        let uplink = draw(B * mu);
         Ports { uplink, downlink }
     }
 
@@ -113,7 +114,7 @@ impl Ports {
 
 /// Runs `rounds` rounds of one scheme.
 pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
-    let ports = Ports::draw(setup, rng);
+    let ports = Ports::draw(setup.n, setup.mu, rng);
     let mut history = History::new(setup.n, setup.k);
     let mut m = Metrics::default();
     for _ in 0..setup.rounds {
@@ -172,7 +173,7 @@ pub fn play(r: &Round, sel: &Selection) -> f64 {
 /// (SELMCAST's history drives both), at n <= 5; the mean over rounds (NaN
 /// for larger n, where the enumeration is out of reach).
 pub fn versus_optimal(setup: &Setup, rng: &mut SimRng) -> f64 {
-    let ports = Ports::draw(setup, rng);
+    let ports = Ports::draw(setup.n, setup.mu, rng);
     let mut history = History::new(setup.n, setup.k);
     let mut ratio = 0.0;
     for _ in 0..setup.rounds {

@@ -23,6 +23,7 @@
 use inagg_switch_control::sched::selmcast::Multicast;
 use inagg_switch_control::sched::selmcast_ssp::{Online, SenderHistory, Task};
 
+use super::selmcast::Ports;
 use crate::dist::{self, Compute, SimRng};
 use crate::events::Events;
 use crate::flow::{FlowId, FlowNet};
@@ -122,14 +123,10 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn new(setup: &'a Setup, scheme: Scheme, rng: &mut SimRng) -> Run<'a> {
-        let b = dist::gbps(40.0);
-        let mut draw = || -> Vec<f64> {
-            (0..setup.n)
-                .map(|_| b * (1.0 + 0.5 * dist::uniform(rng, -1.0, 1.0)))
-                .collect()
-        };
-        let down = draw();
-        let up = draw();
+        let Ports {
+            uplink: up,
+            downlink: down,
+        } = Ports::draw(setup.n, 1.0, rng);
         let mut net = FlowNet::new();
         let uplink = up.iter().map(|&c| net.add_link(c)).collect();
         let downlink = down.iter().map(|&c| net.add_link(c)).collect();
@@ -168,7 +165,7 @@ impl<'a> Run<'a> {
         }
         self.phase[w] = Phase::Syncing;
         self.admitted += 1;
-        let task = Task::new(
+        let mut task = Task::new(
             self.setup.n,
             w,
             self.setup.volume,
@@ -179,8 +176,7 @@ impl<'a> Run<'a> {
         match self.scheme {
             Scheme::Selmcast => {
                 self.sync_remaining();
-                self.estimate_tau(w);
-                let mut task = task;
+                self.estimate_tau();
                 task.tau = self.tau_of(w);
                 let before: Vec<Vec<bool>> = self
                     .online
@@ -217,10 +213,10 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Updates tau for every running task but `except`'s (set on its own).
-    fn estimate_tau(&mut self, except: usize) {
+    /// Updates tau for every running task.
+    fn estimate_tau(&mut self) {
         for i in 0..self.setup.n {
-            if i != except && self.online.tasks[i].is_some() {
+            if self.online.tasks[i].is_some() {
                 let tau = self.tau_of(i);
                 self.online.tasks[i].as_mut().expect("running").tau = tau;
             }
