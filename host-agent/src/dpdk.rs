@@ -169,6 +169,9 @@ pub struct MbufSlot {
     mbuf: Mbuf,
     pool: &'static Mempool,
     datagram: usize,
+    /// The UDP checksum's sum over the headers, fixed for the buffer's
+    /// life ([`frame::seal_base`]): sealing a round sums the datagram only.
+    seal_base: u64,
 }
 
 impl SlotBuf for MbufSlot {
@@ -194,7 +197,7 @@ impl SlotBuf for MbufSlot {
 
     fn seal(&mut self) {
         if let Some(frame) = self.mbuf.data_mut() {
-            frame::seal(frame);
+            frame::seal_with(frame, self.seal_base);
         }
     }
 }
@@ -547,10 +550,12 @@ impl Link for DpdkLink {
             .append(UdpFlow::frame_len(datagram))
             .map_err(dpdk_err)?;
         self.flow.emit(frame, datagram);
+        let seal_base = frame::seal_base(frame);
         Ok(MbufSlot {
             mbuf,
             pool: self.pool,
             datagram,
+            seal_base,
         })
     }
 

@@ -435,21 +435,38 @@ impl Repr {
 
     /// Writes the header fields into a packet; the payload is left to the
     /// caller (it is usually written in place by the quantizer).
+    ///
+    /// The header is assembled in registers and stored as three 8-byte
+    /// words: a checksum that reads the packet right after (the DPDK path's
+    /// UDP checksum) then loads from wide stores, which the CPU forwards to
+    /// the loads, instead of a dozen narrow field stores, which it cannot
+    /// (a stall that cost a tenth of the DPDK agent's time per packet).
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
-        packet.set_version(VERSION);
-        packet.set_kind(self.kind);
-        packet.set_flags(self.set & FLAG_SET);
-        packet.set_priority(self.priority);
-        packet.set_job(self.job);
-        packet.set_slot(self.slot);
-        packet.set_worker(self.worker);
-        packet.set_generation(self.generation);
-        packet.set_exponent(self.exponent);
-        packet.set_reserved0(0);
-        packet.set_count(self.count);
-        packet.set_elements(self.elements);
-        packet.set_reserved1(0);
-        packet.set_packet_id(self.packet_id);
+        packet.buffer.as_mut()[..HEADER_LEN].copy_from_slice(&self.to_bytes());
+    }
+
+    /// The header's bytes, assembled as three big-endian 64-bit words in
+    /// registers (the field layout is the `field` module's; the fixtures
+    /// below check the two agree).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let w0 = u64::from(VERSION) << 56
+            | u64::from(u8::from(self.kind)) << 48
+            | u64::from(self.set & FLAG_SET) << 40
+            | u64::from(self.priority) << 32
+            | u64::from(self.job) << 16
+            | u64::from(self.slot);
+        let w1 = u64::from(self.worker) << 48
+            | u64::from(self.generation) << 32
+            | u64::from(self.exponent) << 24
+            | u64::from(self.count);
+        let w2 = u64::from(self.elements) << 48 | u64::from(self.packet_id);
+        let mut bytes = [0u8; HEADER_LEN];
+        bytes[0..8].copy_from_slice(&w0.to_be_bytes());
+        bytes[8..16].copy_from_slice(&w1.to_be_bytes());
+        bytes[16..24].copy_from_slice(&w2.to_be_bytes());
+        bytes
     }
 }
 
@@ -533,6 +550,30 @@ mod tests {
         p.set_element(0, 1);
         p.set_element(1, -2);
         assert_eq!(bytes, CONTRIBUTION);
+    }
+
+    #[test]
+    fn every_field_lands_where_the_view_reads_it() {
+        let r = Repr {
+            kind: Kind::Result,
+            set: 1,
+            priority: 0xfe,
+            job: 0xa1b2,
+            slot: 0xc3d4,
+            worker: 0xe5f6,
+            generation: 0x0718,
+            exponent: 0x9a,
+            count: 0xbcde,
+            elements: 2,
+            packet_id: 0xf1e2_d3c4,
+        };
+        let mut bytes = [0xffu8; 32];
+        r.emit(&mut Packet::new_unchecked(&mut bytes[..]));
+        assert_eq!(
+            Repr::parse(&Packet::new_checked(&bytes[..]).unwrap()),
+            Ok(r)
+        );
+        assert_eq!(bytes[..HEADER_LEN], r.to_bytes());
     }
 
     #[test]

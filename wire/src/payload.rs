@@ -95,6 +95,27 @@ pub mod simd {
         }
     }
 
+    /// The unfolded one's-complement sum of the whole 32-byte blocks of
+    /// `data`, as [`crate::frame::ones_sum`] takes it (native-endian 32-bit
+    /// halves added into 64-bit lanes), and the bytes that remain.
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn ones_blocks(data: &[u8]) -> (u64, &[u8]) {
+        let low = _mm256_set1_epi64x(0xffff_ffff);
+        let mut acc = _mm256_setzero_si256();
+        let mut blocks = data.chunks_exact(32);
+        for b in &mut blocks {
+            let v = _mm256_loadu_si256(b.as_ptr().cast());
+            let halves = _mm256_add_epi64(_mm256_and_si256(v, low), _mm256_srli_epi64(v, 32));
+            acc = _mm256_add_epi64(acc, halves);
+        }
+        let mut lanes = [0u64; 4];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
+        (lanes.iter().sum(), blocks.remainder())
+    }
+
     /// `acc[i] += big-endian bytes[i]`, wrapping.
     ///
     /// # Safety
