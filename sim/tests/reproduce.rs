@@ -123,3 +123,50 @@ fn same_seed_same_figures() {
     assert_eq!(values(&a), values(&b));
     assert!(reproduce("nope", &quick()).is_none());
 }
+
+/// The SSP sweeps (Figs. 9, 12, 13) on short runs: the directions the
+/// paper's figures show, each of which a swapped policy would break.
+#[test]
+fn selmcast_ssp_sweeps_keep_their_directions() {
+    use inagg_sim::scenario::selmcast_ssp::{medians, Scheme, Setup, WORKLOADS};
+    let base = Setup {
+        horizon: 60.0,
+        ..Setup::paper(WORKLOADS[1])
+    };
+    let m = |setup: Setup, scheme| medians(&setup, scheme, 2, 1);
+    // Fig. 13: with rates redrawn every 100 ms, SELMCAST still delivers to
+    // more receivers than Orpheus.
+    let varied = Setup { gamma: 1.0, ..base };
+    let (sel, orp) = (m(varied, Scheme::Selmcast), m(varied, Scheme::Orpheus));
+    assert!(sel.scale > orp.scale, "gamma 1: {sel:?} vs {orp:?}");
+    // And the variability is real: the same seed gives other figures.
+    assert_ne!(
+        m(base, Scheme::Selmcast).utilisation,
+        sel.utilisation,
+        "gamma changed nothing"
+    );
+    // Fig. 12: sixteen times the volume costs utilisation and scale.
+    let small = m(
+        Setup {
+            volume: base.volume / 16.0,
+            ..base
+        },
+        Scheme::Selmcast,
+    );
+    let large = m(
+        Setup {
+            volume: base.volume * 16.0,
+            ..base
+        },
+        Scheme::Selmcast,
+    );
+    assert!(
+        large.utilisation < small.utilisation / 2.0,
+        "{small:?} vs {large:?}"
+    );
+    assert!(large.scale < small.scale, "{small:?} vs {large:?}");
+    // Fig. 9: relaxing k from 1 to 16 lowers Orpheus's scale.
+    let strict = m(Setup { k: 1, ..base }, Scheme::Orpheus);
+    let loose = m(Setup { k: 16, ..base }, Scheme::Orpheus);
+    assert!(loose.scale < strict.scale, "{strict:?} vs {loose:?}");
+}

@@ -49,6 +49,13 @@ pub struct Setup {
     /// Seconds of training observed.
     pub horizon: f64,
     pub workload: Compute,
+    /// Bandwidth variability (the paper's Fig. 13): every `vary_every`
+    /// seconds each port's rate becomes `b#(1 - gamma) + gamma b*`, with
+    /// `b#` drawn once per trial and `b*` drawn afresh each time from the
+    /// same distribution. 0: fixed rates.
+    pub gamma: f64,
+    /// Delta_T of the variability, seconds.
+    pub vary_every: f64,
 }
 
 impl Setup {
@@ -63,6 +70,8 @@ impl Setup {
             volume: 200e6,
             horizon: 600.0,
             workload,
+            gamma: 0.0,
+            vary_every: 0.1,
         }
     }
 }
@@ -108,6 +117,10 @@ struct Run<'a> {
     net: FlowNet,
     uplink: Vec<usize>,
     downlink: Vec<usize>,
+    /// b#: the rates drawn at the start.
+    base: Ports,
+    /// When the rates are next redrawn (infinity: never).
+    next_vary: f64,
     online: Online,
     history: SenderHistory,
     flow: Vec<Option<FlowId>>,
@@ -123,20 +136,29 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn new(setup: &'a Setup, scheme: Scheme, rng: &mut SimRng) -> Run<'a> {
-        let Ports {
-            uplink: up,
-            downlink: down,
-        } = Ports::draw(setup.n, 1.0, rng);
+        let base = Ports::draw(setup.n, 1.0, rng);
         let mut net = FlowNet::new();
-        let uplink = up.iter().map(|&c| net.add_link(c)).collect();
-        let downlink = down.iter().map(|&c| net.add_link(c)).collect();
+        let uplink = base.uplink.iter().map(|&c| net.add_link(c)).collect();
+        let downlink = base.downlink.iter().map(|&c| net.add_link(c)).collect();
+        let online = Online::new(
+            base.uplink.clone(),
+            base.downlink.clone(),
+            Multicast::L3,
+            setup.eta,
+        );
         Run {
             setup,
             scheme,
             net,
             uplink,
             downlink,
-            online: Online::new(up, down, Multicast::L3, setup.eta),
+            base,
+            next_vary: if setup.gamma > 0.0 {
+                setup.vary_every
+            } else {
+                f64::INFINITY
+            },
+            online,
             history: SenderHistory::new(setup.n, setup.k),
             flow: vec![None; setup.n],
             round: vec![0; setup.n],
@@ -298,6 +320,23 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Redraws every port's rate (Fig. 13): the network and the
+    /// scheduler's view both take the new rates.
+    fn vary(&mut self, rng: &mut SimRng) {
+        let fresh = Ports::draw(self.setup.n, 1.0, rng);
+        let g = self.setup.gamma;
+        let mix = |base: f64, now: f64| base * (1.0 - g) + g * now;
+        for i in 0..self.setup.n {
+            let up = mix(self.base.uplink[i], fresh.uplink[i]);
+            let down = mix(self.base.downlink[i], fresh.downlink[i]);
+            self.net.set_capacity(self.uplink[i], up);
+            self.net.set_capacity(self.downlink[i], down);
+            self.online.uplink[i] = up;
+            self.online.downlink[i] = down;
+        }
+        self.next_vary += self.setup.vary_every;
+    }
+
     fn play(mut self, rng: &mut SimRng) -> Metrics {
         for w in 0..self.setup.n {
             self.compute(w, rng);
@@ -307,6 +346,14 @@ impl<'a> Run<'a> {
             let flow_at = self.net.next_finish().unwrap_or(f64::INFINITY);
             let event_at = self.events.peek_time().unwrap_or(f64::INFINITY);
             let at = flow_at.min(event_at);
+            if self.next_vary < at.min(end) {
+                // Only flows within rounding of their end can finish here.
+                for f in self.net.advance_to(self.next_vary) {
+                    self.delivered(f.tag as usize, rng);
+                }
+                self.vary(rng);
+                continue;
+            }
             if at > end {
                 break;
             }
@@ -510,7 +557,9 @@ pub fn reproduce(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
     ));
     let mut figures = vec![eta_figure(&by_eta)];
     if !opts.quick {
-        figures.extend(p_figures(&sweep, sweep_trials, opts.seed));
+        let (more_rows, more_figures) = sweeps(&sweep, sweep_trials, opts.seed);
+        rows.extend(more_rows);
+        figures.extend(more_figures);
     }
     (rows, figures)
 }
@@ -533,42 +582,235 @@ fn eta_figure(by_eta: &[(f64, Metrics)]) -> Figure {
     }
 }
 
-/// Fig. 8: both schemes over p/n.
-fn p_figures(sweep: &Setup, trials: u64, seed: u64) -> Vec<Figure> {
-    let ps = [0.05, 0.1, 0.2, 0.3, 0.4];
-    let mut util = Vec::new();
-    let mut scale = Vec::new();
-    for (name, scheme) in [("SELMCAST", Scheme::Selmcast), ("Orpheus", Scheme::Orpheus)] {
-        let ms: Vec<(f64, Metrics)> = ps
-            .iter()
-            .map(|&f| {
-                let p = ((f * sweep.n as f64).round() as usize).max(1);
-                (f, medians(&Setup { p, ..*sweep }, scheme, trials, seed))
-            })
-            .collect();
-        let points = |g: fn(&Metrics) -> f64| ms.iter().map(|(x, m)| (*x, g(m))).collect();
-        util.push(Series {
-            name: name.into(),
-            points: points(|m| m.utilisation),
-        });
-        scale.push(Series {
-            name: name.into(),
-            points: points(|m| m.scale),
-        });
+/// One swept knob: both schemes at each setting, in order.
+struct Sweep {
+    /// x and the setting at x.
+    points: Vec<(f64, Setup)>,
+    selmcast: Vec<Metrics>,
+    orpheus: Vec<Metrics>,
+}
+
+impl Sweep {
+    fn run(points: Vec<(f64, Setup)>, trials: u64, seed: u64) -> Sweep {
+        let of = |scheme| {
+            points
+                .iter()
+                .map(|(_, setup)| medians(setup, scheme, trials, seed))
+                .collect()
+        };
+        Sweep {
+            selmcast: of(Scheme::Selmcast),
+            orpheus: of(Scheme::Orpheus),
+            points,
+        }
     }
-    let figure = |file: &str, what: &str, series| Figure {
-        file: file.into(),
-        title: format!("SELMCAST vs Orpheus, SSP (Transformer): {what} over p/n"),
-        x_label: "p / n".into(),
-        y_label: what.into(),
-        series,
+
+    /// The smallest SELMCAST / Orpheus ratio of `f` over the settings.
+    fn worst_ratio(&self, f: fn(&Metrics) -> f64) -> f64 {
+        self.ratios(f).into_iter().fold(f64::INFINITY, f64::min)
+    }
+
+    /// The largest SELMCAST / Orpheus ratio of `f` over the settings.
+    fn best_ratio(&self, f: fn(&Metrics) -> f64) -> f64 {
+        self.ratios(f).into_iter().fold(0.0, f64::max)
+    }
+
+    fn ratios(&self, f: fn(&Metrics) -> f64) -> Vec<f64> {
+        self.selmcast
+            .iter()
+            .zip(&self.orpheus)
+            .map(|(s, o)| f(s) / f(o))
+            .collect()
+    }
+
+    /// `f` at the last setting over `f` at the first, for one scheme.
+    fn end_over_start(ms: &[Metrics], f: fn(&Metrics) -> f64) -> f64 {
+        match (ms.first(), ms.last()) {
+            (Some(a), Some(b)) => f(b) / f(a),
+            _ => f64::NAN,
+        }
+    }
+
+    /// Two plots: NPU utilisation and delivered scale over the knob.
+    fn figures(&self, file: &str, knob: &str, log2: bool) -> Vec<Figure> {
+        let x = |v: f64| if log2 { v.log2() } else { v };
+        let series = |f: fn(&Metrics) -> f64| {
+            [("SELMCAST", &self.selmcast), ("Orpheus", &self.orpheus)]
+                .into_iter()
+                .map(|(name, ms)| Series {
+                    name: name.into(),
+                    points: self
+                        .points
+                        .iter()
+                        .zip(ms.iter())
+                        .map(|((v, _), m)| (x(*v), f(m)))
+                        .collect(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let x_label = if log2 {
+            format!("log2 {knob}")
+        } else {
+            knob.to_string()
+        };
+        let figure = |what: &str, suffix: &str, series| Figure {
+            file: format!("selmcast-ssp-{suffix}-{file}.svg"),
+            title: format!("SELMCAST vs Orpheus, SSP (Transformer): {what} over {knob}"),
+            x_label: x_label.clone(),
+            y_label: what.into(),
+            series,
+        };
+        vec![
+            figure("NPU utilisation", "utilisation", series(|m| m.utilisation)),
+            figure("delivered multicast scale", "scale", series(|m| m.scale)),
+        ]
+    }
+}
+
+/// Figs. 8, 9, 10, 12 and 13: both schemes over p/n, k, ssp (with k =
+/// ssp), the update's volume and the bandwidth variability, on the
+/// Transformer stand-in; rows for the claims each figure makes.
+fn sweeps(sweep: &Setup, trials: u64, seed: u64) -> (Vec<Row>, Vec<Figure>) {
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    let at = |xs: &[f64], set: &dyn Fn(f64) -> Setup| -> Vec<(f64, Setup)> {
+        xs.iter().map(|&x| (x, set(x))).collect()
     };
-    vec![
-        figure("selmcast-ssp-utilisation-p.svg", "NPU utilisation", util),
-        figure(
-            "selmcast-ssp-scale-p.svg",
-            "delivered multicast scale",
-            scale,
-        ),
-    ]
+    let util: fn(&Metrics) -> f64 = |m| m.utilisation;
+    let scale: fn(&Metrics) -> f64 = |m| m.scale;
+
+    let by_p = Sweep::run(
+        at(&[0.05, 0.1, 0.2, 0.3, 0.4], &|f| Setup {
+            p: ((f * sweep.n as f64).round() as usize).max(1),
+            ..*sweep
+        }),
+        trials,
+        seed,
+    );
+    figures.extend(by_p.figures("p", "p / n", false));
+
+    // Fig. 9: k from 1 to 16; the paper's "no k" is the first table's row.
+    let by_k = Sweep::run(
+        at(&[1.0, 2.0, 4.0, 8.0, 16.0], &|k| Setup {
+            k: k as u32,
+            ..*sweep
+        }),
+        trials,
+        seed,
+    );
+    rows.push(Row::new(
+        "SSP k 1..16: delivered scale, SELMCAST / Orpheus, worst k",
+        "SELMCAST always above",
+        by_k.worst_ratio(scale),
+        Claim::Above(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP k 1..16: utilisation, SELMCAST / Orpheus, worst k",
+        "SELMCAST always above",
+        by_k.worst_ratio(util),
+        Claim::Above(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP k 1 -> 16: Orpheus delivered scale, ratio",
+        "falls",
+        Sweep::end_over_start(&by_k.orpheus, scale),
+        Claim::Below(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP k 1 -> 16: Orpheus utilisation, ratio",
+        "rises",
+        Sweep::end_over_start(&by_k.orpheus, util),
+        Claim::Above(1.0),
+    ));
+    figures.extend(by_k.figures("k", "k", true));
+
+    // Fig. 10: ssp from 1 to 16, with k = ssp.
+    let by_ssp = Sweep::run(
+        at(&[1.0, 2.0, 4.0, 8.0, 16.0], &|v| Setup {
+            ssp: v as u32,
+            k: v as u32,
+            ..*sweep
+        }),
+        trials,
+        seed,
+    );
+    rows.push(Row::new(
+        "SSP ssp = k 1..16: delivered scale, SELMCAST / Orpheus, worst",
+        "SELMCAST always above",
+        by_ssp.worst_ratio(scale),
+        Claim::Above(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP ssp = k 1..16: utilisation, SELMCAST / Orpheus, worst",
+        "SELMCAST always above",
+        by_ssp.worst_ratio(util),
+        Claim::Above(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP ssp = k 1 -> 16: SELMCAST utilisation, ratio",
+        "rises (as with k)",
+        Sweep::end_over_start(&by_ssp.selmcast, util),
+        Claim::Above(1.0),
+    ));
+    figures.extend(by_ssp.figures("ssp", "ssp (= k)", true));
+
+    // Fig. 12: the update's volume scaled by 2^-4 .. 2^4.
+    let by_volume = Sweep::run(
+        at(&[1.0 / 16.0, 0.25, 1.0, 4.0, 16.0], &|f| Setup {
+            volume: sweep.volume * f,
+            ..*sweep
+        }),
+        trials,
+        seed,
+    );
+    rows.push(Row::new(
+        "SSP volume x1/16 -> x16: SELMCAST utilisation, ratio",
+        "falls",
+        Sweep::end_over_start(&by_volume.selmcast, util),
+        Claim::Below(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP volume x1/16 -> x16: SELMCAST delivered scale, ratio",
+        "falls",
+        Sweep::end_over_start(&by_volume.selmcast, scale),
+        Claim::Below(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP volume x1/16..x16: delivered scale, SELMCAST / Orpheus, worst",
+        "SELMCAST always much above",
+        by_volume.worst_ratio(scale),
+        Claim::Above(1.1),
+    ));
+    figures.extend(by_volume.figures("volume", "volume factor", true));
+
+    // Fig. 13: rates redrawn every 100 ms, gamma from 0 to 1.
+    let by_gamma = Sweep::run(
+        at(&[0.0, 0.25, 0.5, 0.75, 1.0], &|gamma| Setup {
+            gamma,
+            ..*sweep
+        }),
+        trials,
+        seed,
+    );
+    rows.push(Row::new(
+        "SSP gamma 0..1: delivered scale, SELMCAST / Orpheus, worst",
+        "always above",
+        by_gamma.worst_ratio(scale),
+        Claim::Above(1.0),
+    ));
+    rows.push(Row::new(
+        "SSP gamma 0..1: delivered scale, SELMCAST / Orpheus, best",
+        "up to 1.67x",
+        by_gamma.best_ratio(scale),
+        Claim::Within(1.2, 2.2),
+    ));
+    let gain = by_gamma.ratios(util);
+    rows.push(Row::new(
+        "SSP gamma 0 -> 1: utilisation gain over Orpheus, change",
+        "shrinks (about 1.0 or below at gamma 1)",
+        gain.last().copied().unwrap_or(f64::NAN) - gain.first().copied().unwrap_or(f64::NAN),
+        Claim::Below(0.0),
+    ));
+    figures.extend(by_gamma.figures("gamma", "gamma (Delta_T = 100 ms)", false));
+    (rows, figures)
 }
