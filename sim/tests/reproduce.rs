@@ -43,6 +43,8 @@ fn selective_reduce_beats_partial_reduce() {
             "sensitivity: sync scale, p/n",
             "sensitivity: sync scale, eta",
             "sensitivity: sync-time gain, lambda",
+            "sensitivity: sync time, partial / selective, e 0.5",
+            "sensitivity: sync time added by alpha 50 ms, selective / all-reduce",
         ],
     );
     // 2 traces x 3 metrics plotted, each with the three schemes.

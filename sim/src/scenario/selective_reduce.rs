@@ -49,6 +49,11 @@ pub struct Setup {
     pub eta: f64,
     /// BPAWR's hold threshold.
     pub theta: f64,
+    /// Scale e of the controller's bandwidth-estimate error (the paper's
+    /// Fig. 12): it sees b (1 + e x) for a worker of bandwidth b, x ~
+    /// U[-1, 1] drawn once per worker and trial (a standing mis-estimate,
+    /// which does not average out over decisions). 0: exact.
+    pub estimate_error: f64,
 }
 
 impl Setup {
@@ -65,6 +70,7 @@ impl Setup {
             p_frac: 0.3,
             eta: 0.3,
             theta: 1.0,
+            estimate_error: 0.0,
         }
     }
 }
@@ -97,7 +103,10 @@ enum Ev {
 
 struct Run<'a> {
     setup: &'a Setup,
+    /// What the network gives each worker.
     bandwidth: Vec<f64>,
+    /// What the controller believes it gives.
+    estimate: Vec<f64>,
     /// Round start of each computing worker (None: ready or syncing).
     started: Vec<Option<f64>>,
     /// Ready workers, in arrival order, with their arrival times.
@@ -120,10 +129,12 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
             dist::gbps(((20.0 * u) * 1000.0).round() / 1000.0)
         })
         .collect();
+    let estimate = estimates(&bandwidth, setup.estimate_error, rng);
     let warm = Cdf::from_samples(setup.compute.samples(rng, 2000));
     let mut r = Run {
         setup,
         bandwidth,
+        estimate,
         started: vec![None; setup.n],
         queue: Vec::new(),
         events: Events::default(),
@@ -220,7 +231,7 @@ impl Run<'_> {
             .iter()
             .map(|&(id, _)| Ready {
                 id,
-                bandwidth: self.bandwidth[id],
+                bandwidth: self.estimate[id],
             })
             .collect();
         let ids = |gs: Vec<Vec<Ready>>| {
@@ -239,7 +250,7 @@ impl Run<'_> {
                     .filter_map(|id| {
                         self.started[id].map(|s| Training {
                             id,
-                            bandwidth: self.bandwidth[id],
+                            bandwidth: self.estimate[id],
                             elapsed: now - s,
                         })
                     })
@@ -273,6 +284,21 @@ impl Run<'_> {
         let took = self.setup.cost.sync_time(&bw, self.setup.volume);
         self.events.push(now + took, Ev::Done(g.to_vec(), took));
     }
+}
+
+/// The controller's view of `bandwidth` with estimate errors of scale
+/// `e`. The errors come from their own ChaCha stream, so the trial's other
+/// draws (compute times) are the same whatever `e` is.
+fn estimates(bandwidth: &[f64], e: f64, rng: &SimRng) -> Vec<f64> {
+    if e == 0.0 {
+        return bandwidth.to_vec();
+    }
+    let mut errors = rng.clone();
+    errors.set_stream(1);
+    bandwidth
+        .iter()
+        .map(|&b| (b * (1.0 + e * dist::uniform(&mut errors, -1.0, 1.0))).max(0.0))
+        .collect()
 }
 
 /// Reads one metric off a run.
@@ -515,6 +541,23 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         }),
     );
     let cold = medians(opts, &base, Scheme::Selective { cold: true });
+    let erring = Setup {
+        estimate_error: 0.5,
+        ..base
+    };
+    let err = sel(erring);
+    let err_partial = medians(opts, &erring, Scheme::PartialReduce);
+    let alpha = |a: f64| Setup {
+        cost: CostModel::Ring { alpha: a },
+        ..base
+    };
+    let (a0, a1, a50) = (sel(alpha(0.0)), sel(alpha(0.001)), sel(alpha(0.05)));
+    // Seconds a 50 ms latency adds to a scheme's mean sync time (the
+    // paper's Fig. 14(a) plots sync time on a linear axis).
+    let added = |scheme| {
+        medians(opts, &alpha(0.05), scheme).sync_time - medians(opts, &alpha(0.0), scheme).sync_time
+    };
+    let sel_added = a50.sync_time - a0.sync_time;
     let gain = |lambda: f64| {
         let s = Setup { lambda, ..base };
         medians(opts, &s, Scheme::PartialReduce).sync_time / sel(s).sync_time
@@ -561,6 +604,48 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
             "larger when uneven (> 1)",
             gain(0.05) / gain(0.2),
             Claim::Above(1.0),
+        ),
+        Row::new(
+            "sensitivity: sync time, estimate error e 0.5 / 0",
+            "slightly up",
+            err.sync_time / theta_lo.sync_time,
+            Claim::Within(0.97, 1.25),
+        ),
+        Row::new(
+            "sensitivity: sync scale, estimate error e 0.5 / 0",
+            "marginally down, not obvious",
+            err.sync_scale / theta_lo.sync_scale,
+            Claim::Within(0.85, 1.02),
+        ),
+        Row::new(
+            "sensitivity: sync time, partial / selective, e 0.5",
+            "robust (still ahead)",
+            err_partial.sync_time / err.sync_time,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "sensitivity: sync time, alpha 1 ms / 0",
+            "minor (~1)",
+            a1.sync_time / a0.sync_time,
+            Claim::Within(0.95, 1.1),
+        ),
+        Row::new(
+            "sensitivity: sync scale, alpha 50 ms / 0",
+            "trivial change (~1)",
+            a50.sync_scale / a0.sync_scale,
+            Claim::Within(0.9, 1.1),
+        ),
+        Row::new(
+            "sensitivity: sync time added by alpha 50 ms, selective / all-reduce",
+            "grows slower (< 1)",
+            sel_added / added(Scheme::AllReduce),
+            Claim::Below(1.0),
+        ),
+        Row::new(
+            "sensitivity: sync time added by alpha 50 ms, selective / partial",
+            "grows slower (< 1)",
+            sel_added / added(Scheme::PartialReduce),
+            Claim::Below(1.0),
         ),
     ]
 }
