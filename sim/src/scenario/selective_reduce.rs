@@ -533,13 +533,13 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         sel(Setup { eta: 0.0, ..base }),
         sel(Setup { eta: 0.8, ..base }),
     );
-    let (theta_lo, theta_hi) = (
-        sel(Setup { theta: 1.0, ..base }),
-        sel(Setup {
-            theta: 20.0,
-            ..base
-        }),
-    );
+    // The defaults (theta 1, a = 1 ms, exact estimates): each knob's
+    // other end is compared with this one run.
+    let at_base = sel(base);
+    let theta_hi = sel(Setup {
+        theta: 20.0,
+        ..base
+    });
     let cold = medians(opts, &base, Scheme::Selective { cold: true });
     let erring = Setup {
         estimate_error: 0.5,
@@ -551,7 +551,7 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         cost: CostModel::Ring { alpha: a },
         ..base
     };
-    let (a0, a1, a50) = (sel(alpha(0.0)), sel(alpha(0.001)), sel(alpha(0.05)));
+    let (a0, a50) = (sel(alpha(0.0)), sel(alpha(0.05)));
     // Seconds a 50 ms latency adds to a scheme's mean sync time (the
     // paper's Fig. 14(a) plots sync time on a linear axis).
     let added = |scheme| {
@@ -590,13 +590,13 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         Row::new(
             "sensitivity: sync time, theta 20 / 1",
             "insensitive (~1)",
-            theta_hi.sync_time / theta_lo.sync_time,
+            theta_hi.sync_time / at_base.sync_time,
             Claim::Within(0.9, 1.1),
         ),
         Row::new(
             "sensitivity: sync time, cold / warm start",
             "about equal (~1)",
-            cold.sync_time / theta_lo.sync_time,
+            cold.sync_time / at_base.sync_time,
             Claim::Within(0.9, 1.1),
         ),
         Row::new(
@@ -608,13 +608,13 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         Row::new(
             "sensitivity: sync time, estimate error e 0.5 / 0",
             "slightly up",
-            err.sync_time / theta_lo.sync_time,
+            err.sync_time / at_base.sync_time,
             Claim::Within(0.97, 1.25),
         ),
         Row::new(
             "sensitivity: sync scale, estimate error e 0.5 / 0",
             "marginally down, not obvious",
-            err.sync_scale / theta_lo.sync_scale,
+            err.sync_scale / at_base.sync_scale,
             Claim::Within(0.85, 1.02),
         ),
         Row::new(
@@ -626,7 +626,7 @@ fn sensitivity(opts: &Options) -> Vec<Row> {
         Row::new(
             "sensitivity: sync time, alpha 1 ms / 0",
             "minor (~1)",
-            a1.sync_time / a0.sync_time,
+            at_base.sync_time / a0.sync_time,
             Claim::Within(0.95, 1.1),
         ),
         Row::new(

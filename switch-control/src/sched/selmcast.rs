@@ -325,42 +325,87 @@ fn ln_choose(n: usize, k: usize) -> f64 {
 }
 
 /// The consistency rule across rounds: which pairs went unserved for k
-/// rounds (forced next), and c_ij.
+/// rounds (forced next), and c_ij. Under BSP every sender's rounds are the
+/// same rounds, so this is [`SenderHistory`] recorded for all senders at
+/// once.
 #[derive(Debug, Clone)]
 pub struct History {
-    since: Vec<Vec<u32>>,
-    k: u32,
+    senders: SenderHistory,
+    n: usize,
 }
 
 impl History {
     /// n workers; every pair must be served at least once every k + 1 rounds.
     pub fn new(n: usize, k: u32) -> History {
         History {
-            since: vec![vec![0; n]; n],
-            k,
+            senders: SenderHistory::new(n, k),
+            n,
         }
     }
 
     /// The pairs this round must serve.
     pub fn forced(&self) -> Vec<(usize, usize)> {
-        let n = self.since.len();
-        (0..n)
-            .flat_map(|i| (0..n).map(move |j| (i, j)))
-            .filter(|&(i, j)| i != j && self.since[i][j] >= self.k)
+        (0..self.n)
+            .flat_map(|i| {
+                self.senders
+                    .forced(i)
+                    .into_iter()
+                    .enumerate()
+                    .filter(move |&(j, f)| f && j != i)
+                    .map(move |(j, _)| (i, j))
+            })
             .collect()
     }
 
     /// c_ij.
     pub fn since(&self) -> Vec<Vec<u32>> {
-        self.since.clone()
+        (0..self.n).map(|i| self.senders.since(i)).collect()
     }
 
     /// Records a round's selection.
     pub fn record(&mut self, s: &Selection) {
-        for (i, row) in self.since.iter_mut().enumerate() {
-            for (j, c) in row.iter_mut().enumerate() {
-                *c = if s.x[i][j] || i == j { 0 } else { *c + 1 };
-            }
+        for (i, reached) in s.x.iter().enumerate() {
+            self.senders.record(i, reached);
+        }
+    }
+}
+
+/// The consistency rule per sender: c_ij counts sender i's own rounds, so
+/// it also holds under SSP, where senders' rounds are not aligned.
+#[derive(Debug, Clone)]
+pub struct SenderHistory {
+    since: Vec<Vec<u32>>,
+    k: u32,
+}
+
+impl SenderHistory {
+    /// n workers; each sender must reach every other at least once every
+    /// k + 1 of its rounds (k = u32::MAX: no rule).
+    pub fn new(n: usize, k: u32) -> SenderHistory {
+        SenderHistory {
+            since: vec![vec![0; n]; n],
+            k,
+        }
+    }
+
+    /// Sender i's forced receivers (D) for its next round.
+    pub fn forced(&self, i: usize) -> Vec<bool> {
+        self.since[i].iter().map(|&c| c >= self.k).collect()
+    }
+
+    /// Sender i's c_i,j.
+    pub fn since(&self, i: usize) -> Vec<u32> {
+        self.since[i].clone()
+    }
+
+    /// Records the receivers sender i's round reached.
+    pub fn record(&mut self, i: usize, reached: &[bool]) {
+        for (j, c) in self.since[i].iter_mut().enumerate() {
+            *c = if reached[j] || j == i {
+                0
+            } else {
+                c.saturating_add(1)
+            };
         }
     }
 }

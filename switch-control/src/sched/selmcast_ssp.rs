@@ -28,6 +28,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::selmcast::Multicast;
+/// The per-sender consistency rule, shared with BSP's [`super::selmcast::History`].
+pub use super::selmcast::SenderHistory;
 
 /// One sender's multicast for one of its rounds.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,46 +302,6 @@ impl Online {
         let mut l: Vec<usize> = (0..n).filter(|&i| self.tasks[i].is_some()).collect();
         l.sort_by_key(|&i| self.task(i).admitted);
         l
-    }
-}
-
-/// The consistency rule per sender, for SSP where senders' rounds are not
-/// aligned: c_ij counts sender i's own rounds.
-#[derive(Debug, Clone)]
-pub struct SenderHistory {
-    since: Vec<Vec<u32>>,
-    k: u32,
-}
-
-impl SenderHistory {
-    /// n workers; each sender must reach every other at least once every
-    /// k + 1 of its rounds (k = u32::MAX: no rule).
-    pub fn new(n: usize, k: u32) -> SenderHistory {
-        SenderHistory {
-            since: vec![vec![0; n]; n],
-            k,
-        }
-    }
-
-    /// Sender i's forced receivers (D) for its next round.
-    pub fn forced(&self, i: usize) -> Vec<bool> {
-        self.since[i].iter().map(|&c| c >= self.k).collect()
-    }
-
-    /// Sender i's c_i,j.
-    pub fn since(&self, i: usize) -> Vec<u32> {
-        self.since[i].clone()
-    }
-
-    /// Records the receivers sender i's round reached.
-    pub fn record(&mut self, i: usize, reached: &[bool]) {
-        for (j, c) in self.since[i].iter_mut().enumerate() {
-            *c = if reached[j] || j == i {
-                0
-            } else {
-                c.saturating_add(1)
-            };
-        }
     }
 }
 
