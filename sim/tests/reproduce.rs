@@ -89,6 +89,9 @@ fn netstorm_beats_the_star() {
             "auxiliary paths on top",
             "roots 9 / roots 1",
             "adaptive FAPT / static balanced tree",
+            "NetStorm / star at 15 DCs",
+            "CHUNK_SIZE 8M / 1M",
+            "UPDATE_TIME 5 s / 600 s",
         ],
     );
 }

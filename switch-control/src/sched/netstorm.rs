@@ -8,8 +8,9 @@
 //! (Theorem 1), so the fastest aggregation path tree rooted at r (FAPT_r)
 //! is the shortest-path tree toward r ([`fapt`], Dijkstra). Roots are the
 //! top-k nodes by quality q_r = 1 / D(FAPT_r) ([`select_roots`]), and the
-//! model's chunks are shared among them in proportion to quality
-//! ([`chunk_quota`]). [`auxiliary_paths`] is Algorithm 3: shortest paths
+//! model's chunks ([`slice_tensors`]) are shared among them in proportion
+//! to quality ([`chunk_quota`] by count, [`assign_chunks`] by parameters as
+//! the authors' code does). [`auxiliary_paths`] is Algorithm 3: shortest paths
 //! again and again with the used edges removed.
 //!
 //! Readings (the seed lost the boxes): q_r = 1 / D(FAPT_r); Dijkstra
@@ -190,6 +191,58 @@ pub fn chunk_quota(chunks: usize, quality: &[f64]) -> Vec<usize> {
     quota
 }
 
+/// The model cut into chunks: each tensor in slices of at most `chunk`
+/// parameters (equal slices; a tensor no larger than `chunk` stays whole).
+/// Sizes in parameters, in the model's order.
+pub fn slice_tensors(tensors: &[u64], chunk: u64) -> Vec<u64> {
+    let chunk = chunk.max(1);
+    tensors
+        .iter()
+        .filter(|&&t| t > 0)
+        .flat_map(|&t| {
+            let n = t.div_ceil(chunk);
+            (0..n).map(move |i| t / n + u64::from(i < t % n))
+        })
+        .collect()
+}
+
+/// The root (an index into `quality`) of every chunk, the way NetStorm's
+/// code assigns them: each root's quota is ceil(q_r / sum q * parameters),
+/// and the chunks go round-robin over the roots, skipping a root whose
+/// quota is full. Coarse chunks therefore load roots unevenly, and with
+/// fewer chunks than roots some roots get none (the paper's reason (c)
+/// for small CHUNK_SIZE).
+pub fn assign_chunks(chunks: &[u64], quality: &[f64]) -> Vec<usize> {
+    let total: f64 = quality.iter().filter(|q| q.is_finite()).sum();
+    if quality.is_empty() || total <= 0.0 {
+        return vec![0; if quality.is_empty() { 0 } else { chunks.len() }];
+    }
+    let params: u64 = chunks.iter().sum();
+    let quota: Vec<u64> = quality
+        .iter()
+        .map(|&q| {
+            let q = if q.is_finite() { q.max(0.0) } else { 0.0 };
+            (q / total * params as f64).ceil() as u64
+        })
+        .collect();
+    let mut load = vec![0u64; quality.len()];
+    let mut next = 0;
+    chunks
+        .iter()
+        .map(|&c| {
+            // The quotas' ceilings sum to at least `params`, so some root
+            // always has room; the fallback only guards rounding.
+            let r = (0..quality.len())
+                .map(|i| (next + i) % quality.len())
+                .find(|&r| load[r] < quota[r])
+                .unwrap_or(next % quality.len());
+            load[r] += c;
+            next = r + 1;
+            r
+        })
+        .collect()
+}
+
 /// The shortest path from `u` to `v` as nodes (None: unreachable).
 pub fn shortest_path(g: &Graph, u: usize, v: usize) -> Option<Vec<usize>> {
     let (dist, next) = dijkstra(g, v);
@@ -312,6 +365,29 @@ mod tests {
         assert_eq!(quota.iter().sum::<usize>(), 61);
         assert_eq!(quota, vec![31, 20, 10]);
         assert_eq!(chunk_quota(5, &[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn tensors_slice_evenly_and_small_ones_stay_whole() {
+        assert_eq!(slice_tensors(&[10, 3, 0, 7], 4), vec![4, 3, 3, 3, 4, 3]);
+        assert_eq!(slice_tensors(&[5], 0), vec![1; 5]);
+        let alexnet = slice_tensors(&[37_752_832, 4_097_000], 1_000_000);
+        assert_eq!(alexnet.len(), 38 + 5);
+        assert_eq!(alexnet.iter().sum::<u64>(), 41_849_832);
+        assert!(alexnet.iter().all(|&c| c <= 1_000_000));
+    }
+
+    #[test]
+    fn chunks_follow_quality_and_coarse_chunks_leave_roots_idle() {
+        // 12 equal chunks, qualities 2:1:1: quotas 6, 3, 3 chunks' worth.
+        let roots = assign_chunks(&[1; 12], &[2.0, 1.0, 1.0]);
+        let count = |r| roots.iter().filter(|&&x| x == r).count();
+        assert_eq!((count(0), count(1), count(2)), (6, 3, 3));
+        // Two chunks for three roots: the third root gets nothing.
+        let coarse = assign_chunks(&[10, 10], &[1.0, 1.0, 1.0]);
+        assert_eq!(coarse, vec![0, 1]);
+        assert!(assign_chunks(&[1, 2], &[]).is_empty());
+        assert_eq!(assign_chunks(&[1, 2], &[0.0, 0.0]), vec![0, 0]);
     }
 
     #[test]

@@ -1,0 +1,322 @@
+//! NetStorm's reproduction: the speed-ups over the star and the ablation
+//! on the paper's 9-DC overlay, the roots sweep (Fig. 15), the 5-15 DC
+//! scaling on generated overlays (Fig. 19b) and the CHUNK_SIZE and
+//! UPDATE_TIME sweeps (Fig. 20).
+
+use super::{access_bound, run, Kind, Scheme, Setup, Topology};
+use crate::dist;
+use crate::report::{self, Claim, Report, Row};
+use crate::svg::{Figure, Series};
+use crate::Options;
+
+/// Median iterations per hour of `s` over the trials, each trial with its
+/// own rates (and, through `setup_of`, its own overlay if it draws one).
+fn throughput_with(opts: &Options, s: Scheme, setup_of: &dyn Fn(u64) -> Setup) -> f64 {
+    let xs: Vec<f64> = (0..opts.trials)
+        .map(|t| run(s, &setup_of(t), &mut dist::rng(opts.seed ^ 0xface, t)).throughput)
+        .collect();
+    report::median(&xs)
+}
+
+fn throughput(opts: &Options, s: Scheme, dynamic: bool) -> f64 {
+    throughput_with(opts, s, &|_| Setup::paper(dynamic))
+}
+
+/// The reproduction: speed-ups over the star, the ablation, the roots sweep.
+pub fn reproduce(opts: &Options) -> Report {
+    let star_s = throughput(opts, Scheme::baseline(Kind::Star), false);
+    let star_d = throughput(opts, Scheme::baseline(Kind::Star), true);
+    let x = |s, dynamic| throughput(opts, s, dynamic) / if dynamic { star_d } else { star_s };
+    let nodes = Topology::internet2().nodes;
+    let full = Scheme::fapt(nodes, true, true);
+    let netstorm_s = x(full, false);
+    let netstorm_d = x(full, true);
+    let one_fapt = x(Scheme::fapt(1, true, false), false);
+    let multi = x(Scheme::fapt(nodes, false, false), false);
+    let multi_aware = x(Scheme::fapt(nodes, true, false), false);
+    let kway_d = x(Scheme::baseline(Kind::KWay), true);
+    let adaptive_d = x(Scheme::fapt(1, true, false), true);
+    let roots: Vec<usize> = if opts.quick {
+        vec![1, 3, 9]
+    } else {
+        (1..=nodes).collect()
+    };
+    let by_roots: Vec<(f64, f64)> = roots
+        .iter()
+        .map(|&k| (k as f64, x(Scheme::fapt(k, true, false), false)))
+        .collect();
+    let rows = vec![
+        Row::new(
+            "NetStorm / MXNet star, static",
+            "9.2x",
+            netstorm_s,
+            Claim::Above(3.0),
+        ),
+        Row::new(
+            "NetStorm / MXNet star, dynamic",
+            "6.5x",
+            netstorm_d,
+            Claim::Above(2.0),
+        ),
+        Row::new(
+            "single-root FAPT / star, static",
+            "up to 6.7x",
+            one_fapt,
+            Claim::Above(1.5),
+        ),
+        Row::new(
+            "multi-root FAPT, no awareness / star",
+            "5.5x",
+            multi,
+            Claim::Above(1.5),
+        ),
+        Row::new(
+            "awareness gain (multi-root)",
+            "+20%",
+            multi_aware / multi,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "auxiliary paths on top / star",
+            "7.5x",
+            netstorm_s,
+            Claim::Above(multi_aware * 0.95),
+        ),
+        Row::new(
+            "adaptive FAPT / static balanced tree, dynamic",
+            "1.7x",
+            adaptive_d / kway_d,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "roots 9 / roots 1 throughput",
+            "2.8x (+180%)",
+            by_roots.last().map_or(f64::NAN, |p| p.1) / by_roots[0].1,
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "MLNet balanced tree / star, static",
+            "> 1",
+            x(Scheme::baseline(Kind::KWay), false),
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "TSEngine tree / star, static",
+            "> 1",
+            x(Scheme::baseline(Kind::TsEngine), false),
+            Claim::Above(1.0),
+        ),
+    ];
+    let mut figures = vec![Figure {
+        file: "netstorm-roots.svg".into(),
+        title: "NetStorm: throughput over the star vs number of roots".into(),
+        x_label: "roots".into(),
+        y_label: "throughput / MXNet star".into(),
+        series: vec![Series {
+            name: "multi-root FAPT + awareness".into(),
+            points: by_roots,
+        }],
+    }];
+    let mut rows = rows;
+    for (more_rows, more_figures) in [scaling(opts), chunk_size(opts), update_time(opts)] {
+        rows.extend(more_rows);
+        figures.extend(more_figures);
+    }
+    Report {
+        paper: "netstorm".into(),
+        setup: format!(
+            "9 DCs (Internet2-like, 12 links), 20-155 Mbit/s, 30 ms, 0.02% loss, AlexNet 244 MB in 1M-parameter chunks, {} s compute, static 20 min / dynamic 60 min (redraw every 3 min), {} trials (medians); speed-ups in iterations per hour over the star; sweeps as their rows say",
+            super::COMPUTE,
+            opts.trials
+        ),
+        rows,
+        figures,
+    }
+}
+
+/// Fig. 19b: 5 to 15 DCs, as many roots as DCs, on generated overlays (one
+/// per size and trial, shared by NetStorm and the star). Throughput in
+/// samples per second is proportional to DCs x iterations per second;
+/// the scaling efficiency at n DCs is its growth from 5 DCs over n / 5.
+fn scaling(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
+    let sizes: Vec<usize> = if opts.quick {
+        vec![5, 10, 15]
+    } else {
+        (5..=15).collect()
+    };
+    let setup_of = |n: usize| {
+        move |t: u64| Setup {
+            topo: Topology::generate(n, &mut dist::rng(opts.seed ^ 0x5ca1e ^ n as u64, t)),
+            ..Setup::paper(false)
+        }
+    };
+    let runs: Vec<(f64, f64, f64, f64)> = sizes
+        .iter()
+        .map(|&n| {
+            let netstorm = throughput_with(opts, Scheme::fapt(n, true, true), &setup_of(n));
+            let star = throughput_with(opts, Scheme::baseline(Kind::Star), &setup_of(n));
+            let bounds: Vec<f64> = (0..opts.trials)
+                .map(|t| access_bound(&setup_of(n)(t), &mut dist::rng(opts.seed ^ 0xface, t)))
+                .collect();
+            let bound = report::median(&bounds) * n as f64;
+            (n as f64, netstorm * n as f64, netstorm / star, bound)
+        })
+        .collect();
+    let (n0, base, _, bound0) = runs[0];
+    let efficiency: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|&(n, samples, _, _)| (n, samples / base / (n / n0)))
+        .collect();
+    let bound_efficiency: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|&(n, _, _, b)| (n, b / bound0 / (n / n0)))
+        .collect();
+    let last = |v: &[(f64, f64)]| v.last().map_or(f64::NAN, |p| p.1);
+    let over_star: Vec<(f64, f64)> = runs.iter().map(|&(n, _, x, _)| (n, x)).collect();
+    let rows = vec![
+        Row::new(
+            "scaling efficiency, 5 -> 15 DCs (samples/s)",
+            "0.93",
+            last(&efficiency),
+            Claim::Above(0.8),
+        ),
+        Row::new(
+            "the same, over the DC access bound's efficiency",
+            "0.93",
+            last(&efficiency) / last(&bound_efficiency),
+            Claim::Above(0.8),
+        ),
+        Row::new(
+            "NetStorm / star at 15 DCs over at 5 DCs",
+            "speed-up grows",
+            last(&over_star) / over_star[0].1,
+            Claim::Above(1.0),
+        ),
+    ];
+    let relative: Vec<(f64, f64)> = runs.iter().map(|&(n, s, _, _)| (n, s / base)).collect();
+    let ideal: Vec<(f64, f64)> = runs.iter().map(|&(n, _, _, _)| (n, n / n0)).collect();
+    let bound: Vec<(f64, f64)> = runs.iter().map(|&(n, _, _, b)| (n, b / base)).collect();
+    let figure = Figure {
+        file: "netstorm-scaling.svg".into(),
+        title: "NetStorm: samples/s vs data centres (generated overlays)".into(),
+        x_label: "data centres (= roots)".into(),
+        y_label: "samples/s / NetStorm at 5 DCs".into(),
+        series: vec![
+            Series {
+                name: "NetStorm".into(),
+                points: relative,
+            },
+            Series {
+                name: "linear".into(),
+                points: ideal,
+            },
+            Series {
+                name: "DC access bound".into(),
+                points: bound,
+            },
+            Series {
+                name: "NetStorm / star".into(),
+                points: over_star,
+            },
+        ],
+    };
+    (rows, vec![figure])
+}
+
+/// Fig. 20 (CHUNK_SIZE): full NetStorm on the static 9-DC overlay.
+fn chunk_size(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
+    let sizes: Vec<f64> = if opts.quick {
+        vec![0.5, 1.0, 8.0]
+    } else {
+        vec![0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    };
+    let full = Scheme::fapt(Topology::internet2().nodes, true, true);
+    let points: Vec<(f64, f64)> = sizes
+        .iter()
+        .map(|&m| {
+            let setup = Setup {
+                chunk_params: (m * 1e6) as u64,
+                ..Setup::paper(false)
+            };
+            (m, throughput_with(opts, full, &|_| setup.clone()))
+        })
+        .collect();
+    let at = |m: f64| points.iter().find(|p| p.0 == m).map_or(f64::NAN, |p| p.1);
+    let best = points
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(f64::NAN, |p| p.0);
+    let rows = vec![
+        Row::new(
+            "CHUNK_SIZE 8M / 1M parameters, throughput",
+            "falls sharply",
+            at(8.0) / at(1.0),
+            Claim::Below(0.9),
+        ),
+        Row::new(
+            "best CHUNK_SIZE (M parameters)",
+            "0.5-1",
+            best,
+            Claim::Within(0.5, 1.0),
+        ),
+    ];
+    let norm = at(1.0);
+    let figure = Figure {
+        file: "netstorm-chunk-size.svg".into(),
+        title: "NetStorm: throughput vs CHUNK_SIZE (static, 9 DCs)".into(),
+        x_label: "CHUNK_SIZE (M parameters)".into(),
+        y_label: "throughput / at 1M".into(),
+        series: vec![Series {
+            name: "NetStorm".into(),
+            points: points.iter().map(|&(m, x)| (m, x / norm)).collect(),
+        }],
+    };
+    (rows, vec![figure])
+}
+
+/// Fig. 20 (UPDATE_TIME): full NetStorm on the dynamic 9-DC overlay.
+fn update_time(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
+    let times: Vec<f64> = if opts.quick {
+        vec![1.0, 5.0, 600.0]
+    } else {
+        vec![1.0, 5.0, 15.0, 30.0, 60.0, 180.0, 600.0]
+    };
+    let full = Scheme::fapt(Topology::internet2().nodes, true, true);
+    let points: Vec<(f64, f64)> = times
+        .iter()
+        .map(|&u| {
+            let setup = Setup {
+                update_time: u,
+                ..Setup::paper(true)
+            };
+            (u, throughput_with(opts, full, &|_| setup.clone()))
+        })
+        .collect();
+    let at = |u: f64| points.iter().find(|p| p.0 == u).map_or(f64::NAN, |p| p.1);
+    let rows = vec![
+        Row::new(
+            "UPDATE_TIME 5 s / 600 s, dynamic",
+            "> 1 (5 s best)",
+            at(5.0) / at(600.0),
+            Claim::Above(1.0),
+        ),
+        Row::new(
+            "UPDATE_TIME 1 s / 5 s, dynamic",
+            "< 1 (update overhead)",
+            at(1.0) / at(5.0),
+            Claim::Below(1.0),
+        ),
+    ];
+    let norm = at(5.0);
+    let figure = Figure {
+        file: "netstorm-update-time.svg".into(),
+        title: "NetStorm: throughput vs UPDATE_TIME (dynamic, 9 DCs)".into(),
+        x_label: "UPDATE_TIME (s)".into(),
+        y_label: "throughput / at 5 s".into(),
+        series: vec![Series {
+            name: "NetStorm".into(),
+            points: points.iter().map(|&(u, x)| (u, x / norm)).collect(),
+        }],
+    };
+    (rows, vec![figure])
+}
