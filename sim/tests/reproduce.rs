@@ -92,6 +92,7 @@ fn netstorm_beats_the_star() {
             "NetStorm / star at 15 DCs",
             "CHUNK_SIZE 8M / 1M",
             "UPDATE_TIME 5 s / 600 s",
+            "mean iteration, aware / blind",
         ],
     );
 }

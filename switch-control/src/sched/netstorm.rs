@@ -11,11 +11,14 @@
 //! model's chunks ([`slice_tensors`]) are shared among them in proportion
 //! to quality ([`chunk_quota`] by count, [`assign_chunks`] by parameters as
 //! the authors' code does). [`auxiliary_paths`] is Algorithm 3: shortest paths
-//! again and again with the used edges removed.
+//! again and again with the used edges removed; [`dispatch_chunks`] is the
+//! sender's rule that spills chunks onto them.
 //!
 //! Readings (the seed lost the boxes): q_r = 1 / D(FAPT_r); Dijkstra
 //! instead of the code's exhaustive path search; quotas by largest
-//! remainder so they sum to the chunk count exactly.
+//! remainder so they sum to the chunk count exactly; a chunk is in flight
+//! on a path from its dispatch until it arrives, and a phase's chunks are
+//! dispatched together.
 //!
 //! Baselines: [`star`] (MXNet's parameter server), [`kway_tree`] (MLNet's
 //! balanced tree, blind to the network), [`max_throughput_tree`]
@@ -243,6 +246,36 @@ pub fn assign_chunks(chunks: &[u64], quality: &[f64]) -> Vec<usize> {
         .collect()
 }
 
+/// The sender's rule for auxiliary transmission: the path (0 = primary,
+/// 1.. = the auxiliary paths by increasing delay) each of `chunks` ready
+/// chunks goes to. A chunk takes the primary path unless the primary
+/// already holds more than `primary_busy_bound` chunks in flight; then it
+/// takes the first auxiliary path holding fewer than `aux_queue_length`,
+/// and the primary again when every auxiliary path is full. Chunks are
+/// dispatched as they become ready, all at once here (a phase's chunks
+/// are ready together), so nothing completes between two decisions.
+pub fn dispatch_chunks(
+    chunks: usize,
+    aux_paths: usize,
+    primary_busy_bound: usize,
+    aux_queue_length: usize,
+) -> Vec<usize> {
+    let mut in_flight = vec![0usize; 1 + aux_paths];
+    (0..chunks)
+        .map(|_| {
+            let path = if in_flight[0] > primary_busy_bound {
+                (1..=aux_paths)
+                    .find(|&a| in_flight[a] < aux_queue_length)
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            in_flight[path] += 1;
+            path
+        })
+        .collect()
+}
+
 /// The shortest path from `u` to `v` as nodes (None: unreachable).
 pub fn shortest_path(g: &Graph, u: usize, v: usize) -> Option<Vec<usize>> {
     let (dist, next) = dijkstra(g, v);
@@ -388,6 +421,18 @@ mod tests {
         assert_eq!(coarse, vec![0, 1]);
         assert!(assign_chunks(&[1, 2], &[]).is_empty());
         assert_eq!(assign_chunks(&[1, 2], &[0.0, 0.0]), vec![0, 0]);
+    }
+
+    #[test]
+    fn chunks_spill_to_auxiliary_paths_only_when_the_primary_is_busy() {
+        // Bound 2: three chunks on the primary before it counts as busy,
+        // then one per auxiliary path (queue 1), then the primary again.
+        assert_eq!(dispatch_chunks(7, 2, 2, 1), vec![0, 0, 0, 1, 2, 0, 0]);
+        // A longer auxiliary queue takes more.
+        assert_eq!(dispatch_chunks(6, 1, 1, 3), vec![0, 0, 1, 1, 1, 0]);
+        // No auxiliary path, or too few chunks to make the primary busy.
+        assert_eq!(dispatch_chunks(4, 0, 0, 5), vec![0; 4]);
+        assert_eq!(dispatch_chunks(3, 2, 2, 5), vec![0; 3]);
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //! take in the max-min flow network (a tree edge whose nodes are not
 //! neighbours crosses the underlay's fewest-hop path, sharing its links),
 //! plus one chunk's trip down the slowest path (the pipeline's fill).
+//! With auxiliary paths, the sender's rule (`dispatch_chunks`, Table II's
+//! bounds by default) sends some of a tree edge's chunks over an
+//! edge-disjoint detour; each path's chunks run back to back as one flow.
 //!
 //! Network awareness is passive: after each iteration the scheduler knows
 //! the true rate of every link that carried traffic (the avalanche effect:
@@ -23,7 +26,7 @@
 use inagg_switch_control::sched::netstorm::{self as ns, Graph, Tree};
 
 use crate::dist::{self, SimRng};
-use crate::flow::FlowNet;
+use crate::flow::{FlowId, FlowNet};
 
 mod reproduce;
 pub mod topology;
@@ -87,6 +90,27 @@ impl Scheme {
     }
 }
 
+/// How a tree edge's chunks are split between its primary path and its
+/// auxiliary paths. The paper words the sender's rule eagerly (a chunk
+/// goes to the primary unless it is busy, then to an auxiliary path with
+/// room, else to the primary anyway), which commits chunks to a detour as
+/// soon as they are ready; `Pool` is the reading that matches the paper's
+/// gains: the sender holds chunks until a path has room.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AuxRule {
+    /// One pool for all paths: chunks start split by each path's slowest
+    /// known link, and when a path runs dry while more than a chunk is
+    /// left, the rest is split again by the paths' current rates (a
+    /// work-conserving sender at chunk granularity, in fluid form).
+    Pool,
+    /// `dispatch_chunks` with PRIMARY_BUSY_BOUND and
+    /// AUXILIARY_QUEUE_LENGTH, all of a phase's chunks at its start.
+    Eager {
+        primary_busy_bound: usize,
+        aux_queue_length: usize,
+    },
+}
+
 /// One experiment: the overlay and the knobs the sensitivity sweeps vary
 /// (Table II's defaults in [`Setup::paper`]).
 #[derive(Debug, Clone)]
@@ -97,6 +121,8 @@ pub struct Setup {
     /// UPDATE_TIME: the least time between two policy updates (aware
     /// schemes), seconds.
     pub update_time: f64,
+    /// How a tree edge's chunks share its paths (auxiliary schemes).
+    pub aux_rule: AuxRule,
     /// Redraw every link's rate every three minutes.
     pub dynamic: bool,
     /// Seconds of training.
@@ -104,13 +130,15 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// The paper's: 9 DCs, 1M-parameter chunks, updates every 5 s, 20
-    /// minutes static or an hour dynamic.
+    /// The paper's (Table II): 9 DCs, 1M-parameter chunks, updates every
+    /// 5 s; 20 minutes static or an hour dynamic. Auxiliary paths share
+    /// one pool of chunks with the primary.
     pub fn paper(dynamic: bool) -> Setup {
         Setup {
             topo: Topology::internet2(),
             chunk_params: 1_000_000,
             update_time: 5.0,
+            aux_rule: AuxRule::Pool,
             dynamic,
             horizon: if dynamic { 3600.0 } else { 1200.0 },
         }
@@ -152,15 +180,21 @@ fn draw_rates(links: usize, rng: &mut SimRng) -> Vec<f64> {
         .collect()
 }
 
-/// The trees (with their share of the model's bytes) a scheme uses now.
-fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Vec<(Tree, f64)> {
+/// A tree and the chunks (bytes) it aggregates.
+type Plan = Vec<(Tree, Vec<f64>)>;
+
+/// The trees a scheme uses now, each with its chunks.
+fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Plan {
     let nodes = setup.topo.nodes;
+    let chunks = setup.chunks();
+    let bytes = |c: &[u64]| c.iter().map(|&p| p as f64 * 4.0).collect::<Vec<f64>>();
     match s.kind {
-        Kind::Star => vec![(ns::star(nodes, hub), 1.0)],
-        Kind::KWay => vec![(ns::kway_tree(nodes, 3, hub), 1.0)],
+        Kind::Star => vec![(ns::star(nodes, hub), bytes(&chunks))],
+        Kind::KWay => vec![(ns::kway_tree(nodes, 3, hub), bytes(&chunks))],
         Kind::TsEngine => {
             let g = setup.graph(&wan.known);
-            vec![(ns::max_throughput_tree(&g, &wan.known, hub), 1.0)]
+            let tree = ns::max_throughput_tree(&g, &wan.known, hub);
+            vec![(tree, bytes(&chunks))]
         }
         Kind::Fapt => {
             let g = setup.graph(&wan.known);
@@ -168,44 +202,77 @@ fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Vec
                 .iter()
                 .map(|&r| 1.0 / ns::tree_delay(&g, &ns::fapt(&g, r)))
                 .collect();
-            let chunks = setup.chunks();
             let owner = ns::assign_chunks(&chunks, &q);
-            let total: u64 = chunks.iter().sum();
-            let mut owned = vec![0u64; roots.len()];
-            chunks.iter().zip(&owner).for_each(|(c, &r)| owned[r] += c);
             roots
                 .iter()
-                .zip(owned)
-                .filter(|(_, p)| *p > 0)
-                .map(|(&r, p)| (ns::fapt(&g, r), p as f64 / total as f64))
+                .enumerate()
+                .map(|(i, &r)| {
+                    let mine: Vec<u64> = (chunks.iter().zip(&owner))
+                        .filter(|(_, &o)| o == i)
+                        .map(|(&c, _)| c)
+                        .collect();
+                    (ns::fapt(&g, r), bytes(&mine))
+                })
+                .filter(|(_, c)| !c.is_empty())
                 .collect()
         }
     }
 }
 
-/// One transfer of a phase: its bytes over the primary path and, with
-/// auxiliary paths, the share sent over the auxiliary path.
+/// Auxiliary paths per transfer, besides the primary: Algorithm 3's next
+/// edge-disjoint path. (A second detour made NetStorm slower on the 9-DC
+/// overlay, 3.87x the star instead of 4.06x: the detours share links with
+/// other trees' primaries.)
+const AUX_PATHS: usize = 1;
+
+/// One transfer of a phase, parent to child or back: the bytes each of its
+/// paths starts with (the primary first), and whether they share one pool.
 struct Transfer {
-    primary: Vec<usize>,
-    aux: Option<(Vec<usize>, f64)>,
-    bytes: f64,
+    paths: Vec<(Vec<usize>, f64)>,
+    pooled: bool,
 }
 
-/// One phase's transfers.
-fn phase_flows(
-    trees: &[(Tree, f64)],
-    s: Scheme,
-    setup: &Setup,
-    wan: &Wan,
-    up: bool,
-) -> Vec<Transfer> {
+/// The bytes each path (directed links, primary first) starts with.
+fn split(rule: AuxRule, chunks: &[f64], paths: &[Vec<usize>], wan: &Wan) -> Vec<f64> {
+    let total: f64 = chunks.iter().sum();
+    match rule {
+        AuxRule::Pool => {
+            let cap: Vec<f64> = paths
+                .iter()
+                .map(|p| {
+                    p.iter()
+                        .map(|l| wan.known[l / 2])
+                        .fold(f64::INFINITY, f64::min)
+                })
+                .collect();
+            let sum: f64 = cap.iter().sum();
+            cap.iter().map(|c| total * c / sum).collect()
+        }
+        AuxRule::Eager {
+            primary_busy_bound,
+            aux_queue_length,
+        } => {
+            let to = ns::dispatch_chunks(
+                chunks.len(),
+                paths.len() - 1,
+                primary_busy_bound,
+                aux_queue_length,
+            );
+            let mut bytes = vec![0.0; paths.len()];
+            to.iter().zip(chunks).for_each(|(&p, c)| bytes[p] += c);
+            bytes
+        }
+    }
+}
+
+/// One phase's transfers: every tree edge moves its tree's chunks; with
+/// auxiliary paths, the sender's rule spills some onto them.
+fn phase_flows(trees: &Plan, s: Scheme, setup: &Setup, wan: &Wan, up: bool) -> Vec<Transfer> {
     let topo = &setup.topo;
     let hops = topo.hops();
     let known = setup.graph(&wan.known);
-    let model_bytes = ALEXNET.iter().sum::<u64>() as f64 * 4.0;
     let mut flows = Vec::new();
-    for (tree, share) in trees {
-        let bytes = share * model_bytes;
+    for (tree, chunks) in trees {
         for v in 0..topo.nodes {
             let Some(parent) = tree.parent[v] else {
                 continue;
@@ -213,28 +280,17 @@ fn phase_flows(
             let (from, to) = if up { (v, parent) } else { (parent, v) };
             let primary = ns::shortest_path(&hops, from, to).unwrap_or_default();
             let aux = if s.aux {
-                ns::auxiliary_paths(&known, from, to, 2)
-                    .into_iter()
-                    .find(|p| *p != primary)
+                ns::auxiliary_paths(&known, from, to, 1 + AUX_PATHS)
             } else {
-                None
+                Vec::new()
             };
-            // Chunks start split in proportion to what each path can carry
-            // (its slowest known link); see `transfer` for the rebalancing.
-            let cap = |p: &[usize]| {
-                topo.links_of(p)
-                    .iter()
-                    .map(|l| wan.known[l / 2])
-                    .fold(f64::INFINITY, f64::min)
-            };
-            let aux = aux.map(|p| {
-                let (a, b) = (cap(&primary), cap(&p));
-                (topo.links_of(&p), b / (a + b))
-            });
+            let detours = aux.into_iter().filter(|p| *p != primary).take(AUX_PATHS);
+            let paths: Vec<Vec<usize>> = std::iter::once(primary.clone()).chain(detours).collect();
+            let links: Vec<Vec<usize>> = paths.iter().map(|p| topo.links_of(p)).collect();
+            let bytes = split(setup.aux_rule, chunks, &links, wan);
             flows.push(Transfer {
-                primary: topo.links_of(&primary),
-                aux,
-                bytes,
+                paths: links.into_iter().zip(bytes).collect(),
+                pooled: setup.aux_rule == AuxRule::Pool,
             });
         }
     }
@@ -242,12 +298,9 @@ fn phase_flows(
 }
 
 /// Runs the transfers from `now`, redrawing rates at multiples of REDRAW
-/// when `dynamic`; returns the end time and marks the links used.
-///
-/// A transfer with an auxiliary path is two flows drawing on one pool of
-/// chunks: when one path runs dry while the other still holds more than a
-/// chunk, the rest is split again between them by their last rates (the
-/// sender's queue rule, at chunk granularity, in fluid form).
+/// when `dynamic`; returns the end time and marks the links used. Each
+/// path of a transfer is one flow (its chunks back to back); pooled paths
+/// are rebalanced as they run dry ([`rebalance`]).
 fn transfer(
     flows: &[Transfer],
     setup: &Setup,
@@ -262,16 +315,15 @@ fn transfer(
         net.add_link(r);
     }
     net.advance_to(now);
-    // tag = transfer index * 2 + (0 primary, 1 auxiliary)
-    let mut live: Vec<[Option<usize>; 2]> = vec![[None, None]; flows.len()];
+    let mut live: Vec<Vec<Option<FlowId>>> =
+        flows.iter().map(|t| vec![None; t.paths.len()]).collect();
     for (i, t) in flows.iter().enumerate() {
-        let to_aux = t.aux.as_ref().map_or(0.0, |a| a.1);
-        live[i][0] = Some(net.start(&t.primary, t.bytes * (1.0 - to_aux), 0, 2 * i as u64));
-        if let Some((links, share)) = &t.aux {
-            live[i][1] = Some(net.start(links, t.bytes * share, 0, 2 * i as u64 + 1));
-            links.iter().for_each(|&l| used[l / 2] = true);
+        for (p, (links, bytes)) in t.paths.iter().enumerate() {
+            if *bytes > 0.0 {
+                live[i][p] = Some(net.start(links, *bytes, 0, tag(i, p)));
+                links.iter().for_each(|&l| used[l / 2] = true);
+            }
         }
-        t.primary.iter().for_each(|&l| used[l / 2] = true);
     }
     let chunk = setup.chunk_bytes();
     loop {
@@ -281,53 +333,24 @@ fn transfer(
             f64::INFINITY
         };
         match net.next_finish() {
+            _ if net.active() == 0 => return net.now(),
             Some(t) if t <= next_redraw => {
-                let rates: Vec<[f64; 2]> = live
+                let rates: Vec<Vec<f64>> = live
                     .iter()
-                    .map(|l| l.map(|f| f.and_then(|f| net.rate(f)).unwrap_or(0.0)))
+                    .map(|l| {
+                        l.iter()
+                            .map(|f| f.and_then(|f| net.rate(f)).unwrap_or(0.0))
+                            .collect()
+                    })
                     .collect();
                 for done in net.advance_to(t) {
-                    let (i, side) = ((done.tag / 2) as usize, (done.tag % 2) as usize);
-                    live[i][side] = None;
-                    let Some(other) = live[i][1 - side] else {
-                        continue;
-                    };
-                    let rest = net.remaining(other).unwrap_or(0.0);
-                    if rest <= chunk {
-                        continue;
+                    let (i, p) = untag(done.tag);
+                    live[i][p] = None;
+                    if flows[i].pooled {
+                        rebalance(&mut net, i, &flows[i], &mut live[i], &rates[i], chunk);
                     }
-                    let (mine, theirs) = (rates[i][side], rates[i][1 - side]);
-                    let mine_share = if mine + theirs > 0.0 {
-                        mine / (mine + theirs)
-                    } else {
-                        0.0
-                    };
-                    net.cancel(other);
-                    let path = |s: usize| {
-                        if s == 0 {
-                            flows[i].primary.clone()
-                        } else {
-                            flows[i]
-                                .aux
-                                .as_ref()
-                                .map(|a| a.0.clone())
-                                .unwrap_or_default()
-                        }
-                    };
-                    live[i][1 - side] = Some(net.start(
-                        &path(1 - side),
-                        rest * (1.0 - mine_share),
-                        0,
-                        (2 * i + 1 - side) as u64,
-                    ));
-                    live[i][side] =
-                        Some(net.start(&path(side), rest * mine_share, 0, (2 * i + side) as u64));
-                }
-                if net.active() == 0 {
-                    return t;
                 }
             }
-            _ if net.active() == 0 => return net.now(),
             _ => {
                 net.advance_to(next_redraw);
                 wan.rate = draw_rates(wan.rate.len(), rng);
@@ -340,8 +363,48 @@ fn transfer(
     }
 }
 
+fn tag(transfer: usize, path: usize) -> u64 {
+    (transfer * (1 + AUX_PATHS) + path) as u64
+}
+
+fn untag(tag: u64) -> (usize, usize) {
+    let t = tag as usize;
+    (t / (1 + AUX_PATHS), t % (1 + AUX_PATHS))
+}
+
+/// A pooled path of transfer `i` ran dry: unless at most a chunk is left,
+/// the rest is split again over its paths by the rates they ran at just
+/// before (`rates`; the dry path's included).
+fn rebalance(
+    net: &mut FlowNet,
+    i: usize,
+    t: &Transfer,
+    live: &mut [Option<FlowId>],
+    rates: &[f64],
+    chunk: f64,
+) {
+    let rest: f64 = live
+        .iter()
+        .flatten()
+        .map(|&f| net.remaining(f).unwrap_or(0.0))
+        .sum();
+    let rate: f64 = rates.iter().sum();
+    if rest <= chunk || rate <= 0.0 {
+        return;
+    }
+    for (p, flow) in live.iter_mut().enumerate() {
+        if let Some(f) = flow.take() {
+            net.cancel(f);
+        }
+        let bytes = rest * rates[p] / rate;
+        if bytes > 0.0 {
+            *flow = Some(net.start(&t.paths[p].0, bytes, 0, tag(i, p)));
+        }
+    }
+}
+
 /// The pipeline's fill: one chunk down the slowest leaf-to-root path.
-fn fill(trees: &[(Tree, f64)], setup: &Setup, wan: &Wan) -> f64 {
+fn fill(trees: &Plan, setup: &Setup, wan: &Wan) -> f64 {
     let g = setup.graph(&wan.rate);
     let hops = setup.topo.hops();
     let hop_path = |a: usize, b: usize| ns::shortest_path(&hops, a, b).unwrap_or_default();
