@@ -238,18 +238,11 @@ fn chunk_size(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
     } else {
         vec![0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
     };
-    let full = Scheme::fapt(Topology::internet2().nodes, true, true);
-    let points: Vec<(f64, f64)> = sizes
-        .iter()
-        .map(|&m| {
-            let setup = Setup {
-                chunk_params: (m * 1e6) as u64,
-                ..Setup::paper(false)
-            };
-            (m, throughput_with(opts, full, &|_| setup.clone()))
-        })
-        .collect();
-    let at = |m: f64| points.iter().find(|p| p.0 == m).map_or(f64::NAN, |p| p.1);
+    let points = sweep(opts, &sizes, |m| Setup {
+        chunk_params: (m * 1e6) as u64,
+        ..Setup::paper(false)
+    });
+    let at = |m| value_at(&points, m);
     let best = points
         .iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -268,17 +261,13 @@ fn chunk_size(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
             Claim::Within(0.5, 1.0),
         ),
     ];
-    let norm = at(1.0);
-    let figure = Figure {
-        file: "netstorm-chunk-size.svg".into(),
-        title: "NetStorm: throughput vs CHUNK_SIZE (static, 9 DCs)".into(),
-        x_label: "CHUNK_SIZE (M parameters)".into(),
-        y_label: "throughput / at 1M".into(),
-        series: vec![Series {
-            name: "NetStorm".into(),
-            points: points.iter().map(|&(m, x)| (m, x / norm)).collect(),
-        }],
-    };
+    let figure = curve(
+        "netstorm-chunk-size.svg",
+        "NetStorm: throughput vs CHUNK_SIZE (static, 9 DCs)",
+        ("CHUNK_SIZE (M parameters)", "throughput / at 1M"),
+        &points,
+        at(1.0),
+    );
     (rows, vec![figure])
 }
 
@@ -289,18 +278,11 @@ fn update_time(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
     } else {
         vec![1.0, 5.0, 15.0, 30.0, 60.0, 180.0, 600.0]
     };
-    let full = Scheme::fapt(Topology::internet2().nodes, true, true);
-    let points: Vec<(f64, f64)> = times
-        .iter()
-        .map(|&u| {
-            let setup = Setup {
-                update_time: u,
-                ..Setup::paper(true)
-            };
-            (u, throughput_with(opts, full, &|_| setup.clone()))
-        })
-        .collect();
-    let at = |u: f64| points.iter().find(|p| p.0 == u).map_or(f64::NAN, |p| p.1);
+    let points = sweep(opts, &times, |u| Setup {
+        update_time: u,
+        ..Setup::paper(true)
+    });
+    let at = |u| value_at(&points, u);
     let rows = vec![
         Row::new(
             "UPDATE_TIME 5 s / 600 s, dynamic",
@@ -315,17 +297,13 @@ fn update_time(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
             Claim::Below(1.0),
         ),
     ];
-    let norm = at(5.0);
-    let figure = Figure {
-        file: "netstorm-update-time.svg".into(),
-        title: "NetStorm: throughput vs UPDATE_TIME (dynamic, 9 DCs)".into(),
-        x_label: "UPDATE_TIME (s)".into(),
-        y_label: "throughput / at 5 s".into(),
-        series: vec![Series {
-            name: "NetStorm".into(),
-            points: points.iter().map(|&(u, x)| (u, x / norm)).collect(),
-        }],
-    };
+    let figure = curve(
+        "netstorm-update-time.svg",
+        "NetStorm: throughput vs UPDATE_TIME (dynamic, 9 DCs)",
+        ("UPDATE_TIME (s)", "throughput / at 5 s"),
+        &points,
+        at(5.0),
+    );
     (rows, vec![figure])
 }
 
@@ -442,4 +420,40 @@ fn aux_grid(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
         series,
     };
     (rows, vec![figure])
+}
+
+/// Full NetStorm's throughput at each value `x` of one knob (`setup_of`).
+fn sweep(opts: &Options, xs: &[f64], setup_of: impl Fn(f64) -> Setup) -> Vec<(f64, f64)> {
+    let full = Scheme::fapt(Topology::internet2().nodes, true, true);
+    xs.iter()
+        .map(|&x| {
+            let setup = setup_of(x);
+            (x, throughput_with(opts, full, &|_| setup.clone()))
+        })
+        .collect()
+}
+
+/// One sweep's curve, normalised to `norm`.
+fn curve(
+    file: &str,
+    title: &str,
+    labels: (&str, &str),
+    points: &[(f64, f64)],
+    norm: f64,
+) -> Figure {
+    Figure {
+        file: file.into(),
+        title: title.into(),
+        x_label: labels.0.into(),
+        y_label: labels.1.into(),
+        series: vec![Series {
+            name: "NetStorm".into(),
+            points: points.iter().map(|&(x, y)| (x, y / norm)).collect(),
+        }],
+    }
+}
+
+/// The curve's value at `x` (NaN when the sweep skipped it).
+fn value_at(points: &[(f64, f64)], x: f64) -> f64 {
+    points.iter().find(|p| p.0 == x).map_or(f64::NAN, |p| p.1)
 }
