@@ -162,8 +162,13 @@ impl Setup {
     /// request reaches the scheduler (at the hub) and the reply comes back,
     /// so the farthest node's round trip.
     fn consistency_round(&self) -> f64 {
-        let ecc = self.topo.eccentricities();
-        2.0 * LATENCY * ecc[self.topo.hub()]
+        // The hub is the node of least eccentricity.
+        let farthest = self
+            .topo
+            .eccentricities()
+            .into_iter()
+            .fold(f64::INFINITY, f64::min);
+        2.0 * LATENCY * farthest
     }
 }
 
@@ -220,16 +225,15 @@ fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Pla
 }
 
 /// Auxiliary paths per transfer, besides the primary: Algorithm 3's next
-/// edge-disjoint path. (A second detour made NetStorm slower on the 9-DC
-/// overlay, 3.87x the star instead of 4.06x: the detours share links with
-/// other trees' primaries.)
+/// edge-disjoint path. (With this set to 2, `inagg sim reproduce netstorm`
+/// put full NetStorm at 3.87x the star instead of 4.06x: the detours share
+/// links with other trees' primaries.)
 const AUX_PATHS: usize = 1;
 
 /// One transfer of a phase, parent to child or back: the bytes each of its
-/// paths starts with (the primary first), and whether they share one pool.
+/// paths starts with (the primary first).
 struct Transfer {
     paths: Vec<(Vec<usize>, f64)>,
-    pooled: bool,
 }
 
 /// The bytes each path (directed links, primary first) starts with.
@@ -290,7 +294,6 @@ fn phase_flows(trees: &Plan, s: Scheme, setup: &Setup, wan: &Wan, up: bool) -> V
             let bytes = split(setup.aux_rule, chunks, &links, wan);
             flows.push(Transfer {
                 paths: links.into_iter().zip(bytes).collect(),
-                pooled: setup.aux_rule == AuxRule::Pool,
             });
         }
     }
@@ -326,6 +329,7 @@ fn transfer(
         }
     }
     let chunk = setup.chunk_bytes();
+    let pooled = setup.aux_rule == AuxRule::Pool;
     loop {
         let next_redraw = if setup.dynamic {
             ((net.now() / REDRAW).floor() + 1.0) * REDRAW
@@ -346,7 +350,7 @@ fn transfer(
                 for done in net.advance_to(t) {
                     let (i, p) = untag(done.tag);
                     live[i][p] = None;
-                    if flows[i].pooled {
+                    if pooled {
                         rebalance(&mut net, i, &flows[i], &mut live[i], &rates[i], chunk);
                     }
                 }

@@ -4,19 +4,29 @@
 //! scaling on generated overlays (Fig. 19b) and the CHUNK_SIZE and
 //! UPDATE_TIME sweeps (Fig. 20).
 
-use super::{access_bound, run, AuxRule, Kind, Scheme, Setup, Topology};
+use super::{access_bound, run, AuxRule, Kind, Metrics, Scheme, Setup, Topology};
 use crate::dist;
 use crate::report::{self, Claim, Report, Row};
 use crate::svg::{Figure, Series};
 use crate::Options;
 
-/// Median iterations per hour of `s` over the trials, each trial with its
-/// own rates (and, through `setup_of`, its own overlay if it draws one).
-fn throughput_with(opts: &Options, s: Scheme, setup_of: &dyn Fn(u64) -> Setup) -> f64 {
+/// The median of `metric` over the trials of `s`, each trial with its own
+/// rates (and, through `setup_of`, its own overlay if it draws one).
+fn median_over_trials(
+    opts: &Options,
+    s: Scheme,
+    setup_of: &dyn Fn(u64) -> Setup,
+    metric: fn(&Metrics) -> f64,
+) -> f64 {
     let xs: Vec<f64> = (0..opts.trials)
-        .map(|t| run(s, &setup_of(t), &mut dist::rng(opts.seed ^ 0xface, t)).throughput)
+        .map(|t| metric(&run(s, &setup_of(t), &mut dist::rng(opts.seed ^ 0xface, t))))
         .collect();
     report::median(&xs)
+}
+
+/// Median iterations per hour of `s` over the trials.
+fn throughput_with(opts: &Options, s: Scheme, setup_of: &dyn Fn(u64) -> Setup) -> f64 {
+    median_over_trials(opts, s, setup_of, |m| m.throughput)
 }
 
 fn throughput(opts: &Options, s: Scheme, dynamic: bool) -> f64 {
@@ -312,18 +322,8 @@ fn update_time(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
 fn awareness(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
     let nodes = Topology::internet2().nodes;
     let iteration = |aware| {
-        let xs: Vec<f64> = (0..opts.trials)
-            .map(|t| {
-                let s = Scheme::fapt(nodes, aware, false);
-                run(
-                    s,
-                    &Setup::paper(true),
-                    &mut dist::rng(opts.seed ^ 0xface, t),
-                )
-                .iteration
-            })
-            .collect();
-        report::median(&xs)
+        let s = Scheme::fapt(nodes, aware, false);
+        median_over_trials(opts, s, &|_| Setup::paper(true), |m| m.iteration)
     };
     let rows = vec![Row::new(
         "mean iteration, aware / blind, dynamic",
