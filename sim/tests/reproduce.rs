@@ -100,7 +100,15 @@ fn netstorm_beats_the_star() {
 #[test]
 fn priority_orders_help_over_ina() {
     let r = reproduce("priority", &quick()).expect("known");
-    pin(&r, &["ByteScheduler / P3", "Geryon / FIFO"]);
+    pin(
+        &r,
+        &[
+            "ByteScheduler / P3",
+            "Geryon / FIFO",
+            "P3 / FIFO at RTT 0 (ordering alone), 30",
+            "P3 / FIFO at RTT 0 (ordering alone), 15",
+        ],
+    );
 }
 
 #[test]
