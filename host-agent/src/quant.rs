@@ -164,13 +164,20 @@ mod simd {
     /// packet with streaming stores, 200 ns without).
     #[target_feature(enable = "avx2")]
     pub unsafe fn dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
-        // Scalar up to a 32-byte boundary of `out`, vectors, scalar tail.
-        let head = out.as_ptr().align_offset(32).min(out.len());
+        // Streaming stores need 32-byte alignment: scalar up to a boundary
+        // of `out` first. Ordinary stores do not, and a small chunk of an
+        // unaligned tensor would otherwise spend its head and tail (up to
+        // 14 of K = 64 elements) in the scalar loop.
+        let stream = out.len() >= STREAM_MIN;
+        let head = if stream {
+            out.as_ptr().align_offset(32).min(out.len())
+        } else {
+            0
+        };
         super::dequantize_body(&payload[..head * 4], inv, &mut out[..head]);
         let whole = head + (out.len() - head) / 8 * 8;
         let vinv = _mm256_set1_pd(inv);
         let swap = swap_mask();
-        let stream = out.len() >= STREAM_MIN;
         for i in (head..whole).step_by(8) {
             let q = _mm256_loadu_si256(payload.as_ptr().add(i * 4).cast());
             let q = _mm256_shuffle_epi8(q, swap);
@@ -183,7 +190,7 @@ mod simd {
             if stream {
                 _mm256_stream_ps(out.as_mut_ptr().add(i), y);
             } else {
-                _mm256_store_ps(out.as_mut_ptr().add(i), y);
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
             }
         }
         if stream {
