@@ -5,7 +5,8 @@
 //! `inagg-emu` (the software switch), `inagg-host-agent` (workers),
 //! `inagg-switch-control` (control plane). This crate puts them together:
 //! [`local`] runs a whole cluster in one process, [`verify`] checks results,
-//! and one module per subcommand.
+//! [`dsync`] runs dSyncPS's two-tier aggregation across switches, and one
+//! module per subcommand.
 
 pub mod agent_cmd;
 pub mod backend;
@@ -16,6 +17,7 @@ pub mod bench_priority;
 pub mod conformance_cmd;
 pub mod controller_cmd;
 pub mod demo;
+pub mod dsync;
 pub mod emu_cmd;
 pub mod local;
 pub mod ring;
