@@ -58,8 +58,6 @@ pub struct TwoTier {
     schedule: GlobalSync,
     /// The model after the last global sync (the deltas' origin).
     base: Vec<f32>,
-    /// Global syncs done.
-    syncs: u64,
 }
 
 impl TwoTier {
@@ -95,13 +93,12 @@ impl TwoTier {
             total,
             schedule: GlobalSync::new(t, [0]),
             base: initial.to_vec(),
-            syncs: 0,
         })
     }
 
     /// Global syncs done so far.
     pub fn syncs(&self) -> u64 {
-        self.syncs
+        self.schedule.done
     }
 
     /// Averages `params` (this worker's model after its local step) over
@@ -129,7 +126,6 @@ impl TwoTier {
         apply(params, &self.base, &delta, self.total as f32);
         self.base.copy_from_slice(params);
         self.schedule.finish();
-        self.syncs += 1;
         Ok(RoundKind::Global)
     }
 

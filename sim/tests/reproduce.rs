@@ -2,6 +2,7 @@
 //! every row pinned here would fail if the policy were swapped for its
 //! baseline (or the baseline for the policy).
 
+use inagg_sim::report::Row;
 use inagg_sim::{reproduce, Options, Report};
 
 fn quick() -> Options {
@@ -13,13 +14,17 @@ fn quick() -> Options {
 }
 
 /// Asserts that the rows whose names start with each prefix hold.
+/// The row whose name starts with `prefix`.
+fn row<'r>(r: &'r Report, prefix: &str) -> &'r Row {
+    r.rows
+        .iter()
+        .find(|row| row.name.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no row {prefix:?} in\n{}", r.table()))
+}
+
 fn pin(r: &Report, prefixes: &[&str]) {
     for p in prefixes {
-        let row = r
-            .rows
-            .iter()
-            .find(|row| row.name.starts_with(p))
-            .unwrap_or_else(|| panic!("no row {p:?} in\n{}", r.table()));
+        let row = row(r, p);
         assert!(
             row.holds,
             "{p}: {} vs claim {:?}\n{}",
@@ -33,11 +38,7 @@ fn pin(r: &Report, prefixes: &[&str]) {
 /// Pins a row's direction where its claim (the paper's rough size) fails:
 /// the figure must stay above `floor`.
 fn pin_above(r: &Report, prefix: &str, floor: f64) {
-    let row = r
-        .rows
-        .iter()
-        .find(|row| row.name.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no row {prefix:?} in\n{}", r.table()));
+    let row = row(r, prefix);
     assert!(
         row.inagg > floor,
         "{prefix}: {} not above {floor}\n{}",

@@ -188,8 +188,13 @@ pub fn iteration_time(policy: &Policy, rate: f64, rtt: f64) -> f64 {
 /// scaling efficiency (compute time over iteration time).
 pub fn reproduce(_opts: &Options) -> Report {
     let p = policies();
-    let time = |i: usize, gbps: f64| iteration_time(&p[i].1, dist::gbps(gbps), RTT);
-    let p3_over_fifo = |gbps: f64, rtt: f64| speed_up(&p[1].1, &p[0].1, gbps, rtt);
+    let time_at = |i: usize, gbps: f64, rtt: f64| iteration_time(&p[i].1, dist::gbps(gbps), rtt);
+    let time = |i: usize, gbps: f64| time_at(i, gbps, RTT);
+    // How much faster policy `i` iterates than policy `base`.
+    let speed_up = |i: usize, base: usize, gbps: f64, rtt: f64| {
+        time_at(base, gbps, rtt) / time_at(i, gbps, rtt)
+    };
+    let p3_over_fifo = |gbps: f64, rtt: f64| speed_up(1, 0, gbps, rtt);
     let compute = FORWARD + BACKWARD;
     let ordering_30 = p3_over_fifo(30.0, 0.0);
     let ordering_15 = p3_over_fifo(15.0, 0.0);
@@ -227,13 +232,13 @@ pub fn reproduce(_opts: &Options) -> Report {
         Row::new(
             "ByteScheduler / P3 speed-up, 15 Gbit/s",
             "up to 1.43x",
-            time(1, 15.0) / time(2, 15.0),
+            speed_up(2, 1, 15.0, RTT),
             Claim::Above(1.0),
         ),
         Row::new(
             "Geryon / FIFO speed-up, 10 Gbit/s",
             "> 1",
-            time(0, 10.0) / time(3, 10.0),
+            speed_up(3, 0, 10.0, RTT),
             Claim::Above(1.0),
         ),
         Row::new(
@@ -264,7 +269,7 @@ pub fn reproduce(_opts: &Options) -> Report {
             name: format!("{} / FIFO, {gbps} Gbit/s", p[i].0),
             points: RTTS
                 .iter()
-                .map(|&rtt| (rtt * 1e6, speed_up(&p[i].1, &p[0].1, gbps, rtt)))
+                .map(|&rtt| (rtt * 1e6, speed_up(i, 0, gbps, rtt)))
                 .collect(),
         })
         .collect();
@@ -292,10 +297,4 @@ pub fn reproduce(_opts: &Options) -> Report {
             series: rtt_series,
         }],
     }
-}
-
-/// How much faster `policy` iterates than `baseline` at `gbps` and `rtt`.
-fn speed_up(policy: &Policy, baseline: &Policy, gbps: f64, rtt: f64) -> f64 {
-    let rate = dist::gbps(gbps);
-    iteration_time(baseline, rate, rtt) / iteration_time(policy, rate, rtt)
 }
