@@ -375,3 +375,48 @@ fn fresh_workers_recover_from_a_previous_sessions_slot_state() {
     run_all(&mut second, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
     check_i32(&inputs, &data).unwrap();
 }
+
+/// A result of the job's previous membership (another generation, as when a
+/// job id is reused for a new group) is not this worker's, however complete
+/// it looks: the worker ignores it and takes its own. Played against a
+/// hand-driven switch so the order is fixed: the old-generation result comes
+/// first. Were it taken for a previous session's left-over, the worker
+/// would move to the other set alone and never finish.
+#[test]
+fn a_result_of_another_generation_is_not_taken() {
+    use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
+    let switch = UdpSocket::bind("127.0.0.1:0").unwrap();
+    switch
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut config =
+        inagg_host_agent::AgentConfig::new(switch.local_addr().unwrap(), 3, 0, 1, 1, 4);
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.generation = 5;
+    let mut worker = Worker::new(config).unwrap();
+    let driver = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let (len, from) = switch.recv_from(&mut buf).unwrap();
+        let sent = Repr::parse(&Packet::new_checked(&buf[..len]).unwrap()).unwrap();
+        let payload = buf[HEADER_LEN..len].to_vec();
+        for generation in [4, 5] {
+            let repr = Repr {
+                kind: Kind::Result,
+                count: 1,
+                generation,
+                packet_id: if generation == 5 { sent.packet_id } else { 9 },
+                ..sent
+            };
+            let mut out = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut Packet::new_unchecked(&mut out[..]));
+            out[HEADER_LEN..].copy_from_slice(&payload);
+            switch.send_to(&out, from).unwrap();
+        }
+    });
+    let mut data = vec![1, -2, 3, -4];
+    let stats = worker.allreduce_i32(&mut data).unwrap();
+    driver.join().unwrap();
+    assert_eq!(data, [1, -2, 3, -4]);
+    assert_eq!(stats.foreign, 1, "{stats:?}");
+    assert_eq!(stats.packets_sent, 1, "{stats:?}");
+}

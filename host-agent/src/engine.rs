@@ -348,7 +348,8 @@ impl<L: Link> Engine<'_, L> {
 
     /// Classifies a datagram: the result a slot is waiting for, a complete
     /// result left in our starting set by a previous session, or something to
-    /// count and ignore (malformed, another job, a stale or duplicate result).
+    /// count and ignore (malformed, another job or generation, a stale or
+    /// duplicate result).
     fn accept<'d>(
         &self,
         data: &'d [u8],
@@ -363,6 +364,7 @@ impl<L: Link> Engine<'_, L> {
         if repr.kind != Kind::Result
             || repr.job != self.config.job
             || repr.elements != self.config.elements
+            || repr.generation != self.config.generation
         {
             stats.foreign += 1;
             return Verdict::Ignore;
