@@ -22,5 +22,6 @@ pub mod emu_cmd;
 pub mod local;
 pub mod ring;
 pub mod schedule;
+pub mod selective;
 pub mod sim_cmd;
 pub mod verify;

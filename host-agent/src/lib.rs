@@ -275,6 +275,27 @@ impl Worker {
         &self.config
     }
 
+    /// Moves this worker, socket or port and all, to another job on the
+    /// same switch with the same pool size and packet size: a fresh job
+    /// (clean slots), as a controller that installs a job per group launch
+    /// hands out (selective reduce's partial groups). The slots' round
+    /// counters start again at 0; the measured round trip is kept (same
+    /// path). An invalid rank or worker count is refused and leaves the
+    /// worker as it was.
+    pub fn retarget(&mut self, job: u16, worker: u16, workers: u16, generation: u16) -> Result<()> {
+        let config = AgentConfig {
+            job,
+            worker,
+            workers,
+            generation,
+            ..self.config.clone()
+        };
+        config.validate()?;
+        self.config = config;
+        self.epochs.fill(0);
+        Ok(())
+    }
+
     /// A counter the worker increments once per result it receives (one
     /// packet round of one slot), for progress displays.
     pub fn set_progress(&mut self, counter: Arc<AtomicU64>) {

@@ -1,0 +1,864 @@
+//! Selective reduce on the stack: a coordinator that runs
+//! [`inagg_switch_control::sched::selective_reduce`] live, and the worker
+//! side that asks it for a group every round (seed 002;
+//! ../shared/notes/selective-reduce.md, "In inagg").
+//!
+//! A worker that has finished computing a round tells the coordinator it is
+//! ready ([`GroupWorker::sync`]). The coordinator keeps the ready queue and
+//! the computing workers, asks the policy which groups to launch (on every
+//! arrival, every departure and every `tick` while a group is held back),
+//! and launches each group as a job of its own on the switch: the job lists
+//! the members' endpoints in rank order over one of a few pre-split
+//! sub-pools, so a launch writes one table entry and the switch completes
+//! each slot at |g| contributions and sends the result to the members only.
+//! Each member averages its model with the group's (the sum over the
+//! switch, divided by |g|), reports done, and computes its next round; once
+//! every member is done the job is deleted and its sub-pool is free again.
+//!
+//! Policies ([`Policy`]): selective reduce (BAG + BPAWR with the periodic
+//! full all-reduce, [`Controller`]), the baseline partial
+//! reduce (the first p ready, in arrival order) and plain all-reduce.
+//!
+//! Choices this module makes where the paper is silent:
+//! - **Uniform weights.** Members average with equal weights (the paper's
+//!   weighted all-reduce weighs by sample count, which is the same for
+//!   every worker here).
+//! - **Nobody left to wait for.** When every live worker is waiting and the
+//!   policy launches nothing (fewer than p are left once others have
+//!   stopped), they are launched together; otherwise the last workers of a
+//!   run would wait forever.
+//! - **Bandwidth is declared.** Each worker states its bandwidth (bytes/s,
+//!   `min(uplink, downlink)`) when it is ready, as the paper's controller
+//!   knows each worker's; the policy's model volume is a parameter.
+//! - **Compute time is measured** by the coordinator: from a worker's done
+//!   (or its first contact) to its next ready. The progress model's CDF is
+//!   built from these (cold start).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use inagg_emu::JobSpec;
+use inagg_host_agent::{AgentConfig, Worker};
+use inagg_switch_control::sched::selective_reduce::{
+    partial_reduce, Cdf, Controller, Params, Ready, Training,
+};
+use inagg_switch_control::target::Target;
+use serde::{Deserialize, Serialize};
+
+/// How long a stopping coordinator waits for the done reports of launches
+/// still running.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Which groups the coordinator launches.
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// Selective reduce (BAG, BPAWR, a full all-reduce every `c` syncs).
+    Selective(Params),
+    /// Partial reduce: the first `p` ready workers, in arrival order.
+    Partial {
+        /// Group size.
+        p: usize,
+    },
+    /// All-reduce: every worker, every round.
+    AllReduce,
+}
+
+/// How the coordinator uses the switch.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Workers in the training job (n).
+    pub workers: usize,
+    /// The policy.
+    pub policy: Policy,
+    /// Job id of the first sub-pool; sub-pool i launches as job
+    /// `first_job + i`.
+    pub first_job: u16,
+    /// First slot of the first sub-pool.
+    pub pool_base: u32,
+    /// Slots per sub-pool (each group's window).
+    pub slots: u32,
+    /// Sub-pools: groups that can run at once (n / p is always enough).
+    pub sub_pools: usize,
+    /// Elements per packet, K.
+    pub elements: u16,
+    /// How often a held-back group is looked at again (selective reduce's
+    /// dt is a good value).
+    pub tick: Duration,
+}
+
+impl CoordinatorConfig {
+    fn check(&self) -> Result<()> {
+        if self.workers == 0 || self.workers > inagg_wire::MAX_WORKERS {
+            bail!(
+                "{} workers: a group job takes 1 to {}",
+                self.workers,
+                inagg_wire::MAX_WORKERS
+            );
+        }
+        if self.sub_pools == 0 || self.slots == 0 {
+            bail!("at least one sub-pool of at least one slot is needed");
+        }
+        let last_job = usize::from(self.first_job) + self.sub_pools - 1;
+        if last_job > usize::from(u16::MAX) {
+            bail!("job ids {}..={last_job} do not fit 16 bits", self.first_job);
+        }
+        let p = match &self.policy {
+            Policy::Selective(params) => params.p,
+            Policy::Partial { p } => *p,
+            Policy::AllReduce => 1,
+        };
+        if p == 0 || p > self.workers {
+            bail!("group size p = {p} must be 1 to n = {}", self.workers);
+        }
+        Ok(())
+    }
+}
+
+/// A worker's messages to the coordinator (one JSON object per line).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Request {
+    /// Done computing a round: put me in a group.
+    Ready {
+        worker: usize,
+        bandwidth: f64,
+        endpoint: SocketAddr,
+        slots: u32,
+        elements: u16,
+    },
+    /// The group's all-reduce is over for me (`ok`: with a result).
+    Done { launch: u64, ok: bool },
+}
+
+/// The coordinator's answers to a ready worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Reply {
+    Assign(Assignment),
+    Error { message: String },
+}
+
+/// A group launch as one member sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Launch number (0, 1, ... in launch order).
+    pub launch: u64,
+    /// The group's job on the switch.
+    pub job: u16,
+    /// This worker's rank in the group.
+    pub rank: u16,
+    /// The members' worker ids, in rank order.
+    pub members: Vec<usize>,
+    /// The job's membership generation.
+    pub generation: u16,
+    /// Every live worker is in the group.
+    pub full: bool,
+}
+
+/// One launch as the coordinator saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchRecord {
+    /// Launch number.
+    pub launch: u64,
+    /// Members in rank order.
+    pub members: Vec<usize>,
+    /// The ready queue when it was launched, in arrival order.
+    pub waiting: Vec<usize>,
+    /// Live workers then.
+    pub alive: usize,
+    /// Every live worker is in it.
+    pub full: bool,
+    /// From the launch to the last member's done.
+    pub sync_time: Duration,
+    /// Every member got its result.
+    pub ok: bool,
+}
+
+/// What a coordinator did, when stopped.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Every finished launch, in launch order.
+    pub launches: Vec<LaunchRecord>,
+    /// Launches still running when stopped (a member never reported).
+    pub unfinished: usize,
+}
+
+impl Report {
+    /// Mean group size (the paper's sync scale).
+    pub fn mean_scale(&self) -> f64 {
+        let n = self.launches.len().max(1) as f64;
+        self.launches.iter().map(|l| l.members.len()).sum::<usize>() as f64 / n
+    }
+
+    /// Mean time from launch to the last member's result, seconds.
+    pub fn mean_sync_time(&self) -> f64 {
+        let n = self.launches.len().max(1) as f64;
+        self.launches
+            .iter()
+            .map(|l| l.sync_time.as_secs_f64())
+            .sum::<f64>()
+            / n
+    }
+}
+
+/// The coordinator: a TCP endpoint for workers and a thread that runs the
+/// policy and installs the groups' jobs.
+pub struct Coordinator {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<Report>>>,
+}
+
+impl Coordinator {
+    /// Checks the configuration against the switch (sub-pools within its
+    /// memory, job ids and slots not in use), binds `bind` and starts.
+    pub fn start(
+        mut target: Box<dyn Target + Send>,
+        bind: SocketAddr,
+        config: CoordinatorConfig,
+    ) -> Result<Coordinator> {
+        config.check()?;
+        check_switch(target.as_mut(), &config)?;
+        let listener = TcpListener::bind(bind).with_context(|| format!("bind {bind}"))?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        spawn_acceptor(listener, tx, stop.clone());
+        let state = State::new(target, config);
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || state.run(rx, &flag));
+        Ok(Coordinator {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where workers connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops (deleting the jobs of launches still running) and returns
+    /// what was launched.
+    pub fn finish(mut self) -> Result<Report> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<Report> {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the acceptor so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the coordinator thread panicked"))?,
+            None => Ok(Report::default()),
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+/// The sub-pools must fit the switch's memory and collide with no
+/// installed job's id or slots.
+fn check_switch(target: &mut dyn Target, config: &CoordinatorConfig) -> Result<()> {
+    let info = target.info().context("read the switch's memory size")?;
+    let end = u64::from(config.pool_base) + u64::from(config.slots) * config.sub_pools as u64;
+    if end > u64::from(info.slots) {
+        bail!(
+            "{} sub-pools of {} slots from slot {} end at {end}, beyond the switch's {} slots",
+            config.sub_pools,
+            config.slots,
+            config.pool_base,
+            info.slots
+        );
+    }
+    let ids = u64::from(config.first_job)..u64::from(config.first_job) + config.sub_pools as u64;
+    for job in target.jobs().context("list the switch's jobs")? {
+        let spec = &job.spec;
+        if ids.contains(&u64::from(spec.id)) {
+            bail!(
+                "job {} is installed; the sub-pools need ids {ids:?}",
+                spec.id
+            );
+        }
+        if u64::from(spec.pool_base) < end && spec.pool_end() > u64::from(config.pool_base) {
+            bail!(
+                "job {}'s pool (slots {}..{}) overlaps the sub-pools' (slots {}..{end})",
+                spec.id,
+                spec.pool_base,
+                spec.pool_end(),
+                config.pool_base
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What a connection thread hands the coordinator.
+enum Event {
+    Opened {
+        conn: u64,
+        writer: TcpStream,
+    },
+    Message {
+        conn: u64,
+        request: Request,
+    },
+    /// Unreadable input or a closed connection.
+    Closed {
+        conn: u64,
+        why: String,
+    },
+}
+
+fn spawn_acceptor(listener: TcpListener, tx: Sender<Event>, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        for (conn, stream) in (0u64..).zip(listener.incoming()) {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(stream) = stream else { continue };
+            let Ok(writer) = stream.try_clone() else {
+                continue;
+            };
+            if tx.send(Event::Opened { conn, writer }).is_err() {
+                return;
+            }
+            let tx = tx.clone();
+            std::thread::spawn(move || read_requests(conn, stream, &tx));
+        }
+    });
+}
+
+fn read_requests(conn: u64, stream: TcpStream, tx: &Sender<Event>) {
+    for line in BufReader::new(stream).lines() {
+        let event = match line {
+            Err(e) => Event::Closed {
+                conn,
+                why: e.to_string(),
+            },
+            Ok(line) => match serde_json::from_str::<Request>(&line) {
+                Ok(request) => Event::Message { conn, request },
+                Err(e) => Event::Closed {
+                    conn,
+                    why: format!("unreadable request {line:?}: {e}"),
+                },
+            },
+        };
+        let closed = matches!(event, Event::Closed { .. });
+        if tx.send(event).is_err() || closed {
+            return;
+        }
+    }
+    let _ = tx.send(Event::Closed {
+        conn,
+        why: "closed".into(),
+    });
+}
+
+/// Where a worker is.
+enum Phase {
+    /// Computing since then.
+    Training { since: Instant, first: bool },
+    /// In the ready queue.
+    Waiting,
+    /// In a launch.
+    Syncing { launch: u64 },
+}
+
+struct Member {
+    conn: u64,
+    bandwidth: f64,
+    endpoint: SocketAddr,
+    phase: Phase,
+}
+
+struct Launch {
+    pool: usize,
+    job: u16,
+    pending: Vec<usize>,
+    ok: bool,
+    record: LaunchRecord,
+    started: Instant,
+}
+
+/// The coordinator's state, owned by its thread.
+struct State {
+    target: Box<dyn Target + Send>,
+    config: CoordinatorConfig,
+    controller: Option<Controller>,
+    writers: BTreeMap<u64, TcpStream>,
+    members: BTreeMap<usize, Member>,
+    /// Ready workers in arrival order.
+    queue: Vec<usize>,
+    launches: BTreeMap<u64, Launch>,
+    pool_free: Vec<bool>,
+    next_launch: u64,
+    /// Workers that left (the full all-reduce no longer waits for them).
+    gone: usize,
+    cdf: Cdf,
+    report: Report,
+}
+
+impl State {
+    fn new(target: Box<dyn Target + Send>, config: CoordinatorConfig) -> State {
+        let controller = match &config.policy {
+            Policy::Selective(params) => Some(Controller::new(*params)),
+            _ => None,
+        };
+        State {
+            target,
+            controller,
+            pool_free: vec![true; config.sub_pools],
+            config,
+            writers: BTreeMap::new(),
+            members: BTreeMap::new(),
+            queue: Vec::new(),
+            launches: BTreeMap::new(),
+            next_launch: 0,
+            gone: 0,
+            cdf: Cdf::default(),
+            report: Report::default(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Event>, stop: &AtomicBool) -> Result<Report> {
+        while !stop.load(Ordering::SeqCst) {
+            match rx.recv_timeout(self.config.tick) {
+                Ok(event) => self.handle(event),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            self.schedule();
+        }
+        // Members that have their result report done on their way out:
+        // take those reports before calling a launch unfinished.
+        let deadline = Instant::now() + DRAIN;
+        while !self.launches.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(event) => self.handle(event),
+                Err(_) => break,
+            }
+        }
+        self.report.unfinished = self.launches.len();
+        for launch in std::mem::take(&mut self.launches).into_values() {
+            let _ = self.target.delete_job(launch.job);
+        }
+        Ok(self.report)
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Opened { conn, writer } => {
+                self.writers.insert(conn, writer);
+            }
+            Event::Message { conn, request } => match request {
+                Request::Ready {
+                    worker,
+                    bandwidth,
+                    endpoint,
+                    slots,
+                    elements,
+                } => {
+                    if let Err(message) =
+                        self.ready(conn, worker, bandwidth, endpoint, (slots, elements))
+                    {
+                        self.send(conn, &Reply::Error { message });
+                    }
+                }
+                Request::Done { launch, ok } => self.done(conn, launch, ok),
+            },
+            Event::Closed { conn, why } => self.closed(conn, &why),
+        }
+    }
+
+    /// A worker is ready; `Err` is the reason it is refused.
+    fn ready(
+        &mut self,
+        conn: u64,
+        worker: usize,
+        bandwidth: f64,
+        endpoint: SocketAddr,
+        (slots, elements): (u32, u16),
+    ) -> std::result::Result<(), String> {
+        let n = self.config.workers;
+        if worker >= n {
+            return Err(format!("worker {worker}: this job has workers 0..{n}"));
+        }
+        if !(bandwidth.is_finite() && bandwidth > 0.0) {
+            return Err(format!("bandwidth {bandwidth} must be positive bytes/s"));
+        }
+        if (slots, elements) != (self.config.slots, self.config.elements) {
+            return Err(format!(
+                "worker {worker} has {slots} slots and K = {elements}; the groups' jobs have {} and {}",
+                self.config.slots, self.config.elements
+            ));
+        }
+        let now = Instant::now();
+        match self.members.get_mut(&worker) {
+            Some(m) if m.conn != conn => {
+                return Err(format!("worker {worker} is already connected"));
+            }
+            Some(m) => match m.phase {
+                Phase::Training { since, first } => {
+                    if !first {
+                        self.cdf.observe((now - since).as_secs_f64());
+                    }
+                    m.bandwidth = bandwidth;
+                    m.endpoint = endpoint;
+                    m.phase = Phase::Waiting;
+                }
+                _ => return Err(format!("worker {worker} is already waiting or syncing")),
+            },
+            None => {
+                self.members.insert(
+                    worker,
+                    Member {
+                        conn,
+                        bandwidth,
+                        endpoint,
+                        phase: Phase::Waiting,
+                    },
+                );
+            }
+        }
+        self.queue.push(worker);
+        Ok(())
+    }
+
+    fn done(&mut self, conn: u64, launch: u64, ok: bool) {
+        let Some(worker) = self.worker_of(conn) else {
+            return;
+        };
+        let Some(l) = self.launches.get_mut(&launch) else {
+            return;
+        };
+        if let Some(at) = l.pending.iter().position(|&w| w == worker) {
+            l.pending.swap_remove(at);
+            l.ok &= ok;
+            if let Some(m) = self.members.get_mut(&worker) {
+                m.phase = Phase::Training {
+                    since: Instant::now(),
+                    first: false,
+                };
+            }
+        }
+        self.finish_if_done(launch);
+    }
+
+    fn closed(&mut self, conn: u64, why: &str) {
+        self.writers.remove(&conn);
+        let Some(worker) = self.worker_of(conn) else {
+            return;
+        };
+        tracing::debug!(worker, why, "worker left");
+        let member = self.members.remove(&worker);
+        self.gone += 1;
+        self.queue.retain(|&w| w != worker);
+        if let Some(Member {
+            phase: Phase::Syncing { launch },
+            ..
+        }) = member
+        {
+            if let Some(l) = self.launches.get_mut(&launch) {
+                l.pending.retain(|&w| w != worker);
+                l.ok = false;
+            }
+            self.finish_if_done(launch);
+        }
+    }
+
+    fn worker_of(&self, conn: u64) -> Option<usize> {
+        self.members
+            .iter()
+            .find(|(_, m)| m.conn == conn)
+            .map(|(&w, _)| w)
+    }
+
+    /// Deletes a launch's job once no member is still running it.
+    fn finish_if_done(&mut self, launch: u64) {
+        if !self
+            .launches
+            .get(&launch)
+            .is_some_and(|l| l.pending.is_empty())
+        {
+            return;
+        }
+        let Some(mut l) = self.launches.remove(&launch) else {
+            return;
+        };
+        if let Err(e) = self.target.delete_job(l.job) {
+            tracing::warn!(job = l.job, error = %e, "delete a finished group's job");
+        }
+        self.pool_free[l.pool] = true;
+        l.record.sync_time = l.started.elapsed();
+        l.record.ok = l.ok;
+        self.report.launches.push(l.record);
+    }
+
+    fn alive(&self) -> usize {
+        self.config.workers - self.gone
+    }
+
+    /// Asks the policy for groups and launches them.
+    fn schedule(&mut self) {
+        let free = self.pool_free.iter().filter(|&&f| f).count();
+        if free == 0 || self.queue.is_empty() {
+            return;
+        }
+        let ready: Vec<Ready> = self
+            .queue
+            .iter()
+            .map(|&id| Ready {
+                id,
+                bandwidth: self.members[&id].bandwidth,
+            })
+            .collect();
+        let now = Instant::now();
+        let training: Vec<Training> = self
+            .members
+            .iter()
+            .filter_map(|(&id, m)| match m.phase {
+                Phase::Training { since, .. } => Some(Training {
+                    id,
+                    bandwidth: m.bandwidth,
+                    elapsed: (now - since).as_secs_f64(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let n = self.alive();
+        let mut groups = match (&self.config.policy, &mut self.controller) {
+            (Policy::Selective(_), Some(c)) => c.step(n, &ready, &training, &self.cdf),
+            (Policy::Partial { p }, _) => partial_reduce(&ready, *p),
+            _ if ready.len() == n => vec![ready.clone()],
+            _ => Vec::new(),
+        };
+        if groups.is_empty() && ready.len() == n {
+            // Nobody left to wait for (see the module's doc).
+            groups.push(ready);
+        }
+        if groups.len() > free {
+            if let Some(c) = &mut self.controller {
+                c.k -= (groups.len() - free) as u64;
+            }
+            groups.truncate(free);
+        }
+        for g in groups {
+            self.launch(g.iter().map(|r| r.id).collect());
+        }
+    }
+
+    fn launch(&mut self, members: Vec<usize>) {
+        let pool = self
+            .pool_free
+            .iter()
+            .position(|&f| f)
+            .expect("a free sub-pool");
+        let id = self.next_launch;
+        self.next_launch += 1;
+        let job = self.config.first_job + pool as u16;
+        let generation = id as u16;
+        let waiting = self.queue.clone();
+        self.queue.retain(|w| !members.contains(w));
+        let spec = JobSpec {
+            id: job,
+            workers: members.iter().map(|w| self.members[w].endpoint).collect(),
+            pool_base: self.config.pool_base + pool as u32 * self.config.slots,
+            pool_size: self.config.slots,
+            elements: self.config.elements,
+            generation,
+            queues: Vec::new(),
+            group: None,
+        };
+        if let Err(e) = self.target.create_job(&spec) {
+            let message = format!("launch {id}: the switch refused group job {job}: {e}");
+            for w in &members {
+                let conn = self.members[w].conn;
+                self.members.get_mut(w).expect("member").phase = Phase::Training {
+                    since: Instant::now(),
+                    first: true,
+                };
+                self.send(
+                    conn,
+                    &Reply::Error {
+                        message: message.clone(),
+                    },
+                );
+            }
+            return;
+        }
+        self.pool_free[pool] = false;
+        let alive = self.alive();
+        let full = members.len() == alive;
+        for (rank, w) in members.iter().enumerate() {
+            let m = self.members.get_mut(w).expect("member");
+            m.phase = Phase::Syncing { launch: id };
+            let conn = m.conn;
+            let assignment = Assignment {
+                launch: id,
+                job,
+                rank: rank as u16,
+                members: members.clone(),
+                generation,
+                full,
+            };
+            self.send(conn, &Reply::Assign(assignment));
+        }
+        let record = LaunchRecord {
+            launch: id,
+            members: members.clone(),
+            waiting,
+            alive,
+            full,
+            sync_time: Duration::ZERO,
+            ok: false,
+        };
+        self.launches.insert(
+            id,
+            Launch {
+                pool,
+                job,
+                pending: members,
+                ok: true,
+                record,
+                started: Instant::now(),
+            },
+        );
+    }
+
+    fn send(&mut self, conn: u64, reply: &Reply) {
+        let Some(w) = self.writers.get_mut(&conn) else {
+            return;
+        };
+        let mut line = serde_json::to_string(reply).expect("replies serialise");
+        line.push('\n');
+        if w.write_all(line.as_bytes()).is_err() {
+            // Its reader sees the close and reports it.
+            self.writers.remove(&conn);
+        }
+    }
+}
+
+/// A worker's side: its data path to the switch and its connection to the
+/// coordinator.
+pub struct GroupWorker {
+    id: usize,
+    bandwidth: f64,
+    worker: Worker,
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl GroupWorker {
+    /// Worker `id` (0..n) with `bandwidth` bytes/s. `config` gives the
+    /// switch, the local bind address, the sub-pools' slots and K and the
+    /// timers; its job, rank and worker count are set per launch. `wait`
+    /// bounds how long [`GroupWorker::sync`] waits for a group.
+    pub fn connect(
+        coordinator: SocketAddr,
+        mut config: AgentConfig,
+        id: usize,
+        bandwidth: f64,
+        wait: Duration,
+    ) -> Result<GroupWorker> {
+        (config.worker, config.workers) = (0, 1);
+        let worker = Worker::new(config).with_context(|| format!("worker {id}'s data path"))?;
+        let stream = TcpStream::connect_timeout(&coordinator, Duration::from_secs(5))
+            .with_context(|| format!("connect to the coordinator at {coordinator}"))?;
+        stream.set_read_timeout(Some(wait))?;
+        Ok(GroupWorker {
+            id,
+            bandwidth,
+            worker,
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    /// This worker's id.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Waits for a group, then replaces `model` with the group's mean
+    /// model. Returns the group it synchronised with.
+    pub fn sync(&mut self, model: &mut [f32]) -> Result<Assignment> {
+        let config = self.worker.config();
+        self.send(&Request::Ready {
+            worker: self.id,
+            bandwidth: self.bandwidth,
+            endpoint: self.worker.local_addr(),
+            slots: config.pool_size,
+            elements: config.elements,
+        })?;
+        let assignment = match self.receive()? {
+            Reply::Assign(a) => a,
+            Reply::Error { message } => {
+                bail!("the coordinator refused worker {}: {message}", self.id)
+            }
+        };
+        let result = self.average(&assignment, model);
+        self.send(&Request::Done {
+            launch: assignment.launch,
+            ok: result.is_ok(),
+        })?;
+        result.map(|()| assignment)
+    }
+
+    fn average(&mut self, a: &Assignment, model: &mut [f32]) -> Result<()> {
+        let workers = u16::try_from(a.members.len()).context("group too large")?;
+        self.worker
+            .retarget(a.job, a.rank, workers, a.generation)
+            .context("join the group's job")?;
+        self.worker
+            .allreduce_f32(model)
+            .with_context(|| format!("launch {}: all-reduce over group job {}", a.launch, a.job))?;
+        let n = f32::from(workers);
+        model.iter_mut().for_each(|x| *x /= n);
+        Ok(())
+    }
+
+    fn send(&mut self, request: &Request) -> Result<()> {
+        let mut line = serde_json::to_string(request)?;
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .context("write to the coordinator")
+    }
+
+    fn receive(&mut self) -> Result<Reply> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => bail!("the coordinator closed the connection"),
+            Ok(_) => serde_json::from_str(&line)
+                .with_context(|| format!("unreadable reply from the coordinator: {line:?}")),
+            Err(e) if is_timeout(&e) => bail!(
+                "worker {}: no group from the coordinator within the wait limit",
+                self.id
+            ),
+            Err(e) => Err(e).context("read from the coordinator"),
+        }
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
