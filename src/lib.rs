@@ -19,6 +19,7 @@ pub mod controller_cmd;
 pub mod demo;
 pub mod dsync;
 pub mod emu_cmd;
+pub mod lines;
 pub mod local;
 pub mod ring;
 pub mod schedule;

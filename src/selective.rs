@@ -35,7 +35,6 @@
 //!   built from these (cold start).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use inagg_emu::JobSpec;
 use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_control::sched::selective_reduce::{
@@ -51,6 +50,8 @@ use inagg_switch_control::sched::selective_reduce::{
 };
 use inagg_switch_control::target::Target;
 use serde::{Deserialize, Serialize};
+
+use crate::lines::{self, Client, Event};
 
 /// How long a stopping coordinator waits for the done reports of launches
 /// still running.
@@ -230,7 +231,7 @@ impl Coordinator {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = crossbeam_channel::unbounded();
-        spawn_acceptor(listener, tx, stop.clone());
+        lines::spawn_acceptor(listener, tx, stop.clone());
         let state = State::new(target, config);
         let flag = stop.clone();
         let thread = std::thread::spawn(move || state.run(rx, &flag));
@@ -254,8 +255,7 @@ impl Coordinator {
 
     fn halt(&mut self) -> Result<Report> {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the acceptor so it sees the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        lines::wake(self.addr);
         match self.thread.take() {
             Some(t) => t
                 .join()
@@ -305,68 +305,6 @@ fn check_switch(target: &mut dyn Target, config: &CoordinatorConfig) -> Result<(
         }
     }
     Ok(())
-}
-
-/// What a connection thread hands the coordinator.
-enum Event {
-    Opened {
-        conn: u64,
-        writer: TcpStream,
-    },
-    Message {
-        conn: u64,
-        request: Request,
-    },
-    /// Unreadable input or a closed connection.
-    Closed {
-        conn: u64,
-        why: String,
-    },
-}
-
-fn spawn_acceptor(listener: TcpListener, tx: Sender<Event>, stop: Arc<AtomicBool>) {
-    std::thread::spawn(move || {
-        for (conn, stream) in (0u64..).zip(listener.incoming()) {
-            if stop.load(Ordering::SeqCst) {
-                return;
-            }
-            let Ok(stream) = stream else { continue };
-            let Ok(writer) = stream.try_clone() else {
-                continue;
-            };
-            if tx.send(Event::Opened { conn, writer }).is_err() {
-                return;
-            }
-            let tx = tx.clone();
-            std::thread::spawn(move || read_requests(conn, stream, &tx));
-        }
-    });
-}
-
-fn read_requests(conn: u64, stream: TcpStream, tx: &Sender<Event>) {
-    for line in BufReader::new(stream).lines() {
-        let event = match line {
-            Err(e) => Event::Closed {
-                conn,
-                why: e.to_string(),
-            },
-            Ok(line) => match serde_json::from_str::<Request>(&line) {
-                Ok(request) => Event::Message { conn, request },
-                Err(e) => Event::Closed {
-                    conn,
-                    why: format!("unreadable request {line:?}: {e}"),
-                },
-            },
-        };
-        let closed = matches!(event, Event::Closed { .. });
-        if tx.send(event).is_err() || closed {
-            return;
-        }
-    }
-    let _ = tx.send(Event::Closed {
-        conn,
-        why: "closed".into(),
-    });
 }
 
 /// Where a worker is.
@@ -435,7 +373,7 @@ impl State {
         }
     }
 
-    fn run(mut self, rx: Receiver<Event>, stop: &AtomicBool) -> Result<Report> {
+    fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> Result<Report> {
         while !stop.load(Ordering::SeqCst) {
             match rx.recv_timeout(self.config.tick) {
                 Ok(event) => self.handle(event),
@@ -461,7 +399,7 @@ impl State {
         Ok(self.report)
     }
 
-    fn handle(&mut self, event: Event) {
+    fn handle(&mut self, event: Event<Request>) {
         match event {
             Event::Opened { conn, writer } => {
                 self.writers.insert(conn, writer);
@@ -745,9 +683,7 @@ impl State {
         let Some(w) = self.writers.get_mut(&conn) else {
             return;
         };
-        let mut line = serde_json::to_string(reply).expect("replies serialise");
-        line.push('\n');
-        if w.write_all(line.as_bytes()).is_err() {
+        if lines::send(w, reply).is_err() {
             // Its reader sees the close and reports it.
             self.writers.remove(&conn);
         }
@@ -760,8 +696,7 @@ pub struct GroupWorker {
     id: usize,
     bandwidth: f64,
     worker: Worker,
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    coordinator: Client,
 }
 
 impl GroupWorker {
@@ -778,15 +713,11 @@ impl GroupWorker {
     ) -> Result<GroupWorker> {
         (config.worker, config.workers) = (0, 1);
         let worker = Worker::new(config).with_context(|| format!("worker {id}'s data path"))?;
-        let stream = TcpStream::connect_timeout(&coordinator, Duration::from_secs(5))
-            .with_context(|| format!("connect to the coordinator at {coordinator}"))?;
-        stream.set_read_timeout(Some(wait))?;
         Ok(GroupWorker {
             id,
             bandwidth,
             worker,
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
+            coordinator: Client::connect(coordinator, wait)?,
         })
     }
 
@@ -799,21 +730,25 @@ impl GroupWorker {
     /// model. Returns the group it synchronised with.
     pub fn sync(&mut self, model: &mut [f32]) -> Result<Assignment> {
         let config = self.worker.config();
-        self.send(&Request::Ready {
+        self.coordinator.send(&Request::Ready {
             worker: self.id,
             bandwidth: self.bandwidth,
             endpoint: self.worker.local_addr(),
             slots: config.pool_size,
             elements: config.elements,
         })?;
-        let assignment = match self.receive()? {
+        let reply = self
+            .coordinator
+            .receive()
+            .with_context(|| format!("worker {} waiting for a group", self.id))?;
+        let assignment = match reply {
             Reply::Assign(a) => a,
             Reply::Error { message } => {
                 bail!("the coordinator refused worker {}: {message}", self.id)
             }
         };
         let result = self.average(&assignment, model);
-        self.send(&Request::Done {
+        self.coordinator.send(&Request::Done {
             launch: assignment.launch,
             ok: result.is_ok(),
         })?;
@@ -832,33 +767,4 @@ impl GroupWorker {
         model.iter_mut().for_each(|x| *x /= n);
         Ok(())
     }
-
-    fn send(&mut self, request: &Request) -> Result<()> {
-        let mut line = serde_json::to_string(request)?;
-        line.push('\n');
-        self.writer
-            .write_all(line.as_bytes())
-            .context("write to the coordinator")
-    }
-
-    fn receive(&mut self) -> Result<Reply> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) => bail!("the coordinator closed the connection"),
-            Ok(_) => serde_json::from_str(&line)
-                .with_context(|| format!("unreadable reply from the coordinator: {line:?}")),
-            Err(e) if is_timeout(&e) => bail!(
-                "worker {}: no group from the coordinator within the wait limit",
-                self.id
-            ),
-            Err(e) => Err(e).context("read from the coordinator"),
-        }
-    }
-}
-
-fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    )
 }

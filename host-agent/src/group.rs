@@ -17,6 +17,8 @@ use inagg_wire::{payload, Kind, Packet, Repr, MAX_ELEMENTS};
 /// One received group datagram.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupDatagram {
+    /// The group it came through.
+    pub group: u16,
     /// The sender's member id.
     pub sender: u16,
     /// The sender's packet id.
@@ -94,10 +96,28 @@ impl GroupSocket {
         Ok(())
     }
 
+    /// Sends as `member` of `group` from now on (one endpoint can be a
+    /// member of many groups: a peer that multicasts to a different set of
+    /// receivers every round sends through a different group each time).
+    pub fn set_group(&mut self, group: u16, member: u16) {
+        self.group = group;
+        self.member = member;
+    }
+
     /// The next datagram of this group from the switch, or `None` after
     /// `timeout` without one. Anything else arriving (other groups,
     /// malformed bytes, other senders) is skipped.
     pub fn recv(&mut self, timeout: Duration) -> io::Result<Option<GroupDatagram>> {
+        self.recv_where(timeout, true)
+    }
+
+    /// The next group datagram of any group from the switch (a receiver in
+    /// several senders' groups), or `None` after `timeout` without one.
+    pub fn recv_any(&mut self, timeout: Duration) -> io::Result<Option<GroupDatagram>> {
+        self.recv_where(timeout, false)
+    }
+
+    fn recv_where(&mut self, timeout: Duration, own: bool) -> io::Result<Option<GroupDatagram>> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -120,25 +140,28 @@ impl GroupSocket {
             if from != self.switch {
                 continue;
             }
-            if let Some(d) = self.parse(&self.buf[..n]) {
-                return Ok(Some(d));
+            match parse(&self.buf[..n]) {
+                Some(d) if !own || d.group == self.group => return Ok(Some(d)),
+                _ => {}
             }
         }
     }
+}
 
-    fn parse(&self, bytes: &[u8]) -> Option<GroupDatagram> {
-        let packet = Packet::new_checked(bytes).ok()?;
-        let repr = Repr::parse(&packet).ok()?;
-        if repr.kind != Kind::Multicast || repr.job != self.group {
-            return None;
-        }
-        let mut values = vec![0; usize::from(repr.elements)];
-        payload::read_i32s(packet.payload(), &mut values);
-        Some(GroupDatagram {
-            sender: repr.worker,
-            packet_id: repr.packet_id,
-            priority: repr.priority,
-            values,
-        })
+/// A group datagram, or `None` for anything else.
+fn parse(bytes: &[u8]) -> Option<GroupDatagram> {
+    let packet = Packet::new_checked(bytes).ok()?;
+    let repr = Repr::parse(&packet).ok()?;
+    if repr.kind != Kind::Multicast {
+        return None;
     }
+    let mut values = vec![0; usize::from(repr.elements)];
+    payload::read_i32s(packet.payload(), &mut values);
+    Some(GroupDatagram {
+        group: repr.job,
+        sender: repr.worker,
+        packet_id: repr.packet_id,
+        priority: repr.priority,
+        values,
+    })
 }
