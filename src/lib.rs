@@ -24,5 +24,6 @@ pub mod local;
 pub mod ring;
 pub mod schedule;
 pub mod selective;
+pub mod selmcast;
 pub mod sim_cmd;
 pub mod verify;
