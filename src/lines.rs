@@ -8,10 +8,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -25,9 +26,63 @@ pub enum Event<R> {
     Closed { conn: u64, why: String },
 }
 
+/// A coordinator's endpoint and the thread that owns its state: `run`
+/// gets every connection's events on one channel and returns its report
+/// when the stop flag is set.
+pub struct Server<T> {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<T>>,
+}
+
+impl<T: Send + 'static> Server<T> {
+    /// Binds `bind` and starts accepting, with `run` on its own thread.
+    pub fn start<R, F>(bind: SocketAddr, run: F) -> Result<Server<T>>
+    where
+        R: DeserializeOwned + Send + 'static,
+        F: FnOnce(Receiver<Event<R>>, &AtomicBool) -> T + Send + 'static,
+    {
+        let listener = TcpListener::bind(bind).with_context(|| format!("bind {bind}"))?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        spawn_acceptor(listener, tx, stop.clone());
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || run(rx, &flag));
+        Ok(Server {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where workers connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the thread and returns its report (`None`: stopped before,
+    /// or it panicked).
+    pub fn stop(&mut self) -> Option<T> {
+        self.stop.store(true, Ordering::SeqCst);
+        wake(self.addr);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl<T> Drop for Server<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        wake(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Accepts connections on `listener` until `stop` is set (then one more
 /// connection, e.g. [`wake`], lets it see the flag).
-pub fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
+fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
     listener: TcpListener,
     tx: Sender<Event<R>>,
     stop: Arc<AtomicBool>,
@@ -51,7 +106,7 @@ pub fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
 }
 
 /// Lets a stopping acceptor see its flag.
-pub fn wake(addr: SocketAddr) {
+fn wake(addr: SocketAddr) {
     let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
 }
 

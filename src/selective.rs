@@ -35,10 +35,8 @@
 //!   built from these (cold start).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -212,9 +210,7 @@ impl Report {
 /// The coordinator: a TCP endpoint for workers and a thread that runs the
 /// policy and installs the groups' jobs.
 pub struct Coordinator {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<Report>>>,
+    server: lines::Server<Report>,
 }
 
 impl Coordinator {
@@ -227,47 +223,22 @@ impl Coordinator {
     ) -> Result<Coordinator> {
         config.check()?;
         check_switch(target.as_mut(), &config)?;
-        let listener = TcpListener::bind(bind).with_context(|| format!("bind {bind}"))?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = crossbeam_channel::unbounded();
-        lines::spawn_acceptor(listener, tx, stop.clone());
         let state = State::new(target, config);
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || state.run(rx, &flag));
-        Ok(Coordinator {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
+        let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
+        Ok(Coordinator { server })
     }
 
     /// Where workers connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Stops (deleting the jobs of launches still running) and returns
     /// what was launched.
     pub fn finish(mut self) -> Result<Report> {
-        self.halt()
-    }
-
-    fn halt(&mut self) -> Result<Report> {
-        self.stop.store(true, Ordering::SeqCst);
-        lines::wake(self.addr);
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| anyhow::anyhow!("the coordinator thread panicked"))?,
-            None => Ok(Report::default()),
-        }
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        let _ = self.halt();
+        self.server
+            .stop()
+            .ok_or_else(|| anyhow::anyhow!("the coordinator thread panicked"))
     }
 }
 
@@ -373,7 +344,7 @@ impl State {
         }
     }
 
-    fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> Result<Report> {
+    fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> Report {
         while !stop.load(Ordering::SeqCst) {
             match rx.recv_timeout(self.config.tick) {
                 Ok(event) => self.handle(event),
@@ -396,7 +367,7 @@ impl State {
         for launch in std::mem::take(&mut self.launches).into_values() {
             let _ = self.target.delete_job(launch.job);
         }
-        Ok(self.report)
+        self.report
     }
 
     fn handle(&mut self, event: Event<Request>) {

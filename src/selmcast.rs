@@ -26,10 +26,8 @@
 //! get an error naming it rather than waiting.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -172,9 +170,7 @@ pub struct Report {
 /// The manager: a TCP endpoint for peers and a thread that selects,
 /// installs groups and runs the rounds.
 pub struct Manager {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Report>>,
+    server: lines::Server<Report>,
 }
 
 impl Manager {
@@ -192,46 +188,21 @@ impl Manager {
                 bail!("group {} is in use; the peers need groups {ours:?}", g.id);
             }
         }
-        let listener = TcpListener::bind(bind).with_context(|| format!("bind {bind}"))?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = crossbeam_channel::unbounded();
-        lines::spawn_acceptor(listener, tx, stop.clone());
         let state = State::new(target, config);
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || state.run(rx, &flag));
-        Ok(Manager {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
+        let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
+        Ok(Manager { server })
     }
 
     /// Where peers connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Stops, removes the groups, and returns the rounds run.
     pub fn finish(mut self) -> Result<Report> {
-        self.halt()
-    }
-
-    fn halt(&mut self) -> Result<Report> {
-        self.stop.store(true, Ordering::SeqCst);
-        lines::wake(self.addr);
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| anyhow::anyhow!("the manager thread panicked")),
-            None => Ok(Report::default()),
-        }
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.halt();
+        self.server
+            .stop()
+            .ok_or_else(|| anyhow::anyhow!("the manager thread panicked"))
     }
 }
 
