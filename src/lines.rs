@@ -4,6 +4,7 @@
 //! one channel, so the coordinator's own thread owns all the state and
 //! handles one event at a time.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +25,37 @@ pub enum Event<R> {
     Message { conn: u64, request: R },
     /// Unreadable input or a closed connection.
     Closed { conn: u64, why: String },
+}
+
+/// The coordinator's write side of every connection.
+#[derive(Default)]
+pub struct Writers(BTreeMap<u64, TcpStream>);
+
+impl Writers {
+    /// A connection opened.
+    pub fn open(&mut self, conn: u64, writer: TcpStream) {
+        self.0.insert(conn, writer);
+    }
+
+    /// A connection closed.
+    pub fn close(&mut self, conn: u64) {
+        self.0.remove(&conn);
+    }
+
+    /// Every open connection.
+    pub fn conns(&self) -> Vec<u64> {
+        self.0.keys().copied().collect()
+    }
+
+    /// Sends `message` on `conn`. A connection that cannot take it is
+    /// dropped here; its reader reports the close.
+    pub fn send<T: Serialize>(&mut self, conn: u64, message: &T) {
+        if let Some(w) = self.0.get_mut(&conn) {
+            if send(w, message).is_err() {
+                self.0.remove(&conn);
+            }
+        }
+    }
 }
 
 /// A coordinator's endpoint and the thread that owns its state: `run`
@@ -161,7 +193,8 @@ impl Client {
         })
     }
 
-    /// Another handle on the connection's read side (for a reader thread).
+    /// The connection's read and write sides (the read side for a reader
+    /// thread).
     pub fn into_parts(self) -> (BufReader<TcpStream>, TcpStream) {
         (self.reader, self.writer)
     }

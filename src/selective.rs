@@ -35,13 +35,14 @@
 //!   built from these (cold start).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use inagg_emu::JobSpec;
+use inagg_emu::api::validate_job;
+use inagg_emu::{JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_control::sched::selective_reduce::{
     partial_reduce, Cdf, Controller, Params, Ready, Training,
@@ -93,6 +94,20 @@ pub struct CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
+    /// Sub-pool `pool`'s job for a group with these members.
+    fn group_job(&self, pool: usize, workers: Vec<SocketAddr>, generation: u16) -> JobSpec {
+        JobSpec {
+            id: self.first_job + pool as u16,
+            workers,
+            pool_base: self.pool_base + pool as u32 * self.slots,
+            pool_size: self.slots,
+            elements: self.elements,
+            generation,
+            queues: Vec::new(),
+            group: None,
+        }
+    }
+
     fn check(&self) -> Result<()> {
         if self.workers == 0 || self.workers > inagg_wire::MAX_WORKERS {
             bail!(
@@ -189,24 +204,6 @@ pub struct Report {
     pub unfinished: usize,
 }
 
-impl Report {
-    /// Mean group size (the paper's sync scale).
-    pub fn mean_scale(&self) -> f64 {
-        let n = self.launches.len().max(1) as f64;
-        self.launches.iter().map(|l| l.members.len()).sum::<usize>() as f64 / n
-    }
-
-    /// Mean time from launch to the last member's result, seconds.
-    pub fn mean_sync_time(&self) -> f64 {
-        let n = self.launches.len().max(1) as f64;
-        self.launches
-            .iter()
-            .map(|l| l.sync_time.as_secs_f64())
-            .sum::<f64>()
-            / n
-    }
-}
-
 /// The coordinator: a TCP endpoint for workers and a thread that runs the
 /// policy and installs the groups' jobs.
 pub struct Coordinator {
@@ -256,26 +253,33 @@ fn check_switch(target: &mut dyn Target, config: &CoordinatorConfig) -> Result<(
             info.slots
         );
     }
-    let ids = u64::from(config.first_job)..u64::from(config.first_job) + config.sub_pools as u64;
-    for job in target.jobs().context("list the switch's jobs")? {
-        let spec = &job.spec;
-        if ids.contains(&u64::from(spec.id)) {
-            bail!(
-                "job {} is installed; the sub-pools need ids {ids:?}",
-                spec.id
-            );
-        }
-        if u64::from(spec.pool_base) < end && spec.pool_end() > u64::from(config.pool_base) {
-            bail!(
-                "job {}'s pool (slots {}..{}) overlaps the sub-pools' (slots {}..{end})",
-                spec.id,
-                spec.pool_base,
-                spec.pool_end(),
-                config.pool_base
-            );
-        }
+    // Each sub-pool as the job a launch will install, checked against the
+    // installed jobs as any job is (ids, overlaps, K, pool size); the
+    // members are not known yet, so one placeholder endpoint stands in.
+    let installed: Vec<JobSpec> = target
+        .jobs()
+        .context("list the switch's jobs")?
+        .into_iter()
+        .map(|j| j.spec)
+        .collect();
+    let switch = SwitchConfig {
+        slots: info.slots,
+        max_elements: info.max_elements,
+    };
+    let placeholder = SocketAddr::from(([0, 0, 0, 0], 0));
+    for pool in 0..config.sub_pools {
+        let spec = config.group_job(pool, vec![placeholder], 0);
+        validate_job(&spec, &installed, switch)
+            .with_context(|| format!("sub-pool {pool} (job {})", spec.id))?;
     }
     Ok(())
+}
+
+/// The policy as the coordinator runs it.
+enum Chooser {
+    Selective(Controller),
+    Partial(usize),
+    AllReduce,
 }
 
 /// Where a worker is.
@@ -308,8 +312,9 @@ struct Launch {
 struct State {
     target: Box<dyn Target + Send>,
     config: CoordinatorConfig,
-    controller: Option<Controller>,
-    writers: BTreeMap<u64, TcpStream>,
+    /// The policy, with selective reduce's loop state.
+    chooser: Chooser,
+    writers: lines::Writers,
     members: BTreeMap<usize, Member>,
     /// Ready workers in arrival order.
     queue: Vec<usize>,
@@ -324,16 +329,17 @@ struct State {
 
 impl State {
     fn new(target: Box<dyn Target + Send>, config: CoordinatorConfig) -> State {
-        let controller = match &config.policy {
-            Policy::Selective(params) => Some(Controller::new(*params)),
-            _ => None,
+        let chooser = match &config.policy {
+            Policy::Selective(params) => Chooser::Selective(Controller::new(*params)),
+            Policy::Partial { p } => Chooser::Partial(*p),
+            Policy::AllReduce => Chooser::AllReduce,
         };
         State {
             target,
-            controller,
+            chooser,
             pool_free: vec![true; config.sub_pools],
             config,
-            writers: BTreeMap::new(),
+            writers: lines::Writers::default(),
             members: BTreeMap::new(),
             queue: Vec::new(),
             launches: BTreeMap::new(),
@@ -373,7 +379,7 @@ impl State {
     fn handle(&mut self, event: Event<Request>) {
         match event {
             Event::Opened { conn, writer } => {
-                self.writers.insert(conn, writer);
+                self.writers.open(conn, writer);
             }
             Event::Message { conn, request } => match request {
                 Request::Ready {
@@ -386,7 +392,7 @@ impl State {
                     if let Err(message) =
                         self.ready(conn, worker, bandwidth, endpoint, (slots, elements))
                     {
-                        self.send(conn, &Reply::Error { message });
+                        self.writers.send(conn, &Reply::Error { message });
                     }
                 }
                 Request::Done { launch, ok } => self.done(conn, launch, ok),
@@ -470,7 +476,7 @@ impl State {
     }
 
     fn closed(&mut self, conn: u64, why: &str) {
-        self.writers.remove(&conn);
+        self.writers.close(conn);
         let Some(worker) = self.worker_of(conn) else {
             return;
         };
@@ -551,18 +557,18 @@ impl State {
             })
             .collect();
         let n = self.alive();
-        let mut groups = match (&self.config.policy, &mut self.controller) {
-            (Policy::Selective(_), Some(c)) => c.step(n, &ready, &training, &self.cdf),
-            (Policy::Partial { p }, _) => partial_reduce(&ready, *p),
-            _ if ready.len() == n => vec![ready.clone()],
-            _ => Vec::new(),
+        let mut groups = match &mut self.chooser {
+            Chooser::Selective(c) => c.step(n, &ready, &training, &self.cdf),
+            Chooser::Partial(p) => partial_reduce(&ready, *p),
+            Chooser::AllReduce if ready.len() == n => vec![ready.clone()],
+            Chooser::AllReduce => Vec::new(),
         };
         if groups.is_empty() && ready.len() == n {
             // Nobody left to wait for (see the module's doc).
             groups.push(ready);
         }
         if groups.len() > free {
-            if let Some(c) = &mut self.controller {
+            if let Chooser::Selective(c) = &mut self.chooser {
                 c.k -= (groups.len() - free) as u64;
             }
             groups.truncate(free);
@@ -580,29 +586,20 @@ impl State {
             .expect("a free sub-pool");
         let id = self.next_launch;
         self.next_launch += 1;
-        let job = self.config.first_job + pool as u16;
         let generation = id as u16;
         let waiting = self.queue.clone();
         self.queue.retain(|w| !members.contains(w));
-        let spec = JobSpec {
-            id: job,
-            workers: members.iter().map(|w| self.members[w].endpoint).collect(),
-            pool_base: self.config.pool_base + pool as u32 * self.config.slots,
-            pool_size: self.config.slots,
-            elements: self.config.elements,
-            generation,
-            queues: Vec::new(),
-            group: None,
-        };
+        let endpoints = members.iter().map(|w| self.members[w].endpoint).collect();
+        let spec = self.config.group_job(pool, endpoints, generation);
         if let Err(e) = self.target.create_job(&spec) {
-            let message = format!("launch {id}: the switch refused group job {job}: {e}");
+            let message = format!("launch {id}: the switch refused group job {}: {e}", spec.id);
             for w in &members {
                 let conn = self.members[w].conn;
                 self.members.get_mut(w).expect("member").phase = Phase::Training {
                     since: Instant::now(),
                     first: true,
                 };
-                self.send(
+                self.writers.send(
                     conn,
                     &Reply::Error {
                         message: message.clone(),
@@ -620,13 +617,13 @@ impl State {
             let conn = m.conn;
             let assignment = Assignment {
                 launch: id,
-                job,
+                job: spec.id,
                 rank: rank as u16,
                 members: members.clone(),
                 generation,
                 full,
             };
-            self.send(conn, &Reply::Assign(assignment));
+            self.writers.send(conn, &Reply::Assign(assignment));
         }
         let record = LaunchRecord {
             launch: id,
@@ -641,23 +638,13 @@ impl State {
             id,
             Launch {
                 pool,
-                job,
+                job: spec.id,
                 pending: members,
                 ok: true,
                 record,
                 started: Instant::now(),
             },
         );
-    }
-
-    fn send(&mut self, conn: u64, reply: &Reply) {
-        let Some(w) = self.writers.get_mut(&conn) else {
-            return;
-        };
-        if lines::send(w, reply).is_err() {
-            // Its reader sees the close and reports it.
-            self.writers.remove(&conn);
-        }
     }
 }
 

@@ -223,7 +223,7 @@ struct Running {
 struct State {
     target: Box<dyn Target + Send>,
     config: ManagerConfig,
-    writers: BTreeMap<u64, TcpStream>,
+    writers: lines::Writers,
     /// Worker id of each connection that has said who it is.
     ids: BTreeMap<u64, usize>,
     /// This round's ready peers.
@@ -250,7 +250,7 @@ impl State {
             history: History::new(config.workers, config.k),
             rng: ChaCha8Rng::seed_from_u64(seed),
             config,
-            writers: BTreeMap::new(),
+            writers: lines::Writers::default(),
             ids: BTreeMap::new(),
             ready: BTreeMap::new(),
             values: None,
@@ -277,7 +277,7 @@ impl State {
     fn handle(&mut self, event: Event<Request>) {
         match event {
             Event::Opened { conn, writer } => {
-                self.writers.insert(conn, writer);
+                self.writers.open(conn, writer);
             }
             Event::Message { conn, request } => {
                 let answer = match request {
@@ -303,11 +303,11 @@ impl State {
                     } => self.got(conn, round, sender, missing),
                 };
                 if let Err(message) = answer {
-                    self.send(conn, &Reply::Error { message });
+                    self.writers.send(conn, &Reply::Error { message });
                 }
             }
             Event::Closed { conn, why } => {
-                self.writers.remove(&conn);
+                self.writers.close(conn);
                 if let Some(w) = self.ids.remove(&conn) {
                     self.left = Some(format!("peer {w} left ({why}); a BSP round needs all n"));
                     // Between rounds with nobody waiting, the run may be
@@ -410,7 +410,7 @@ impl State {
                     .collect(),
                 elements: self.config.elements,
             };
-            self.send(self.ready[&w].conn, &Reply::Plan(plan));
+            self.writers.send(self.ready[&w].conn, &Reply::Plan(plan));
         }
         self.running = Some(Running {
             pending: (0..n)
@@ -450,7 +450,7 @@ impl State {
         }
         run.repairs += 1;
         let to = self.ready[&sender].conn;
-        self.send(
+        self.writers.send(
             to,
             &Reply::Resend {
                 round,
@@ -472,7 +472,8 @@ impl State {
         });
         let conns: Vec<u64> = self.ready.values().map(|p| p.conn).collect();
         for conn in conns {
-            self.send(conn, &Reply::RoundDone { round: self.round });
+            self.writers
+                .send(conn, &Reply::RoundDone { round: self.round });
         }
         self.ready.clear();
         self.round += 1;
@@ -485,9 +486,9 @@ impl State {
         self.report.broken = Some(why.clone());
         self.running = None;
         self.ready.clear();
-        let conns: Vec<u64> = self.writers.keys().copied().collect();
+        let conns = self.writers.conns();
         for conn in conns {
-            self.send(
+            self.writers.send(
                 conn,
                 &Reply::Error {
                     message: why.clone(),
@@ -501,15 +502,6 @@ impl State {
             if let Err(e) = self.target.delete_group(g) {
                 tracing::warn!(group = g, error = %e, "remove a sender's group");
             }
-        }
-    }
-
-    fn send(&mut self, conn: u64, reply: &Reply) {
-        let Some(w) = self.writers.get_mut(&conn) else {
-            return;
-        };
-        if lines::send(w, reply).is_err() {
-            self.writers.remove(&conn);
         }
     }
 }
