@@ -34,7 +34,7 @@
 //!   (or its first contact) to its next ready. The progress model's CDF is
 //!   built from these (cold start).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -322,7 +322,7 @@ struct State {
     pool_free: Vec<bool>,
     next_launch: u64,
     /// Workers that left (the full all-reduce no longer waits for them).
-    gone: usize,
+    gone: BTreeSet<usize>,
     cdf: Cdf,
     report: Report,
 }
@@ -344,7 +344,7 @@ impl State {
             queue: Vec::new(),
             launches: BTreeMap::new(),
             next_launch: 0,
-            gone: 0,
+            gone: BTreeSet::new(),
             cdf: Cdf::default(),
             report: Report::default(),
         }
@@ -440,6 +440,7 @@ impl State {
                 _ => return Err(format!("worker {worker} is already waiting or syncing")),
             },
             None => {
+                self.gone.remove(&worker); // back after leaving
                 self.members.insert(
                     worker,
                     Member {
@@ -482,7 +483,7 @@ impl State {
         };
         tracing::debug!(worker, why, "worker left");
         let member = self.members.remove(&worker);
-        self.gone += 1;
+        self.gone.insert(worker);
         self.queue.retain(|&w| w != worker);
         if let Some(Member {
             phase: Phase::Syncing { launch },
@@ -526,7 +527,7 @@ impl State {
     }
 
     fn alive(&self) -> usize {
-        self.config.workers - self.gone
+        self.config.workers - self.gone.len()
     }
 
     /// Asks the policy for groups and launches them.

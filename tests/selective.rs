@@ -321,3 +321,53 @@ fn bad_configs_and_bad_workers_are_refused() {
     assert!(e.contains("K = 32"), "{e}");
     drop(coordinator);
 }
+
+/// A worker that leaves and comes back counts again: the all-reduce after
+/// its return waits for all n. Worker 2 reconnects and is ready first,
+/// worker 0 100 ms later, worker 1 200 ms later; counting worker 2 as gone
+/// would launch [2, 0] without worker 1.
+#[test]
+fn a_worker_that_comes_back_is_waited_for_again() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let target = EmuTarget::connect(cluster.control_addr()).unwrap();
+    let coordinator = Coordinator::start(
+        Box::new(target),
+        "127.0.0.1:0".parse().unwrap(),
+        CoordinatorConfig {
+            workers: 3,
+            ..config(Policy::AllReduce)
+        },
+    )
+    .unwrap();
+    let switch = cluster.emu.data_addr();
+    let connect = |w| {
+        GroupWorker::connect(
+            coordinator.addr(),
+            agent(switch),
+            w,
+            GBIT,
+            Duration::from_secs(30),
+        )
+        .unwrap()
+    };
+    let mut workers: Vec<GroupWorker> = (0..3).map(connect).collect();
+    std::thread::scope(|s| {
+        for w in workers.iter_mut() {
+            s.spawn(move || w.sync(&mut [1.0; 10]).unwrap());
+        }
+    });
+    drop(workers.pop());
+    std::thread::sleep(Duration::from_millis(100));
+    let mut back = connect(2);
+    let groups: Vec<Assignment> = std::thread::scope(|s| {
+        let mut handles = vec![s.spawn(move || back.sync(&mut [1.0; 10]).unwrap())];
+        for w in workers.iter_mut() {
+            std::thread::sleep(Duration::from_millis(100));
+            handles.push(s.spawn(move || w.sync(&mut [1.0; 10]).unwrap()));
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for g in &groups {
+        assert_eq!(g.members.len(), 3, "{g:?}");
+    }
+}
