@@ -39,6 +39,27 @@ pub struct JobSpec {
     /// emulator: no group-table entry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<u16>,
+    /// The parent switch, when this job is an inner or leaf node of a
+    /// multi-switch aggregation tree (docs/PROTOCOL.md, "Aggregation
+    /// trees"): a complete slot's partial sum goes up to it as one
+    /// contribution instead of out to the workers, and the result it sends
+    /// back is multicast down. `None`: this switch is the root (or the only
+    /// switch) and multicasts its own results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
+}
+
+/// Where a tree job's partial sums go: the parent switch's data-plane
+/// endpoint, the parent's job for this tree, and this switch's member id in
+/// it. The parent lists this switch's data-plane endpoint as that member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upstream {
+    /// The parent switch's data-plane endpoint.
+    pub switch: SocketAddr,
+    /// The parent's job id (its pool holds the same slots' next level).
+    pub job: u16,
+    /// This switch's member id in the parent's job.
+    pub member: u16,
 }
 
 impl JobSpec {
@@ -184,6 +205,15 @@ pub enum JobError {
         /// The repeated endpoint.
         addr: SocketAddr,
     },
+    /// A tree job whose upstream is unusable: a member id beyond the
+    /// bitmap, or one of the job's own workers named as its parent.
+    #[error("job {id}: upstream {reason}")]
+    BadUpstream {
+        /// The job.
+        id: u16,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// K is zero or larger than the switch supports.
     #[error("job {id}: {elements} elements per packet; the switch supports 1 to {max}")]
     BadElements {
@@ -241,6 +271,9 @@ pub fn validate_job<'a>(
         });
     }
     check_queue_map(&spec.queues)?;
+    if let Some(up) = spec.upstream {
+        check_upstream(id, &up, &spec.workers)?;
+    }
     if spec.group == Some(0) {
         return Err(JobError::GroupZero);
     }
@@ -266,6 +299,29 @@ pub fn validate_job<'a>(
                 other_end: other.pool_end(),
             });
         }
+    }
+    Ok(())
+}
+
+/// Checks a tree job's parent: a member id the parent's bitmap holds, and
+/// a parent that is not one of the job's own workers (results from it
+/// would loop back up).
+fn check_upstream(id: u16, up: &Upstream, workers: &[SocketAddr]) -> Result<(), JobError> {
+    if usize::from(up.member) >= inagg_wire::MAX_WORKERS {
+        return Err(JobError::BadUpstream {
+            id,
+            reason: format!(
+                "member id {} is beyond the parent's {} bitmap bits",
+                up.member,
+                inagg_wire::MAX_WORKERS
+            ),
+        });
+    }
+    if workers.contains(&up.switch) {
+        return Err(JobError::BadUpstream {
+            id,
+            reason: format!("{} is also one of the job's workers", up.switch),
+        });
     }
     Ok(())
 }
@@ -601,6 +657,7 @@ mod tests {
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {
+            upstream: None,
             id,
             workers: vec![
                 "127.0.0.1:1".parse().unwrap(),

@@ -134,6 +134,7 @@ impl JobVector {
     /// The job as the control plane installs it.
     pub fn spec(&self) -> JobSpec {
         JobSpec {
+            upstream: None,
             id: self.id,
             workers: self.workers.iter().map(|w| w.addr).collect(),
             pool_base: self.pool_base,
@@ -323,7 +324,7 @@ fn egress(
                 sent(to, copy)
             })
             .collect(),
-        Action::Unicast { to } => vec![sent(to, result.to_vec())],
+        Action::Unicast { to } | Action::Upstream { to } => vec![sent(to, result.to_vec())],
         Action::Replicate { group, sender } => sw
             .members(group)
             .unwrap_or_default()

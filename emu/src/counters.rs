@@ -36,11 +36,15 @@ pub enum DropReason {
     QueueFull,
     /// A multicast datagram naming a group that is not installed.
     UnknownGroup,
+    /// A result from a tree job's parent switch that no set waits for (a
+    /// duplicate, a late copy of an earlier round, a slot or K that is not
+    /// the job's).
+    UnexpectedResult,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -54,6 +58,7 @@ impl DropReason {
         DropReason::Undeliverable,
         DropReason::QueueFull,
         DropReason::UnknownGroup,
+        DropReason::UnexpectedResult,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -72,6 +77,7 @@ impl DropReason {
             DropReason::Undeliverable => "undeliverable",
             DropReason::QueueFull => "queue_full",
             DropReason::UnknownGroup => "unknown_group",
+            DropReason::UnexpectedResult => "unexpected_result",
         }
     }
 }
@@ -88,7 +94,7 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 13],
+    pub drops: [u64; 14],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.
@@ -118,6 +124,13 @@ pub struct JobCounters {
     pub resent_results: u64,
     /// Retransmissions to a slot not yet complete (dropped).
     pub duplicates: u64,
+    /// Tree jobs: partial sums sent up to the parent switch.
+    #[serde(default)]
+    pub upstream: u64,
+    /// Tree jobs: partial sums sent up again because a member retransmitted
+    /// while the tree's result was still on its way down.
+    #[serde(default)]
+    pub upstream_resent: u64,
     /// Packets naming this job dropped by its checks (worker, slot, K, generation).
     pub dropped: u64,
 }

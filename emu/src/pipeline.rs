@@ -135,7 +135,9 @@ impl Pipeline {
         let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
         let payload = out.stage(&self.result[HEADER_LEN..]);
         match action {
-            Action::Unicast { to } => self.egress(state, &head, &payload, to, out),
+            Action::Unicast { to } | Action::Upstream { to } => {
+                self.egress(state, &head, &payload, to, out)
+            }
             Action::Multicast { job } => {
                 // Addresses are Copy: look each up rather than clone the list.
                 for id in 0.. {

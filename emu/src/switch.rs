@@ -10,7 +10,7 @@ use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
 use crate::api::{
     check_group, validate_job, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap,
-    SwitchInfo,
+    SwitchInfo, Upstream,
 };
 use crate::counters::{Counters, DropReason, JobCounters};
 
@@ -41,6 +41,12 @@ struct SetState {
     bitmap: u64,
     /// Contributions added since the set was last first-written.
     count: u16,
+    /// Workers whose values the sum holds: 1 per worker, a child switch's
+    /// count for its partial sum (the result's count field).
+    weight: u16,
+    /// Tree jobs: the local sum went to the parent switch and the tree's
+    /// result has not come back yet.
+    awaiting: bool,
     /// Max-reduced block exponent.
     exponent: u8,
     /// Packet id of the round (echoed in results).
@@ -85,6 +91,12 @@ pub enum Action {
     /// output buffer) goes back to the sender only.
     Unicast {
         /// The receiver.
+        to: SocketAddr,
+    },
+    /// A tree job's slot is complete here: its partial sum (written to the
+    /// output buffer as a contribution) goes up to the parent switch.
+    Upstream {
+        /// The parent switch's data-plane endpoint.
         to: SocketAddr,
     },
 }
@@ -355,6 +367,9 @@ impl Switch {
         if repr.kind == Kind::Multicast {
             return self.relay(&repr, data, from, out);
         }
+        if repr.kind == Kind::Result {
+            return self.descend(&repr, &data[HEADER_LEN..], from, out);
+        }
         if repr.kind != Kind::Contribution {
             return Action::Drop(DropReason::NotContribution);
         }
@@ -366,6 +381,26 @@ impl Switch {
             return Action::Drop(reason);
         }
         job.contribute(&repr, &data[HEADER_LEN..], from, out)
+    }
+
+    /// A result coming down an aggregation tree: accepted only from the
+    /// parent switch of the job whose upstream names it (any other result
+    /// is not for a switch), then stored and multicast to the job's members.
+    fn descend(
+        &mut self,
+        repr: &Repr,
+        values: &[u8],
+        from: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Action {
+        let Some(job) = self.jobs.values_mut().find(|j| {
+            j.spec
+                .upstream
+                .is_some_and(|u| u.switch == from && u.job == repr.job)
+        }) else {
+            return Action::Drop(DropReason::NotContribution);
+        };
+        job.take_result(repr, values, out)
     }
 
     /// A group datagram: admitted when its sender is the member it names,
@@ -432,6 +467,14 @@ impl Job {
         let set = &mut self.sets[index];
         self.counters.contributions += 1;
         if set.bitmap & bit != 0 {
+            if set.count == n && set.awaiting {
+                // The result is still on its way down: ask the parent again
+                // (it resends a stored result, or completes the round now).
+                let up = self.spec.upstream.expect("only tree jobs await");
+                self.counters.upstream_resent += 1;
+                emit_upstream(repr, set, acc, up, out);
+                return Action::Upstream { to: up.switch };
+            }
             if set.count == n {
                 self.counters.resent_results += 1;
                 emit_result(repr, set, acc, out);
@@ -446,6 +489,8 @@ impl Job {
             *set = SetState {
                 bitmap: bit,
                 count: 1,
+                weight: weight(repr),
+                awaiting: false,
                 exponent: repr.exponent,
                 packet_id: repr.packet_id,
                 priority: repr.priority,
@@ -454,19 +499,86 @@ impl Job {
             payload::add_i32s(acc, values);
             set.bitmap |= bit;
             set.count += 1;
+            set.weight = set.weight.saturating_add(weight(repr));
             set.exponent = set.exponent.max(repr.exponent);
         }
         // Moving on to this set frees the worker's place in the other one.
         self.sets[other].bitmap &= !bit;
-        let set = &self.sets[index];
-        if set.count == n {
-            self.counters.results += 1;
-            emit_result(repr, set, acc_of(&self.values, index, k), out);
-            Action::Multicast { job: self.spec.id }
-        } else {
-            Action::Absorbed
+        let set = &mut self.sets[index];
+        if set.count < n {
+            return Action::Absorbed;
+        }
+        let acc = acc_of(&self.values, index, k);
+        match self.spec.upstream {
+            Some(up) => {
+                set.awaiting = true;
+                self.counters.upstream += 1;
+                emit_upstream(repr, set, acc, up, out);
+                Action::Upstream { to: up.switch }
+            }
+            None => {
+                self.counters.results += 1;
+                emit_result(repr, set, acc, out);
+                Action::Multicast { job: self.spec.id }
+            }
         }
     }
+
+    /// The parent's result for a set whose partial sum went up: it replaces
+    /// the partial sum (so a worker's retransmission is answered with it)
+    /// and is multicast to this job's members. Anything else (a slot or K
+    /// of another job, a set not waiting, another round's packet id) is a
+    /// late or duplicated copy and is dropped.
+    fn take_result(&mut self, repr: &Repr, values: &[u8], out: &mut Vec<u8>) -> Action {
+        if u32::from(repr.slot) >= self.spec.pool_size || repr.elements != self.spec.elements {
+            self.counters.dropped += 1;
+            return Action::Drop(DropReason::UnexpectedResult);
+        }
+        if repr.generation != self.spec.generation {
+            self.counters.dropped += 1;
+            return Action::Drop(DropReason::StaleGeneration);
+        }
+        let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
+        let k = usize::from(self.spec.elements);
+        let set = &mut self.sets[index];
+        if !set.awaiting || set.packet_id != repr.packet_id {
+            self.counters.dropped += 1;
+            return Action::Drop(DropReason::UnexpectedResult);
+        }
+        let acc = &mut self.values[index * k..(index + 1) * k];
+        payload::read_i32s(values, acc);
+        set.awaiting = false;
+        set.exponent = repr.exponent;
+        set.weight = repr.count;
+        self.counters.results += 1;
+        let local = Repr {
+            job: self.spec.id,
+            ..*repr
+        };
+        emit_result(&local, set, acc, out);
+        Action::Multicast { job: self.spec.id }
+    }
+}
+
+/// What a contribution weighs in the result's count: a worker sends 0 and
+/// counts once; a child switch sends the workers its partial sum holds.
+fn weight(repr: &Repr) -> u16 {
+    repr.count.max(1)
+}
+
+/// Writes a tree job's partial sum as a contribution to the parent's job.
+fn emit_upstream(request: &Repr, set: &SetState, acc: &[i32], up: Upstream, out: &mut Vec<u8>) {
+    let repr = Repr {
+        kind: Kind::Contribution,
+        job: up.job,
+        worker: up.member,
+        count: set.weight,
+        exponent: set.exponent,
+        packet_id: set.packet_id,
+        priority: set.priority,
+        ..*request
+    };
+    write_packet(&repr, acc, out);
 }
 
 fn acc_of(values: &[i32], index: usize, k: usize) -> &[i32] {
@@ -477,12 +589,17 @@ fn acc_of(values: &[i32], index: usize, k: usize) -> &[i32] {
 fn emit_result(request: &Repr, set: &SetState, acc: &[i32], out: &mut Vec<u8>) {
     let repr = Repr {
         kind: Kind::Result,
-        count: set.count,
+        count: set.weight,
         exponent: set.exponent,
         packet_id: set.packet_id,
         priority: set.priority,
         ..*request
     };
+    write_packet(&repr, acc, out);
+}
+
+/// A header and its int32 payload, into `out`.
+fn write_packet(repr: &Repr, acc: &[i32], out: &mut Vec<u8>) {
     out.clear();
     out.resize(repr.buffer_len(), 0);
     let mut packet = Packet::new_unchecked(&mut out[..]);
@@ -505,6 +622,7 @@ mod tests {
             max_elements: 64,
         });
         sw.create_job(JobSpec {
+            upstream: None,
             id: 1,
             workers: vec![addr(1000), addr(1001), addr(1002)],
             pool_base: 10,
@@ -752,6 +870,7 @@ mod tests {
     fn two_jobs_with_disjoint_pools_are_independent() {
         let mut sw = switch();
         sw.create_job(JobSpec {
+            upstream: None,
             id: 2,
             workers: vec![addr(2000), addr(2001)],
             pool_base: 14,
@@ -841,6 +960,7 @@ mod tests {
     fn a_jobs_group_comes_and_goes_with_the_job_and_ids_never_clash() {
         let mut sw = switch();
         let spec = |id: u16, group: u16| JobSpec {
+            upstream: None,
             id,
             workers: vec![addr(3000), addr(3001)],
             pool_base: 30,
@@ -883,6 +1003,7 @@ mod tests {
         let mut sw = switch();
         let workers = vec![addr(3000), addr(3001)];
         sw.create_job(JobSpec {
+            upstream: None,
             id: 2,
             workers,
             pool_base: 30,
@@ -923,5 +1044,190 @@ mod tests {
             }),
             Err(JobError::GroupZero)
         );
+    }
+
+    /// A leaf of a tree: job 1 with workers 1000 and 1001, its partial sums
+    /// going to job 5 of the parent switch at port 2000 as member 1.
+    fn leaf() -> Switch {
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
+        sw.create_job(JobSpec {
+            id: 1,
+            workers: vec![addr(1000), addr(1001)],
+            pool_base: 0,
+            pool_size: 4,
+            elements: 2,
+            generation: 0,
+            queues: Vec::new(),
+            group: None,
+            upstream: Some(Upstream {
+                switch: addr(2000),
+                job: 5,
+                member: 1,
+            }),
+        })
+        .unwrap();
+        sw
+    }
+
+    /// The parent's result for job 5, slot 1, set 0, round id 101.
+    fn from_parent(count: u16, packet_id: u32, values: [i32; 2]) -> Vec<u8> {
+        let repr = Repr {
+            kind: Kind::Result,
+            count,
+            exponent: 130,
+            ..Repr::contribution(5, 1, 0, 1, 2, packet_id)
+        };
+        let mut buf = vec![0; repr.buffer_len()];
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        repr.emit(&mut p);
+        payload::write_i32s(p.payload_mut(), &values);
+        buf
+    }
+
+    #[test]
+    fn a_leaf_sends_its_complete_sum_up_as_one_weighted_contribution() {
+        let mut sw = leaf();
+        let mut out = Vec::new();
+        assert_eq!(send(&mut sw, 0, 1, 0, [1, 2], &mut out), Action::Absorbed);
+        assert_eq!(
+            send(&mut sw, 1, 1, 0, [10, -20], &mut out),
+            Action::Upstream { to: addr(2000) }
+        );
+        let p = Packet::new_checked(&out[..]).unwrap();
+        let up = Repr::parse(&p).unwrap();
+        assert_eq!(up.kind, Kind::Contribution);
+        assert_eq!((up.job, up.worker, up.slot, up.set), (5, 1, 1, 0));
+        assert_eq!((up.count, up.packet_id), (2, 101));
+        assert_eq!([p.element(0), p.element(1)], [11, -18]);
+        assert_eq!(sw.job(1).unwrap().counters.upstream, 1);
+        // Nothing went to the workers: no result yet.
+        assert_eq!(sw.job(1).unwrap().counters.results, 0);
+    }
+
+    #[test]
+    fn a_retransmission_while_the_tree_result_is_away_asks_the_parent_again() {
+        let mut sw = leaf();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
+        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        assert_eq!(
+            send(&mut sw, 0, 1, 0, [1, 2], &mut out),
+            Action::Upstream { to: addr(2000) }
+        );
+        let p = Packet::new_checked(&out[..]).unwrap();
+        assert_eq!(
+            [p.element(0), p.element(1)],
+            [11, 22],
+            "the same sum, not added twice"
+        );
+        assert_eq!(sw.job(1).unwrap().counters.upstream_resent, 1);
+    }
+
+    #[test]
+    fn the_parents_result_is_multicast_down_and_kept_for_retransmissions() {
+        let mut sw = leaf();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
+        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        assert_eq!(
+            sw.process(&from_parent(5, 101, [111, 222]), addr(2000), &mut out),
+            Action::Multicast { job: 1 }
+        );
+        let (r, v) = result(&out);
+        assert_eq!(
+            (r.kind, r.job, r.count, r.exponent),
+            (Kind::Result, 1, 5, 130)
+        );
+        assert_eq!(v, [111, 222]);
+        // A worker that lost it gets the tree's result, not the leaf's sum.
+        assert_eq!(
+            send(&mut sw, 1, 1, 0, [10, 20], &mut out),
+            Action::Unicast { to: addr(1001) }
+        );
+        assert_eq!(result(&out), (Repr { worker: 1, ..r }, [111, 222]));
+        // A second copy from the parent is not taken again.
+        assert_eq!(
+            sw.process(&from_parent(5, 101, [111, 222]), addr(2000), &mut out),
+            Action::Drop(DropReason::UnexpectedResult)
+        );
+        assert_eq!(sw.job(1).unwrap().counters.results, 1);
+    }
+
+    #[test]
+    fn results_from_strangers_or_for_other_rounds_are_dropped() {
+        let mut sw = leaf();
+        let mut out = Vec::new();
+        // Not waiting yet.
+        assert_eq!(
+            sw.process(&from_parent(2, 101, [1, 1]), addr(2000), &mut out),
+            Action::Drop(DropReason::UnexpectedResult)
+        );
+        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
+        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        // From someone who is not the parent: a result is not for a switch.
+        assert_eq!(
+            sw.process(&from_parent(2, 101, [1, 1]), addr(2001), &mut out),
+            Action::Drop(DropReason::NotContribution)
+        );
+        // Another round's id.
+        assert_eq!(
+            sw.process(&from_parent(2, 99, [1, 1]), addr(2000), &mut out),
+            Action::Drop(DropReason::UnexpectedResult)
+        );
+        assert_eq!(sw.counters().dropped(DropReason::UnexpectedResult), 2);
+        // The set still waits for the right one.
+        assert_eq!(
+            sw.process(&from_parent(2, 101, [7, 7]), addr(2000), &mut out),
+            Action::Multicast { job: 1 }
+        );
+    }
+
+    #[test]
+    fn a_parent_counts_a_child_switch_by_the_workers_it_holds() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let weighted = |worker: u16, count: u16| {
+            let mut p = packet(worker, 0, 0, 0, [1, 1]);
+            Packet::new_unchecked(&mut p[..]).set_count(count);
+            p
+        };
+        sw.process(&weighted(0, 4), addr(1000), &mut out);
+        sw.process(&weighted(1, 0), addr(1001), &mut out);
+        assert_eq!(
+            sw.process(&weighted(2, 2), addr(1002), &mut out),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(result(&out).0.count, 7);
+    }
+
+    #[test]
+    fn bad_upstreams_are_refused() {
+        let mut sw = Switch::new(SwitchConfig::default());
+        let spec = |switch: SocketAddr, member: u16| JobSpec {
+            id: 1,
+            workers: vec![addr(1000)],
+            pool_base: 0,
+            pool_size: 4,
+            elements: 2,
+            generation: 0,
+            queues: Vec::new(),
+            group: None,
+            upstream: Some(Upstream {
+                switch,
+                job: 1,
+                member,
+            }),
+        };
+        let err = sw.create_job(spec(addr(2000), 64)).unwrap_err();
+        assert!(err.to_string().contains("member id 64"), "{err}");
+        let err = sw.create_job(spec(addr(1000), 0)).unwrap_err();
+        assert!(
+            err.to_string().contains("also one of the job's workers"),
+            "{err}"
+        );
+        assert!(sw.create_job(spec(addr(2000), 63)).is_ok());
     }
 }

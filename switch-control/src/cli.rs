@@ -451,6 +451,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
                 ));
             }
             let spec = JobSpec {
+                upstream: None,
                 id,
                 workers,
                 pool_base: need(pool_base, "--pool-base")?,

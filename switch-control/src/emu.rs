@@ -199,6 +199,7 @@ mod tests {
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {
+            upstream: None,
             id,
             workers: vec!["127.0.0.1:7001".parse().unwrap()],
             pool_base: base,

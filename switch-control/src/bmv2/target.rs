@@ -299,6 +299,9 @@ impl Bmv2Target {
                         resent_results: cell(resent, id),
                         duplicates: cell(duplicates, id),
                         dropped: cell(dropped, id),
+                        // The P4 programs have no aggregation trees.
+                        upstream: 0,
+                        upstream_resent: 0,
                     },
                 )
             })
@@ -346,6 +349,13 @@ impl Bmv2Target {
                 target: "bmv2",
                 what: "per-job priority maps (the program's priority_to_queue is keyed by class \
                        alone; map classes switch-wide instead)",
+            });
+        }
+        if spec.upstream.is_some() {
+            return Err(ControlError::Unsupported {
+                target: "bmv2",
+                what: "aggregation trees (a job with an upstream switch): the P4 programs \
+                       multicast every complete slot; only the emulator forwards partial sums up",
             });
         }
         if spec.group == Some(0) {
@@ -872,6 +882,7 @@ impl SwitchState {
             }
         }
         Ok(JobSpec {
+            upstream: None,
             id: j.job,
             workers: workers.into_iter().map(SocketAddr::V4).collect(),
             pool_base: j.pool_base,

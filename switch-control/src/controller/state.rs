@@ -71,6 +71,7 @@ impl JobRecord {
             return None;
         }
         Some(JobSpec {
+            upstream: None,
             id: self.id,
             workers: self.endpoints.iter().flatten().copied().collect(),
             pool_base: grant.base,
