@@ -21,6 +21,7 @@ pub mod dsync;
 pub mod emu_cmd;
 pub mod lines;
 pub mod local;
+pub mod netstorm;
 pub mod ring;
 pub mod schedule;
 pub mod selective;

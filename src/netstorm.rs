@@ -1,0 +1,396 @@
+//! NetStorm on the stack: multi-root aggregation trees across switches
+//! (../shared/notes/netstorm.md, "In inagg").
+//!
+//! Each site (a data centre in the paper) has a switch and workers. A
+//! [`Forest`] is one aggregation tree per root over the sites: the
+//! NetStorm policy's FAPTs ([`Forest::netstorm`], computed by
+//! `sched::netstorm`, the code the simulator runs) or a baseline's single
+//! tree ([`Forest::single`]: the star, MLNet's k-way tree, TSEngine's
+//! maximum-throughput tree).
+//!
+//! Tree `t` is one job (id `first_job + t`) at every site: its members are
+//! the site's own workers, then the switches of the site's children in
+//! that tree. A site with a parent installs the job with an upstream (the
+//! parent's switch, job and this site's member id there): the switch
+//! forwards each complete slot's partial sum up as one contribution, and
+//! multicasts the result that comes back down (docs/PROTOCOL.md,
+//! "Aggregation trees"). The root completes the slot and multicasts to its
+//! workers and child switches. So every worker sends each chunk once to
+//! its own site's switch and receives the sum over every worker of every
+//! site, whatever the tree's depth; no host relays anything.
+//!
+//! Chunks are shared among the trees in proportion to their roots' quality
+//! (`chunk_quota`, in chunks of K elements), contiguous ranges of the
+//! tensor in tree order, so every worker cuts its tensor the same way; a
+//! worker runs its trees' all-reduces at once, one thread each.
+//!
+//! Retransmission, shadow sets and exponent negotiation are the
+//! single-switch protocol's: a retransmission that reaches a switch whose
+//! partial sum is still away asks the parent again, and each result's
+//! count is the number of workers in the sum, so agents configured with the
+//! total worker count check completeness and scale exactly as on one
+//! switch.
+//!
+//! Not live: passive bandwidth estimation and re-planning every
+//! UPDATE_TIME (the emulated links have no WAN rates to measure; a new
+//! forest is installed with [`Deployment::remove`] and a new
+//! [`Deployment::install`] at a barrier, and agents [`ForestWorker::retarget`]),
+//! and auxiliary paths (forward-only chunks over other routes).
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, ensure, Context, Result};
+use inagg_emu::api::{JobSpec, Upstream};
+use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_switch_control::sched::netstorm::{self, Graph, Tree};
+use inagg_switch_control::target::Target;
+
+/// One site: its switch's control target and data-plane endpoint.
+pub struct Site {
+    /// The switch's control plane.
+    pub target: Box<dyn Target + Send>,
+    /// The switch's data-plane endpoint (where its workers and its child
+    /// sites' switches send).
+    pub data: SocketAddr,
+}
+
+/// Aggregation trees over the sites and the share of the tensor each
+/// carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forest {
+    /// One tree per root; `parent[v]` is site v's next hop to the root.
+    pub trees: Vec<Tree>,
+    /// Each tree's weight in the chunk split (NetStorm: its root's
+    /// quality 1 / D(FAPT_r)).
+    pub shares: Vec<f64>,
+}
+
+impl Forest {
+    /// NetStorm's multi-root forest: the `roots` best roots by quality,
+    /// each with its fastest aggregation path tree, chunks in proportion
+    /// to quality.
+    pub fn netstorm(graph: &Graph, roots: usize) -> Forest {
+        let quality = netstorm::qualities(graph);
+        let roots = netstorm::select_roots(graph, roots);
+        Forest {
+            trees: roots.iter().map(|&r| netstorm::fapt(graph, r)).collect(),
+            shares: roots.iter().map(|&r| quality[r]).collect(),
+        }
+    }
+
+    /// One tree carrying the whole tensor (the baselines).
+    pub fn single(tree: Tree) -> Forest {
+        Forest {
+            trees: vec![tree],
+            shares: vec![1.0],
+        }
+    }
+
+    /// Checks the forest against `sites` sites: at least one tree, one
+    /// share per tree (finite, not negative, not all zero), every tree
+    /// spanning every site.
+    pub fn check(&self, sites: usize) -> Result<()> {
+        ensure!(!self.trees.is_empty(), "a forest needs at least one tree");
+        ensure!(
+            self.shares.len() == self.trees.len(),
+            "{} shares for {} trees",
+            self.shares.len(),
+            self.trees.len()
+        );
+        ensure!(
+            self.shares.iter().all(|s| s.is_finite() && *s >= 0.0)
+                && self.shares.iter().sum::<f64>() > 0.0,
+            "tree shares {:?} must be finite, not negative, and not all zero",
+            self.shares
+        );
+        for (t, tree) in self.trees.iter().enumerate() {
+            ensure!(
+                tree.parent.len() == sites,
+                "tree {t} covers {} sites, not {sites}",
+                tree.parent.len()
+            );
+            if let Some(v) = (0..sites).find(|&v| tree.path(v).is_none()) {
+                bail!("tree {t} (root {}) does not reach site {v}", tree.root);
+            }
+        }
+        Ok(())
+    }
+
+    /// The element range of `len` each tree carries: chunks of `k`
+    /// elements shared by [`netstorm::chunk_quota`], contiguous, in tree
+    /// order. Every worker computes the same ranges.
+    pub fn split(&self, len: usize, k: u16) -> Vec<std::ops::Range<usize>> {
+        let k = usize::from(k.max(1));
+        let quota = netstorm::chunk_quota(len.div_ceil(k), &self.shares);
+        let mut start = 0;
+        quota
+            .iter()
+            .map(|&chunks| {
+                let end = (start + chunks * k).min(len);
+                let range = start..end;
+                start = end;
+                range
+            })
+            .collect()
+    }
+}
+
+/// The jobs' shape, the same at every site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForestConfig {
+    /// Tree t's job id is `first_job + t` at every site.
+    pub first_job: u16,
+    /// Tree t's pool is `[pool_base + t * pool_size, ...)` at every site.
+    pub pool_base: u32,
+    /// Slots per tree (the agents' window).
+    pub pool_size: u32,
+    /// K.
+    pub elements: u16,
+    /// The trees' generation (every job of a forest has the same).
+    pub generation: u16,
+}
+
+impl ForestConfig {
+    fn job(&self, tree: usize) -> Result<u16> {
+        u16::try_from(usize::from(self.first_job) + tree)
+            .ok()
+            .context("tree job ids run past 65535; lower first_job")
+    }
+
+    fn pool_base(&self, tree: usize) -> u32 {
+        self.pool_base + tree as u32 * self.pool_size
+    }
+}
+
+/// The trees' jobs as installed, to be removed when done.
+#[derive(Debug)]
+pub struct Deployment {
+    /// (site, job id) of every installed job.
+    installed: Vec<(usize, u16)>,
+}
+
+impl Deployment {
+    /// Installs every tree's job at every site. `endpoints[v][t]` are the
+    /// endpoints of site v's workers in tree t (worker id = position; the
+    /// same workers in every tree). On an error, what was installed is
+    /// removed again.
+    pub fn install(
+        sites: &mut [Site],
+        forest: &Forest,
+        config: &ForestConfig,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<Deployment> {
+        forest.check(sites.len())?;
+        ensure!(
+            endpoints.len() == sites.len(),
+            "worker endpoints for {} sites; there are {}",
+            endpoints.len(),
+            sites.len()
+        );
+        let mut deployment = Deployment {
+            installed: Vec::new(),
+        };
+        let result = deployment.install_all(sites, forest, config, endpoints);
+        if let Err(e) = result {
+            deployment.remove(sites).ok();
+            return Err(e);
+        }
+        Ok(deployment)
+    }
+
+    fn install_all(
+        &mut self,
+        sites: &mut [Site],
+        forest: &Forest,
+        config: &ForestConfig,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<()> {
+        let datas: Vec<SocketAddr> = sites.iter().map(|s| s.data).collect();
+        for (t, tree) in forest.trees.iter().enumerate() {
+            for (v, site) in sites.iter_mut().enumerate() {
+                let workers = endpoints[v]
+                    .get(t)
+                    .with_context(|| format!("site {v} has no worker endpoints for tree {t}"))?;
+                let spec = tree_job(tree, t, v, config, &datas, workers, endpoints)?;
+                site.target.create_job(&spec).with_context(|| {
+                    format!("installing tree {t}'s job {} at site {v}", spec.id)
+                })?;
+                self.installed.push((v, spec.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every job this deployment installed (all are tried; the
+    /// first error is returned).
+    pub fn remove(self, sites: &mut [Site]) -> Result<()> {
+        let mut first = None;
+        for (v, job) in self.installed {
+            if let Err(e) = sites[v].target.delete_job(job) {
+                first.get_or_insert(
+                    anyhow::Error::from(e).context(format!("deleting job {job} at site {v}")),
+                );
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// Tree t's job at site v: v's workers, then its children's switches; an
+/// upstream to the parent unless v is the root.
+fn tree_job(
+    tree: &Tree,
+    t: usize,
+    v: usize,
+    config: &ForestConfig,
+    datas: &[SocketAddr],
+    workers: &[SocketAddr],
+    endpoints: &[Vec<Vec<SocketAddr>>],
+) -> Result<JobSpec> {
+    ensure!(
+        !workers.is_empty(),
+        "site {v} has no workers: every site of a NetStorm overlay trains"
+    );
+    let job = config.job(t)?;
+    let mut members = workers.to_vec();
+    members.extend(tree.children(v).iter().map(|&c| datas[c]));
+    let upstream = match tree.parent[v] {
+        Some(p) if v != tree.root => {
+            let place = tree.children(p).iter().position(|&c| c == v);
+            let member = endpoints[p][t].len() + place.expect("v is a child of its parent");
+            Some(Upstream {
+                switch: datas[p],
+                job,
+                member: u16::try_from(member).context("member id beyond 16 bits")?,
+            })
+        }
+        _ => None,
+    };
+    Ok(JobSpec {
+        id: job,
+        workers: members,
+        pool_base: config.pool_base(t),
+        pool_size: config.pool_size,
+        elements: config.elements,
+        generation: config.generation,
+        queues: Vec::new(),
+        group: None,
+        upstream,
+    })
+}
+
+/// One worker's side: a [`Worker`] per tree, all at its own site's switch.
+pub struct ForestWorker {
+    workers: Vec<Worker>,
+    forest: Forest,
+}
+
+impl ForestWorker {
+    /// Binds one socket per tree of `forest` on `bind`'s address (port 0:
+    /// any) for worker `worker` of its site, whose switch is at `switch`;
+    /// `total` is the number of workers at every site together (the sum's
+    /// count and the quantizer's divisor). `tune` adjusts each tree's
+    /// agent configuration (timeouts) before its socket is made.
+    pub fn bind(
+        switch: SocketAddr,
+        bind: SocketAddr,
+        forest: &Forest,
+        config: &ForestConfig,
+        worker: u16,
+        total: u16,
+        tune: impl Fn(&mut AgentConfig),
+    ) -> Result<ForestWorker> {
+        let workers = (0..forest.trees.len())
+            .map(|t| {
+                let mut agent = AgentConfig::new(
+                    switch,
+                    config.job(t)?,
+                    worker,
+                    total,
+                    config.pool_size,
+                    config.elements,
+                );
+                agent.bind = bind;
+                agent.generation = config.generation;
+                tune(&mut agent);
+                Worker::new(agent).with_context(|| format!("worker {worker}, tree {t}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ForestWorker {
+            workers,
+            forest: forest.clone(),
+        })
+    }
+
+    /// This worker's endpoint in each tree's job, in tree order.
+    pub fn endpoints(&self) -> Vec<SocketAddr> {
+        self.workers.iter().map(Worker::local_addr).collect()
+    }
+
+    /// Moves every tree's socket to a new forest of the same tree count
+    /// (the jobs reinstalled with generation `generation`).
+    pub fn retarget(&mut self, forest: &Forest, generation: u16) -> Result<()> {
+        ensure!(
+            forest.trees.len() == self.workers.len(),
+            "a forest of {} trees for a worker bound to {}",
+            forest.trees.len(),
+            self.workers.len()
+        );
+        for w in &mut self.workers {
+            let c = w.config().clone();
+            w.retarget(c.job, c.worker, c.workers, generation)?;
+        }
+        self.forest = forest.clone();
+        Ok(())
+    }
+
+    /// Sums `data` over every worker of every site, exactly; one statistic
+    /// per tree.
+    pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<Vec<Stats>> {
+        self.run(data, |w, part| w.allreduce_i32(part))
+    }
+
+    /// Sums `data` over every worker of every site, within the quantizer's
+    /// bound for the total worker count; one statistic per tree.
+    pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<Vec<Stats>> {
+        self.run(data, |w, part| w.allreduce_f32(part))
+    }
+
+    /// Each tree's range through its worker, the trees at once.
+    fn run<T: Send>(
+        &mut self,
+        data: &mut [T],
+        op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
+    ) -> Result<Vec<Stats>> {
+        let k = self.workers[0].config().elements;
+        let ranges = self.forest.split(data.len(), k);
+        let mut parts: Vec<&mut [T]> = Vec::with_capacity(ranges.len());
+        let mut rest = data;
+        for r in &ranges {
+            let (part, tail) = rest.split_at_mut(r.len());
+            parts.push(part);
+            rest = tail;
+        }
+        let op = &op;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .workers
+                .iter_mut()
+                .zip(parts)
+                .enumerate()
+                .map(|(t, (w, part))| {
+                    s.spawn(move || {
+                        if part.is_empty() {
+                            return Ok(Stats::default());
+                        }
+                        op(w, part).with_context(|| format!("tree {t}"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("tree thread panicked"))
+                .collect()
+        })
+    }
+}

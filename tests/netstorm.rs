@@ -1,0 +1,339 @@
+//! NetStorm's multi-root aggregation trees across switches, end to end:
+//! four sites, each an emulator dropping 2% of packets each way, with 2, 1,
+//! 2 and 1 workers. The switches forward partial sums up each tree and
+//! results down (no host relays anything); the tests check the sums every
+//! worker gets, the jobs installed at each site, and what each switch did.
+
+use std::net::SocketAddr;
+
+use inagg::local::LocalCluster;
+use inagg::netstorm::{Deployment, Forest, ForestConfig, ForestWorker, Site};
+use inagg_emu::counters::DropReason;
+use inagg_emu::FaultConfig;
+use inagg_switch_control::sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
+use inagg_switch_control::EmuTarget;
+
+const WORKERS: [u16; 4] = [2, 1, 2, 1];
+const LEN: usize = 5000;
+const CONFIG: ForestConfig = ForestConfig {
+    first_job: 3,
+    pool_base: 0,
+    pool_size: 8,
+    elements: 64,
+    generation: 0,
+};
+
+/// A ring 0-1-2-3 of fast links with a slow chord 0-3 and a middling 1-3:
+/// the best roots' trees are chains two or three hops deep.
+fn overlay() -> Graph {
+    let e = |a, b, weight| Edge { a, b, weight };
+    Graph {
+        nodes: 4,
+        edges: vec![
+            e(0, 1, 1.0),
+            e(1, 2, 1.0),
+            e(2, 3, 1.0),
+            e(0, 3, 5.0),
+            e(1, 3, 2.5),
+        ],
+    }
+}
+
+struct Sites {
+    clusters: Vec<LocalCluster>,
+    sites: Vec<Site>,
+}
+
+fn sites() -> Sites {
+    let clusters: Vec<LocalCluster> = (0..WORKERS.len())
+        .map(|v| {
+            LocalCluster::start(FaultConfig {
+                drop_ingress: 0.02,
+                drop_egress: 0.02,
+                seed: 40 + v as u64,
+                ..FaultConfig::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    let sites = clusters
+        .iter()
+        .map(|c| Site {
+            target: Box::new(EmuTarget::connect(c.control_addr()).unwrap()),
+            data: c.emu.data_addr(),
+        })
+        .collect();
+    Sites { clusters, sites }
+}
+
+fn total() -> u16 {
+    WORKERS.iter().sum()
+}
+
+/// Every worker of every site, bound for `forest` (site-major order).
+fn bind(s: &Sites, forest: &Forest, config: &ForestConfig) -> Vec<ForestWorker> {
+    let mut out = Vec::new();
+    for (v, &n) in WORKERS.iter().enumerate() {
+        for w in 0..n {
+            out.push(
+                ForestWorker::bind(
+                    s.sites[v].data,
+                    "127.0.0.1:0".parse().unwrap(),
+                    forest,
+                    config,
+                    w,
+                    total(),
+                    |_| {},
+                )
+                .unwrap(),
+            );
+        }
+    }
+    out
+}
+
+/// endpoints[site][tree][worker] of the bound workers.
+fn endpoints(workers: &[ForestWorker]) -> Vec<Vec<Vec<SocketAddr>>> {
+    let mut it = workers.iter();
+    WORKERS
+        .iter()
+        .map(|&n| {
+            let mine: Vec<Vec<SocketAddr>> =
+                (0..n).map(|_| it.next().unwrap().endpoints()).collect();
+            let trees = mine[0].len();
+            (0..trees)
+                .map(|t| mine.iter().map(|e| e[t]).collect())
+                .collect()
+        })
+        .collect()
+}
+
+/// Worker g's int32 tensor: distinct per worker and element, negatives too.
+fn ints(g: usize) -> Vec<i32> {
+    (0..LEN)
+        .map(|i| (g as i32 * 7919 + i as i32 * 31) % 20011 - 10000)
+        .collect()
+}
+
+fn floats(g: usize) -> Vec<f32> {
+    (0..LEN)
+        .map(|i| ((g * 37 + i) as f32 * 0.013).sin() * 0.9)
+        .collect()
+}
+
+/// Runs `f` on every worker at once; returns the results in worker order.
+fn on_all<T: Send>(
+    workers: &mut [ForestWorker],
+    f: impl Fn(usize, &mut ForestWorker) -> T + Sync,
+) -> Vec<T> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .enumerate()
+            .map(|(g, w)| s.spawn(move || f(g, w)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Site v's parent and children in `tree`, as the installed job says.
+fn installed_shape(s: &mut Sites, job: u16, v: usize) -> (Option<SocketAddr>, usize) {
+    let info = s.sites[v].target.job(job).unwrap();
+    (
+        info.spec.upstream.map(|u| u.switch),
+        info.spec.workers.len() - usize::from(WORKERS[v]),
+    )
+}
+
+/// Installs `forest` with `generation` (job ids are reused from forest to
+/// forest: late packets of the last one are dropped as stale), checks
+/// exact sums over two all-reduces, removes it.
+fn exact_int_sums(s: &mut Sites, forest: &Forest, generation: u16) {
+    let config = ForestConfig {
+        generation,
+        ..CONFIG
+    };
+    let mut workers = bind(s, forest, &config);
+    let deployment =
+        Deployment::install(&mut s.sites, forest, &config, &endpoints(&workers)).unwrap();
+    let want: Vec<i32> = (0..LEN)
+        .map(|i| {
+            (0..usize::from(total()))
+                .map(|g| ints(g)[i])
+                .fold(0i32, i32::wrapping_add)
+        })
+        .collect();
+    for _ in 0..2 {
+        let got = on_all(&mut workers, |g, w| {
+            let mut data = ints(g);
+            w.allreduce_i32(&mut data).unwrap();
+            data
+        });
+        for (g, data) in got.iter().enumerate() {
+            assert!(
+                *data == want,
+                "worker {g}: not the exact sum over every site"
+            );
+        }
+    }
+    deployment.remove(&mut s.sites).unwrap();
+}
+
+#[test]
+fn netstorm_forest_sums_exactly_across_four_switches_under_loss() {
+    let mut s = sites();
+    let forest = Forest::netstorm(&overlay(), 2);
+    // The roots are the middle of the ring, each tree a chain at least
+    // two hops deep on one side: inner switches relay both ways.
+    let roots: Vec<usize> = forest.trees.iter().map(|t| t.root).collect();
+    assert_eq!(roots, vec![1, 2]);
+    assert_eq!(forest.trees[0], fapt(&overlay(), 1));
+    let ranges = forest.split(LEN, CONFIG.elements);
+    assert_eq!(ranges[0].start, 0);
+    assert_eq!(ranges[1].end, LEN);
+    assert!(!ranges[0].is_empty() && !ranges[1].is_empty(), "{ranges:?}");
+
+    let mut workers = bind(&s, &forest, &CONFIG);
+    let deployment =
+        Deployment::install(&mut s.sites, &forest, &CONFIG, &endpoints(&workers)).unwrap();
+    // Each site's job per tree names its parent's switch and counts its
+    // children's switches as members.
+    for (t, tree) in forest.trees.iter().enumerate() {
+        let job = CONFIG.first_job + t as u16;
+        for v in 0..WORKERS.len() {
+            let (up, children) = installed_shape(&mut s, job, v);
+            assert_eq!(
+                up,
+                tree.parent[v].map(|p| s.sites[p].data),
+                "tree {t} site {v}"
+            );
+            assert_eq!(children, tree.children(v).len(), "tree {t} site {v}");
+        }
+    }
+    let want: Vec<f64> = (0..LEN)
+        .map(|i| {
+            (0..usize::from(total()))
+                .map(|g| f64::from(floats(g)[i]))
+                .sum()
+        })
+        .collect();
+    let got = on_all(&mut workers, |g, w| {
+        let mut data = floats(g);
+        let stats = w.allreduce_f32(&mut data).unwrap();
+        (data, stats)
+    });
+    // Six values below 1 per element: the quantization step is 6^2 / 2^31
+    // (2e-8); a lost site would be off by up to 0.9.
+    for (g, (data, _)) in got.iter().enumerate() {
+        for (i, (&x, &exact)) in data.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(x) - exact).abs() <= 1e-6,
+                "worker {g} element {i}: {x} vs exact {exact}"
+            );
+        }
+        assert!(
+            *data == got[0].0,
+            "worker {g} holds other bits than worker 0"
+        );
+    }
+    // Both trees carried packets for every worker.
+    for (g, (_, stats)) in got.iter().enumerate() {
+        assert!(
+            stats.iter().all(|st| st.packets_sent > 0),
+            "worker {g}: {stats:?}"
+        );
+    }
+    for (t, tree) in forest.trees.iter().enumerate() {
+        let job = CONFIG.first_job + t as u16;
+        for (v, cluster) in s.clusters.iter().enumerate() {
+            let c = cluster.emu.state().switch.job(job).unwrap().counters;
+            if v == tree.root {
+                assert_eq!(c.upstream, 0, "the root of tree {t} sends nothing up");
+            } else {
+                assert!(
+                    c.upstream > 0,
+                    "site {v} of tree {t} sent nothing up: {c:?}"
+                );
+            }
+            assert!(
+                c.results > 0,
+                "site {v} of tree {t} multicast nothing: {c:?}"
+            );
+        }
+    }
+    for (v, cluster) in s.clusters.iter().enumerate() {
+        let c = cluster.emu.state().switch.counters().clone();
+        assert!(
+            c.dropped(DropReason::InjectedIngress) + c.dropped(DropReason::InjectedEgress) > 0,
+            "site {v}: no loss injected"
+        );
+        assert_eq!(c.dropped(DropReason::UnknownWorker), 0, "site {v}: {c:?}");
+        assert_eq!(c.dropped(DropReason::NotContribution), 0, "site {v}: {c:?}");
+    }
+    deployment.remove(&mut s.sites).unwrap();
+    for (v, site) in s.sites.iter_mut().enumerate() {
+        assert!(
+            site.target.jobs().unwrap().is_empty(),
+            "site {v} kept a job"
+        );
+    }
+}
+
+#[test]
+fn the_baselines_trees_run_on_the_same_stack_with_exact_sums() {
+    let mut s = sites();
+    let forests = [
+        Forest::netstorm(&overlay(), 3),
+        Forest::single(star(4, 0)),
+        Forest::single(kway_tree(4, 2, 3)),
+        // A chain through every site: three switches relay.
+        Forest::single(Tree {
+            root: 0,
+            parent: vec![None, Some(0), Some(1), Some(2)],
+        }),
+    ];
+    for (g, forest) in forests.iter().enumerate() {
+        exact_int_sums(&mut s, forest, g as u16);
+    }
+}
+
+#[test]
+fn a_forest_that_cannot_be_installed_is_refused_and_leaves_nothing() {
+    let mut s = sites();
+    let forest = Forest::netstorm(&overlay(), 2);
+    let workers = bind(&s, &forest, &CONFIG);
+    let eps = endpoints(&workers);
+
+    // A tree that does not reach site 3.
+    let broken = Forest::single(Tree {
+        root: 0,
+        parent: vec![None, Some(0), Some(1), None],
+    });
+    let err = Deployment::install(&mut s.sites, &broken, &CONFIG, &eps).unwrap_err();
+    assert!(err.to_string().contains("does not reach site 3"), "{err}");
+
+    // Site 2 without workers.
+    let mut empty = eps.clone();
+    empty[2] = vec![Vec::new(); 2];
+    let err = Deployment::install(&mut s.sites, &forest, &CONFIG, &empty).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("site 2 has no workers"),
+        "{err:#}"
+    );
+
+    // Pools beyond the switch's memory: the second tree fails, and the
+    // first tree's jobs (already installed) are removed again.
+    let far = ForestConfig {
+        pool_base: 8192 - 12,
+        ..CONFIG
+    };
+    let err = Deployment::install(&mut s.sites, &forest, &far, &eps).unwrap_err();
+    assert!(format!("{err:#}").contains("tree 1"), "{err:#}");
+    for (v, site) in s.sites.iter_mut().enumerate() {
+        assert!(
+            site.target.jobs().unwrap().is_empty(),
+            "site {v} kept a job"
+        );
+    }
+}
