@@ -337,3 +337,67 @@ fn a_forest_that_cannot_be_installed_is_refused_and_leaves_nothing() {
         );
     }
 }
+
+/// The dynamic scenario's step: the links' rates change, the scheduler
+/// plans a new forest, and at a barrier the old jobs go and the new ones
+/// come with the next generation; the same workers retarget their sockets.
+#[test]
+fn a_new_forest_takes_over_at_a_barrier_with_the_next_generation() {
+    let mut s = sites();
+    let before = Forest::netstorm(&overlay(), 2);
+    // The 1-2 link slows down: the best roots move to the ends of the ring.
+    let mut slower = overlay();
+    slower.edges[1].weight = 10.0;
+    let after = Forest::netstorm(&slower, 2);
+    let roots = |f: &Forest| f.trees.iter().map(|t| t.root).collect::<Vec<_>>();
+    assert_ne!(roots(&before), roots(&after));
+
+    let mut workers = bind(&s, &before, &CONFIG);
+    let eps = endpoints(&workers);
+    let want: Vec<i32> = (0..LEN)
+        .map(|i| {
+            (0..usize::from(total()))
+                .map(|g| ints(g)[i])
+                .fold(0, i32::wrapping_add)
+        })
+        .collect();
+    let run = |workers: &mut [ForestWorker]| {
+        let got = on_all(workers, |g, w| {
+            let mut data = ints(g);
+            w.allreduce_i32(&mut data).unwrap();
+            data
+        });
+        for (g, data) in got.iter().enumerate() {
+            assert!(*data == want, "worker {g}: not the exact sum");
+        }
+    };
+    let old = Deployment::install(&mut s.sites, &before, &CONFIG, &eps).unwrap();
+    run(&mut workers);
+    old.remove(&mut s.sites).unwrap();
+    let next = ForestConfig {
+        generation: 1,
+        ..CONFIG
+    };
+    let new = Deployment::install(&mut s.sites, &after, &next, &eps).unwrap();
+    for w in &mut workers {
+        w.retarget(&after, next.generation).unwrap();
+    }
+    run(&mut workers);
+    for (t, tree) in after.trees.iter().enumerate() {
+        let job = CONFIG.first_job + t as u16;
+        for v in 0..WORKERS.len() {
+            let (up, _) = installed_shape(&mut s, job, v);
+            assert_eq!(
+                up,
+                tree.parent[v].map(|p| s.sites[p].data),
+                "tree {t} site {v}"
+            );
+        }
+    }
+    new.remove(&mut s.sites).unwrap();
+    // A forest of another tree count cannot be taken by these workers.
+    let err = workers[0]
+        .retarget(&Forest::netstorm(&slower, 3), 2)
+        .unwrap_err();
+    assert!(err.to_string().contains("3 trees"), "{err}");
+}
