@@ -5,8 +5,8 @@
 //! `inagg-emu` (the software switch), `inagg-host-agent` (workers),
 //! `inagg-switch-control` (control plane). This crate puts them together:
 //! [`local`] runs a whole cluster in one process, [`verify`] checks results,
-//! [`dsync`] runs dSyncPS's two-tier aggregation across switches, and one
-//! module per subcommand.
+//! [`dsync`], [`selective`], [`selmcast`] and [`netstorm`] run the papers'
+//! policies live on the stack, and there is one module per subcommand.
 
 pub mod agent_cmd;
 pub mod backend;
