@@ -169,6 +169,42 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
     assert!(pools.contains("400 of 1000 slots free"), "{pools}");
     let show = text(&emu.ctl(&["job", "show", "1"]));
     assert!(show.contains("worker   1  127.0.0.1:5001"), "{show}");
+    // A tree node: its partial sums go to another switch's job.
+    let tree = |upstream: &str| {
+        emu.ctl(&[
+            "job",
+            "create",
+            "--id",
+            "3",
+            "--workers",
+            "127.0.0.1:7000",
+            "--pool-base",
+            "700",
+            "--pool-size",
+            "8",
+            "--upstream",
+            upstream,
+        ])
+    };
+    let bad = tree("127.0.0.1:9000/3");
+    assert!(
+        !bad.status.success() && text(&bad).contains("is not SWITCH/JOB/MEMBER"),
+        "{}",
+        text(&bad)
+    );
+    let own = tree("127.0.0.1:7000/3/0");
+    assert!(
+        text(&own).contains("job 3: upstream 127.0.0.1:7000 is also one of the job's workers"),
+        "{}",
+        text(&own)
+    );
+    assert!(tree("127.0.0.1:9000/5/2").status.success());
+    let show = text(&emu.ctl(&["job", "show", "3"]));
+    assert!(
+        show.contains("upstream  switch 127.0.0.1:9000  job 5  as member 2  (sent up 0, again 0)"),
+        "{show}"
+    );
+    assert!(emu.ctl(&["job", "delete", "3"]).status.success());
     assert!(emu.ctl(&["job", "delete", "1"]).status.success());
     let gone = emu.ctl(&["job", "show", "1"]);
     assert!(!gone.status.success() && text(&gone).contains("no job 1 is installed"));

@@ -62,6 +62,33 @@ pub struct Upstream {
     pub member: u16,
 }
 
+impl std::str::FromStr for Upstream {
+    type Err = String;
+
+    /// `SWITCH/JOB/MEMBER`, as the CLI takes it: `10.0.0.2:47000/3/1` sends
+    /// partial sums to job 3 of the switch at 10.0.0.2:47000 as its member 1.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not SWITCH/JOB/MEMBER (for example 10.0.0.2:47000/3/1)");
+        let mut parts = s.split('/');
+        let (Some(switch), Some(job), Some(member), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        Ok(Upstream {
+            switch: switch.trim().parse().map_err(|_| bad())?,
+            job: job.trim().parse().map_err(|_| bad())?,
+            member: member.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.switch, self.job, self.member)
+    }
+}
+
 impl JobSpec {
     /// End of the pool (exclusive).
     pub fn pool_end(&self) -> u64 {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use inagg_emu::api::{GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap};
+use inagg_emu::api::{GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream};
 use inagg_emu::counters::{Counters, DropReason};
 use inagg_emu::egress::{describe_map, ClassQueue};
 use inagg_emu::FaultConfig;
@@ -211,6 +211,13 @@ pub enum JobCommand {
         /// controller allocates one) [default: the target's pick].
         #[arg(long)]
         group: Option<u16>,
+        /// Make the job a node of an aggregation tree (direct only,
+        /// emulator only): complete slots' partial sums go up to job JOB
+        /// of the switch at SWITCH, as its member MEMBER, and the results
+        /// it sends back go down to the workers (docs/PROTOCOL.md,
+        /// "Aggregation trees").
+        #[arg(long, value_name = "SWITCH/JOB/MEMBER")]
+        upstream: Option<Upstream>,
     },
     /// List jobs.
     #[command(alias = "ls")]
@@ -434,6 +441,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             generation,
             class_queue,
             group,
+            upstream,
         } => {
             if name.is_some() || count.is_some() || slots.is_some() || no_fallback {
                 return Err(usage(
@@ -451,7 +459,7 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
                 ));
             }
             let spec = JobSpec {
-                upstream: None,
+                upstream,
                 id,
                 workers,
                 pool_base: need(pool_base, "--pool-base")?,
@@ -670,6 +678,13 @@ fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
     }
     if let Some(g) = s.group {
         writeln!(o, "  multicast group {g}")?;
+    }
+    if let Some(up) = s.upstream {
+        writeln!(
+            o,
+            "  upstream  switch {}  job {}  as member {}  (sent up {}, again {})",
+            up.switch, up.job, up.member, c.upstream, c.upstream_resent
+        )?;
     }
     writeln!(
         o,

@@ -86,11 +86,18 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             generation: _,
             class_queue,
             group,
+            upstream,
         } => {
             if id.is_some() || pool_base.is_some() || pool_size.is_some() || group.is_some() {
                 return Err(usage(
                     "--id, --pool-base, --pool-size and --group are the controller's to choose: \
                      give --name, --count and --slots",
+                ));
+            }
+            if upstream.is_some() {
+                return Err(usage(
+                    "--upstream installs a tree node on one switch directly (without \
+                     --controller): the controller places jobs on switches of its own choosing",
                 ));
             }
             let name = name.ok_or_else(|| usage("--name is needed"))?;
