@@ -9,29 +9,42 @@
 //!
 //! What crosses each switch:
 //! - **Local round** (rack job, every worker of the rack): each worker's
-//!   delta since the last global base, `params - base`. The sum over the
-//!   rack, divided by the rack's worker count, is the rack's mean delta.
+//!   delta since the last sync's model, `params - base`. The sum over the
+//!   rack, divided by the rack's worker count, is the rack's mean delta,
+//!   and `base + mean delta` the rack's mean model, the same bits on every
+//!   worker of the rack. Deltas rather than parameters: the block exponent
+//!   follows the largest magnitude in each chunk, and a delta is much
+//!   smaller than the weights, so its quantization step is too.
 //! - **Global sync** (spine job, one member per rack: the rack's leader,
-//!   worker 0): the leader contributes the rack's *sum* of deltas from the
-//!   local round just done; the spine's sum over N workers in all is the
-//!   global sum of deltas, so the new model is `base + sum / N`, every
-//!   worker weighted equally.
+//!   worker 0): the leader contributes its rack's worker count times the
+//!   rack's mean model; the spine's sum divided by the N workers in all is
+//!   the mean over every worker, each weighted equally. Models, not
+//!   deltas, because a rack that joins mid-training (below) has no common
+//!   base to take deltas from; the models' step (a few 1e-8 for weights
+//!   near 1 and a handful of racks) is below f32's own rounding.
 //! - **Broadcast** (rack job again, as int32): the leader contributes the
-//!   bit patterns of the global sum and every other worker zeros, so the
+//!   bit patterns of the global mean and every other worker zeros, so the
 //!   integer all-reduce hands every worker of the rack the leader's floats
 //!   bit for bit, with the same retransmission under loss as any
 //!   all-reduce. (A float all-reduce would requantize them with the rack's
 //!   own scale, and racks of different sizes would round differently.)
-//!   Every worker of every rack then holds the same bits: the same base
-//!   plus the same sum over the same N.
+//!   Every leader divides the same spine sum by the same N, so every
+//!   worker of every rack holds the same bits.
 //!
-//! Deltas rather than parameters: the block exponent follows the largest
-//! magnitude in each chunk, and a delta since the last global sync is
-//! much smaller than the weights, so its quantization step is too.
-//!
-//! Not built here: racks joining or leaving mid-training (the advance /
-//! defer rule of `GlobalSync::join` would need the spine job's membership
-//! to change generation at the same round).
+//! Two ways to pace the global sync:
+//! - [`TwoTier::new`]: a fixed set of racks, each worker running the same
+//!   schedule (its rack's row of the table).
+//! - [`TwoTier::managed`]: racks join and leave mid-training ([`spine`]).
+//!   A spine manager holds the table with every rack's row, applies the
+//!   advance/defer rule to a rack that joins, and installs the spine job
+//!   for each sync's racks (a new generation when they change). The rack's
+//!   leader asks it every round and passes the word on inside the rack's
+//!   own all-reduce (one extra element, 1.0 for a global round), so the
+//!   other workers need no connection of their own. A rack that joins
+//!   contributes nothing to its first sync and takes the mean (a new
+//!   server overwrites its model with the current one).
+
+pub mod spine;
 
 use anyhow::{bail, Context, Result};
 use inagg_host_agent::Worker;
@@ -52,12 +65,30 @@ pub struct TwoTier {
     local: Worker,
     /// The spine's job, for the rack's leader only.
     global: Option<Worker>,
-    /// Workers in all racks.
-    total: u32,
-    /// When the next global sync is due (this rack's row).
-    schedule: GlobalSync,
-    /// The model after the last global sync (the deltas' origin).
+    /// Who decides when the global sync is due.
+    pace: Pace,
+    /// The model after the last sync (the deltas' origin).
     base: Vec<f32>,
+    /// Global syncs this worker took part in.
+    syncs: u64,
+}
+
+/// Who decides when a round ends in a global sync.
+enum Pace {
+    /// Every worker runs the same fixed schedule (this rack's row) over a
+    /// fixed set of racks of `total` workers.
+    Fixed { schedule: GlobalSync, total: u32 },
+    /// The rack's leader asks the spine manager and tells the rack.
+    Leader(spine::SpineLink),
+    /// A worker of a managed rack: its leader tells it.
+    Follower,
+}
+
+/// What a global sync needs: the spine's mean is over `total` workers, and
+/// a `fresh` rack contributes nothing.
+struct SyncPlan {
+    total: u32,
+    fresh: bool,
 }
 
 impl TwoTier {
@@ -90,15 +121,58 @@ impl TwoTier {
         Ok(TwoTier {
             local,
             global,
-            total,
-            schedule: GlobalSync::new(t, [0]),
+            pace: Pace::Fixed {
+                schedule: GlobalSync::new(t, [0]),
+                total,
+            },
             base: initial.to_vec(),
+            syncs: 0,
         })
     }
 
-    /// Global syncs done so far.
+    /// A worker of a rack whose global syncs a spine manager paces (racks
+    /// may join and leave): the rack's worker 0 passes its spine worker
+    /// (any job id and rank: the manager's plans retarget it) and its
+    /// link to the manager ([`spine::SpineLink::join`]); the others pass
+    /// `None`. `initial` is the model the rack starts from.
+    pub fn managed(
+        local: Worker,
+        leader: Option<(Worker, spine::SpineLink)>,
+        initial: &[f32],
+    ) -> Result<TwoTier> {
+        let is_leader = local.config().worker == 0;
+        if is_leader != leader.is_some() {
+            bail!(
+                "worker {} of the rack: the spine link is for worker 0 (the leader) only",
+                local.config().worker
+            );
+        }
+        let (global, pace) = match leader {
+            Some((worker, link)) => (Some(worker), Pace::Leader(link)),
+            None => (None, Pace::Follower),
+        };
+        Ok(TwoTier {
+            local,
+            global,
+            pace,
+            base: initial.to_vec(),
+            syncs: 0,
+        })
+    }
+
+    /// Global syncs this worker took part in.
     pub fn syncs(&self) -> u64 {
-        self.schedule.done
+        self.syncs
+    }
+
+    /// A managed rack's leader leaves the spine's table (the rack's other
+    /// workers just stop calling [`TwoTier::round`]). Nothing to do for a
+    /// fixed schedule or a follower.
+    pub fn leave(self) -> Result<()> {
+        match self.pace {
+            Pace::Leader(link) => link.leave(),
+            Pace::Fixed { .. } | Pace::Follower => Ok(()),
+        }
     }
 
     /// Averages `params` (this worker's model after its local step) over
@@ -114,38 +188,87 @@ impl TwoTier {
             );
         }
         let mut delta: Vec<f32> = params.iter().zip(&self.base).map(|(p, b)| p - b).collect();
+        let plan = match &mut self.pace {
+            Pace::Fixed { .. } => None,
+            Pace::Leader(link) => Some(link.round().context("asking the spine manager")?),
+            Pace::Follower => None,
+        };
+        let managed = !matches!(self.pace, Pace::Fixed { .. });
+        if managed {
+            // The leader's word to its rack: 1.0 for a global round.
+            delta.push(if plan.flatten().is_some() { 1.0 } else { 0.0 });
+        }
         self.local
             .allreduce_f32(&mut delta)
             .context("local aggregation at the rack's switch")?;
-        if !self.schedule.local_done(0) {
-            let n = f32::from(self.local.config().workers);
-            apply(params, &self.base, &delta, n);
+        let sync = match &mut self.pace {
+            Pace::Fixed { schedule, total } => schedule.local_done(0).then_some(SyncPlan {
+                total: *total,
+                fresh: false,
+            }),
+            Pace::Leader(_) => plan.flatten().map(|p| SyncPlan {
+                total: p.total,
+                fresh: p.fresh,
+            }),
+            Pace::Follower => (delta.pop().unwrap_or(0.0) > 0.5).then_some(SyncPlan {
+                total: 0,
+                fresh: false,
+            }),
+        };
+        delta.truncate(params.len());
+        let n = f32::from(self.local.config().workers);
+        apply(params, &self.base, &delta, n);
+        let Some(sync) = sync else {
             return Ok(RoundKind::Local);
+        };
+        if let (Some(p), Some(spine)) = (plan.flatten(), &mut self.global) {
+            // Only on a change: the same job and generation continue their
+            // slots' rounds (retargeting starts them again at 0).
+            let c = spine.config();
+            if (c.job, c.worker, c.workers, c.generation)
+                != (p.job, p.member, p.members, p.generation)
+            {
+                spine.retarget(p.job, p.member, p.members, p.generation)?;
+            }
         }
-        self.global_sync(&mut delta)?;
-        apply(params, &self.base, &delta, self.total as f32);
+        self.global_sync(params, &sync)?;
         self.base.copy_from_slice(params);
-        self.schedule.finish();
+        self.syncs += 1;
+        match &mut self.pace {
+            Pace::Fixed { schedule, .. } => schedule.finish(),
+            Pace::Leader(link) => link.synced()?,
+            Pace::Follower => {}
+        }
         Ok(RoundKind::Global)
     }
 
-    /// Turns the rack's sum of deltas into the global sum on every worker of
-    /// the rack: the leader sums across the spine, then broadcasts.
-    fn global_sync(&mut self, rack_sum: &mut [f32]) -> Result<()> {
-        match &mut self.global {
-            Some(spine) => {
-                spine
-                    .allreduce_f32(rack_sum)
-                    .context("global sync at the spine switch")?;
+    /// Replaces the rack's mean model `params` with the mean over every
+    /// rack, the same bits on every worker of every rack: the leader sums
+    /// its rack's share (rack size times the mean, or nothing if fresh) at
+    /// the spine and divides by the total, then hands the bits to its rack.
+    fn global_sync(&mut self, params: &mut [f32], plan: &SyncPlan) -> Result<()> {
+        let mut mean = vec![0.0f32; params.len()];
+        if let Some(spine) = &mut self.global {
+            if !plan.fresh {
+                let n = f32::from(self.local.config().workers);
+                for (m, p) in mean.iter_mut().zip(params.iter()) {
+                    *m = p * n;
+                }
             }
-            None => rack_sum.fill(0.0),
+            spine
+                .allreduce_f32(&mut mean)
+                .context("global sync at the spine switch")?;
+            let total = plan.total as f32;
+            for m in &mut mean {
+                *m /= total;
+            }
         }
-        let mut bits: Vec<i32> = rack_sum.iter().map(|x| x.to_bits() as i32).collect();
+        let mut bits: Vec<i32> = mean.iter().map(|x| x.to_bits() as i32).collect();
         self.local
             .allreduce_i32(&mut bits)
             .context("broadcast of the global model in the rack")?;
-        for (x, b) in rack_sum.iter_mut().zip(bits) {
-            *x = f32::from_bits(b as u32);
+        for (p, b) in params.iter_mut().zip(bits) {
+            *p = f32::from_bits(b as u32);
         }
         Ok(())
     }

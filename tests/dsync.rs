@@ -228,3 +228,225 @@ fn misuse_is_an_error_not_a_hang() {
         [RoundKind::Local, RoundKind::Local, RoundKind::Global]
     );
 }
+
+/// One worker's round as it saw it: the kind, its model before the sync
+/// (after its step) and after.
+type Seen = (RoundKind, Vec<f32>, Vec<f32>);
+
+/// Racks joining and leaving mid-training, paced by the spine manager:
+/// racks 0 and 1 (2 workers each) from the start, rack 2 (1 worker,
+/// starting from a model of its own) joining after rack 0's third round,
+/// rack 1 leaving after its seventh; T = 2; every switch drops 2% each way.
+/// Every local round must give the rack's mean, every sync the mean over
+/// the racks the manager says were in it and not fresh, the same bits on
+/// every worker in it.
+#[test]
+fn racks_join_and_leave_mid_training_through_the_spine_manager() {
+    use inagg::dsync::spine::{SpineConfig, SpineLink, SpineManager};
+    use inagg_host_agent::AgentConfig;
+    use inagg_switch_control::EmuTarget;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const SIZES: [u16; 3] = [2, 2, 1];
+    const ROUNDS: [usize; 3] = [10, 7, 6];
+    let spine = LocalCluster::start(lossy(30)).unwrap();
+    let racks: Vec<LocalCluster> = (0..3)
+        .map(|r| LocalCluster::start(lossy(31 + r as u64)).unwrap())
+        .collect();
+    let manager = SpineManager::start(
+        Box::new(EmuTarget::connect(spine.control_addr()).unwrap()),
+        "127.0.0.1:0".parse().unwrap(),
+        SpineConfig {
+            t: 2,
+            initial: vec![0, 1],
+            job: 7,
+            pool_base: 0,
+            pool_size: 8,
+            elements: 64,
+        },
+    )
+    .unwrap();
+    let start_of = |rack: usize| -> Vec<f32> {
+        let shift = if rack == 2 { 0.5 } else { 0.0 };
+        initial().iter().map(|x| x + shift).collect()
+    };
+    // Global worker index of rack r's worker w.
+    let global = |r: usize, w: usize| SIZES[..r].iter().map(|&s| usize::from(s)).sum::<usize>() + w;
+    let (joined_tx, joined_rx) = mpsc::channel::<()>();
+    let joined_rx = std::sync::Mutex::new(Some(joined_rx));
+    let joined_tx = std::sync::Mutex::new(Some(joined_tx));
+
+    let traces: Vec<Vec<Vec<Seen>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|r| {
+                let workers = racks[r].job(params(1, SIZES[r]), |_| {}).unwrap();
+                let manager = manager.addr();
+                let spine_data = spine.emu.data_addr();
+                let joined_rx = (r == 2).then(|| joined_rx.lock().unwrap().take().unwrap());
+                let joined_tx = (r == 0).then(|| joined_tx.lock().unwrap().take().unwrap());
+                s.spawn(move || {
+                    if let Some(rx) = joined_rx {
+                        rx.recv().unwrap(); // rack 0 is three rounds in
+                    }
+                    let mut agents: Vec<TwoTier> = Vec::new();
+                    for (w, local) in workers.into_iter().enumerate() {
+                        let leader = (w == 0).then(|| {
+                            let mut c = AgentConfig::new(spine_data, 7, 0, 1, 8, 64);
+                            c.bind = "127.0.0.1:0".parse().unwrap();
+                            let worker = inagg_host_agent::Worker::new(c).unwrap();
+                            let (link, _) = SpineLink::join(
+                                manager,
+                                r as u32,
+                                SIZES[r],
+                                worker.local_addr(),
+                                Duration::from_secs(60),
+                            )
+                            .unwrap();
+                            (worker, link)
+                        });
+                        agents.push(TwoTier::managed(local, leader, &start_of(r)).unwrap());
+                    }
+                    let joined_tx = &joined_tx;
+                    let seen: Vec<Vec<Seen>> = std::thread::scope(|s2| {
+                        let hs: Vec<_> = agents
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(w, agent)| {
+                                s2.spawn(move || {
+                                    let mut model = start_of(r);
+                                    let mut seen = Vec::new();
+                                    for round in 0..ROUNDS[r] {
+                                        for (i, x) in model.iter_mut().enumerate() {
+                                            *x += step(global(r, w), round, i);
+                                        }
+                                        let before = model.clone();
+                                        let kind = agent.round(&mut model).unwrap();
+                                        seen.push((kind, before, model.clone()));
+                                        if w == 0 && round == 2 {
+                                            if let Some(tx) = joined_tx {
+                                                tx.send(()).unwrap();
+                                            }
+                                        }
+                                    }
+                                    seen
+                                })
+                            })
+                            .collect();
+                        hs.into_iter().map(|h| h.join().unwrap()).collect()
+                    });
+                    for agent in agents {
+                        agent.leave().unwrap();
+                    }
+                    seen
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let report = manager.finish();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.joins.len(), 1, "{report:?}");
+    assert_eq!(report.joins[0].0, 2);
+
+    let mean = |models: &[&Vec<f32>]| -> Vec<f64> {
+        (0..LEN)
+            .map(|i| models.iter().map(|m| f64::from(m[i])).sum::<f64>() / models.len() as f64)
+            .collect()
+    };
+    let close = |got: &[f32], want: &[f64], what: &str| {
+        for (i, (&g, &x)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - x).abs() <= BOUND,
+                "{what} element {i}: {g} vs {x}"
+            );
+        }
+    };
+    // Local rounds: the rack's mean.
+    for (r, rack) in traces.iter().enumerate() {
+        for round in 0..ROUNDS[r] {
+            if rack[0][round].0 == RoundKind::Local {
+                let before: Vec<&Vec<f32>> = rack.iter().map(|w| &w[round].1).collect();
+                let want = mean(&before);
+                for (w, t) in rack.iter().enumerate() {
+                    assert_eq!(
+                        t[round].0,
+                        RoundKind::Local,
+                        "rack {r} worker {w} round {round}"
+                    );
+                    close(
+                        &t[round].2,
+                        &want,
+                        &format!("rack {r} worker {w} round {round}"),
+                    );
+                }
+            }
+        }
+    }
+    // Global rounds: rack r's k-th global round is the k-th sync listing r.
+    let globals = |r: usize| -> Vec<usize> {
+        (0..ROUNDS[r])
+            .filter(|&round| traces[r][0][round].0 == RoundKind::Global)
+            .collect()
+    };
+    let mut next = [0usize; 3];
+    for sync in &report.syncs {
+        let mut counted: Vec<&Vec<f32>> = Vec::new();
+        let mut after: Vec<(usize, usize, &Vec<f32>)> = Vec::new();
+        for &rack in &sync.racks {
+            let r = rack as usize;
+            let round = globals(r)[next[r]];
+            next[r] += 1;
+            for (w, t) in traces[r].iter().enumerate() {
+                assert_eq!(
+                    t[round].0,
+                    RoundKind::Global,
+                    "rack {r} worker {w} round {round}"
+                );
+                if !sync.fresh.contains(&rack) {
+                    counted.push(&t[round].1);
+                }
+                after.push((r, w, &t[round].2));
+            }
+        }
+        assert_eq!(counted.len() as u32, sync.total, "sync {}", sync.sync);
+        let want = mean(&counted);
+        for &(r, w, model) in &after {
+            close(
+                model,
+                &want,
+                &format!("sync {} rack {r} worker {w}", sync.sync),
+            );
+            assert!(
+                model == after[0].2,
+                "sync {}: rack {r} worker {w} differs",
+                sync.sync
+            );
+        }
+    }
+    for (r, &listed) in next.iter().enumerate() {
+        assert_eq!(
+            listed,
+            globals(r).len(),
+            "rack {r}: global rounds the report does not list"
+        );
+    }
+    // Rack 2's first sync was fresh; rack 1 is in none after it left; the
+    // spine job changed generation with its racks.
+    let first2 = report.syncs.iter().find(|s| s.racks.contains(&2)).unwrap();
+    assert_eq!(first2.fresh, vec![2], "{report:?}");
+    assert_eq!(report.leaves.iter().filter(|l| l.0 == 1).count(), 1);
+    let last = report.syncs.last().unwrap();
+    assert!(!last.racks.contains(&1), "{report:?}");
+    for pair in report.syncs.windows(2) {
+        let changed = pair[0].racks != pair[1].racks;
+        assert_eq!(
+            pair[1].generation != pair[0].generation,
+            changed,
+            "{:?} -> {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    assert!(report.syncs.len() >= 4, "{report:?}");
+}
