@@ -621,19 +621,24 @@ mod tests {
             slots: 64,
             max_elements: 64,
         });
-        sw.create_job(JobSpec {
-            upstream: None,
+        sw.create_job(spec(vec![addr(1000), addr(1001), addr(1002)], 10, None))
+            .unwrap();
+        sw
+    }
+
+    /// Job 1 with `workers`, a pool of 4 slots at `pool_base`, K = 2.
+    fn spec(workers: Vec<SocketAddr>, pool_base: u32, upstream: Option<Upstream>) -> JobSpec {
+        JobSpec {
             id: 1,
-            workers: vec![addr(1000), addr(1001), addr(1002)],
-            pool_base: 10,
+            workers,
+            pool_base,
             pool_size: 4,
             elements: 2,
             generation: 0,
             queues: Vec::new(),
             group: None,
-        })
-        .unwrap();
-        sw
+            upstream,
+        }
     }
 
     fn packet(worker: u16, slot: u16, set: u8, exponent: u8, values: [i32; 2]) -> Vec<u8> {
@@ -641,10 +646,15 @@ mod tests {
             exponent,
             ..Repr::contribution(1, slot, set, worker, 2, 100 + u32::from(slot))
         };
+        encode(&repr, &values)
+    }
+
+    /// A packet with `repr`'s header and `values` as its payload.
+    fn encode(repr: &Repr, values: &[i32]) -> Vec<u8> {
         let mut buf = vec![0; repr.buffer_len()];
         let mut p = Packet::new_unchecked(&mut buf[..]);
         repr.emit(&mut p);
-        payload::write_i32s(p.payload_mut(), &values);
+        payload::write_i32s(p.payload_mut(), values);
         buf
     }
 
@@ -903,11 +913,7 @@ mod tests {
             kind: Kind::Multicast,
             ..Repr::contribution(group, 0, 0, member, 2, 77)
         };
-        let mut buf = vec![0; repr.buffer_len()];
-        let mut p = Packet::new_unchecked(&mut buf[..]);
-        repr.emit(&mut p);
-        payload::write_i32s(p.payload_mut(), &values);
-        buf
+        encode(&repr, &values)
     }
 
     #[test]
@@ -1053,22 +1059,13 @@ mod tests {
             slots: 64,
             max_elements: 64,
         });
-        sw.create_job(JobSpec {
-            id: 1,
-            workers: vec![addr(1000), addr(1001)],
-            pool_base: 0,
-            pool_size: 4,
-            elements: 2,
-            generation: 0,
-            queues: Vec::new(),
-            group: None,
-            upstream: Some(Upstream {
-                switch: addr(2000),
-                job: 5,
-                member: 1,
-            }),
-        })
-        .unwrap();
+        let up = Upstream {
+            switch: addr(2000),
+            job: 5,
+            member: 1,
+        };
+        sw.create_job(spec(vec![addr(1000), addr(1001)], 0, Some(up)))
+            .unwrap();
         sw
     }
 
@@ -1080,11 +1077,7 @@ mod tests {
             exponent: 130,
             ..Repr::contribution(5, 1, 0, 1, 2, packet_id)
         };
-        let mut buf = vec![0; repr.buffer_len()];
-        let mut p = Packet::new_unchecked(&mut buf[..]);
-        repr.emit(&mut p);
-        payload::write_i32s(p.payload_mut(), &values);
-        buf
+        encode(&repr, &values)
     }
 
     #[test]
@@ -1206,20 +1199,13 @@ mod tests {
     #[test]
     fn bad_upstreams_are_refused() {
         let mut sw = Switch::new(SwitchConfig::default());
-        let spec = |switch: SocketAddr, member: u16| JobSpec {
-            id: 1,
-            workers: vec![addr(1000)],
-            pool_base: 0,
-            pool_size: 4,
-            elements: 2,
-            generation: 0,
-            queues: Vec::new(),
-            group: None,
-            upstream: Some(Upstream {
+        let spec = |switch: SocketAddr, member: u16| {
+            let up = Upstream {
                 switch,
                 job: 1,
                 member,
-            }),
+            };
+            spec(vec![addr(1000)], 0, Some(up))
         };
         let err = sw.create_job(spec(addr(2000), 64)).unwrap_err();
         assert!(err.to_string().contains("member id 64"), "{err}");
