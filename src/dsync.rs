@@ -188,15 +188,15 @@ impl TwoTier {
             );
         }
         let mut delta: Vec<f32> = params.iter().zip(&self.base).map(|(p, b)| p - b).collect();
+        // The leader's plan for this round (None: local, or not a leader).
         let plan = match &mut self.pace {
-            Pace::Fixed { .. } => None,
-            Pace::Leader(link) => Some(link.round().context("asking the spine manager")?),
-            Pace::Follower => None,
+            Pace::Leader(link) => link.round().context("asking the spine manager")?,
+            Pace::Fixed { .. } | Pace::Follower => None,
         };
         let managed = !matches!(self.pace, Pace::Fixed { .. });
         if managed {
             // The leader's word to its rack: 1.0 for a global round.
-            delta.push(if plan.flatten().is_some() { 1.0 } else { 0.0 });
+            delta.push(if plan.is_some() { 1.0 } else { 0.0 });
         }
         self.local
             .allreduce_f32(&mut delta)
@@ -206,10 +206,11 @@ impl TwoTier {
                 total: *total,
                 fresh: false,
             }),
-            Pace::Leader(_) => plan.flatten().map(|p| SyncPlan {
+            Pace::Leader(_) => plan.map(|p| SyncPlan {
                 total: p.total,
                 fresh: p.fresh,
             }),
+            // A follower contributes nothing at the spine: total unused.
             Pace::Follower => (delta.pop().unwrap_or(0.0) > 0.5).then_some(SyncPlan {
                 total: 0,
                 fresh: false,
@@ -221,7 +222,7 @@ impl TwoTier {
         let Some(sync) = sync else {
             return Ok(RoundKind::Local);
         };
-        if let (Some(p), Some(spine)) = (plan.flatten(), &mut self.global) {
+        if let (Some(p), Some(spine)) = (plan, &mut self.global) {
             // Only on a change: the same job and generation continue their
             // slots' rounds (retargeting starts them again at 0).
             let c = spine.config();

@@ -1080,6 +1080,13 @@ mod tests {
         encode(&repr, &values)
     }
 
+    /// Both leaf workers contribute to slot 1, set 0 ([1, 2] and [10, 20]):
+    /// the sum [11, 22] goes up.
+    fn complete_at_leaf(sw: &mut Switch, out: &mut Vec<u8>) {
+        send(sw, 0, 1, 0, [1, 2], out);
+        send(sw, 1, 1, 0, [10, 20], out);
+    }
+
     #[test]
     fn a_leaf_sends_its_complete_sum_up_as_one_weighted_contribution() {
         let mut sw = leaf();
@@ -1104,8 +1111,7 @@ mod tests {
     fn a_retransmission_while_the_tree_result_is_away_asks_the_parent_again() {
         let mut sw = leaf();
         let mut out = Vec::new();
-        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
-        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        complete_at_leaf(&mut sw, &mut out);
         assert_eq!(
             send(&mut sw, 0, 1, 0, [1, 2], &mut out),
             Action::Upstream { to: addr(2000) }
@@ -1123,8 +1129,7 @@ mod tests {
     fn the_parents_result_is_multicast_down_and_kept_for_retransmissions() {
         let mut sw = leaf();
         let mut out = Vec::new();
-        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
-        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        complete_at_leaf(&mut sw, &mut out);
         assert_eq!(
             sw.process(&from_parent(5, 101, [111, 222]), addr(2000), &mut out),
             Action::Multicast { job: 1 }
@@ -1158,8 +1163,7 @@ mod tests {
             sw.process(&from_parent(2, 101, [1, 1]), addr(2000), &mut out),
             Action::Drop(DropReason::UnexpectedResult)
         );
-        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
-        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        complete_at_leaf(&mut sw, &mut out);
         // From someone who is not the parent: a result is not for a switch.
         assert_eq!(
             sw.process(&from_parent(2, 101, [1, 1]), addr(2001), &mut out),

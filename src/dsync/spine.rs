@@ -378,8 +378,14 @@ impl State {
         } else {
             counted
         };
+        let fresh: Vec<u32> = self
+            .racks
+            .iter()
+            .filter(|(_, r)| r.fresh && !everyone_fresh)
+            .map(|(&id, _)| id)
+            .collect();
         let sync = self.table.done + 1;
-        for (member, r) in self.racks.values_mut().enumerate() {
+        for (member, (id, r)) in self.racks.iter_mut().enumerate() {
             let plan = GlobalPlan {
                 sync,
                 job: self.config.job,
@@ -387,7 +393,7 @@ impl State {
                 members: ids.len() as u16,
                 generation: self.generation,
                 total,
-                fresh: r.fresh && !everyone_fresh,
+                fresh: fresh.contains(id),
             };
             r.waiting = false;
             r.syncing = true;
@@ -396,12 +402,7 @@ impl State {
         self.report.syncs.push(SyncRecord {
             sync,
             racks: ids,
-            fresh: self
-                .racks
-                .iter()
-                .filter(|(_, r)| r.fresh && !everyone_fresh)
-                .map(|(&id, _)| id)
-                .collect(),
+            fresh,
             generation: self.generation,
             total,
         });
@@ -443,12 +444,16 @@ impl State {
             r.fresh = false;
         }
         if !self.sync_under_way() {
-            self.table.finish();
-            while let Some(rack) = self.held.pop_front() {
-                if self.racks.contains_key(&rack) {
-                    self.round(rack);
-                }
-            }
+            self.finish_sync();
+        }
+    }
+
+    /// Every rack of the sync is done: reset the table and answer the
+    /// rounds held meanwhile.
+    fn finish_sync(&mut self) {
+        self.table.finish();
+        while let Some(rack) = self.held.pop_front() {
+            self.round(rack);
         }
     }
 
@@ -459,9 +464,13 @@ impl State {
         self.table.leave(rack);
         self.held.retain(|&h| h != rack);
         self.report.leaves.push((rack, self.table.done));
-        if r.syncing && !self.sync_under_way() {
-            self.synced(rack);
-        } else if !self.sync_under_way() {
+        if self.sync_under_way() {
+            return;
+        }
+        if r.syncing {
+            // It was the last of a sync to finish.
+            self.finish_sync();
+        } else {
             self.try_sync();
         }
     }
