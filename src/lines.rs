@@ -125,6 +125,11 @@ fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
                 return;
             }
             let Ok(stream) = stream else { continue };
+            // Messages are small and often back to back (a plan to every
+            // worker): without this, Nagle's algorithm holds each one after
+            // the first until the previous is acknowledged, and a delayed
+            // acknowledgement makes that up to 40 ms.
+            let _ = stream.set_nodelay(true);
             let Ok(writer) = stream.try_clone() else {
                 continue;
             };
@@ -187,6 +192,8 @@ impl Client {
         let stream = TcpStream::connect_timeout(&coordinator, Duration::from_secs(5))
             .with_context(|| format!("connect to the coordinator at {coordinator}"))?;
         stream.set_read_timeout(Some(wait))?;
+        // As on the coordinator's side: no Nagle delay on small messages.
+        stream.set_nodelay(true)?;
         Ok(Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,

@@ -124,6 +124,11 @@ impl GroupSocket {
             if left.is_zero() {
                 return Ok(None);
             }
+            // Wait precisely with ppoll; the read timeout only guards the
+            // receive against another handle having taken the datagram.
+            if !inagg_wire::udp::wait(&self.socket, left, false)? {
+                return Ok(None);
+            }
             self.socket.set_read_timeout(Some(left))?;
             let (n, from) = match self.socket.recv_from(&mut self.buf) {
                 Ok(r) => r,

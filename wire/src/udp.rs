@@ -107,31 +107,7 @@ impl BatchSocket {
     /// Waits up to `timeout` for the socket to become readable (or writable
     /// with `write`). Returns whether it did.
     pub fn wait(&self, timeout: Duration, write: bool) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: if write { libc::POLLOUT } else { libc::POLLIN },
-            revents: 0,
-        };
-        // ppoll takes nanoseconds: the emulator's paced ports wait for
-        // departures microseconds apart.
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        match rc {
-            -1 => {
-                let err = io::Error::last_os_error();
-                if err.kind() == io::ErrorKind::Interrupted {
-                    Ok(false)
-                } else {
-                    Err(err)
-                }
-            }
-            0 => Ok(false),
-            _ => Ok(true),
-        }
+        wait(&self.socket, timeout, write)
     }
 
     /// Receives up to a batch of datagrams, waiting at most `timeout` for the
@@ -495,6 +471,37 @@ fn from_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
             }
             _ => None,
         }
+    }
+}
+
+/// Waits up to `timeout` for `socket` to become readable (or writable with
+/// `write`); returns whether it did. To the nanosecond, where a socket's
+/// own receive timeout (SO_RCVTIMEO) is rounded up to the kernel's tick
+/// (4 ms at 250 Hz): the emulator's paced ports and the paced SELMCAST
+/// senders wait for instants microseconds apart.
+pub fn wait(socket: &UdpSocket, timeout: Duration, write: bool) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: if write { libc::POLLOUT } else { libc::POLLIN },
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    match rc {
+        -1 => {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(err)
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
     }
 }
 
