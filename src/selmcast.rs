@@ -17,8 +17,8 @@
 //!    datagrams, the chunk index as packet id): the switch copies each
 //!    datagram to the receivers, the L3 multicast the policy assumes.
 //! 4. Group datagrams are best effort. A receiver reports each sender as
-//!    complete, or, after `repair_after` without completing, the chunks it
-//!    lacks; the manager forwards those to the sender, which multicasts
+//!    complete, or, after `repair_after` without a datagram from it, the
+//!    chunks it lacks; the manager forwards those to the sender, which multicasts
 //!    them again (the other receivers ignore the duplicates). When every
 //!    selected pair is complete the manager ends the round.
 //!
@@ -43,6 +43,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::lines::{self, Client, Event};
+
+mod inbox;
+pub mod ssp;
+
+use inbox::{check_chunks, chunks, packet_id, Inbox};
 
 /// Who picks the receivers.
 #[derive(Debug, Clone, Copy)]
@@ -528,7 +533,8 @@ pub struct Exchange {
 pub struct PeerTimers {
     /// Longest wait for a plan (the others may still be computing).
     pub plan_wait: Duration,
-    /// Ask for missing chunks after this long without completing a sender.
+    /// Ask for a sender's missing chunks after this long without a
+    /// datagram from it.
     pub repair_after: Duration,
     /// Give up a round after this long without any progress.
     pub give_up: Duration,
@@ -542,15 +548,6 @@ impl Default for PeerTimers {
             give_up: Duration::from_secs(10),
         }
     }
-}
-
-/// Chunks per update: the packet id carries the chunk index in its low 20
-/// bits and the round (mod 4096) above them, so a datagram of an earlier
-/// round (group ids repeat every round) is never taken for this round's.
-const CHUNK_BITS: u32 = 20;
-
-fn packet_id(round: u64, chunk: usize) -> u32 {
-    ((round as u32 & 0xfff) << CHUNK_BITS) | chunk as u32
 }
 
 /// A peer: its group socket and its connection to the manager.
@@ -616,23 +613,17 @@ impl Peer {
             ),
         };
         self.socket.set_group(plan.group, 0);
-        if update.len().div_ceil(usize::from(plan.elements)) >= 1 << CHUNK_BITS {
-            bail!(
-                "an update of {} values is more than 2^20 datagrams of {}",
-                update.len(),
-                plan.elements
-            );
-        }
-        let chunks: Vec<Vec<i32>> = update
-            .chunks(usize::from(plan.elements))
-            .map(|c| c.iter().map(|x| x.to_bits() as i32).collect())
-            .collect();
+        check_chunks(update.len(), plan.elements)?;
+        let chunks = chunks(update, plan.elements);
         if !plan.receivers.is_empty() {
             for (c, chunk) in chunks.iter().enumerate() {
                 self.socket.send(chunk, packet_id(plan.round, c), 0)?;
             }
         }
-        let mut inbox = Inbox::new(&plan, update.len());
+        let mut inbox = Inbox::new(plan.elements, update.len());
+        for &(sender, group) in &plan.senders {
+            inbox.expect(sender, plan.round, group);
+        }
         let resent = self.run_round(&plan, &chunks, &mut inbox)?;
         Ok(Exchange {
             received: inbox.into_updates(),
@@ -662,19 +653,15 @@ impl Peer {
                 }
             }
             if let Some(d) = self.socket.recv_any(Duration::from_millis(2))? {
-                let (round, chunk) = (
-                    d.packet_id >> CHUNK_BITS,
-                    d.packet_id & ((1 << CHUNK_BITS) - 1),
-                );
-                if round == plan.round as u32 & 0xfff && inbox.take(d.group, chunk, &d.values) {
+                if inbox.take(d.group, d.packet_id, &d.values) {
                     progress = Instant::now();
                 }
             }
-            for (sender, missing) in inbox.reports(self.timers.repair_after) {
+            for due in inbox.reports(self.timers.repair_after) {
                 self.tell(&Request::Got {
                     round: plan.round,
-                    sender,
-                    missing,
+                    sender: due.sender,
+                    missing: due.missing,
                 })?;
             }
             if progress.elapsed() > self.timers.give_up {
@@ -711,105 +698,5 @@ impl Drop for Peer {
         // The reader thread holds the connection's other handle: shut the
         // socket itself down so that the manager sees this peer leave.
         let _ = self.manager.shutdown(std::net::Shutdown::Both);
-    }
-}
-
-/// What a receiver has of each sender's update this round.
-struct Inbox {
-    /// By the sender's group.
-    senders: BTreeMap<u16, Incoming>,
-    elements: usize,
-    len: usize,
-}
-
-struct Incoming {
-    sender: usize,
-    values: Vec<f32>,
-    have: Vec<bool>,
-    missing: usize,
-    reported: bool,
-    last_ask: Instant,
-}
-
-impl Inbox {
-    fn new(plan: &Plan, len: usize) -> Inbox {
-        let elements = usize::from(plan.elements);
-        let chunks = len.div_ceil(elements);
-        let senders = plan
-            .senders
-            .iter()
-            .map(|&(sender, group)| {
-                let incoming = Incoming {
-                    sender,
-                    values: vec![0.0; len],
-                    have: vec![false; chunks],
-                    missing: chunks,
-                    reported: false,
-                    last_ask: Instant::now(),
-                };
-                (group, incoming)
-            })
-            .collect();
-        Inbox {
-            senders,
-            elements,
-            len,
-        }
-    }
-
-    /// Stores a chunk; false for anything not expected (another round's
-    /// group, a duplicate, a wrong length).
-    fn take(&mut self, group: u16, chunk: u32, values: &[i32]) -> bool {
-        let Some(s) = self.senders.get_mut(&group) else {
-            return false;
-        };
-        let c = chunk as usize;
-        let start = c.saturating_mul(self.elements);
-        let want = self.len.saturating_sub(start).min(self.elements);
-        if c >= s.have.len() || s.have[c] || values.len() != want {
-            return false;
-        }
-        for (x, &v) in s.values[start..start + want].iter_mut().zip(values) {
-            *x = f32::from_bits(v as u32);
-        }
-        s.have[c] = true;
-        s.missing -= 1;
-        true
-    }
-
-    /// Reports due: each sender once complete, and the missing chunks of
-    /// each sender still incomplete every `repair_after`.
-    fn reports(&mut self, repair_after: Duration) -> Vec<(usize, Vec<u32>)> {
-        let mut out = Vec::new();
-        for s in self.senders.values_mut() {
-            if s.missing == 0 {
-                if !s.reported {
-                    s.reported = true;
-                    out.push((s.sender, Vec::new()));
-                }
-            } else if s.last_ask.elapsed() >= repair_after {
-                s.last_ask = Instant::now();
-                let missing = (0..s.have.len() as u32)
-                    .filter(|&c| !s.have[c as usize])
-                    .collect();
-                out.push((s.sender, missing));
-            }
-        }
-        out
-    }
-
-    fn incomplete(&self) -> Vec<usize> {
-        self.senders
-            .values()
-            .filter(|s| s.missing > 0)
-            .map(|s| s.sender)
-            .collect()
-    }
-
-    fn into_updates(self) -> BTreeMap<usize, Vec<f32>> {
-        self.senders
-            .into_values()
-            .map(|s| (s.sender, s.values))
-            .collect()
     }
 }
