@@ -454,4 +454,80 @@ mod ssp {
         assert!(report.tasks.iter().all(|t| t.dropped.is_empty()));
         check_cleanup(&cluster);
     }
+
+    fn connect(manager: &SspManager, cluster: &LocalCluster, w: usize) -> SspPeer {
+        SspPeer::connect(
+            manager.addr(),
+            cluster.emu.data_addr(),
+            loopback(),
+            (w, MB, MB),
+            (LEN, 64),
+            timers(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ssp_refuses_bad_configs_and_strangers_and_ends_when_a_peer_leaves() {
+        let cluster = LocalCluster::start(inagg_emu::FaultConfig::default()).unwrap();
+        let start = |c: SspConfig| {
+            let target = EmuTarget::connect(cluster.control_addr()).unwrap();
+            SspManager::start(Box::new(target), loopback(), c)
+        };
+        let refused = |c| start(c).err().expect("refused").to_string();
+        let e = refused(SspConfig {
+            eta: 1.5,
+            ..config(Selector::Selmcast)
+        });
+        assert!(e.contains("eta = 1.5 must be within 0..=1"), "{e}");
+        let e = refused(SspConfig {
+            p: N,
+            ..config(Selector::Selmcast)
+        });
+        assert!(e.contains("p = 5 receivers must be 1 to n - 1 = 4"), "{e}");
+
+        let manager = start(config(Selector::Selmcast)).unwrap();
+        let mut stranger = connect(&manager, &cluster, N);
+        let e = stranger.multicast(&update_of(0, 0)).unwrap_err();
+        assert!(e.to_string().contains("this run has peers 0..5"), "{e:#}");
+        let e = connect(&manager, &cluster, 0)
+            .multicast(&[1.0; 3])
+            .unwrap_err();
+        assert!(e.to_string().contains("an update of 3 values"), "{e:#}");
+
+        drop(manager);
+
+        // A peer leaving mid-run: the others are held by the bound and must
+        // get an error naming it, not wait forever.
+        let manager = start(config(Selector::Selmcast)).unwrap();
+        let errors = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..N)
+                .map(|w| {
+                    let (manager, cluster) = (&manager, &cluster);
+                    s.spawn(move || {
+                        let mut me = connect(manager, cluster, w);
+                        for r in 0..10 {
+                            if let Err(e) = me.multicast(&update_of(w, r)) {
+                                return Some(format!("{e:#}"));
+                            }
+                            if w == 4 {
+                                return None; // leaves after its round 0
+                            }
+                        }
+                        Some("finished 10 rounds without peer 4".into())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(errors.len(), N - 1);
+        for e in errors {
+            assert!(e.contains("peer 4 left"), "{e}");
+        }
+        assert!(manager.finish().unwrap().broken.is_some());
+        check_cleanup(&cluster);
+    }
 }
