@@ -523,10 +523,11 @@ mod ssp {
                 .filter_map(|h| h.join().unwrap())
                 .collect::<Vec<_>>()
         });
-        assert_eq!(errors.len(), N - 1);
-        for e in errors {
-            assert!(e.contains("peer 4 left"), "{e}");
-        }
+        assert_eq!(errors.len(), N - 1, "{errors:?}");
+        assert!(
+            errors.iter().all(|e| e.contains("peer 4 left")),
+            "{errors:?}"
+        );
         assert!(manager.finish().unwrap().broken.is_some());
         check_cleanup(&cluster);
     }

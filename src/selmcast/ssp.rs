@@ -551,18 +551,16 @@ impl State {
         self.preempt()?;
         self.install(sender, &receivers)?;
         for &j in &receivers {
-            let conn = self.members[&j].conn;
             let group = self.config.group_of(sender);
             let reply = Reply::Expect {
                 sender,
                 round,
                 group,
             };
-            self.writers.send(conn, &reply);
+            self.tell(j, &reply);
         }
-        let conn = self.members[&sender].conn;
-        self.writers.send(
-            conn,
+        self.tell(
+            sender,
             &Reply::Send {
                 round,
                 group: self.config.group_of(sender),
@@ -660,9 +658,7 @@ impl State {
             self.install(s, &keep)?;
             let round = self.live[&s].round;
             for j in gone {
-                let conn = self.members[&j].conn;
-                self.writers
-                    .send(conn, &Reply::Dropped { sender: s, round });
+                self.tell(j, &Reply::Dropped { sender: s, round });
             }
         }
         Ok(())
@@ -670,12 +666,18 @@ impl State {
 
     /// Installs sender `s`'s group: the sender, then `receivers`.
     fn install(&mut self, s: usize, receivers: &[usize]) -> Result<()> {
+        let members = std::iter::once(s)
+            .chain(receivers.iter().copied())
+            .map(|w| {
+                self.members
+                    .get(&w)
+                    .map(|m| m.endpoint)
+                    .with_context(|| format!("peer {w} has left"))
+            })
+            .collect::<Result<_>>()?;
         let spec = GroupSpec {
             id: self.config.group_of(s),
-            members: std::iter::once(s)
-                .chain(receivers.iter().copied())
-                .map(|w| self.members[&w].endpoint)
-                .collect(),
+            members,
         };
         self.target
             .create_group(&spec)
@@ -684,17 +686,23 @@ impl State {
 
     /// Tells the senders whose position in L changed their new class.
     fn reclass(&mut self, order: &[usize]) {
+        let mut changed = Vec::new();
         for (&s, l) in &mut self.live {
             let class = class_of(order, s);
             if class != l.class {
                 l.class = class;
-                let conn = self.members[&s].conn;
-                let reply = Reply::Class {
-                    round: l.round,
-                    class,
-                };
-                self.writers.send(conn, &reply);
+                changed.push((s, l.round, class));
             }
+        }
+        for (s, round, class) in changed {
+            self.tell(s, &Reply::Class { round, class });
+        }
+    }
+
+    /// Sends `reply` to peer `w`, if it is still here.
+    fn tell(&mut self, w: usize, reply: &Reply) {
+        if let Some(conn) = self.members.get(&w).map(|m| m.conn) {
+            self.writers.send(conn, reply);
         }
     }
 
@@ -719,12 +727,11 @@ impl State {
             return;
         }
         l.repairs += 1;
-        let conn = self.members[&sender].conn;
         let reply = Reply::Resend {
             round,
             chunks: missing,
         };
-        self.writers.send(conn, &reply);
+        self.tell(sender, &reply);
     }
 
     /// A receiver completed an update just as it was preempted (its report
@@ -772,20 +779,14 @@ impl State {
         if let Err(e) = self.target.delete_group(group) {
             tracing::warn!(group, error = %e, "remove a finished task's group");
         }
-        let conn = match self.members.get_mut(&s) {
-            Some(m) => {
-                m.completed += 1;
-                Some(m.conn)
-            }
-            None => None,
-        };
-        if let Some(conn) = conn {
-            let reply = Reply::Sent {
-                round: l.round,
-                receivers: receivers.clone(),
-            };
-            self.writers.send(conn, &reply);
+        if let Some(m) = self.members.get_mut(&s) {
+            m.completed += 1;
         }
+        let reply = Reply::Sent {
+            round: l.round,
+            receivers: receivers.clone(),
+        };
+        self.tell(s, &reply);
         self.report.tasks.push(TaskRecord {
             sender: s,
             round: l.round,
