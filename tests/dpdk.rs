@@ -3,7 +3,9 @@
 //! where the emulator runs on its socket backend (a Linux bridge with the
 //! switch address) or on its DPDK backend (net_af_packet on every switch
 //! port, no kernel address). Loss comes from the emulator. A mixed job, with
-//! some workers on kernel sockets, must give the same bytes on every worker.
+//! some workers on kernel sockets, must give the same bytes on every worker,
+//! and a DPDK emulator must send partial sums up an aggregation tree to a
+//! parent switch on another port.
 //!
 //! Needs root, iproute2 and a build with `--features dpdk` (this file only
 //! compiles then). Without root the namespace tests say they skipped and
@@ -18,6 +20,9 @@ mod common;
 use common::{in_ns, sh, skip_reason};
 
 const SWITCH: &str = "10.0.0.100:47000";
+/// A parent switch, for aggregation trees: the socket emulator in a
+/// namespace of its own, one veth away from the DPDK emulator.
+const PARENT: &str = "10.0.0.200:47000";
 const CONTROL: &str = "127.0.0.1:47001";
 const EAL_BASE: &str =
     "--no-huge -m 128 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error";
@@ -48,22 +53,31 @@ enum AgentBackend {
     DpdkTwoLanes,
 }
 
-/// A switch namespace and one namespace per worker, removed when dropped.
+/// A switch namespace and one namespace per worker (and the parent
+/// switch's, for trees), removed when dropped.
 struct Lab {
     tag: String,
     switch: String,
     hosts: Vec<String>,
     emu: Option<Child>,
+    /// The parent switch's namespace and emulator.
+    parent: Option<(String, Child)>,
     dir: PathBuf,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(mut c) = self.emu.take() {
+        let parent = self.parent.take().map(|(ns, c)| (Some(ns), c)).unzip();
+        for mut c in self.emu.take().into_iter().chain(parent.1) {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for ns in self.hosts.iter().chain([&self.switch]) {
+        for ns in self
+            .hosts
+            .iter()
+            .chain([&self.switch])
+            .chain(parent.0.iter().flatten())
+        {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -73,14 +87,61 @@ impl Drop for Lab {
 impl Lab {
     /// Namespaces and veths for `agents`, and the emulator on `emu`.
     fn new(tag: &str, agents: &[AgentBackend], emu: EmuBackend, loss: f64) -> Lab {
+        let mut lab = Lab::wire(tag, agents, emu);
+        lab.start_emu(emu, agents.len(), loss);
+        lab
+    }
+
+    /// A DPDK emulator whose last port is a veth to a parent switch (the
+    /// socket emulator at [`PARENT`], in a namespace of its own).
+    fn with_parent(tag: &str, agents: &[AgentBackend], loss: f64) -> Lab {
+        let mut lab = Lab::wire(tag, agents, EmuBackend::Dpdk);
+        let ns = format!("idp-up-{tag}-{}", std::process::id());
+        sh(&["ip", "netns", "add", &ns]);
+        in_ns(&ns, &["ip", "link", "set", "lo", "up"]);
+        let (down, up) = (lab.switch_if(agents.len()), format!("p{}", lab.tag));
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            &down,
+            "netns",
+            &lab.switch,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &up,
+            "netns",
+            &ns,
+        ]);
+        in_ns(&ns, &["ip", "addr", "add", "10.0.0.200/24", "dev", &up]);
+        in_ns(&ns, &["ip", "link", "set", &up, "up"]);
+        in_ns(&lab.switch, &["ip", "link", "set", &down, "up"]);
+        let parent = Command::new("ip")
+            .args(["netns", "exec", &ns, inagg(), "emu", "--data", PARENT])
+            .args(["--control", CONTROL, "--max-elements", "256"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the parent emulator");
+        lab.parent = Some((ns.clone(), parent));
+        wait_for_control(&lab, &ns);
+        lab.start_emu(EmuBackend::Dpdk, agents.len() + 1, loss);
+        lab
+    }
+
+    /// Namespaces and veths for `agents` (a bridge for a socket emulator).
+    fn wire(tag: &str, agents: &[AgentBackend], emu: EmuBackend) -> Lab {
         let id = std::process::id();
-        let mut lab = Lab {
+        let lab = Lab {
             tag: format!("{tag}{id}"),
             switch: format!("idp-sw-{tag}-{id}"),
             hosts: (0..agents.len())
                 .map(|i| format!("idp-h{i}-{tag}-{id}"))
                 .collect(),
             emu: None,
+            parent: None,
             dir: std::env::temp_dir().join(format!("inagg-dpdk-{tag}-{id}")),
         };
         std::fs::create_dir_all(&lab.dir).unwrap();
@@ -125,7 +186,6 @@ impl Lab {
             }
             in_ns(&lab.switch, &["ip", "link", "set", &s, "up"]);
         }
-        lab.start_emu(emu, agents.len(), loss);
         lab
     }
 
@@ -177,32 +237,12 @@ impl Lab {
             .spawn()
             .expect("start the emulator");
         self.emu = Some(child);
-        // Ready when its control endpoint answers.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let out = self.ctl(&["info"]);
-            if out.status.success() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "emulator did not come up: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_for_control(self, &self.switch);
     }
 
-    fn ctl(&self, args: &[&str]) -> Output {
-        let mut all = vec![
-            "netns",
-            "exec",
-            &self.switch,
-            inagg(),
-            "ctl",
-            "--addr",
-            CONTROL,
-        ];
+    /// `inagg ctl` against the emulator of namespace `ns`.
+    fn ctl_in(&self, ns: &str, args: &[&str]) -> Output {
+        let mut all = vec!["netns", "exec", ns, inagg(), "ctl", "--addr", CONTROL];
         all.extend_from_slice(args);
         Command::new("ip")
             .args(&all)
@@ -214,20 +254,23 @@ impl Lab {
         let endpoints: Vec<String> = (0..workers)
             .map(|i| format!("{}:40000", worker_ip(i)))
             .collect();
-        let out = self.ctl(&[
-            "job",
-            "create",
-            "--id",
-            "1",
-            "--workers",
-            &endpoints.join(","),
+        self.create_job_in(&self.switch, &endpoints.join(","), pool, elements, &[]);
+    }
+
+    /// Job 1 at the emulator of namespace `ns`, with its members.
+    fn create_job_in(&self, ns: &str, members: &str, pool: u32, elements: u16, more: &[&str]) {
+        let (pool, elements) = (pool.to_string(), elements.to_string());
+        let mut args = vec!["job", "create", "--id", "1", "--workers", members];
+        args.extend([
             "--pool-base",
             "0",
             "--pool-size",
-            &pool.to_string(),
+            &pool,
             "--elements",
-            &elements.to_string(),
+            &elements,
         ]);
+        args.extend_from_slice(more);
+        let out = self.ctl_in(ns, &args);
         assert!(
             out.status.success(),
             "job create: {}",
@@ -328,13 +371,34 @@ impl Lab {
     }
 
     fn counters(&self) -> serde_json::Value {
-        let out = self.ctl(&["--json", "counters"]);
+        self.counters_in(&self.switch)
+    }
+
+    fn counters_in(&self, ns: &str) -> serde_json::Value {
+        let out = self.ctl_in(ns, &["--json", "counters"]);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("counters JSON")
+    }
+}
+
+/// Waits until the emulator of namespace `ns` answers on its control port.
+fn wait_for_control(lab: &Lab, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = lab.ctl_in(ns, &["info"]);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "emulator in {ns} did not come up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -455,4 +519,57 @@ fn an_agent_with_wrong_eal_arguments_fails_with_a_clear_error() {
     assert!(stderr.contains("EAL initialisation failed"), "{stderr}");
     assert!(stderr.contains("--not-an-eal-option"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// An aggregation tree over DPDK: the DPDK emulator sums its workers (one
+/// on DPDK, one on a kernel socket) and sends each partial sum up its
+/// uplink port to a parent switch, which it finds by ARP; the parent's
+/// result comes back in through the same port and is multicast down. 2%
+/// loss at the DPDK emulator; every worker verifies and all hold the same
+/// bytes.
+#[test]
+fn a_dpdk_emulator_sends_partial_sums_up_an_aggregation_tree() {
+    use AgentBackend::{Dpdk, Socket};
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let agents = [Dpdk, Socket];
+    let lab = Lab::with_parent("tr", &agents, 0.02);
+    let (parent_ns, _) = lab.parent.as_ref().expect("a parent");
+    // The parent's one member is the DPDK emulator, weighing its 2 workers.
+    lab.create_job_in(parent_ns, SWITCH, 16, 64, &[]);
+    let upstream = format!("{PARENT}/1/0");
+    let members = format!("{}:40000,{}:40000", worker_ip(0), worker_ip(1));
+    lab.create_job_in(&lab.switch, &members, 16, 64, &["--upstream", &upstream]);
+    for (dtype, len) in [("i32", 20_000), ("f32", 20_000)] {
+        let job = Job {
+            pool: 16,
+            elements: 64,
+            dtype,
+            len,
+        };
+        lab.allreduce(&agents, &job);
+        let first = std::fs::read(lab.output(0)).unwrap();
+        assert_eq!(first.len(), len * 4);
+        assert!(std::fs::read(lab.output(1)).unwrap() == first, "{dtype}");
+    }
+    let child = lab.counters();
+    let job = &child["jobs"][0]["counters"];
+    // 2 x 313 slots, and again for the rounds whose result was lost.
+    let up = job["upstream"].as_u64().unwrap_or(0);
+    assert!(up >= 626, "{up} partial sums went up: {child}");
+    let drops = &child["switch"]["drops"];
+    assert!(
+        drops["injected_ingress"].as_u64().unwrap_or(0) > 0,
+        "{child}"
+    );
+    assert_eq!(drops["malformed"].as_u64(), Some(0), "{child}");
+    let parent = lab.counters_in(parent_ns);
+    let results = parent["jobs"][0]["counters"]["results"].as_u64();
+    assert!(
+        results.unwrap_or(0) >= 626,
+        "the parent completed {results:?} slots: {parent}"
+    );
 }
