@@ -80,33 +80,59 @@ pub struct ManagerConfig {
 
 impl ManagerConfig {
     fn check(&self) -> Result<()> {
-        if self.workers < 2 {
-            bail!("{} peers: multicast needs at least 2", self.workers);
-        }
-        if self.p == 0 || self.p >= self.workers {
-            bail!(
-                "p = {} receivers must be 1 to n - 1 = {}",
-                self.p,
-                self.workers - 1
-            );
-        }
-        let last = usize::from(self.first_group) + self.workers - 1;
-        if self.first_group == 0 || last > usize::from(u16::MAX) {
-            bail!("group ids {}..={last} must be 1 to 65535", self.first_group);
-        }
-        if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
-            bail!(
-                "{} values per datagram: 1 to {}",
-                self.elements,
-                inagg_wire::MAX_ELEMENTS
-            );
-        }
-        Ok(())
+        check_peers(self.workers, self.p, self.first_group, self.elements)
     }
+}
 
-    fn groups(&self) -> std::ops::Range<u32> {
-        u32::from(self.first_group)..u32::from(self.first_group) + self.workers as u32
+/// The checks both managers' (BSP and SSP) configurations get: n, p, the
+/// group ids (one per peer) and the values per datagram.
+fn check_peers(workers: usize, p: usize, first_group: u16, elements: u16) -> Result<()> {
+    if workers < 2 {
+        bail!("{workers} peers: multicast needs at least 2");
     }
+    if p == 0 || p >= workers {
+        bail!("p = {p} receivers must be 1 to n - 1 = {}", workers - 1);
+    }
+    let last = usize::from(first_group) + workers - 1;
+    if first_group == 0 || last > usize::from(u16::MAX) {
+        bail!("group ids {first_group}..={last} must be 1 to 65535");
+    }
+    if elements == 0 || usize::from(elements) > inagg_wire::MAX_ELEMENTS {
+        bail!(
+            "{elements} values per datagram: 1 to {}",
+            inagg_wire::MAX_ELEMENTS
+        );
+    }
+    Ok(())
+}
+
+/// Fails when one of the peers' groups (`first_group`, one per peer) is
+/// installed on the switch already.
+fn check_groups_free(target: &mut dyn Target, first_group: u16, workers: usize) -> Result<()> {
+    let ours = u32::from(first_group)..u32::from(first_group) + workers as u32;
+    for g in target.groups().context("list the switch's groups")? {
+        if ours.contains(&u32::from(g.id)) {
+            bail!("group {} is in use; the peers need groups {ours:?}", g.id);
+        }
+    }
+    Ok(())
+}
+
+/// A thread that turns the manager's reply lines into a channel, so a peer
+/// can wait for a reply with a timeout or poll for one.
+fn reply_reader<R>(mut reader: std::io::BufReader<TcpStream>) -> Receiver<Result<R>>
+where
+    R: serde::de::DeserializeOwned + Send + 'static,
+{
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || loop {
+        let reply = lines::receive::<R>(&mut reader);
+        let last = reply.is_err();
+        if tx.send(reply).is_err() || last {
+            return;
+        }
+    });
+    rx
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -187,12 +213,7 @@ impl Manager {
         config: ManagerConfig,
     ) -> Result<Manager> {
         config.check()?;
-        let ours = config.groups();
-        for g in target.groups().context("list the switch's groups")? {
-            if ours.contains(&u32::from(g.id)) {
-                bail!("group {} is in use; the peers need groups {ours:?}", g.id);
-            }
-        }
+        check_groups_free(target.as_mut(), config.first_group, config.workers)?;
         let state = State::new(target, config);
         let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
         Ok(Manager { server })
@@ -572,16 +593,9 @@ impl Peer {
     ) -> Result<Peer> {
         let socket = GroupSocket::bind(bind, switch, 0, 0)
             .with_context(|| format!("peer {id}: bind {bind}"))?;
-        let (mut reader, writer) = Client::connect(manager, timers.plan_wait)?.into_parts();
+        let (reader, writer) = Client::connect(manager, timers.plan_wait)?.into_parts();
         reader.get_ref().set_read_timeout(None)?;
-        let (tx, replies) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || loop {
-            let reply = lines::receive::<Reply>(&mut reader);
-            let last = reply.is_err();
-            if tx.send(reply).is_err() || last {
-                return;
-            }
-        });
+        let replies = reply_reader(reader);
         Ok(Peer {
             id,
             uplink,

@@ -58,7 +58,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::inbox::{check_chunks, chunks, packet_id, Inbox};
-use super::Selector;
+use super::{check_groups_free, check_peers, reply_reader, Selector};
 use crate::lines::{self, Client, Event};
 
 /// The SSP manager's knobs.
@@ -87,29 +87,9 @@ pub struct SspConfig {
 
 impl SspConfig {
     fn check(&self) -> Result<()> {
-        if self.workers < 2 {
-            bail!("{} peers: multicast needs at least 2", self.workers);
-        }
-        if self.p == 0 || self.p >= self.workers {
-            bail!(
-                "p = {} receivers must be 1 to n - 1 = {}",
-                self.p,
-                self.workers - 1
-            );
-        }
+        check_peers(self.workers, self.p, self.first_group, self.elements)?;
         if !(0.0..=1.0).contains(&self.eta) {
             bail!("eta = {} must be within 0..=1", self.eta);
-        }
-        let last = usize::from(self.first_group) + self.workers - 1;
-        if self.first_group == 0 || last > usize::from(u16::MAX) {
-            bail!("group ids {}..={last} must be 1 to 65535", self.first_group);
-        }
-        if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
-            bail!(
-                "{} values per datagram: 1 to {}",
-                self.elements,
-                inagg_wire::MAX_ELEMENTS
-            );
         }
         Ok(())
     }
@@ -233,13 +213,7 @@ impl SspManager {
         config: SspConfig,
     ) -> Result<SspManager> {
         config.check()?;
-        let first = u32::from(config.first_group);
-        let ours = first..first + config.workers as u32;
-        for g in target.groups().context("list the switch's groups")? {
-            if ours.contains(&u32::from(g.id)) {
-                bail!("group {} is in use; the peers need groups {ours:?}", g.id);
-            }
-        }
+        check_groups_free(target.as_mut(), config.first_group, config.workers)?;
         let state = State::new(target, config);
         let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
         Ok(SspManager { server })
@@ -1028,18 +1002,6 @@ impl SspPeer {
             self.received.push(u);
         }
     }
-}
-
-fn reply_reader(mut reader: std::io::BufReader<std::net::TcpStream>) -> Receiver<Result<Reply>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || loop {
-        let reply = lines::receive::<Reply>(&mut reader);
-        let last = reply.is_err();
-        if tx.send(reply).is_err() || last {
-            return;
-        }
-    });
-    rx
 }
 
 /// This peer's running multicast.
