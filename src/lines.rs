@@ -58,6 +58,24 @@ impl Writers {
     }
 }
 
+/// A coordinator's event loop: hands `handle` each event, or `None` after
+/// `tick` without one, until `stop` is set or no connection and no
+/// acceptor is left to send events.
+pub fn drive<R>(
+    rx: &Receiver<Event<R>>,
+    stop: &AtomicBool,
+    tick: Duration,
+    mut handle: impl FnMut(Option<Event<R>>),
+) {
+    while !stop.load(Ordering::SeqCst) {
+        match rx.recv_timeout(tick) {
+            Ok(event) => handle(Some(event)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => handle(None),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
 /// A coordinator's endpoint and the thread that owns its state: `run`
 /// gets every connection's events on one channel and returns its report
 /// when the stop flag is set.

@@ -36,11 +36,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use inagg_emu::api::validate_job;
 use inagg_emu::{JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Worker};
@@ -352,14 +352,12 @@ impl State {
     }
 
     fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> Report {
-        while !stop.load(Ordering::SeqCst) {
-            match rx.recv_timeout(self.config.tick) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+        lines::drive(&rx, stop, self.config.tick, |event| {
+            if let Some(event) = event {
+                self.handle(event);
             }
             self.schedule();
-        }
+        });
         // Members that have their result report done on their way out:
         // take those reports before calling a launch unfinished.
         let deadline = Instant::now() + DRAIN;

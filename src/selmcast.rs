@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -289,13 +289,11 @@ impl State {
     }
 
     fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> Report {
-        while !stop.load(Ordering::SeqCst) {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+        lines::drive(&rx, stop, Duration::from_millis(50), |event| {
+            if let Some(event) = event {
+                self.handle(event);
             }
-        }
+        });
         self.remove_groups();
         self.report
     }

@@ -67,8 +67,8 @@ struct Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let parent = self.parent.take().map(|(ns, c)| (Some(ns), c)).unzip();
-        for mut c in self.emu.take().into_iter().chain(parent.1) {
+        let (parent_ns, parent_emu) = self.parent.take().unzip();
+        for mut c in self.emu.take().into_iter().chain(parent_emu) {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -76,7 +76,7 @@ impl Drop for Lab {
             .hosts
             .iter()
             .chain([&self.switch])
-            .chain(parent.0.iter().flatten())
+            .chain(parent_ns.as_ref())
         {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }

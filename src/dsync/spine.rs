@@ -28,11 +28,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use inagg_emu::api::JobSpec;
 use inagg_switch_control::sched::dsyncps::{GlobalSync, Join};
 use inagg_switch_control::target::Target;
@@ -210,13 +210,11 @@ impl State {
     }
 
     fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> SpineReport {
-        while !stop.load(Ordering::SeqCst) {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+        lines::drive(&rx, stop, Duration::from_millis(50), |event| {
+            if let Some(event) = event {
+                self.handle(event);
             }
-        }
+        });
         if self.installed.is_some() {
             if let Err(e) = self.target.delete_job(self.config.job) {
                 self.report

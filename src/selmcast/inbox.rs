@@ -106,8 +106,20 @@ impl Inbox {
     }
 
     /// Stops expecting what `group` brings; returns what had come of it.
-    pub fn forget(&mut self, group: u16) -> Option<Incoming> {
+    /// Stops expecting `sender`'s round `round`; returns what had come of
+    /// it, if it was still expected.
+    pub fn forget_update(&mut self, sender: usize, round: u64) -> Option<Incoming> {
+        let group = self
+            .senders
+            .iter()
+            .find(|(_, s)| s.sender == sender && s.round == round)
+            .map(|(&g, _)| g)?;
         self.senders.remove(&group)
+    }
+
+    /// Whether any expected update is still incomplete.
+    pub fn waiting(&self) -> bool {
+        self.senders.values().any(|s| s.missing > 0)
     }
 
     /// Stores a chunk; false for anything not expected (another group or
@@ -165,9 +177,9 @@ impl Inbox {
         out
     }
 
-    /// Every expected update, by group.
-    pub fn entries(&self) -> impl Iterator<Item = (u16, &Incoming)> {
-        self.senders.iter().map(|(&g, s)| (g, s))
+    /// Every expected update.
+    pub fn updates(&self) -> impl Iterator<Item = &Incoming> {
+        self.senders.values()
     }
 
     /// Senders whose update is still incomplete.
@@ -224,7 +236,7 @@ mod tests {
     fn a_forgotten_sender_is_no_longer_filled() {
         let mut inbox = Inbox::new(2, 2);
         inbox.expect(1, 0, 7);
-        let got = inbox.forget(7).expect("was expected");
+        let got = inbox.forget_update(1, 0).expect("was expected");
         assert_eq!(got.held(), 0);
         assert!(!inbox.take(7, packet_id(0, 0), &[0, 0]));
         assert!(inbox.reports(Duration::ZERO).is_empty());

@@ -42,12 +42,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use inagg_emu::api::GroupSpec;
 use inagg_host_agent::group::{GroupDatagram, GroupSocket};
 use inagg_switch_control::sched::selmcast::Multicast;
@@ -302,13 +302,11 @@ impl State {
     }
 
     fn run(mut self, rx: Receiver<Event<Request>>, stop: &AtomicBool) -> SspReport {
-        while !stop.load(Ordering::SeqCst) {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+        lines::drive(&rx, stop, Duration::from_millis(50), |event| {
+            if let Some(event) = event {
+                self.handle(event);
             }
-        }
+        });
         for &s in self.live.keys() {
             let _ = self.target.delete_group(self.config.group_of(s));
         }
@@ -1111,7 +1109,7 @@ impl Io {
                 }
             }
             self.report()?;
-            let waiting = self.own.is_some() || !self.inbox.incomplete().is_empty();
+            let waiting = self.own.is_some() || self.inbox.waiting();
             if waiting && quiet_since.elapsed() > self.timers.give_up {
                 bail!(
                     "nothing happened for {:?} (own round running: {}; updates incomplete from {:?})",
@@ -1192,14 +1190,7 @@ impl Io {
             Reply::Dropped { sender, round } => {
                 // Whatever came of it is discarded; if it was complete it
                 // has been delivered already and is no longer expected.
-                let group = self
-                    .inbox
-                    .entries()
-                    .find(|(_, s)| s.sender == sender && s.round == round)
-                    .map(|(g, _)| g);
-                if let Some(g) = group {
-                    self.inbox.forget(g);
-                }
+                self.inbox.forget_update(sender, round);
             }
         }
         Ok(true)
@@ -1258,9 +1249,9 @@ impl Io {
             self.last_progress_report = Instant::now();
             let progress: Vec<Request> = self
                 .inbox
-                .entries()
-                .filter(|(_, s)| !s.complete())
-                .map(|(_, s)| Request::Progress {
+                .updates()
+                .filter(|s| !s.complete())
+                .map(|s| Request::Progress {
                     sender: s.sender,
                     round: s.round,
                     held: s.held(),
@@ -1274,12 +1265,7 @@ impl Io {
     }
 
     fn deliver(&mut self, sender: usize, round: u64) {
-        let group = self
-            .inbox
-            .entries()
-            .find(|(_, s)| s.sender == sender && s.round == round)
-            .map(|(g, _)| g);
-        if let Some(s) = group.and_then(|g| self.inbox.forget(g)) {
+        if let Some(s) = self.inbox.forget_update(sender, round) {
             let update = Update {
                 sender,
                 round,
