@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use inagg_wire::payload;
 
-use crate::engine::Codec;
+use crate::engine::{Codec, Encoded};
 use crate::quant;
 
 /// A lane's share of a tensor: the chunks of the slots the lane owns.
@@ -121,12 +121,12 @@ impl Codec for IntCodec<'_> {
         dealt(chunk_count(self.data.len(), self.data.k), slot, window)
     }
 
-    fn encode(&mut self, slot: usize, round: usize, _window: usize, out: &mut [u8]) -> u8 {
+    fn encode(&mut self, slot: usize, round: usize, _window: usize, out: &mut [u8]) -> Encoded {
         let chunk = self.data.round_chunk(slot, round);
         let len = chunk.len();
-        payload::write_i32s(&mut out[..len * 4], chunk);
+        let sum = payload::write_i32s_summed(&mut out[..len * 4], chunk);
         out[len * 4..].fill(0);
-        0
+        Encoded { exponent: 0, sum }
     }
 
     fn decode(&mut self, slot: usize, round: usize, _window: usize, bytes: &[u8], _exponent: u8) {
@@ -147,12 +147,14 @@ impl Codec for IntCodec<'_> {
 /// One extra packet per slot, none per chunk.
 pub(crate) struct FloatCodec<'a> {
     pub data: LaneData<'a, f32>,
-    pub workers: u16,
     /// Each chunk's priority class, when chunks have their own.
     pub classes: Option<&'a [u8]>,
     /// Agreed (max-reduced) exponent per chunk, filled as results arrive
     /// (a lane fills only its own chunks').
     pub agreed: Vec<u8>,
+    /// Each exponent's scale for the worker count, computed on first use
+    /// (once per all-reduce).
+    scales: quant::Scales,
 }
 
 impl<'a> FloatCodec<'a> {
@@ -160,9 +162,9 @@ impl<'a> FloatCodec<'a> {
         let chunks = chunk_count(data.len(), data.k);
         FloatCodec {
             data,
-            workers,
             classes,
             agreed: vec![0; chunks],
+            scales: quant::Scales::new(workers),
         }
     }
 }
@@ -170,10 +172,19 @@ impl<'a> FloatCodec<'a> {
 impl FloatCodec<'_> {
     /// The chunk round `round` of `slot` carries quantized, with its agreed
     /// exponent (none in round 0, which carries only an exponent).
-    fn quantized(&mut self, slot: usize, round: usize, window: usize) -> Option<(u8, &mut [f32])> {
+    fn quantized(
+        &mut self,
+        slot: usize,
+        round: usize,
+        window: usize,
+    ) -> Option<(u8, &mut [f32], &mut quant::Scales)> {
         let round = round.checked_sub(1)?;
         let index = slot + round * window;
-        Some((self.agreed[index], self.data.round_chunk(slot, round)))
+        Some((
+            self.agreed[index],
+            self.data.round_chunk(slot, round),
+            &mut self.scales,
+        ))
     }
 }
 
@@ -188,21 +199,24 @@ impl Codec for FloatCodec<'_> {
         }
     }
 
-    fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> u8 {
-        let workers = self.workers;
-        match self.quantized(slot, round, window) {
-            None => out.fill(0),
-            Some((e, chunk)) => quant::quantize(chunk, e, workers, out),
-        }
-        self.data
+    fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> Encoded {
+        let sum = match self.quantized(slot, round, window) {
+            None => {
+                out.fill(0);
+                0
+            }
+            Some((e, chunk, scales)) => scales.quantize(chunk, e, out),
+        };
+        let exponent = self
+            .data
             .chunk(slot, round)
-            .map_or(0, |c| quant::block_exponent(c))
+            .map_or(0, |c| quant::block_exponent(c));
+        Encoded { exponent, sum }
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
-        let workers = self.workers;
-        if let Some((e, chunk)) = self.quantized(slot, round, window) {
-            quant::dequantize(bytes, e, workers, chunk);
+        if let Some((e, chunk, scales)) = self.quantized(slot, round, window) {
+            scales.dequantize(bytes, e, chunk);
         }
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;

@@ -195,9 +195,9 @@ impl SlotBuf for MbufSlot {
         self.mbuf.data().len()
     }
 
-    fn seal(&mut self) {
+    fn seal(&mut self, datagram_sum: u64) {
         if let Some(frame) = self.mbuf.data_mut() {
-            frame::seal_with(frame, self.seal_base);
+            frame::seal_summed(frame, self.seal_base, datagram_sum);
         }
     }
 }

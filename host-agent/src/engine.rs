@@ -29,8 +29,8 @@ use crate::{AgentConfig, Error};
 pub(crate) trait Codec {
     /// How many rounds slot `slot` runs when `window` slots are in use.
     fn rounds(&self, slot: usize, window: usize) -> usize;
-    /// Writes round `round`'s payload and returns the exponent to send.
-    fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> u8;
+    /// Writes round `round`'s payload (all of it, padding included).
+    fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> Encoded;
     /// Takes round `round`'s result.
     fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
     /// The priority class round `round` is tagged with, when the codec's
@@ -38,6 +38,17 @@ pub(crate) trait Codec {
     fn class(&self, _slot: usize, _round: usize, _window: usize) -> Option<u8> {
         None
     }
+}
+
+/// What [`Codec::encode`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Encoded {
+    /// The exponent to send.
+    pub exponent: u8,
+    /// The payload's [`inagg_wire::frame::ones_sum_native`] sum, taken
+    /// while writing it: a raw-Ethernet link's UDP checksum then never
+    /// reads the payload back.
+    pub sum: u64,
 }
 
 /// What a received datagram means to the window.
@@ -61,12 +72,24 @@ struct Slot<B> {
     rounds: usize,
     packet_id: u32,
     set: u8,
-    sent_at: Instant,
-    deadline: Instant,
-    rto: Duration,
+    /// Times in nanoseconds since the all-reduce started ([`Nanos`]):
+    /// `Instant` arithmetic normalises seconds and nanoseconds on every
+    /// add and subtract, which showed in profiles of the per-packet path.
+    sent_at: Nanos,
+    deadline: Nanos,
+    rto: Nanos,
     retransmitted: bool,
     /// The packet in flight, kept for retransmission.
     packet: B,
+}
+
+/// Nanoseconds since an all-reduce started.
+type Nanos = u64;
+
+/// A duration in [`Nanos`] (saturating: a configured timeout of centuries
+/// is "never").
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
 }
 
 /// Round-trip estimate (RFC 6298 arithmetic), in nanoseconds: it is
@@ -88,8 +111,8 @@ impl RttEstimator {
         }
     }
 
-    fn sample(&mut self, rtt: Duration) {
-        let rtt = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX / 8);
+    fn sample(&mut self, rtt: Nanos) {
+        let rtt = rtt.min(u64::MAX / 8);
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -103,11 +126,13 @@ impl RttEstimator {
         }
     }
 
-    fn rto(&self, config: &AgentConfig) -> Duration {
+    fn rto(&self, config: &AgentConfig) -> Nanos {
         match self.srtt {
-            None => config.initial_rto,
-            Some(srtt) => Duration::from_nanos(srtt.saturating_add(self.rttvar.saturating_mul(4)))
-                .clamp(config.min_rto, config.max_rto),
+            None => nanos(config.initial_rto),
+            Some(srtt) => srtt
+                .saturating_add(self.rttvar.saturating_mul(4))
+                .max(nanos(config.min_rto))
+                .min(nanos(config.max_rto)),
         }
     }
 }
@@ -140,7 +165,7 @@ impl<L: Link> Engine<'_, L> {
     ) -> Result<Stats, Error> {
         let start = Instant::now();
         let window = chunks.min(self.config.pool_size as usize);
-        let mut slots = self.start_slots(codec, window, start)?;
+        let mut slots = self.start_slots(codec, window)?;
         let result = self.run_slots(codec, &mut slots, window, start, payload_bytes);
         // Kept for the next call: fresh buffers cost page faults (a window
         // of 64 KiB packets is megabytes) or mbuf allocations.
@@ -165,19 +190,19 @@ impl<L: Link> Engine<'_, L> {
         let mut tx: Vec<usize> = Vec::with_capacity(window);
         for (s, slot) in slots.iter_mut().enumerate() {
             if slot.rounds > 0 {
-                self.send(codec, slot, s, window, start, &mut tx, &mut stats)?;
+                self.send(codec, slot, s, window, 0, &mut tx, &mut stats)?;
             }
         }
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
-        let scan_every = (self.config.min_rto / 4).max(Duration::from_micros(200));
-        let mut next_scan = start + scan_every;
-        let mut last_progress = start;
+        let scan_every = nanos((self.config.min_rto / 4).max(Duration::from_micros(200)));
+        let mut next_scan = scan_every;
+        let mut last_progress = 0;
+        let clock = || nanos(start.elapsed());
         while active > 0 {
             self.flush(slots, &mut tx, &mut stats)?;
-            let now = Instant::now();
-            let wait = next_scan.saturating_duration_since(now);
+            let wait = Duration::from_nanos(next_scan.saturating_sub(clock()));
             let n = self.link.recv(wait)?;
-            let now = Instant::now();
+            let now = clock();
             for i in 0..n {
                 let data = self.link.received(i);
                 stats.packets_received += 1;
@@ -209,8 +234,7 @@ impl<L: Link> Engine<'_, L> {
                 };
                 let entry = &mut slots[s];
                 if !entry.retransmitted {
-                    self.rtt
-                        .sample(now.saturating_duration_since(entry.sent_at));
+                    self.rtt.sample(now.saturating_sub(entry.sent_at));
                 }
                 codec.decode(s, entry.round, window, payload, exponent);
                 self.epochs[s] = self.epochs[s].wrapping_add(1);
@@ -228,7 +252,8 @@ impl<L: Link> Engine<'_, L> {
             // Scan only once the path is drained: results already queued
             // in it (a worker descheduled for a while) are not losses.
             if n < self.link.batch() && now >= next_scan {
-                if now.duration_since(last_progress) > self.config.give_up_after {
+                let waited = Duration::from_nanos(now - last_progress);
+                if waited > self.config.give_up_after {
                     let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
                     tracing::warn!(
                         job = self.config.job,
@@ -239,7 +264,7 @@ impl<L: Link> Engine<'_, L> {
                         switch: self.switch,
                         job: self.config.job,
                         slot: stuck,
-                        waited: now.duration_since(last_progress),
+                        waited,
                         retransmissions: stats.retransmissions,
                     });
                 }
@@ -269,7 +294,6 @@ impl<L: Link> Engine<'_, L> {
         &mut self,
         codec: &C,
         window: usize,
-        now: Instant,
     ) -> Result<Vec<Slot<L::Buf>>, Error> {
         let len = HEADER_LEN + usize::from(self.config.elements) * 4;
         let mut kept = std::mem::take(self.link.spare()).into_iter();
@@ -289,8 +313,8 @@ impl<L: Link> Engine<'_, L> {
                 },
                 packet_id: 0,
                 set: 0,
-                sent_at: now,
-                deadline: now,
+                sent_at: 0,
+                deadline: 0,
                 rto: self.rtt.rto(self.config),
                 retransmitted: false,
                 packet,
@@ -307,7 +331,7 @@ impl<L: Link> Engine<'_, L> {
         slot: &mut Slot<L::Buf>,
         s: usize,
         window: usize,
-        now: Instant,
+        now: Nanos,
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) -> Result<(), Error> {
@@ -316,12 +340,12 @@ impl<L: Link> Engine<'_, L> {
         // Unique per (epoch, slot) for 65536 epochs: a late result from an
         // earlier round of the slot cannot be mistaken for the current one.
         slot.packet_id = epoch.wrapping_shl(16) | s as u32;
-        let mut packet = Packet::new_unchecked(slot.packet.datagram_mut()?);
-        let exponent = codec.encode(s, slot.round, window, packet.payload_mut());
+        let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
+        let encoded = codec.encode(s, slot.round, window, payload);
         let priority = codec
             .class(s, slot.round, window)
             .unwrap_or(self.config.priority);
-        Repr {
+        let header_sum = Repr {
             kind: Kind::Contribution,
             set: slot.set,
             priority,
@@ -329,13 +353,13 @@ impl<L: Link> Engine<'_, L> {
             slot: s as u16,
             worker: self.config.worker,
             generation: self.config.generation,
-            exponent,
+            exponent: encoded.exponent,
             count: 0,
             elements: self.config.elements,
             packet_id: slot.packet_id,
         }
-        .emit(&mut packet);
-        slot.packet.seal();
+        .emit_summed(head);
+        slot.packet.seal(header_sum + encoded.sum);
         slot.sent_at = now;
         slot.rto = self.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
@@ -392,7 +416,7 @@ impl<L: Link> Engine<'_, L> {
     fn retransmit_expired(
         &self,
         slots: &mut [Slot<L::Buf>],
-        now: Instant,
+        now: Nanos,
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
@@ -404,7 +428,7 @@ impl<L: Link> Engine<'_, L> {
             stats.timeouts += 1;
             stats.retransmissions += 1;
             slot.retransmitted = true;
-            slot.rto = (slot.rto * 2).min(self.config.max_rto);
+            slot.rto = slot.rto.saturating_mul(2).min(nanos(self.config.max_rto));
             slot.deadline = now + slot.rto;
             tx.push(s);
             stats.packets_sent += 1;

@@ -29,8 +29,9 @@ pub(crate) trait SlotBuf {
     fn datagram_mut(&mut self) -> Result<&mut [u8]>;
     /// Bytes on the wire for this packet.
     fn wire_len(&self) -> usize;
-    /// Called once the datagram is final (checksums).
-    fn seal(&mut self);
+    /// Called once the datagram is final (checksums), with its
+    /// [`inagg_wire::frame::ones_sum_native`] sum.
+    fn seal(&mut self, datagram_sum: u64);
 }
 
 /// One data path.
@@ -103,7 +104,7 @@ impl SlotBuf for Vec<u8> {
         self.len()
     }
 
-    fn seal(&mut self) {}
+    fn seal(&mut self, _datagram_sum: u64) {}
 }
 
 impl Link for SocketLink {

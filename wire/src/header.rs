@@ -446,11 +446,43 @@ impl Repr {
         packet.buffer.as_mut()[..HEADER_LEN].copy_from_slice(&self.to_bytes());
     }
 
+    /// Writes the header into `head` (its first [`HEADER_LEN`] bytes) and
+    /// returns their [`crate::frame::ones_sum_native`] sum, computed from
+    /// the registers the words were built in.
+    ///
+    /// Each word is stored whole, straight into `head`: going through a
+    /// byte array ([`Repr::to_bytes`]) cost the DPDK agent a failed
+    /// store-to-load forward per packet (the copy's 16-byte load spans two
+    /// of the array's 8-byte stores), about a tenth of its int32 path.
+    #[inline]
+    pub fn emit_summed(&self, head: &mut [u8]) -> u64 {
+        let mut sum = 0;
+        for (out, word) in head[..HEADER_LEN].chunks_exact_mut(8).zip(self.words()) {
+            let bytes = word.to_be_bytes();
+            out.copy_from_slice(&bytes);
+            let native = u64::from_ne_bytes(bytes);
+            sum += (native >> 32) + (native & 0xffff_ffff);
+        }
+        sum
+    }
+
     /// The header's bytes, assembled as three big-endian 64-bit words in
     /// registers (the field layout is the `field` module's; the fixtures
     /// below check the two agree).
     #[inline]
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let [w0, w1, w2] = self.words();
+        let mut bytes = [0u8; HEADER_LEN];
+        bytes[0..8].copy_from_slice(&w0.to_be_bytes());
+        bytes[8..16].copy_from_slice(&w1.to_be_bytes());
+        bytes[16..24].copy_from_slice(&w2.to_be_bytes());
+        bytes
+    }
+
+    /// The header as three 64-bit words, in the order and byte order of
+    /// the wire (most significant byte first).
+    #[inline]
+    fn words(&self) -> [u64; 3] {
         let w0 = u64::from(VERSION) << 56
             | u64::from(u8::from(self.kind)) << 48
             | u64::from(self.set & FLAG_SET) << 40
@@ -462,11 +494,7 @@ impl Repr {
             | u64::from(self.exponent) << 24
             | u64::from(self.count);
         let w2 = u64::from(self.elements) << 48 | u64::from(self.packet_id);
-        let mut bytes = [0u8; HEADER_LEN];
-        bytes[0..8].copy_from_slice(&w0.to_be_bytes());
-        bytes[8..16].copy_from_slice(&w1.to_be_bytes());
-        bytes[16..24].copy_from_slice(&w2.to_be_bytes());
-        bytes
+        [w0, w1, w2]
     }
 }
 
@@ -574,6 +602,11 @@ mod tests {
             Ok(r)
         );
         assert_eq!(bytes[..HEADER_LEN], r.to_bytes());
+        // The summed writer writes the same bytes and their checksum sum.
+        let mut head = [0u8; HEADER_LEN];
+        let sum = r.emit_summed(&mut head);
+        assert_eq!(head, r.to_bytes());
+        assert_eq!(sum, crate::frame::ones_sum_native(&head));
     }
 
     #[test]

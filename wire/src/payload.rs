@@ -22,6 +22,23 @@ pub fn write_i32s(out: &mut [u8], values: &[i32]) {
     }
 }
 
+/// [`write_i32s`], returning the [`crate::frame::ones_sum_native`] sum of
+/// the bytes written, taken in the same pass (for the UDP checksum of a
+/// raw-Ethernet frame, without reading the payload back).
+#[inline]
+pub fn write_i32s_summed(out: &mut [u8], values: &[i32]) -> u64 {
+    assert_eq!(out.len(), values.len() * ELEMENT_LEN, "payload size");
+    #[cfg(target_arch = "x86_64")]
+    if simd::available() {
+        // SAFETY: AVX2 is present; lengths were checked above.
+        return unsafe {
+            simd::swap_into_summed(values.as_ptr().cast(), out.as_mut_ptr(), values.len())
+        };
+    }
+    write_i32s(out, values);
+    crate::frame::ones_sum_native(out)
+}
+
 /// Reads big-endian int32s from `bytes` into `out`. `bytes` must be exactly
 /// `out.len() * 4` bytes.
 #[inline]
@@ -95,6 +112,58 @@ pub mod simd {
         }
     }
 
+    /// [`swap_into`], returning the native-halves sum of the bytes written
+    /// (as [`crate::frame::ones_sum_native`] takes it).
+    ///
+    /// # Safety
+    /// AVX2 present; `src` and `dst` valid for `4 * n` bytes, not overlapping.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn swap_into_summed(src: *const u8, dst: *mut u8, n: usize) -> u64 {
+        let swap = swap_mask();
+        let mut acc = _mm256_setzero_si256();
+        let whole = n / 8 * 8;
+        for i in (0..whole).step_by(8) {
+            let v = _mm256_shuffle_epi8(_mm256_loadu_si256(src.add(i * 4).cast()), swap);
+            _mm256_storeu_si256(dst.add(i * 4).cast(), v);
+            acc = add_halves(acc, v);
+        }
+        let mut total = lanes_sum(acc);
+        for i in whole..n {
+            let v = src.add(i * 4).cast::<u32>().read_unaligned().swap_bytes();
+            dst.add(i * 4).cast::<u32>().write_unaligned(v);
+            total += u64::from(v);
+        }
+        total
+    }
+
+    /// `acc` plus the native-endian 32-bit halves of `v`'s 64-bit lanes:
+    /// one step of the checksum's sum (no carries to chase; a lane would
+    /// need 2^32 steps to overflow).
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn add_halves(acc: __m256i, v: __m256i) -> __m256i {
+        let low = _mm256_set1_epi64x(0xffff_ffff);
+        _mm256_add_epi64(
+            acc,
+            _mm256_add_epi64(_mm256_and_si256(v, low), _mm256_srli_epi64(v, 32)),
+        )
+    }
+
+    /// The four 64-bit lanes of an [`add_halves`] accumulator, added.
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn lanes_sum(acc: __m256i) -> u64 {
+        let mut lanes = [0u64; 4];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
+        lanes.iter().sum()
+    }
+
     /// The unfolded one's-complement sum of the whole 32-byte blocks of
     /// `data`, as [`crate::frame::ones_sum`] takes it (native-endian 32-bit
     /// halves added into 64-bit lanes), and the bytes that remain.
@@ -103,17 +172,12 @@ pub mod simd {
     /// AVX2 present.
     #[target_feature(enable = "avx2")]
     pub unsafe fn ones_blocks(data: &[u8]) -> (u64, &[u8]) {
-        let low = _mm256_set1_epi64x(0xffff_ffff);
         let mut acc = _mm256_setzero_si256();
         let mut blocks = data.chunks_exact(32);
         for b in &mut blocks {
-            let v = _mm256_loadu_si256(b.as_ptr().cast());
-            let halves = _mm256_add_epi64(_mm256_and_si256(v, low), _mm256_srli_epi64(v, 32));
-            acc = _mm256_add_epi64(acc, halves);
+            acc = add_halves(acc, _mm256_loadu_si256(b.as_ptr().cast()));
         }
-        let mut lanes = [0u64; 4];
-        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
-        (lanes.iter().sum(), blocks.remainder())
+        (lanes_sum(acc), blocks.remainder())
     }
 
     /// `acc[i] += big-endian bytes[i]`, wrapping.
@@ -160,6 +224,25 @@ mod tests {
         write_i32s(&mut bytes, &[1, 7]);
         add_i32s(&mut acc, &bytes);
         assert_eq!(acc, [i32::MIN, 2]);
+    }
+
+    #[test]
+    fn the_summed_writer_writes_the_same_bytes_and_their_checksum_sum() {
+        // Every length up to three AVX2 steps and a tail, with words whose
+        // halves carry: the sum taken while writing folds to RFC 1071's.
+        for n in 0..27 {
+            let values: Vec<i32> = (0..n).map(|i| -1 - (i as i32) * 0x0101_7fff).collect();
+            let mut plain = vec![0u8; n * 4];
+            write_i32s(&mut plain, &values);
+            let mut summed = vec![0u8; n * 4];
+            let sum = write_i32s_summed(&mut summed, &values);
+            assert_eq!(summed, plain, "{n} values");
+            assert_eq!(
+                crate::frame::from_native(sum),
+                crate::frame::ones_sum(&plain),
+                "{n} values"
+            );
+        }
     }
 
     #[test]
