@@ -16,7 +16,7 @@ const T: u32 = 3;
 const ROUNDS: usize = 8;
 const RACKS: [u16; 2] = [3, 2];
 /// |model - exact| allowed per element. Each round quantizes the deltas
-/// (a step of at most n^2 2^E / (2^31 - 1), about 1e-8 here: the deltas
+/// (a step of at most n 2^(E + c - 31), c = ceil(log2 n), about 1e-8 here: the deltas
 /// stay below 1) and rounds to f32 (6e-8 relative on weights near 1); over
 /// 8 rounds that stays below 1e-6. A wrong divisor or a lost rack is off by
 /// 1e-3 or more.

@@ -26,8 +26,8 @@ const SLOTS: u32 = 8;
 const K: u16 = 64;
 const GBIT: f64 = 1e9 / 8.0;
 /// |model - exact mean| allowed per element. One averaging quantizes
-/// models of magnitude below 2 with a step of at most n^2 2^E / (2^31 - 1)
-/// (4e-8 for n = 6) and rounds to f32 (1.2e-7 near 1); a member left out
+/// models of magnitude below 2 with a step of at most n 2^(E + c - 31),
+/// c = ceil(log2 n) (4.5e-8 for n = 6) and rounds to f32 (1.2e-7 near 1); a member left out
 /// or a wrong divisor is off by 1e-3 or more.
 const BOUND: f64 = 1e-5;
 

@@ -152,9 +152,8 @@ pub(crate) struct FloatCodec<'a> {
     /// Agreed (max-reduced) exponent per chunk, filled as results arrive
     /// (a lane fills only its own chunks').
     pub agreed: Vec<u8>,
-    /// Each exponent's scale for the worker count, computed on first use
-    /// (once per all-reduce).
-    scales: quant::Scales,
+    /// The quantizer for the job's worker count.
+    quantizer: quant::Quantizer,
 }
 
 impl<'a> FloatCodec<'a> {
@@ -164,7 +163,7 @@ impl<'a> FloatCodec<'a> {
             data,
             classes,
             agreed: vec![0; chunks],
-            scales: quant::Scales::new(workers),
+            quantizer: quant::Quantizer::new(workers),
         }
     }
 }
@@ -172,19 +171,10 @@ impl<'a> FloatCodec<'a> {
 impl FloatCodec<'_> {
     /// The chunk round `round` of `slot` carries quantized, with its agreed
     /// exponent (none in round 0, which carries only an exponent).
-    fn quantized(
-        &mut self,
-        slot: usize,
-        round: usize,
-        window: usize,
-    ) -> Option<(u8, &mut [f32], &mut quant::Scales)> {
+    fn quantized(&mut self, slot: usize, round: usize, window: usize) -> Option<(u8, &mut [f32])> {
         let round = round.checked_sub(1)?;
         let index = slot + round * window;
-        Some((
-            self.agreed[index],
-            self.data.round_chunk(slot, round),
-            &mut self.scales,
-        ))
+        Some((self.agreed[index], self.data.round_chunk(slot, round)))
     }
 }
 
@@ -200,12 +190,13 @@ impl Codec for FloatCodec<'_> {
     }
 
     fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> Encoded {
+        let quantizer = self.quantizer;
         let sum = match self.quantized(slot, round, window) {
             None => {
                 out.fill(0);
                 0
             }
-            Some((e, chunk, scales)) => scales.quantize(chunk, e, out),
+            Some((e, chunk)) => quantizer.quantize(chunk, e, out),
         };
         let exponent = self
             .data
@@ -215,8 +206,9 @@ impl Codec for FloatCodec<'_> {
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
-        if let Some((e, chunk, scales)) = self.quantized(slot, round, window) {
-            scales.dequantize(bytes, e, chunk);
+        let quantizer = self.quantizer;
+        if let Some((e, chunk)) = self.quantized(slot, round, window) {
+            quantizer.dequantize(bytes, e, chunk);
         }
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;

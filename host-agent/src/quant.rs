@@ -6,29 +6,38 @@
 //! Non-finite values have b = 255, so the switch's max-reduce carries "this
 //! chunk holds NaN or Inf" to every worker for free.
 //!
-//! With the agreed (max) exponent b and n workers, E = b - 126 and
+//! With the agreed (max) exponent b and n workers, E = b - 126,
+//! c = ceil(log2 n) and the shift s = 31 - c - E:
 //!
 //! ```text
-//! scale = (2^31 - 1) / (n * 2^E),   q = clamp(round(x * scale), -L, L),   L = floor((2^31 - 1) / n)
+//! q = clamp(round_half_even(x * 2^s), -L, L),   y = (sum of q) * 2^-s,   L = floor((2^31 - 1) / n)
 //! ```
 //!
-//! so |q| <= L and the sum of n contributions stays within int32: no overflow
-//! by construction. Products are formed in f64, so the only errors are the
-//! rounding to an integer (at most one quantum 1/scale per worker, the clamp
-//! included) and the final rounding of the result to f32:
+//! |x| < 2^E gives |x * 2^s| < 2^(31 - c) <= 2^31 / n, and the clamp keeps
+//! the sum of n contributions within int32: no overflow by construction.
+//!
+//! **Why a power of two.** Scaling by 2^s is exact in binary32 (for the
+//! shifts of every block that is not all but zero), so the quantizer is a
+//! binary32 multiply, a conversion and a byte swap, eight elements per AVX2
+//! step, and the dequantizer the reverse, with the results those of exact
+//! arithmetic. The scale (2^31 - 1) / (n 2^E) used before needed products
+//! in f64, four elements per step with two conversions each, and cost the
+//! DPDK agent as much per packet as everything else it does; SwitchML
+//! scales by powers of two for the same reason. The price is at most one
+//! bit of range when n is not a power of two (2^c < 2n).
+//!
+//! The only errors are the rounding to an integer (at most one quantum
+//! 2^-s per worker, the clamp included) and the final rounding to f32:
 //!
 //! ```text
-//! |result - exact sum| <= n^2 * 2^E / (2^31 - 1) + 2^-23 * |exact sum|
+//! |result - exact sum| <= n * 2^(E + c - 31) + 2^-23 * |exact sum|
 //! ```
 //!
 //! [`error_bound`] computes it; the tests and the demo check every element
 //! against it. Relative to the chunk's largest magnitude m (2^E <= 2m) the
-//! first term is at most 2 n^2 m / (2^31 - 1), about 3e-8 * m at n = 8.
+//! first term is below 4 n^2 m / 2^31, about 1.2e-7 * m at n = 8.
 
 use inagg_wire::EXPONENT_NON_FINITE;
-
-/// 2^31 - 1.
-const INT_MAX: f64 = i32::MAX as f64;
 
 /// The block exponent of a chunk: the biased binary32 exponent of its largest
 /// magnitude (0 for all zeros, 255 if any value is NaN or infinite).
@@ -49,31 +58,45 @@ fn max_magnitude_bits_scalar(chunk: &[f32]) -> u32 {
         .fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
 }
 
-/// The scale for an agreed exponent and `workers` contributors.
-pub fn scale(exponent: u8, workers: u16) -> f64 {
-    let e = i32::from(exponent) - 126;
-    INT_MAX / (f64::from(workers) * pow2(e))
+/// The shift s for an agreed (finite) exponent and `workers` contributors:
+/// each value is quantized as x * 2^s.
+pub fn shift(exponent: u8, workers: u16) -> i32 {
+    let c = (u32::BITS - u32::from(workers.max(1) - 1).leading_zeros()) as i32;
+    31 - c - (i32::from(exponent) - 126)
 }
 
-/// 2^e, exactly, for the exponents a block can have (-126..=129): built from
-/// its bits rather than by `powi`'s multiply loop, which showed up in
-/// profiles of the per-chunk path.
+/// 2^e, exactly, for the exponents a block can have: built from its bits
+/// rather than by `powi`'s multiply loop, which showed up in profiles of
+/// the per-chunk path.
 fn pow2(e: i32) -> f64 {
     debug_assert!((-1022..=1023).contains(&e));
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
-/// The largest |q| one worker may contribute.
-fn limit(workers: u16) -> f64 {
-    (INT_MAX / f64::from(workers)).floor()
+/// The largest |q| one worker may contribute, floor((2^31 - 1) / n), rounded
+/// down to a binary32 value (an integer: the clamp then commutes with the
+/// rounding). Values never reach it unless n > 128 (see the module doc).
+fn limit(workers: u16) -> f32 {
+    let l = (i32::MAX as f64 / f64::from(workers.max(1))).floor();
+    let f = l as f32;
+    if f64::from(f) > l {
+        f32::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    }
 }
 
 /// The documented bound on |result - exact sum| for one element.
 pub fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
-    let n = f64::from(workers);
-    let e = i32::from(exponent) - 126;
-    n * n * pow2(e) / INT_MAX + exact_sum.abs() * pow2(-23)
+    f64::from(workers) * pow2(-shift(exponent, workers)) + exact_sum.abs() * pow2(-23)
 }
+
+/// The shifts whose scale 2^s and inverse 2^-s are normal binary32 values
+/// and whose dequantized nonzero results cannot be subnormal: binary32
+/// arithmetic is then exact up to the one final rounding. Outside it (blocks
+/// whose largest magnitude is below about 2^-95) the scalar f64 loops run,
+/// with the same results.
+const FAST_SHIFTS: std::ops::RangeInclusive<i32> = -126..=126;
 
 /// Quantizes `chunk` with the agreed exponent into `out` (big-endian int32,
 /// `out.len() / 4 >= chunk.len()`), zero-padding the rest. A non-finite
@@ -82,109 +105,76 @@ pub fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
 /// Returns the [`inagg_wire::frame::ones_sum_native`] sum of `out`, taken
 /// while writing it (the UDP checksum of a raw-Ethernet frame).
 pub fn quantize(chunk: &[f32], exponent: u8, workers: u16, out: &mut [u8]) -> u64 {
-    quantize_with(
-        chunk,
-        exponent,
-        || scale(exponent, workers),
-        limit(workers),
-        out,
-    )
+    Quantizer::new(workers).quantize(chunk, exponent, out)
 }
 
 /// Dequantizes the first `out.len()` elements of a result payload.
 pub fn dequantize(payload: &[u8], exponent: u8, workers: u16, out: &mut [f32]) {
-    dequantize_with(payload, exponent, || 1.0 / scale(exponent, workers), out)
+    Quantizer::new(workers).dequantize(payload, exponent, out)
 }
 
-/// [`quantize`] with the scale computed only for a finite exponent.
-fn quantize_with(
-    chunk: &[f32],
-    exponent: u8,
-    scale: impl FnOnce() -> f64,
-    limit: f64,
-    out: &mut [u8],
-) -> u64 {
-    debug_assert!(out.len() >= chunk.len() * 4);
-    let (body, pad) = out.split_at_mut(chunk.len() * 4);
-    pad.fill(0);
-    if exponent == EXPONENT_NON_FINITE {
-        body.fill(0);
-        return 0;
-    }
-    dispatch_quantize(chunk, scale(), limit, body)
-}
-
-/// [`dequantize`] with the inverse scale computed only for a finite exponent.
-fn dequantize_with(payload: &[u8], exponent: u8, inv: impl FnOnce() -> f64, out: &mut [f32]) {
-    debug_assert!(payload.len() >= out.len() * 4);
-    if exponent == EXPONENT_NON_FINITE {
-        out.fill(f32::NAN);
-        return;
-    }
-    dispatch_dequantize(&payload[..out.len() * 4], inv(), out);
-}
-
-/// [`quantize`] and [`dequantize`] for one worker count, with each
-/// exponent's scale and its inverse computed on first use: the per-packet
-/// path then costs no division (two 64-bit divisions were a tenth of the
-/// DPDK agent's float path at K = 64). The values are those of [`scale`],
-/// bit for bit.
-#[derive(Debug, Clone)]
-pub struct Scales {
+/// [`quantize`] and [`dequantize`] for one worker count, with what depends
+/// only on it (the limit: a division and a floor) worked out once: the
+/// agent's codec calls them once per packet.
+#[derive(Debug, Clone, Copy)]
+pub struct Quantizer {
     workers: u16,
-    limit: f64,
-    /// `scale(e, workers)` at index e; 0 where not yet computed (a scale
-    /// is never 0).
-    scale: [f64; 256],
-    /// `1 / scale(e, workers)`, likewise.
-    inv: [f64; 256],
+    limit: f32,
 }
 
-impl Scales {
-    /// An empty table for `workers` contributors.
-    pub fn new(workers: u16) -> Scales {
-        Scales {
+impl Quantizer {
+    /// For sums of `workers` contributions.
+    pub fn new(workers: u16) -> Quantizer {
+        Quantizer {
             workers,
             limit: limit(workers),
-            scale: [0.0; 256],
-            inv: [0.0; 256],
         }
     }
 
-    fn scale(&mut self, exponent: u8) -> f64 {
-        let s = &mut self.scale[usize::from(exponent)];
-        if *s == 0.0 {
-            *s = scale(exponent, self.workers);
+    /// [`quantize`].
+    pub fn quantize(&self, chunk: &[f32], exponent: u8, out: &mut [u8]) -> u64 {
+        debug_assert!(out.len() >= chunk.len() * 4);
+        let (body, pad) = out.split_at_mut(chunk.len() * 4);
+        pad.fill(0);
+        if exponent == EXPONENT_NON_FINITE {
+            body.fill(0);
+            return 0;
         }
-        *s
-    }
-
-    fn inv(&mut self, exponent: u8) -> f64 {
-        let i = usize::from(exponent);
-        if self.inv[i] == 0.0 {
-            self.inv[i] = 1.0 / self.scale(exponent);
+        let s = shift(exponent, self.workers);
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() && FAST_SHIFTS.contains(&s) {
+            // SAFETY: the CPU supports AVX2; `body` holds the chunk.
+            return unsafe { simd::quantize(chunk, s, self.limit, body) };
         }
-        self.inv[i]
+        quantize_body(chunk, s, self.limit, body)
     }
 
-    /// [`quantize`] with this table.
-    pub fn quantize(&mut self, chunk: &[f32], exponent: u8, out: &mut [u8]) -> u64 {
-        let limit = self.limit;
-        quantize_with(chunk, exponent, || self.scale(exponent), limit, out)
-    }
-
-    /// [`dequantize`] with this table.
-    pub fn dequantize(&mut self, payload: &[u8], exponent: u8, out: &mut [f32]) {
-        dequantize_with(payload, exponent, || self.inv(exponent), out)
+    /// [`dequantize`].
+    pub fn dequantize(&self, payload: &[u8], exponent: u8, out: &mut [f32]) {
+        debug_assert!(payload.len() >= out.len() * 4);
+        if exponent == EXPONENT_NON_FINITE {
+            out.fill(f32::NAN);
+            return;
+        }
+        let s = shift(exponent, self.workers);
+        let payload = &payload[..out.len() * 4];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() && FAST_SHIFTS.contains(&s) {
+            // SAFETY: the CPU supports AVX2; `payload` holds the elements.
+            return unsafe { simd::dequantize(payload, s, out) };
+        }
+        dequantize_body(payload, s, out)
     }
 }
 
-/// The scalar quantizer; returns the checksum sum of what it wrote.
+/// The scalar quantizer, in f64 (exact for every shift); returns the
+/// checksum sum of what it wrote.
 #[inline(always)]
-fn quantize_body(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) -> u64 {
+fn quantize_body(chunk: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
+    let (scale, l) = (pow2(s), f64::from(l));
     let mut sum = 0;
     for (x, o) in chunk.iter().zip(out.chunks_exact_mut(4)) {
-        let q = (f64::from(*x) * s).round_ties_even().clamp(-l, l) as i32;
+        let q = (f64::from(*x) * scale).round_ties_even().clamp(-l, l) as i32;
         let bytes = q.to_be_bytes();
         o.copy_from_slice(&bytes);
         sum += u64::from(u32::from_ne_bytes(bytes));
@@ -192,8 +182,10 @@ fn quantize_body(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) -> u64 {
     sum
 }
 
+/// The scalar dequantizer: one rounding, of the exact product, to f32.
 #[inline(always)]
-fn dequantize_body(payload: &[u8], inv: f64, out: &mut [f32]) {
+fn dequantize_body(payload: &[u8], s: i32, out: &mut [f32]) {
+    let inv = pow2(-s);
     for (b, y) in payload.chunks_exact(4).zip(out.iter_mut()) {
         let q = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         *y = (f64::from(q) * inv) as f32;
@@ -202,10 +194,11 @@ fn dequantize_body(payload: &[u8], inv: f64, out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    //! AVX2 kernels with exactly the scalar loops' arithmetic: f64 products,
-    //! round-half-even (the default MXCSR mode of `vcvtpd2dq`), the same
-    //! clamp, and a `vpshufb` byte swap to network order. Eight elements per
-    //! step; the scalar body finishes the tail.
+    //! AVX2 kernels with exactly the scalar loops' results, for the shifts
+    //! in `FAST_SHIFTS`: binary32 products by a power of two (exact),
+    //! round-half-even (the default MXCSR mode of `vcvtps2dq`), the same
+    //! clamp, and a `vpshufb` byte swap to network order. Eight elements
+    //! per step; the scalar body finishes the tail.
     use inagg_wire::payload::simd::{add_halves, lanes_sum, swap_mask};
     use std::arch::x86_64::*;
 
@@ -216,21 +209,19 @@ mod simd {
     /// Returns the checksum sum of what it wrote (as `quantize` does).
     ///
     /// # Safety
-    /// The CPU must support AVX2; `out.len() >= chunk.len() * 4`.
+    /// The CPU must support AVX2; `out.len() >= chunk.len() * 4`; `s` is
+    /// in `FAST_SHIFTS`.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn quantize(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) -> u64 {
+    pub unsafe fn quantize(chunk: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
         let whole = chunk.len() / 8 * 8;
-        let (vs, hi, lo) = (_mm256_set1_pd(s), _mm256_set1_pd(l), _mm256_set1_pd(-l));
+        let scale = super::pow2(s) as f32;
+        let (vs, hi, lo) = (_mm256_set1_ps(scale), _mm256_set1_ps(l), _mm256_set1_ps(-l));
         let swap = swap_mask();
         let mut acc = _mm256_setzero_si256();
         for i in (0..whole).step_by(8) {
-            let x = _mm256_loadu_ps(chunk.as_ptr().add(i));
-            let a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-            let b = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x));
+            let x = _mm256_mul_ps(_mm256_loadu_ps(chunk.as_ptr().add(i)), vs);
             // Clamping before rounding equals rounding before clamping: l is an integer.
-            let a = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(a, vs), lo), hi);
-            let b = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(b, vs), lo), hi);
-            let q = _mm256_set_m128i(_mm256_cvtpd_epi32(b), _mm256_cvtpd_epi32(a));
+            let q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(x, lo), hi));
             let q = _mm256_shuffle_epi8(q, swap);
             _mm256_storeu_si256(out.as_mut_ptr().add(i * 4).cast(), q);
             acc = add_halves(acc, q);
@@ -239,7 +230,8 @@ mod simd {
     }
 
     /// # Safety
-    /// The CPU must support AVX2; `payload.len() >= out.len() * 4`.
+    /// The CPU must support AVX2; `payload.len() >= out.len() * 4`; `s` is
+    /// in `FAST_SHIFTS`.
     ///
     /// The result goes to the caller's tensor and is not read again soon, so
     /// the whole aligned vectors of a large chunk are written with
@@ -250,7 +242,7 @@ mod simd {
     /// the whole conversion (the DPDK loopback agent at K = 64: 470 ns per
     /// packet with streaming stores, 200 ns without).
     #[target_feature(enable = "avx2")]
-    pub unsafe fn dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
+    pub unsafe fn dequantize(payload: &[u8], s: i32, out: &mut [f32]) {
         // Streaming stores need 32-byte alignment: scalar up to a boundary
         // of `out` first. Ordinary stores do not, and a small chunk of an
         // unaligned tensor would otherwise spend its head and tail (up to
@@ -261,19 +253,13 @@ mod simd {
         } else {
             0
         };
-        super::dequantize_body(&payload[..head * 4], inv, &mut out[..head]);
+        super::dequantize_body(&payload[..head * 4], s, &mut out[..head]);
         let whole = head + (out.len() - head) / 8 * 8;
-        let vinv = _mm256_set1_pd(inv);
+        let vinv = _mm256_set1_ps(super::pow2(-s) as f32);
         let swap = swap_mask();
         for i in (head..whole).step_by(8) {
             let q = _mm256_loadu_si256(payload.as_ptr().add(i * 4).cast());
-            let q = _mm256_shuffle_epi8(q, swap);
-            let a = _mm256_cvtepi32_pd(_mm256_castsi256_si128(q));
-            let b = _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(q));
-            let y = _mm256_set_m128(
-                _mm256_cvtpd_ps(_mm256_mul_pd(b, vinv)),
-                _mm256_cvtpd_ps(_mm256_mul_pd(a, vinv)),
-            );
+            let y = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(q, swap)), vinv);
             if stream {
                 _mm256_stream_ps(out.as_mut_ptr().add(i), y);
             } else {
@@ -284,7 +270,7 @@ mod simd {
             // Order the streaming stores before anything the caller does next.
             _mm_sfence();
         }
-        super::dequantize_body(&payload[whole * 4..], inv, &mut out[whole..]);
+        super::dequantize_body(&payload[whole * 4..], s, &mut out[whole..]);
     }
 
     /// The largest magnitude's bit pattern (sign cleared) in `chunk`.
@@ -312,24 +298,6 @@ fn has_avx2() -> bool {
     return inagg_wire::payload::simd::available();
     #[cfg(not(target_arch = "x86_64"))]
     false
-}
-
-fn dispatch_quantize(chunk: &[f32], s: f64, l: f64, out: &mut [u8]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports the features the function is compiled for.
-        return unsafe { simd::quantize(chunk, s, l, out) };
-    }
-    quantize_body(chunk, s, l, out)
-}
-
-fn dispatch_dequantize(payload: &[u8], inv: f64, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports the features the function is compiled for.
-        return unsafe { simd::dequantize(payload, inv, out) };
-    }
-    dequantize_body(payload, inv, out)
 }
 
 #[cfg(test)]
@@ -477,24 +445,89 @@ mod tests {
     }
 
     #[test]
-    fn the_scale_table_gives_the_free_functions_bits() {
-        let x: Vec<f32> = (0..70).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let mut table = Scales::new(5);
-        for e in [0, 1, 100, 128, 129, 254, EXPONENT_NON_FINITE] {
-            // Twice: the first use fills the entry, the second reads it.
-            for _ in 0..2 {
-                let (mut a, mut b) = (vec![0u8; 288], vec![0u8; 288]);
-                let sum = table.quantize(&x, e, &mut a);
-                assert_eq!(sum, quantize(&x, e, 5, &mut b), "exponent {e}");
-                assert_eq!(a, b, "exponent {e}");
-                let (mut ya, mut yb) = (vec![0f32; 70], vec![0f32; 70]);
-                table.dequantize(&a, e, &mut ya);
-                dequantize(&a, e, 5, &mut yb);
-                assert_eq!(
-                    ya.iter().map(|y| y.to_bits()).collect::<Vec<_>>(),
-                    yb.iter().map(|y| y.to_bits()).collect::<Vec<_>>(),
-                    "exponent {e}"
-                );
+    fn shifts_and_limits() {
+        // 1.0 has b = 127 (E = 1: |x| < 2); one worker: x * 2^30.
+        assert_eq!(shift(127, 1), 30);
+        assert_eq!(shift(127, 2), 29);
+        assert_eq!(shift(127, 3), 28, "3 workers round up to 4");
+        assert_eq!(shift(127, 64), 24);
+        assert_eq!(shift(127, 65), 23);
+        assert_eq!(
+            limit(1),
+            2_147_483_520.0,
+            "the largest binary32 below 2^31 - 1"
+        );
+        assert_eq!(limit(1000), 2_147_483.0, "exact below 2^24");
+        let mut q = [0u8; 4];
+        quantize(&[1.0], 127, 1, &mut q);
+        assert_eq!(i32::from_be_bytes(q), 1 << 30);
+    }
+
+    #[test]
+    fn no_overflow_for_any_worker_count_or_exponent() {
+        // Every worker sends the largest magnitude its exponent allows, all
+        // the same sign: the sum still fits in int32, for every n (the clamp
+        // matters above 128 workers).
+        for n in [1u16, 2, 3, 5, 64, 127, 128, 129, 200, 1000, u16::MAX] {
+            for b in [1u8, 100, 127, 254] {
+                let x = f32::from_bits((u32::from(b) << 23) | 0x7f_ffff);
+                assert_eq!(block_exponent(&[x]), b);
+                for sign in [1.0, -1.0] {
+                    let mut q = [0u8; 4];
+                    quantize(&[sign * x], b, n, &mut q);
+                    let sum = i64::from(i32::from_be_bytes(q)) * i64::from(n);
+                    assert!(sum.abs() <= i64::from(i32::MAX), "n {n} b {b}: {sum}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn simd_kernels_are_the_exact_arithmetic_of_the_scalar_loops() {
+        if !has_avx2() {
+            return;
+        }
+        // 1003 elements: whole vectors and a scalar tail; halves for ties;
+        // magnitudes across the range; exponents that put the shift at both
+        // ends of the fast range and beyond it.
+        let mut x: Vec<f32> = (0..1003)
+            .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
+            .collect();
+        x[5] = 0.5;
+        x[6] = -2.5;
+        x[7] = 1e-30;
+        for n in [1u16, 3, 4, 129] {
+            for b in [1u8, 30, 31, 32, 130, 131, 200, 254] {
+                let s = shift(b, n);
+                if !FAST_SHIFTS.contains(&s) {
+                    continue;
+                }
+                // Scale the values under the exponent: |x| < 2^(b - 126).
+                let k = pow2(i32::from(b) - 131) as f32;
+                let xs: Vec<f32> = x.iter().map(|v| v * k).collect();
+                let l = limit(n);
+                let (mut a, mut v) = (vec![0u8; 4012], vec![0u8; 4012]);
+                let sum_a = quantize_body(&xs, s, l, &mut a);
+                // SAFETY: AVX2 checked above; the shift is in the fast range.
+                let sum_v = unsafe { simd::quantize(&xs, s, l, &mut v) };
+                assert_eq!(a, v, "n {n} b {b}");
+                // The sums taken while writing are the checksum's.
+                let want = inagg_wire::frame::ones_sum(&a);
+                assert_eq!(inagg_wire::frame::from_native(sum_a), want);
+                assert_eq!(inagg_wire::frame::from_native(sum_v), want);
+                // Results of n workers' sums, dequantized both ways.
+                let mut sums = vec![0i32; 1003];
+                for _ in 0..n.min(8) {
+                    add_i32s(&mut sums, &a);
+                }
+                let mut bytes = vec![0u8; 4012];
+                inagg_wire::payload::write_i32s(&mut bytes, &sums);
+                let (mut ya, mut yv) = (vec![0f32; 1003], vec![0f32; 1003]);
+                dequantize_body(&bytes, s, &mut ya);
+                // SAFETY: as above.
+                unsafe { simd::dequantize(&bytes, s, &mut yv) };
+                let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&ya), bits(&yv), "n {n} b {b}");
             }
         }
     }
@@ -503,39 +536,6 @@ mod tests {
     fn pow2_is_exact() {
         for e in -126..=129 {
             assert_eq!(pow2(e), 2f64.powi(e), "2^{e}");
-        }
-    }
-
-    #[test]
-    fn simd_and_scalar_paths_agree() {
-        // 1003 elements: whole vectors and a scalar tail; halves for ties;
-        // a too-small scale on the second pass forces the clamp.
-        let mut x: Vec<f32> = (0..1003)
-            .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
-            .collect();
-        x[5] = 0.5;
-        x[6] = -2.5;
-        x[1001] = f32::from_bits(0x7f7f_ffff);
-        let e = block_exponent(&x);
-        assert_eq!(e, (max_magnitude_bits_scalar(&x) >> 23) as u8);
-        for (s, l) in [
-            (scale(e, 4), limit(4)),
-            (1.0, 5.0),
-            (scale(120, 3), limit(3)),
-        ] {
-            let mut a = vec![0u8; 4012];
-            let mut b = vec![0u8; 4012];
-            let sum_a = quantize_body(&x, s, l, &mut a);
-            let sum_b = dispatch_quantize(&x, s, l, &mut b);
-            assert_eq!(a, b);
-            // The sums taken while writing are the checksum's.
-            let want = inagg_wire::frame::ones_sum(&a);
-            assert_eq!(inagg_wire::frame::from_native(sum_a), want);
-            assert_eq!(inagg_wire::frame::from_native(sum_b), want);
-            let (mut ya, mut yb) = (vec![0f32; 1003], vec![0f32; 1003]);
-            dequantize_body(&a, 1.0 / s, &mut ya);
-            dispatch_dequantize(&a, 1.0 / s, &mut yb);
-            assert_eq!(ya, yb);
         }
     }
 }

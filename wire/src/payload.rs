@@ -86,6 +86,7 @@ pub mod simd {
     ///
     /// # Safety
     /// The CPU must support AVX2.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub unsafe fn swap_mask() -> __m256i {
         _mm256_setr_epi8(
