@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use inagg_emu::egress::LinkConfig;
+use inagg_emu::egress::{LinkConfig, PortRate};
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_switch_control::metrics::{self, MetricsServer};
 
@@ -62,6 +62,12 @@ pub struct EmuArgs {
     /// compete for) its link.
     #[arg(long, requires = "line_rate")]
     pub port_per_host: bool,
+    /// With --line-rate: a rate of its own for the port to one destination,
+    /// ADDR=GBPS (repeat for more ports), e.g. a slow WAN link to a parent
+    /// switch: `--port-rate 127.0.0.1:47001=0.05`. Changed at run time with
+    /// `inagg ctl port-rate`.
+    #[arg(long, value_name = "ADDR=GBPS", requires = "line_rate")]
+    pub port_rate: Vec<PortRate>,
     /// Serve Prometheus metrics (counters, jobs, queues) on this address,
     /// e.g. 127.0.0.1:9471. Off by default.
     #[arg(long, value_name = "ADDR")]
@@ -116,6 +122,7 @@ pub fn run(args: &EmuArgs) -> Result<()> {
         },
         faults,
         link: link(args)?,
+        port_rates: args.port_rate.clone(),
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;

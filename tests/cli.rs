@@ -211,6 +211,67 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
 }
 
 #[test]
+fn ports_get_rates_of_their_own_at_start_and_at_run_time() {
+    let emu = Emu::start(&["--line-rate", "1", "--port-rate", "127.0.0.1:9=0.05"]);
+    let rate_of = |port: &str| -> Option<u64> {
+        let out = emu.ctl(&["--json", "queues"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == port)
+            .map(|p| p["rate_bps"].as_u64().unwrap())
+    };
+    assert_eq!(rate_of("127.0.0.1:9"), Some(50_000_000));
+    let set = emu.ctl(&["port-rate", "127.0.0.1:10", "0.2"]);
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains("port 127.0.0.1:10 -> 0.2 Gbit/s"),
+        "{}",
+        text(&set)
+    );
+    assert_eq!(rate_of("127.0.0.1:10"), Some(200_000_000));
+    let shown = text(&emu.ctl(&["queues"]));
+    assert!(
+        shown.contains("port 127.0.0.1:10 paced at 0.2 Gbit/s"),
+        "{shown}"
+    );
+    let back = emu.ctl(&["port-rate", "127.0.0.1:9", "default"]);
+    assert!(back.status.success(), "{}", text(&back));
+    assert_eq!(rate_of("127.0.0.1:9"), Some(1_000_000_000));
+    // Refusals: a rate that is not one, one too low to pace with, and a
+    // port rate on an emulator whose ports are not paced at all.
+    let bad = emu.ctl(&["port-rate", "127.0.0.1:9", "fast"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("give Gbit/s"), "{}", text(&bad));
+    let low = emu.ctl(&["port-rate", "127.0.0.1:9", "0.0000001"]);
+    assert!(!low.status.success());
+    assert!(text(&low).contains("too low"), "{}", text(&low));
+    let unpaced = Emu::start(&[]);
+    let refused = unpaced.ctl(&["port-rate", "127.0.0.1:9", "1"]);
+    assert!(!refused.status.success());
+    assert!(text(&refused).contains("not paced"), "{}", text(&refused));
+    let no_line = Command::new(INAGG)
+        .args(["emu", "--port-rate", "127.0.0.1:9=1"])
+        .output()
+        .unwrap();
+    assert!(!no_line.status.success());
+    assert!(text(&no_line).contains("--line-rate"), "{}", text(&no_line));
+    let malformed = Command::new(INAGG)
+        .args(["emu", "--line-rate", "1", "--port-rate", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!malformed.status.success());
+    assert!(
+        text(&malformed).contains("ADDR=GBPS"),
+        "{}",
+        text(&malformed)
+    );
+}
+
+#[test]
 fn ctl_apply_plans_checks_and_applies_cluster_files() {
     let emu = Emu::start(&[]);
     let dir = std::env::temp_dir().join(format!("inagg-apply-{}", std::process::id()));

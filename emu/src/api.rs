@@ -556,6 +556,15 @@ pub enum Request {
     },
     /// Every multicast group, the jobs' and those made by hand.
     ListGroups,
+    /// Give one egress port a rate of its own (a slower link to one
+    /// destination), or the line rate back with `rate_bps: None`. Needs a
+    /// line rate (paced ports).
+    SetPortRate {
+        /// The destination the port leads to.
+        port: SocketAddr,
+        /// Bits per second; `None`: the line rate.
+        rate_bps: Option<u64>,
+    },
     /// Send a priority class's packets through an egress queue (the P4
     /// programs' `priority_to_queue` entry).
     SetPriorityQueue {

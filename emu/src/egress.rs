@@ -44,15 +44,54 @@ pub struct LinkConfig {
     pub per_host: bool,
 }
 
+/// A rate for one port other than the line rate: a slower (or faster)
+/// link to one destination, such as the WAN link to a parent switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortRate {
+    /// The destination (with per-host ports, any endpoint on the host).
+    pub port: SocketAddr,
+    /// Bits per second.
+    pub rate_bps: u64,
+}
+
+impl std::str::FromStr for PortRate {
+    type Err = String;
+
+    /// `ADDR=GBPS`, as the CLI takes it: `127.0.0.1:47001=0.05` paces the
+    /// port to 127.0.0.1:47001 at 50 Mbit/s.
+    fn from_str(s: &str) -> Result<PortRate, String> {
+        let bad = || format!("{s:?} is not ADDR=GBPS (for example 127.0.0.1:47001=0.05)");
+        let (addr, gbps) = s.split_once('=').ok_or_else(bad)?;
+        let port = addr.trim().parse().map_err(|_| bad())?;
+        let gbps: f64 = gbps.trim().parse().map_err(|_| bad())?;
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(format!(
+                "{s:?}: the rate must be a positive number of Gbit/s"
+            ));
+        }
+        let rate = PortRate {
+            port,
+            rate_bps: (gbps * 1e9) as u64,
+        };
+        check_rate(rate.rate_bps)?;
+        Ok(rate)
+    }
+}
+
+/// Refuses rates too low to pace with.
+pub fn check_rate(rate_bps: u64) -> Result<(), String> {
+    if rate_bps < 1_000 {
+        return Err(format!(
+            "rate {rate_bps} bit/s is too low: give at least 1000 bit/s"
+        ));
+    }
+    Ok(())
+}
+
 impl LinkConfig {
     /// Checks the values; the message says what is wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if self.rate_bps < 1_000 {
-            return Err(format!(
-                "line rate {} bit/s is too low: give at least 1000 bit/s",
-                self.rate_bps
-            ));
-        }
+        check_rate(self.rate_bps).map_err(|e| format!("line {e}"))?;
         if self.queue_bytes < inagg_wire::HEADER_LEN {
             return Err(format!(
                 "queue size {} bytes cannot hold a packet: give at least {} bytes",
@@ -72,12 +111,12 @@ impl LinkConfig {
             to
         }
     }
+}
 
-    /// Time `bytes` take on the link.
-    fn serialisation(&self, bytes: usize) -> Duration {
-        let nanos = (bytes as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rate_bps));
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
+/// Time `bytes` take on a link of `rate_bps`.
+fn serialisation(bytes: usize, rate_bps: u64) -> Duration {
+    let nanos = (bytes as u128 * 8 * 1_000_000_000).div_ceil(u128::from(rate_bps.max(1)));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
 /// One entry of the priority class -> egress queue map.
@@ -132,6 +171,9 @@ pub struct QueueStats {
 pub struct PortStats {
     /// The destination the port leads to.
     pub port: SocketAddr,
+    /// Its rate, bits per second: the line rate or the port's own.
+    #[serde(default)]
+    pub rate_bps: u64,
     /// Per queue, index = queue number.
     pub queues: Vec<QueueStats>,
 }
@@ -187,6 +229,8 @@ pub enum Refused {
 pub struct Shaper {
     config: LinkConfig,
     ports: HashMap<SocketAddr, Port>,
+    /// Ports with a rate of their own ([`Shaper::set_port_rate`]).
+    rates: HashMap<SocketAddr, u64>,
 }
 
 impl Shaper {
@@ -195,7 +239,38 @@ impl Shaper {
         Shaper {
             config,
             ports: HashMap::new(),
+            rates: HashMap::new(),
         }
+    }
+
+    /// Gives the port to `to` a rate of its own (`None`: the line rate
+    /// again), from its next packet on. Returns the port (the host's, with
+    /// per-host ports). The port is listed in [`Shaper::stats`] from now on.
+    pub fn set_port_rate(
+        &mut self,
+        to: SocketAddr,
+        rate_bps: Option<u64>,
+    ) -> Result<SocketAddr, String> {
+        let port = self.config.port_of(to);
+        match rate_bps {
+            Some(rate) => {
+                check_rate(rate)?;
+                self.rates.insert(port, rate);
+            }
+            None => {
+                self.rates.remove(&port);
+            }
+        }
+        self.ports.entry(port).or_default();
+        Ok(port)
+    }
+
+    /// The rate of the port `port`.
+    fn rate_of(&self, port: &SocketAddr) -> u64 {
+        self.rates
+            .get(port)
+            .copied()
+            .unwrap_or(self.config.rate_bps)
     }
 
     /// The configuration.
@@ -237,8 +312,12 @@ impl Shaper {
     /// by `now`: on each port, highest queue first, each packet starting
     /// when the previous one has left.
     pub fn release(&mut self, now: Instant, mut send: impl FnMut(&[u8], SocketAddr)) {
-        let config = self.config;
-        for port in self.ports.values_mut() {
+        for (addr, port) in &mut self.ports {
+            let rate = self
+                .rates
+                .get(addr)
+                .copied()
+                .unwrap_or(self.config.rate_bps);
             while let Some(q) = port.next_queue() {
                 let Some(start) = port.start_of(q).filter(|&t| t <= now) else {
                     break;
@@ -250,7 +329,7 @@ impl Shaper {
                 stats.depth_bytes -= p.bytes.len();
                 stats.tx_packets += 1;
                 stats.tx_bytes += p.bytes.len() as u64;
-                port.free_at = Some(start + config.serialisation(p.bytes.len()));
+                port.free_at = Some(start + serialisation(p.bytes.len(), rate));
                 send(&p.bytes, p.to);
             }
         }
@@ -276,6 +355,7 @@ impl Shaper {
             .iter()
             .map(|(&port, p)| PortStats {
                 port,
+                rate_bps: self.rate_of(&port),
                 queues: p.stats.to_vec(),
             })
             .collect();
@@ -363,6 +443,47 @@ mod tests {
         assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(1000)));
         assert_eq!(release_at(&mut s, t0, 1000).len(), 1);
         assert_eq!(s.next_departure(), None);
+    }
+
+    #[test]
+    fn a_port_with_a_rate_of_its_own_paces_at_it() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        // B at 1 Mbit/s: 8 us per byte; A stays at the line rate, 1 us.
+        assert_eq!(s.set_port_rate(addr(B), Some(1_000_000)), Ok(addr(B)));
+        for i in 0..2 {
+            s.enqueue(t0, addr(A), 0, vec![i; 100]).unwrap();
+            s.enqueue(t0, addr(B), 0, vec![10 + i; 100]).unwrap();
+        }
+        let mut first = release_at(&mut s, t0, 0);
+        first.sort();
+        assert_eq!(first, [(0, addr(A)), (10, addr(B))]);
+        assert_eq!(release_at(&mut s, t0, 100), [(1, addr(A))]);
+        assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(800)));
+        assert_eq!(release_at(&mut s, t0, 799), []);
+        assert_eq!(release_at(&mut s, t0, 800), [(11, addr(B))]);
+        let rates: Vec<(SocketAddr, u64)> =
+            s.stats().iter().map(|p| (p.port, p.rate_bps)).collect();
+        assert_eq!(rates, [(addr(A), 8_000_000), (addr(B), 1_000_000)]);
+        // Back to the line rate; a rate too low to pace with is refused.
+        s.set_port_rate(addr(B), None).unwrap();
+        assert_eq!(s.stats()[1].rate_bps, 8_000_000);
+        let err = s.set_port_rate(addr(B), Some(10)).unwrap_err();
+        assert!(err.contains("too low"), "{err}");
+    }
+
+    #[test]
+    fn port_rates_parse_from_the_command_line_form() {
+        let r: PortRate = "127.0.0.1:47001=0.05".parse().unwrap();
+        assert_eq!((r.port, r.rate_bps), (addr("127.0.0.1:47001"), 50_000_000));
+        for bad in [
+            "127.0.0.1:47001",
+            "x=1",
+            "127.0.0.1:47001=-1",
+            "127.0.0.1:1=1e-9",
+        ] {
+            assert!(bad.parse::<PortRate>().is_err(), "{bad}");
+        }
     }
 
     #[test]

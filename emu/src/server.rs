@@ -17,7 +17,7 @@ use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::api::{ApiError, Reply, Request, Response};
-use crate::egress::{LinkConfig, Shaper};
+use crate::egress::{check_rate, LinkConfig, PortRate, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
 use crate::switch::{Switch, SwitchConfig};
@@ -47,6 +47,8 @@ pub struct EmulatorConfig {
     /// Line rate and queue size of the ports (socket data plane); `None`:
     /// every copy leaves at once.
     pub link: Option<LinkConfig>,
+    /// Ports with a rate of their own (needs `link`).
+    pub port_rates: Vec<PortRate>,
 }
 
 impl Default for EmulatorConfig {
@@ -57,6 +59,7 @@ impl Default for EmulatorConfig {
             switch: SwitchConfig::default(),
             faults: FaultConfig::default(),
             link: None,
+            port_rates: Vec::new(),
         }
     }
 }
@@ -117,7 +120,7 @@ impl Emulator {
         let state = Arc::new(Mutex::new(State {
             switch: Switch::new(config.switch),
             faults: FaultInjector::new(config.faults),
-            shaper: config.link.map(Shaper::new),
+            shaper: config.link.map(|link| shaper(link, &config.port_rates)),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let data = {
@@ -189,8 +192,26 @@ pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
     config.faults.validate().map_err(invalid)?;
     if let Some(link) = config.link {
         link.validate().map_err(invalid)?;
+    } else if let Some(r) = config.port_rates.first() {
+        return Err(invalid(format!(
+            "a rate for port {} needs a line rate (paced ports)",
+            r.port
+        )));
+    }
+    for r in &config.port_rates {
+        check_rate(r.rate_bps).map_err(|e| invalid(format!("port {}: {e}", r.port)))?;
     }
     Ok(())
+}
+
+/// The egress ports of `link`, with the ports' own rates (checked by
+/// [`validate`]).
+fn shaper(link: LinkConfig, rates: &[PortRate]) -> Shaper {
+    let mut shaper = Shaper::new(link);
+    for r in rates {
+        let _ = shaper.set_port_rate(r.port, Some(r.rate_bps));
+    }
+    shaper
 }
 
 /// A poisoned lock means a panic elsewhere already reported itself; the
@@ -444,6 +465,17 @@ pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Res
             .set_queue(class, queue)
             .map(|_| Reply::Done)
             .map_err(Into::into),
+        Request::SetPortRate { port, rate_bps } => match &mut state.shaper {
+            None => Err(ApiError::Invalid {
+                message: "this emulator's ports are not paced: a port rate needs a line rate \
+                          (inagg emu --line-rate GBPS)"
+                    .into(),
+            }),
+            Some(shaper) => shaper
+                .set_port_rate(port, rate_bps)
+                .map(|_| Reply::Done)
+                .map_err(|message| ApiError::Invalid { message }),
+        },
         Request::Queues => Ok(Reply::Queues {
             map: sw.queue_map(),
             link: state.shaper.as_ref().map(Shaper::config),

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use inagg_emu::api::{GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream};
+use inagg_emu::api::{ApiError, GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream};
 use inagg_emu::counters::{Counters, DropReason};
 use inagg_emu::egress::{describe_map, ClassQueue};
 use inagg_emu::FaultConfig;
@@ -140,6 +140,14 @@ pub enum CtlCommand {
         class: u8,
         /// The queue.
         queue: u8,
+    },
+    /// Give the emulator's egress port to one destination a rate of its
+    /// own (a slow WAN link to a parent switch, say), or the line rate back.
+    PortRate {
+        /// The destination the port leads to (IP:PORT).
+        port: SocketAddr,
+        /// Gbit/s, or `default` for the line rate.
+        rate: String,
     },
     /// The aggregators behind the controller (the switch, fallback
     /// emulators): up or down, memory, free ranges (with --controller).
@@ -402,6 +410,19 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             target: t.kind(),
             what: "sites (they are the controller's: pass --controller ADDR)",
         }),
+        CtlCommand::PortRate { port, rate } => {
+            let rate_bps = parse_port_rate(&rate)?;
+            t.set_port_rate(port, rate_bps)?;
+            let shown = rate_bps.map_or("the line rate".to_string(), |r| {
+                format!("{} Gbit/s", r as f64 / 1e9)
+            });
+            emit(
+                out,
+                json,
+                &serde_json::json!({ "port": port, "rate_bps": rate_bps }),
+                |o| writeln!(o, "port {port} -> {shown}"),
+            )
+        }
         CtlCommand::Priority { class, queue } => {
             t.set_priority_queue(class, queue)?;
             emit(
@@ -725,6 +746,21 @@ fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io:
     write_jobs(o, jobs)
 }
 
+/// `default` (the line rate) or a positive number of Gbit/s.
+fn parse_port_rate(rate: &str) -> Result<Option<u64>> {
+    if rate == "default" {
+        return Ok(None);
+    }
+    match rate.parse::<f64>() {
+        Ok(g) if g.is_finite() && g > 0.0 => Ok(Some((g * 1e9) as u64)),
+        _ => Err(ControlError::Api(ApiError::Invalid {
+            message: format!(
+                "port rate {rate:?}: give Gbit/s (e.g. 0.05 for 50 Mbit/s) or `default`"
+            ),
+        })),
+    }
+}
+
 fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
     match r.link {
         Some(l) => writeln!(
@@ -750,6 +786,18 @@ fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
         "{:<22} {:>5} {:>10} {:>12} {:>8} {:>10} {:>10}",
         "port", "queue", "packets", "bytes", "drops", "depth", "max depth"
     )?;
+    for p in r
+        .ports
+        .iter()
+        .filter(|p| r.link.is_some_and(|l| l.rate_bps != p.rate_bps))
+    {
+        writeln!(
+            o,
+            "port {} paced at {} Gbit/s",
+            p.port,
+            p.rate_bps as f64 / 1e9
+        )?;
+    }
     for p in &r.ports {
         for (q, s) in p.queues.iter().enumerate() {
             if s.tx_packets + s.drops + s.max_depth_bytes as u64 == 0 {

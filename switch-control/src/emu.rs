@@ -183,6 +183,13 @@ impl Target for EmuTarget {
         }
     }
 
+    fn set_port_rate(&mut self, port: SocketAddr, rate_bps: Option<u64>) -> Result<()> {
+        match self.call(&Request::SetPortRate { port, rate_bps })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn queues(&mut self) -> Result<QueueReport> {
         match self.call(&Request::Queues)? {
             Reply::Queues { map, link, ports } => Ok(QueueReport { map, link, ports }),

@@ -207,6 +207,15 @@ pub trait Target {
             what: "priority queues",
         })
     }
+    /// Gives the egress port to `port` a rate of its own in bits per
+    /// second (`None`: the line rate again): a slow link to one
+    /// destination, such as a WAN link to a parent switch (emulator only).
+    fn set_port_rate(&mut self, _port: SocketAddr, _rate_bps: Option<u64>) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "per-port rates",
+        })
+    }
     /// The class-to-queue map, the ports' pacing and their queues' counters.
     fn queues(&mut self) -> Result<QueueReport> {
         Err(ControlError::Unsupported {
