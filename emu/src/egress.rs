@@ -113,6 +113,13 @@ impl LinkConfig {
     }
 }
 
+/// The rate of the port `port`: its own, else the line rate. (A function
+/// of the two fields rather than a method, so that `Shaper::release` can
+/// call it while it holds the ports mutably.)
+fn rate_of(rates: &HashMap<SocketAddr, u64>, config: &LinkConfig, port: &SocketAddr) -> u64 {
+    rates.get(port).copied().unwrap_or(config.rate_bps)
+}
+
 /// Time `bytes` take on a link of `rate_bps`.
 fn serialisation(bytes: usize, rate_bps: u64) -> Duration {
     let nanos = (bytes as u128 * 8 * 1_000_000_000).div_ceil(u128::from(rate_bps.max(1)));
@@ -265,14 +272,6 @@ impl Shaper {
         Ok(port)
     }
 
-    /// The rate of the port `port`.
-    fn rate_of(&self, port: &SocketAddr) -> u64 {
-        self.rates
-            .get(port)
-            .copied()
-            .unwrap_or(self.config.rate_bps)
-    }
-
     /// The configuration.
     pub fn config(&self) -> LinkConfig {
         self.config
@@ -313,11 +312,7 @@ impl Shaper {
     /// when the previous one has left.
     pub fn release(&mut self, now: Instant, mut send: impl FnMut(&[u8], SocketAddr)) {
         for (addr, port) in &mut self.ports {
-            let rate = self
-                .rates
-                .get(addr)
-                .copied()
-                .unwrap_or(self.config.rate_bps);
+            let rate = rate_of(&self.rates, &self.config, addr);
             while let Some(q) = port.next_queue() {
                 let Some(start) = port.start_of(q).filter(|&t| t <= now) else {
                     break;
@@ -355,7 +350,7 @@ impl Shaper {
             .iter()
             .map(|(&port, p)| PortStats {
                 port,
-                rate_bps: self.rate_of(&port),
+                rate_bps: rate_of(&self.rates, &self.config, &port),
                 queues: p.stats.to_vec(),
             })
             .collect();

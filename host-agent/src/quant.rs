@@ -488,8 +488,9 @@ mod tests {
             return;
         }
         // 1003 elements: whole vectors and a scalar tail; halves for ties;
-        // magnitudes across the range; exponents that put the shift at both
-        // ends of the fast range and beyond it.
+        // magnitudes across the range; exponents that put the shift at the
+        // top of the fast range (b = 31, one worker: s = 126) and beyond it
+        // (b = 30), and as low as these worker counts take it (s = -105).
         let mut x: Vec<f32> = (0..1003)
             .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
             .collect();
