@@ -942,9 +942,9 @@ impl SspPeer {
             round,
             chunks: chunks(update, self.elements),
         };
-        self.commands
-            .send(command)
-            .map_err(|_| anyhow!("peer {}: its I/O thread is gone", self.id))?;
+        if self.commands.send(command).is_err() {
+            return Err(self.io_thread_gone());
+        }
         loop {
             match self.next_note()? {
                 Note::Sent(m) if m.round == round => {
@@ -980,13 +980,28 @@ impl SspPeer {
         Ok(std::mem::take(&mut self.received))
     }
 
+    /// Why the I/O thread has stopped: the failure it reported before it
+    /// went, if any. A command sent after the thread failed finds the
+    /// channel closed while the failure still waits among the notes (a
+    /// peer leaving reached one peer that way as "its I/O thread is gone"
+    /// instead of naming the peer that left).
+    fn io_thread_gone(&mut self) -> anyhow::Error {
+        for note in self.notes.try_iter() {
+            match note {
+                Note::Failed(why) => return anyhow!("peer {}: {why}", self.id),
+                Note::Update(u) => self.received.push(u),
+                _ => {}
+            }
+        }
+        anyhow!("peer {}: its I/O thread is gone", self.id)
+    }
+
     /// The next note that is not an update (updates are kept).
     fn next_note(&mut self) -> Result<Note> {
         loop {
-            let note = self
-                .notes
-                .recv()
-                .map_err(|_| anyhow!("peer {}: its I/O thread is gone", self.id))?;
+            let Ok(note) = self.notes.recv() else {
+                return Err(self.io_thread_gone());
+            };
             match note {
                 Note::Failed(why) => bail!("peer {}: {why}", self.id),
                 Note::Update(u) => self.received.push(u),
