@@ -183,6 +183,26 @@ pub struct PortStats {
     pub rate_bps: u64,
     /// Per queue, index = queue number.
     pub queues: Vec<QueueStats>,
+    /// Bytes of the packets that found the link busy (they waited behind
+    /// another packet, so they left back to back): the passive throughput
+    /// probe, with [`PortStats::train_ns`].
+    #[serde(default)]
+    pub train_bytes: u64,
+    /// The real time from each such packet's previous departure on this
+    /// port to its own, summed, in nanoseconds.
+    #[serde(default)]
+    pub train_ns: u64,
+}
+
+impl PortStats {
+    /// The throughput the port delivered while it had a backlog, bits per
+    /// second (`None`: no packet has waited yet). Measured on real
+    /// departure times, so it is what the traffic got, wake-up delays and
+    /// all, not the configured rate read back; it needs no idle link and
+    /// no clock shared with the receiver.
+    pub fn train_rate_bps(&self) -> Option<f64> {
+        (self.train_ns > 0).then(|| self.train_bytes as f64 * 8e9 / self.train_ns as f64)
+    }
 }
 
 /// A packet waiting for its port.
@@ -201,6 +221,11 @@ struct Port {
     stats: [QueueStats; QUEUES],
     /// When the link finishes sending what it has started.
     free_at: Option<Instant>,
+    /// When (real time) the last packet left.
+    last_departure: Option<Instant>,
+    /// See [`PortStats::train_bytes`] and [`PortStats::train_ns`].
+    train_bytes: u64,
+    train_ns: u64,
 }
 
 impl Port {
@@ -211,6 +236,16 @@ impl Port {
     /// The highest non-empty queue.
     fn next_queue(&self) -> Option<usize> {
         (0..QUEUES).rev().find(|&q| !self.queues[q].is_empty())
+    }
+
+    /// Counts a departure at `now` in the throughput probe when the packet
+    /// `waited` behind the one before.
+    fn time_train(&mut self, waited: bool, now: Instant, bytes: usize) {
+        if let (true, Some(last)) = (waited, self.last_departure) {
+            self.train_bytes += bytes as u64;
+            self.train_ns += now.saturating_duration_since(last).as_nanos() as u64;
+        }
+        self.last_departure = Some(now);
     }
 
     /// When the head of queue `q` can start: once it has arrived and the
@@ -324,6 +359,7 @@ impl Shaper {
                 stats.depth_bytes -= p.bytes.len();
                 stats.tx_packets += 1;
                 stats.tx_bytes += p.bytes.len() as u64;
+                port.time_train(start > p.arrived, now, p.bytes.len());
                 port.free_at = Some(start + serialisation(p.bytes.len(), rate));
                 send(&p.bytes, p.to);
             }
@@ -352,6 +388,8 @@ impl Shaper {
                 port,
                 rate_bps: rate_of(&self.rates, &self.config, &port),
                 queues: p.stats.to_vec(),
+                train_bytes: p.train_bytes,
+                train_ns: p.train_ns,
             })
             .collect();
         ports.sort_by_key(|p| p.port);
@@ -361,6 +399,7 @@ impl Shaper {
     /// Zeroes the counters (what waits stays, and so does its depth).
     pub fn reset_stats(&mut self) {
         for port in self.ports.values_mut() {
+            (port.train_bytes, port.train_ns) = (0, 0);
             for s in &mut port.stats {
                 *s = QueueStats {
                     depth_bytes: s.depth_bytes,
@@ -438,6 +477,38 @@ mod tests {
         assert_eq!(s.next_departure(), Some(t0 + Duration::from_micros(1000)));
         assert_eq!(release_at(&mut s, t0, 1000).len(), 1);
         assert_eq!(s.next_departure(), None);
+    }
+
+    #[test]
+    fn the_throughput_probe_times_back_to_back_departures_only() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        assert_eq!(s.stats().first().map(|p| p.train_rate_bps()), None);
+        // Alone on an idle link: it measures nothing.
+        s.enqueue(t0, addr(A), 0, vec![0; 250]).unwrap();
+        release_at(&mut s, t0, 0);
+        assert_eq!(s.stats()[0].train_rate_bps(), None);
+        // Three packets at once at 1000 us: the first finds the link idle,
+        // the other two wait. The emulator wakes late for the second (at
+        // 1300 us, due at 1250) and catches up; the train still spans
+        // 2 x 250 us for 500 bytes: 8 Mbit/s, the port's rate.
+        for i in 1..4 {
+            s.enqueue(t0 + Duration::from_micros(1000), addr(A), 0, vec![i; 250])
+                .unwrap();
+        }
+        assert_eq!(release_at(&mut s, t0, 1000).len(), 1);
+        assert_eq!(release_at(&mut s, t0, 1300).len(), 1);
+        assert_eq!(release_at(&mut s, t0, 1500).len(), 1);
+        let port = &s.stats()[0];
+        assert_eq!((port.train_bytes, port.train_ns), (500, 500_000));
+        assert_eq!(port.train_rate_bps(), Some(8_000_000.0));
+        // Long after the link went idle, a packet starts a new train.
+        s.enqueue(t0 + Duration::from_micros(5000), addr(A), 0, vec![5; 250])
+            .unwrap();
+        release_at(&mut s, t0, 5000);
+        assert_eq!(s.stats()[0].train_bytes, 500);
+        s.reset_stats();
+        assert_eq!((s.stats()[0].train_bytes, s.stats()[0].train_ns), (0, 0));
     }
 
     #[test]
