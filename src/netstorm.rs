@@ -31,11 +31,13 @@
 //! total worker count check completeness and scale exactly as on one
 //! switch.
 //!
-//! Not live: passive bandwidth estimation and re-planning every
-//! UPDATE_TIME (the emulated links have no WAN rates to measure; a new
-//! forest is installed with [`Deployment::remove`] and a new
-//! [`Deployment::install`] at a barrier, and agents [`ForestWorker::retarget`]),
-//! and auxiliary paths (forward-only chunks over other routes).
+//! Network awareness is live ([`awareness`]): the switches' ports time
+//! what they send back to back, and the [`awareness::Scheduler`] plans the
+//! fixed roots' trees again every UPDATE_TIME from those estimates; a new
+//! forest replaces the old at a barrier ([`Deployment::replace`], the next
+//! generation) and agents [`ForestWorker::retarget`].
+//!
+//! Not live: auxiliary paths (forward-only chunks over other routes).
 
 use std::net::SocketAddr;
 
@@ -44,6 +46,8 @@ use inagg_emu::api::{JobSpec, Upstream};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_control::sched::netstorm::{self, Graph, Tree};
 use inagg_switch_control::target::Target;
+
+pub mod awareness;
 
 /// One site: its switch's control target and data-plane endpoint.
 pub struct Site {
@@ -70,8 +74,14 @@ impl Forest {
     /// each with its fastest aggregation path tree, chunks in proportion
     /// to quality.
     pub fn netstorm(graph: &Graph, roots: usize) -> Forest {
+        Forest::with_roots(graph, &netstorm::select_roots(graph, roots))
+    }
+
+    /// The fastest aggregation path trees of the given roots on `graph`,
+    /// chunks in proportion to quality (the roots stay; trees and shares
+    /// follow the graph).
+    pub fn with_roots(graph: &Graph, roots: &[usize]) -> Forest {
         let quality = netstorm::qualities(graph);
-        let roots = netstorm::select_roots(graph, roots);
         Forest {
             trees: roots.iter().map(|&r| netstorm::fapt(graph, r)).collect(),
             shares: roots.iter().map(|&r| quality[r]).collect(),
@@ -219,6 +229,21 @@ impl Deployment {
             }
         }
         Ok(())
+    }
+
+    /// Replaces this deployment by `forest`'s at a barrier: the old jobs
+    /// go, the new ones come with `config`'s generation (give the next
+    /// one: late packets of the old forest are then dropped as stale).
+    pub fn replace(
+        self,
+        sites: &mut [Site],
+        forest: &Forest,
+        config: &ForestConfig,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<Deployment> {
+        self.remove(sites)
+            .context("removing the old forest's jobs")?;
+        Deployment::install(sites, forest, config, endpoints)
     }
 
     /// Deletes every job this deployment installed (all are tried; the

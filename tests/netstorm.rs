@@ -7,9 +7,13 @@
 use std::net::SocketAddr;
 
 use inagg::local::LocalCluster;
+use std::time::{Duration, Instant};
+
+use inagg::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
 use inagg::netstorm::{Deployment, Forest, ForestConfig, ForestWorker, Site};
 use inagg_emu::counters::DropReason;
-use inagg_emu::FaultConfig;
+use inagg_emu::egress::LinkConfig;
+use inagg_emu::{EmulatorConfig, FaultConfig};
 use inagg_switch_control::sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
 use inagg_switch_control::EmuTarget;
 
@@ -45,13 +49,23 @@ struct Sites {
 }
 
 fn sites() -> Sites {
+    sites_with(None)
+}
+
+/// The sites, their ports paced by `link` if given.
+fn sites_with(link: Option<LinkConfig>) -> Sites {
     let clusters: Vec<LocalCluster> = (0..WORKERS.len())
         .map(|v| {
-            LocalCluster::start(FaultConfig {
+            let faults = FaultConfig {
                 drop_ingress: 0.02,
                 drop_egress: 0.02,
                 seed: 40 + v as u64,
                 ..FaultConfig::default()
+            };
+            LocalCluster::start_config(EmulatorConfig {
+                faults,
+                link,
+                ..EmulatorConfig::ephemeral()
             })
             .unwrap()
         })
@@ -400,4 +414,122 @@ fn a_new_forest_takes_over_at_a_barrier_with_the_next_generation() {
         .retarget(&Forest::netstorm(&slower, 3), 2)
         .unwrap_err();
     assert!(err.to_string().contains("3 trees"), "{err}");
+}
+
+/// Whether some tree of `forest` has the edge {a, b}.
+fn uses(forest: &Forest, (a, b): (usize, usize)) -> bool {
+    forest
+        .trees
+        .iter()
+        .any(|t| t.parent[a] == Some(b) || t.parent[b] == Some(a))
+}
+
+/// Packets site `from`'s switch has sent toward site `to`'s.
+fn sent_toward(s: &mut Sites, from: usize, to: usize) -> u64 {
+    let data = s.sites[to].data;
+    let report = s.sites[from].target.queues().unwrap();
+    let port = report.ports.iter().find(|p| p.port == data);
+    port.map_or(0, |p| p.queues.iter().map(|q| q.tx_packets).sum())
+}
+
+/// Network awareness, live: every port runs at 100 Mbit/s but the 1-3
+/// link, a WAN link of 10 Mbit/s each way. The scheduler's first guess
+/// (every link at the nominal 100) puts 1-3 in both trees; the switches'
+/// ports time what the trees send over it, the next plan (same roots, next
+/// generation) routes around it, and the sums stay exact throughout.
+#[test]
+fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
+    const LINE: u64 = 100_000_000;
+    const SLOW: u64 = 10_000_000;
+    let slow = (1, 3);
+    let mut s = sites_with(Some(LinkConfig {
+        rate_bps: LINE,
+        queue_bytes: 1 << 20,
+        per_host: false,
+    }));
+    for (a, b) in [slow, (slow.1, slow.0)] {
+        let to = s.sites[b].data;
+        s.sites[a].target.set_port_rate(to, Some(SLOW)).unwrap();
+    }
+    let links: Vec<(usize, usize, f64)> = overlay().edges.iter().map(|e| (e.a, e.b, 0.0)).collect();
+    let knobs = AwarenessConfig {
+        chunk_bytes: 64 * 4,
+        probe_bytes: 4096,
+        report_rate: 0.1,
+        update_time: Duration::ZERO,
+    };
+    let awareness = Awareness::new(4, &links, LINE as f64, knobs).unwrap();
+    let mut sched = Scheduler::new(awareness, 2, Instant::now()).unwrap();
+    let blind = sched.forest().clone();
+    assert!(
+        uses(&blind, slow),
+        "the first guess avoids 1-3 already: {blind:?}"
+    );
+
+    let mut workers = bind(&s, &blind, &CONFIG);
+    let eps = endpoints(&workers);
+    let want: Vec<i32> = (0..LEN)
+        .map(|i| {
+            (0..usize::from(total()))
+                .map(|g| ints(g)[i])
+                .fold(0, i32::wrapping_add)
+        })
+        .collect();
+    let run = |workers: &mut [ForestWorker]| {
+        for _ in 0..2 {
+            let got = on_all(workers, |g, w| {
+                let mut data = ints(g);
+                w.allreduce_i32(&mut data).unwrap();
+                data
+            });
+            for (g, data) in got.iter().enumerate() {
+                assert!(*data == want, "worker {g}: not the exact sum");
+            }
+        }
+    };
+    let old = Deployment::install(&mut s.sites, &blind, &CONFIG, &eps).unwrap();
+    run(&mut workers);
+
+    let (estimates, plan) = sched.before_push(&mut s.sites, Instant::now()).unwrap();
+    eprintln!("estimates: {estimates:?}");
+    // Both directions of 1-3 measured near 10 Mbit/s (the probe times real
+    // departures, so wake-up delays blur it a little).
+    for (a, b) in [slow, (slow.1, slow.0)] {
+        let rate = sched.awareness().rate(a, b).unwrap();
+        assert!(
+            (0.6..1.4).contains(&(rate / SLOW as f64)),
+            "{a} -> {b} measured at {rate} bit/s; estimates {estimates:?}"
+        );
+    }
+    // Every other direction a tree used reads well above the slow link.
+    for e in estimates
+        .iter()
+        .filter(|e| (e.from, e.to) != slow && (e.to, e.from) != slow)
+    {
+        assert!(e.rate_bps > 3.0 * SLOW as f64, "{e:?}");
+    }
+    let aware = plan.expect("the estimates change the plan");
+    assert!(
+        !uses(&aware, slow),
+        "the new plan still crosses 1-3: {aware:?}"
+    );
+    let roots = |f: &Forest| f.trees.iter().map(|t| t.root).collect::<Vec<_>>();
+    assert_eq!(roots(&aware), roots(&blind), "the roots are fixed");
+    assert_eq!(sched.plans(), 1);
+
+    let next = ForestConfig {
+        generation: 1,
+        ..CONFIG
+    };
+    let new = old.replace(&mut s.sites, &aware, &next, &eps).unwrap();
+    for w in &mut workers {
+        w.retarget(&aware, next.generation).unwrap();
+    }
+    // What the old forest left queued on the slow link drains first.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = [sent_toward(&mut s, 1, 3), sent_toward(&mut s, 3, 1)];
+    run(&mut workers);
+    let after = [sent_toward(&mut s, 1, 3), sent_toward(&mut s, 3, 1)];
+    assert_eq!(before, after, "the new forest sent over the slow link");
+    new.remove(&mut s.sites).unwrap();
 }

@@ -799,6 +799,17 @@ fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
         )?;
     }
     for p in &r.ports {
+        if let Some(rate) = p.train_rate_bps() {
+            writeln!(
+                o,
+                "port {} measured {:.3} Gbit/s back to back ({} bytes timed)",
+                p.port,
+                rate / 1e9,
+                p.train_bytes
+            )?;
+        }
+    }
+    for p in &r.ports {
         for (q, s) in p.queues.iter().enumerate() {
             if s.tx_packets + s.drops + s.max_depth_bytes as u64 == 0 {
                 continue;
