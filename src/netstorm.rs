@@ -29,7 +29,8 @@
 //! partial sum is still away asks the parent again, and each result's
 //! count is the number of workers in the sum, so agents configured with the
 //! total worker count check completeness and scale exactly as on one
-//! switch.
+//! switch. Only each switch job's members are bounded by the slot bitmap
+//! (64); the total under one sum is bounded by the count field (65535).
 //!
 //! Network awareness is live ([`awareness`]): the switches' ports time
 //! what they send back to back, and the [`awareness::Scheduler`] plans the

@@ -334,8 +334,12 @@ fn bad_agent_configurations_are_refused() {
             "elements per packet 0",
         ),
         (
-            inagg_host_agent::AgentConfig::new(addr, 1, 0, 65, 8, 64),
-            "workers = 65",
+            inagg_host_agent::AgentConfig::new(addr, 1, 0, 0, 8, 64),
+            "workers = 0",
+        ),
+        (
+            inagg_host_agent::AgentConfig::new(addr, 1, 64, 65, 8, 64),
+            "worker id 64 is beyond a switch job's 64 members",
         ),
     ];
     for (config, want) in cases {

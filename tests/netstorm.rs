@@ -533,3 +533,54 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     assert_eq!(before, after, "the new forest sent over the slow link");
     new.remove(&mut s.sites).unwrap();
 }
+
+/// A tree puts more workers under one sum than one switch job can hold:
+/// 100 workers at three sites (40, 30, 30), every switch job within its
+/// 64 members, each result counting all 100, exact under 2% loss.
+#[test]
+fn a_tree_sums_more_workers_than_one_switch_job_holds() {
+    const SITES: [u16; 3] = [40, 30, 30];
+    const N: usize = 1000;
+    let total: u16 = SITES.iter().sum();
+    let clusters: Vec<LocalCluster> = (0..SITES.len())
+        .map(|v| LocalCluster::start(FaultConfig::loss(0.02, 70 + v as u64)).unwrap())
+        .collect();
+    let mut sites: Vec<Site> = clusters
+        .iter()
+        .map(|c| Site {
+            target: Box::new(EmuTarget::connect(c.control_addr()).unwrap()),
+            data: c.emu.data_addr(),
+        })
+        .collect();
+    let forest = Forest::single(star(3, 0));
+    let mut workers: Vec<ForestWorker> = Vec::new();
+    for (v, &n) in SITES.iter().enumerate() {
+        for w in 0..n {
+            let bind = "127.0.0.1:0".parse().unwrap();
+            let fw = ForestWorker::bind(sites[v].data, bind, &forest, &CONFIG, w, total, |_| {});
+            workers.push(fw.unwrap());
+        }
+    }
+    let mut it = workers.iter();
+    let eps: Vec<Vec<Vec<SocketAddr>>> = SITES
+        .iter()
+        .map(|&n| vec![(0..n).map(|_| it.next().unwrap().endpoints()[0]).collect()])
+        .collect();
+    let deployment = Deployment::install(&mut sites, &forest, &CONFIG, &eps).unwrap();
+    let input = |g: usize| -> Vec<i32> { (0..N).map(|i| (g * 1000 + i) as i32 - 50_000).collect() };
+    let want: Vec<i32> = (0..N)
+        .map(|i| (0..usize::from(total)).map(|g| input(g)[i]).sum())
+        .collect();
+    let got = on_all(&mut workers, |g, w| {
+        let mut data = input(g);
+        w.allreduce_i32(&mut data).unwrap();
+        data
+    });
+    for (g, data) in got.iter().enumerate() {
+        assert!(*data == want, "worker {g}: not the exact sum of 100");
+    }
+    // The root's job has its own 40 workers and two child switches.
+    let root = sites[0].target.job(CONFIG.first_job).unwrap();
+    assert_eq!(root.spec.workers.len(), 42);
+    deployment.remove(&mut sites).unwrap();
+}

@@ -47,7 +47,11 @@ pub struct AgentConfig {
     pub job: u16,
     /// This worker's id in the job.
     pub worker: u16,
-    /// Workers in the job.
+    /// Workers whose values each result sums: the job's members on one
+    /// switch; across an aggregation tree, every worker of every site
+    /// (each result's count must reach it, and the quantizer divides by
+    /// it). Up to 65535, while `worker` is this worker's member id at its
+    /// own switch (below 64, the width of a slot's bitmap).
     pub workers: u16,
     /// Slots in the job's pool: the window.
     pub pool_size: u32,
@@ -106,17 +110,21 @@ impl AgentConfig {
 
     fn validate(&self) -> Result<()> {
         let fail = |m: String| Err(Error::Config(m));
-        if self.workers == 0 || usize::from(self.workers) > inagg_wire::MAX_WORKERS {
-            return fail(format!(
-                "workers = {} must be 1 to {}",
-                self.workers,
-                inagg_wire::MAX_WORKERS
-            ));
+        if self.workers == 0 {
+            return fail("workers = 0: a job needs at least one worker".into());
         }
         if self.worker >= self.workers {
             return fail(format!(
                 "worker id {} is not below the worker count {}",
                 self.worker, self.workers
+            ));
+        }
+        if usize::from(self.worker) >= inagg_wire::MAX_WORKERS {
+            return fail(format!(
+                "worker id {} is beyond a switch job's {} members (a tree puts more \
+                 workers under one sum, at several switches)",
+                self.worker,
+                inagg_wire::MAX_WORKERS
             ));
         }
         if self.pool_size == 0 || self.pool_size > 65_536 {
