@@ -28,8 +28,9 @@ pub enum Dtype {
 /// Options of `inagg agent`.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
-    /// The switch's data-plane address.
-    #[arg(long, default_value = "127.0.0.1:47000")]
+    /// The switch's data-plane address (with --controller, the controller
+    /// gives it).
+    #[arg(long, default_value = "127.0.0.1:47000", conflicts_with = "controller")]
     pub switch: SocketAddr,
     /// Local address; must be the endpoint installed for this worker. With
     /// the DPDK backend: this worker's IPv4 address and UDP port on the link.
@@ -60,16 +61,24 @@ pub struct AgentArgs {
     #[arg(long, alias = "rank")]
     pub worker: u16,
     /// Workers in the job (without --controller).
-    #[arg(long, required_unless_present = "controller")]
+    #[arg(
+        long,
+        required_unless_present = "controller",
+        conflicts_with = "controller"
+    )]
     pub workers: Option<u16>,
     /// Slots in the job's pool (without --controller).
-    #[arg(long, required_unless_present = "controller")]
+    #[arg(
+        long,
+        required_unless_present = "controller",
+        conflicts_with = "controller"
+    )]
     pub pool_size: Option<u32>,
     /// Elements per packet (the job's K; without --controller).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, conflicts_with = "controller")]
     pub elements: u16,
-    /// Membership generation.
-    #[arg(long, default_value_t = 0)]
+    /// Membership generation (without --controller).
+    #[arg(long, default_value_t = 0, conflicts_with = "controller")]
     pub generation: u16,
     /// Priority class.
     #[arg(long, default_value_t = 0)]

@@ -470,6 +470,35 @@ fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the controller's to choose"), "{err}");
 
+    // The controller gives the job's shape: an agent may not give its own.
+    for (flag, value) in [
+        ("--workers", "2"),
+        ("--pool-size", "8"),
+        ("--elements", "32"),
+        ("--generation", "1"),
+        ("--switch", "127.0.0.1:9"),
+    ] {
+        let out = inagg(&[
+            "agent",
+            "--controller",
+            &addr,
+            "--job",
+            "m",
+            "--rank",
+            "0",
+            "--bind",
+            "127.0.0.1:9",
+            "--len",
+            "8",
+            flag,
+            value,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(flag) && err.contains("cannot be used with"),
+            "{flag}: {err}"
+        );
+    }
     let agents: Vec<_> = (0..2)
         .map(|r| {
             let bind = free_port().to_string();
