@@ -305,6 +305,50 @@ fn tree_job(
     })
 }
 
+/// Binds `per_site[v]` workers (ids 0, 1, ...) at every site v for
+/// `forest`, in site-major order, each counting every site's workers in
+/// its sums; `tune` as [`ForestWorker::bind`]'s. Loopback sockets.
+pub fn bind_workers(
+    sites: &[Site],
+    per_site: &[u16],
+    forest: &Forest,
+    config: &ForestConfig,
+    tune: impl Fn(&mut AgentConfig),
+) -> Result<Vec<ForestWorker>> {
+    let total = per_site.iter().try_fold(0u16, |a, &n| a.checked_add(n));
+    let total = total.context("more than 65535 workers in all")?;
+    let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut out = Vec::new();
+    for (site, &n) in sites.iter().zip(per_site) {
+        for w in 0..n {
+            out.push(ForestWorker::bind(
+                site.data, bind, forest, config, w, total, &tune,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// `endpoints[site][tree][worker]` of workers bound as [`bind_workers`]
+/// binds them, as [`Deployment::install`] takes them.
+pub fn site_endpoints(workers: &[ForestWorker], per_site: &[u16]) -> Vec<Vec<Vec<SocketAddr>>> {
+    let mut it = workers.iter();
+    per_site
+        .iter()
+        .map(|&n| {
+            let mine: Vec<Vec<SocketAddr>> = it
+                .by_ref()
+                .take(usize::from(n))
+                .map(ForestWorker::endpoints)
+                .collect();
+            let trees = mine.first().map_or(0, Vec::len);
+            (0..trees)
+                .map(|t| mine.iter().map(|e| e[t]).collect())
+                .collect()
+        })
+        .collect()
+}
+
 /// One worker's side: a [`Worker`] per tree, all at its own site's switch.
 pub struct ForestWorker {
     workers: Vec<Worker>,

@@ -10,7 +10,9 @@ use inagg::local::LocalCluster;
 use std::time::{Duration, Instant};
 
 use inagg::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
-use inagg::netstorm::{Deployment, Forest, ForestConfig, ForestWorker, Site};
+use inagg::netstorm::{
+    bind_workers, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker, Site,
+};
 use inagg_emu::counters::DropReason;
 use inagg_emu::egress::LinkConfig;
 use inagg_emu::{EmulatorConfig, FaultConfig};
@@ -86,40 +88,12 @@ fn total() -> u16 {
 
 /// Every worker of every site, bound for `forest` (site-major order).
 fn bind(s: &Sites, forest: &Forest, config: &ForestConfig) -> Vec<ForestWorker> {
-    let mut out = Vec::new();
-    for (v, &n) in WORKERS.iter().enumerate() {
-        for w in 0..n {
-            out.push(
-                ForestWorker::bind(
-                    s.sites[v].data,
-                    "127.0.0.1:0".parse().unwrap(),
-                    forest,
-                    config,
-                    w,
-                    total(),
-                    |_| {},
-                )
-                .unwrap(),
-            );
-        }
-    }
-    out
+    bind_workers(&s.sites, &WORKERS, forest, config, |_| {}).unwrap()
 }
 
 /// endpoints[site][tree][worker] of the bound workers.
 fn endpoints(workers: &[ForestWorker]) -> Vec<Vec<Vec<SocketAddr>>> {
-    let mut it = workers.iter();
-    WORKERS
-        .iter()
-        .map(|&n| {
-            let mine: Vec<Vec<SocketAddr>> =
-                (0..n).map(|_| it.next().unwrap().endpoints()).collect();
-            let trees = mine[0].len();
-            (0..trees)
-                .map(|t| mine.iter().map(|e| e[t]).collect())
-                .collect()
-        })
-        .collect()
+    site_endpoints(workers, &WORKERS)
 }
 
 /// Worker g's int32 tensor: distinct per worker and element, negatives too.
@@ -553,19 +527,8 @@ fn a_tree_sums_more_workers_than_one_switch_job_holds() {
         })
         .collect();
     let forest = Forest::single(star(3, 0));
-    let mut workers: Vec<ForestWorker> = Vec::new();
-    for (v, &n) in SITES.iter().enumerate() {
-        for w in 0..n {
-            let bind = "127.0.0.1:0".parse().unwrap();
-            let fw = ForestWorker::bind(sites[v].data, bind, &forest, &CONFIG, w, total, |_| {});
-            workers.push(fw.unwrap());
-        }
-    }
-    let mut it = workers.iter();
-    let eps: Vec<Vec<Vec<SocketAddr>>> = SITES
-        .iter()
-        .map(|&n| vec![(0..n).map(|_| it.next().unwrap().endpoints()[0]).collect()])
-        .collect();
+    let mut workers = bind_workers(&sites, &SITES, &forest, &CONFIG, |_| {}).unwrap();
+    let eps = site_endpoints(&workers, &SITES);
     let deployment = Deployment::install(&mut sites, &forest, &CONFIG, &eps).unwrap();
     let input = |g: usize| -> Vec<i32> { (0..N).map(|i| (g * 1000 + i) as i32 - 50_000).collect() };
     let want: Vec<i32> = (0..N)
