@@ -48,6 +48,11 @@ pub struct BenchArgs {
     /// ByteScheduler within one job.
     #[arg(long)]
     pub priority: bool,
+    /// Measure NetStorm's awareness instead: four sites over paced links
+    /// with one slow link, iteration times as the scheduler learns the
+    /// links (--repeat iterations).
+    #[arg(long, conflicts_with = "priority")]
+    pub netstorm: bool,
 }
 
 /// One benchmark run's figures.
@@ -108,6 +113,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.priority {
         return crate::bench_priority::run(args.repeat, args.json);
+    }
+    if args.netstorm {
+        return crate::bench_netstorm::run(args.repeat, args.json);
     }
     if args.backend == Backend::Dpdk {
         #[cfg(feature = "dpdk")]

@@ -531,9 +531,12 @@ fn a_tree_sums_more_workers_than_one_switch_job_holds() {
     let eps = site_endpoints(&workers, &SITES);
     let deployment = Deployment::install(&mut sites, &forest, &CONFIG, &eps).unwrap();
     let input = |g: usize| -> Vec<i32> { (0..N).map(|i| (g * 1000 + i) as i32 - 50_000).collect() };
-    let want: Vec<i32> = (0..N)
-        .map(|i| (0..usize::from(total)).map(|g| input(g)[i]).sum())
-        .collect();
+    let mut want = vec![0i32; N];
+    for g in 0..usize::from(total) {
+        for (w, x) in want.iter_mut().zip(input(g)) {
+            *w += x;
+        }
+    }
     let got = on_all(&mut workers, |g, w| {
         let mut data = input(g);
         w.allreduce_i32(&mut data).unwrap();

@@ -1,0 +1,258 @@
+//! `inagg bench --netstorm`: what NetStorm's network awareness buys on the
+//! stack, measured (not a test: the figures depend on the machine).
+//!
+//! Four sites, each an emulator with its workers (2, 1, 2, 1), on the
+//! overlay of `tests/netstorm.rs` (a ring 0-1-2-3 with chords 0-3 and 1-3).
+//! Every port runs at 100 Mbit/s but link 1-3, a 10 Mbit/s WAN link each
+//! way. The scheduler starts from the first guess (every link nominal),
+//! whose two trees both cross 1-3; before every iteration it reads the
+//! switches' probes and plans again (UPDATE_TIME 0), and a changed forest
+//! is rolled out with the next generation. Each iteration is one int32
+//! all-reduce of the tensor on every worker, checked exact; the report
+//! gives each iteration's time and forest, and what was measured.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use inagg_emu::egress::LinkConfig;
+use inagg_emu::{EmulatorConfig, FaultConfig};
+use inagg_switch_control::EmuTarget;
+use serde::Serialize;
+
+use crate::local::LocalCluster;
+use crate::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
+use crate::netstorm::{
+    bind_workers, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker, Site,
+};
+
+const WORKERS: [u16; 4] = [2, 1, 2, 1];
+const LINKS: [(usize, usize); 5] = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)];
+const SLOW: (usize, usize) = (1, 3);
+const LINE_BPS: u64 = 100_000_000;
+const SLOW_BPS: u64 = 10_000_000;
+/// Elements per worker: 1 MB of int32.
+const LEN: usize = 1 << 18;
+const CONFIG: ForestConfig = ForestConfig {
+    first_job: 1,
+    pool_base: 0,
+    pool_size: 16,
+    elements: 256,
+    generation: 0,
+};
+
+/// One iteration.
+#[derive(Debug, Serialize)]
+pub struct Iteration {
+    /// The all-reduce's time, ms (the slowest worker's).
+    pub ms: f64,
+    /// The forest's generation.
+    pub generation: u16,
+    /// Whether some tree crossed the slow link.
+    pub crosses_slow_link: bool,
+}
+
+/// One direction of a link, as the scheduler knows it at the end.
+#[derive(Debug, Serialize)]
+pub struct Known {
+    /// Sending site.
+    pub from: usize,
+    /// Receiving site.
+    pub to: usize,
+    /// Its rate, Mbit/s (the first guess where nothing was measured).
+    pub mbps: f64,
+    /// The port's configured rate, Mbit/s.
+    pub true_mbps: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct NetstormReport {
+    /// Per iteration, in order.
+    pub iterations: Vec<Iteration>,
+    /// Every link direction at the end.
+    pub known: Vec<Known>,
+    /// Plans made (one per iteration after the first).
+    pub plans: u64,
+}
+
+/// Runs `iterations` iterations and prints the report.
+pub fn run(iterations: usize, json: bool) -> Result<()> {
+    ensure!(
+        iterations >= 2,
+        "--repeat must be at least 2: blind, then aware"
+    );
+    let report = measure(iterations)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "NetStorm awareness: 4 sites, {} workers, {} MB each; links {} Mbit/s, {}-{} {} Mbit/s",
+        WORKERS.iter().sum::<u16>(),
+        LEN * 4 / 1_000_000,
+        LINE_BPS / 1_000_000,
+        SLOW.0,
+        SLOW.1,
+        SLOW_BPS / 1_000_000
+    );
+    for (i, it) in report.iterations.iter().enumerate() {
+        println!(
+            "iteration {i}: {:8.1} ms  generation {}{}",
+            it.ms,
+            it.generation,
+            if it.crosses_slow_link {
+                "  (crosses the slow link)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("known rates at the end (Mbit/s, measured or first guess / configured):");
+    for k in &report.known {
+        println!(
+            "  {} -> {}: {:7.2} / {:.0}",
+            k.from, k.to, k.mbps, k.true_mbps
+        );
+    }
+    Ok(())
+}
+
+fn measure(iterations: usize) -> Result<NetstormReport> {
+    let clusters = start_sites()?;
+    let mut sites = connect(&clusters)?;
+    let links: Vec<(usize, usize, f64)> = LINKS.iter().map(|&(a, b)| (a, b, 0.0)).collect();
+    let knobs = AwarenessConfig {
+        chunk_bytes: u64::from(CONFIG.elements) * 4,
+        probe_bytes: 256 * 1024,
+        report_rate: 0.1,
+        update_time: Duration::ZERO,
+    };
+    let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs)?;
+    let mut sched = Scheduler::new(awareness, 2, Instant::now())?;
+    let mut config = CONFIG;
+    let mut workers = bind_workers(&sites, &WORKERS, sched.forest(), &config, |_| {})?;
+    let eps = site_endpoints(&workers, &WORKERS);
+    let mut deployment = Deployment::install(&mut sites, sched.forest(), &config, &eps)?;
+    let mut out = Vec::new();
+    for i in 0..iterations {
+        if i > 0 {
+            let (_, plan) = sched.before_push(&mut sites, Instant::now())?;
+            if let Some(forest) = plan {
+                config.generation = config.generation.wrapping_add(1);
+                deployment = deployment.replace(&mut sites, &forest, &config, &eps)?;
+                for w in &mut workers {
+                    w.retarget(&forest, config.generation)?;
+                }
+            }
+        }
+        out.push(Iteration {
+            ms: iterate(&mut workers)?.as_secs_f64() * 1e3,
+            generation: config.generation,
+            crosses_slow_link: crosses(sched.forest(), SLOW),
+        });
+    }
+    deployment.remove(&mut sites)?;
+    Ok(NetstormReport {
+        iterations: out,
+        known: known(&sched),
+        plans: sched.plans(),
+    })
+}
+
+/// The four emulators, 1% loss each way, ports paced.
+fn start_sites() -> Result<Vec<LocalCluster>> {
+    (0..WORKERS.len())
+        .map(|v| {
+            LocalCluster::start_config(EmulatorConfig {
+                faults: FaultConfig::loss(0.01, 90 + v as u64),
+                link: Some(LinkConfig {
+                    rate_bps: LINE_BPS,
+                    queue_bytes: 1 << 20,
+                    per_host: false,
+                }),
+                ..EmulatorConfig::ephemeral()
+            })
+        })
+        .collect()
+}
+
+/// Each site's control target; the slow link's two ports slowed.
+fn connect(clusters: &[LocalCluster]) -> Result<Vec<Site>> {
+    let mut sites = clusters
+        .iter()
+        .map(|c| {
+            Ok(Site {
+                target: Box::new(EmuTarget::connect(c.control_addr())?),
+                data: c.emu.data_addr(),
+            })
+        })
+        .collect::<Result<Vec<Site>>>()?;
+    for (a, b) in [SLOW, (SLOW.1, SLOW.0)] {
+        let to: SocketAddr = sites[b].data;
+        sites[a].target.set_port_rate(to, Some(SLOW_BPS))?;
+    }
+    Ok(sites)
+}
+
+/// One all-reduce on every worker at once, each result checked exact;
+/// the slowest worker's time.
+fn iterate(workers: &mut [ForestWorker]) -> Result<Duration> {
+    let input = |g: usize| -> Vec<i32> {
+        (0..LEN)
+            .map(|i| ((g * 31 + i) % 1001) as i32 - 500)
+            .collect()
+    };
+    let mut want = vec![0i32; LEN];
+    for g in 0..workers.len() {
+        for (w, x) in want.iter_mut().zip(input(g)) {
+            *w += x;
+        }
+    }
+    let want = &want;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .enumerate()
+            .map(|(g, w)| {
+                s.spawn(move || -> Result<Duration> {
+                    let mut data = input(g);
+                    let start = Instant::now();
+                    w.allreduce_i32(&mut data)?;
+                    let took = start.elapsed();
+                    ensure!(data == *want, "worker {g}: not the exact sum");
+                    Ok(took)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .try_fold(Duration::ZERO, |m, t| t.map(|t| m.max(t)))
+    })
+    .context("an iteration's all-reduce")
+}
+
+/// Whether some tree of `forest` has the edge {a, b}.
+fn crosses(forest: &Forest, (a, b): (usize, usize)) -> bool {
+    forest
+        .trees
+        .iter()
+        .any(|t| t.parent[a] == Some(b) || t.parent[b] == Some(a))
+}
+
+fn known(sched: &Scheduler) -> Vec<Known> {
+    LINKS
+        .iter()
+        .flat_map(|&(a, b)| [(a, b), (b, a)])
+        .map(|(from, to)| {
+            let slow = (from, to) == SLOW || (to, from) == SLOW;
+            Known {
+                from,
+                to,
+                mbps: sched.awareness().rate(from, to).unwrap_or(0.0) / 1e6,
+                true_mbps: if slow { SLOW_BPS } else { LINE_BPS } as f64 / 1e6,
+            }
+        })
+        .collect()
+}
