@@ -36,7 +36,9 @@
 //! what they send back to back, and the [`awareness::Scheduler`] plans the
 //! fixed roots' trees again every UPDATE_TIME from those estimates; a new
 //! forest replaces the old at a barrier ([`Deployment::replace`], the next
-//! generation) and agents [`ForestWorker::retarget`].
+//! generation) and agents [`ForestWorker::retarget`]. The barrier itself
+//! is a service ([`consistency`]): workers ask it for the topology before
+//! each push, and it answers when every worker has asked.
 //!
 //! Not live: auxiliary paths (forward-only chunks over other routes).
 
@@ -49,6 +51,7 @@ use inagg_switch_control::sched::netstorm::{self, Graph, Tree};
 use inagg_switch_control::target::Target;
 
 pub mod awareness;
+pub mod consistency;
 
 /// One site: its switch's control target and data-plane endpoint.
 pub struct Site {
@@ -147,7 +150,7 @@ impl Forest {
 }
 
 /// The jobs' shape, the same at every site.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ForestConfig {
     /// Tree t's job id is `first_job + t` at every site.
     pub first_job: u16,

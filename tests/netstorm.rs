@@ -10,6 +10,7 @@ use inagg::local::LocalCluster;
 use std::time::{Duration, Instant};
 
 use inagg::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
+use inagg::netstorm::consistency::{ConsistencyService, ForestSession};
 use inagg::netstorm::{
     bind_workers, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker, Site,
 };
@@ -549,4 +550,133 @@ fn a_tree_sums_more_workers_than_one_switch_job_holds() {
     let root = sites[0].target.job(CONFIG.first_job).unwrap();
     assert_eq!(root.spec.workers.len(), 42);
     deployment.remove(&mut sites).unwrap();
+}
+
+/// The policy-consistency barrier as a service: six workers, each with its
+/// own connection, ask for the topology before every push; the service
+/// installs the first forest at the first barrier, and at the next reads
+/// the probes (1-3 slow, as above), rolls the new forest out with the
+/// next generation, and only then lets anyone push. Every sum is exact
+/// across the change; a stranger and a duplicate are refused; a worker
+/// that leaves breaks the barrier for the others with its name.
+#[test]
+fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier() {
+    const LINE: u64 = 100_000_000;
+    let s = sites_with(Some(LinkConfig {
+        rate_bps: LINE,
+        queue_bytes: 1 << 20,
+        per_host: false,
+    }));
+    let Sites {
+        clusters,
+        mut sites,
+    } = s;
+    for (a, b) in [(1, 3), (3, 1)] {
+        let to = sites[b].data;
+        sites[a].target.set_port_rate(to, Some(10_000_000)).unwrap();
+    }
+    let links: Vec<(usize, usize, f64)> = overlay().edges.iter().map(|e| (e.a, e.b, 0.0)).collect();
+    let knobs = AwarenessConfig {
+        chunk_bytes: 256,
+        probe_bytes: 4096,
+        report_rate: 0.1,
+        update_time: Duration::ZERO,
+    };
+    let awareness = Awareness::new(4, &links, LINE as f64, knobs).unwrap();
+    let sched = Scheduler::new(awareness, 2, Instant::now()).unwrap();
+    let first = sched.forest().clone();
+    let service = ConsistencyService::start(
+        "127.0.0.1:0".parse().unwrap(),
+        sites,
+        WORKERS.to_vec(),
+        CONFIG,
+        sched,
+    )
+    .unwrap();
+    let join = |site, worker| {
+        ForestSession::join(
+            service.addr(),
+            site,
+            worker,
+            "127.0.0.1:0".parse().unwrap(),
+            Duration::from_secs(20),
+            |_| {},
+        )
+    };
+    // Strangers are refused before anyone pushes.
+    let err = join(9, 0).err().unwrap().to_string();
+    assert!(err.contains("no site 9"), "{err}");
+    let err = join(1, 1).err().unwrap().to_string();
+    assert!(err.contains("site 1 has workers 0-0, not 1"), "{err}");
+
+    let mut who = Vec::new();
+    for (v, &n) in WORKERS.iter().enumerate() {
+        for w in 0..n {
+            who.push((v, w));
+        }
+    }
+    let mut sessions: Vec<ForestSession> = who.iter().map(|&(v, w)| join(v, w).unwrap()).collect();
+    let err = join(0, 1).err().unwrap().to_string();
+    assert!(err.contains("here already"), "{err}");
+    let want: Vec<i32> = (0..LEN)
+        .map(|i| {
+            (0..usize::from(total()))
+                .map(|g| ints(g)[i])
+                .fold(0, i32::wrapping_add)
+        })
+        .collect();
+    let rounds: Vec<Vec<(bool, u16)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = sessions
+            .iter_mut()
+            .enumerate()
+            .map(|(g, me)| {
+                let want = &want;
+                s.spawn(move || {
+                    (0..3)
+                        .map(|_| {
+                            let changed = me.before_push().unwrap();
+                            let mut data = ints(g);
+                            me.allreduce_i32(&mut data).unwrap();
+                            assert!(data == *want, "worker {g}: not the exact sum");
+                            (changed, me.generation())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Every worker saw the same generations: the first forest, then the
+    // new one from the second barrier on (a third plan may follow as the
+    // new links are measured, for everyone at once).
+    for r in &rounds {
+        assert_eq!(r, &rounds[0], "workers disagree on the forest");
+    }
+    assert_eq!(rounds[0][0], (false, 0));
+    assert_eq!(
+        rounds[0][1],
+        (true, 1),
+        "no new forest at the second barrier"
+    );
+    // A worker leaves: the next barrier fails for the others, naming it.
+    let gone = sessions.pop().unwrap();
+    drop(gone);
+    let err = sessions[0].before_push().unwrap_err().to_string();
+    assert!(err.contains("worker 0 of site 3 left"), "{err}");
+    let report = service.finish().unwrap();
+    assert_eq!(report.rounds, 3);
+    assert!(report.rollouts >= 1, "{report:?}");
+    assert!(
+        report.estimates.iter().any(|e| (e.from, e.to) == (1, 3)),
+        "{report:?}"
+    );
+    assert!(report.broken.unwrap().contains("left"));
+    assert!(uses(&first, (1, 3)));
+    // The service removed its jobs.
+    for (v, c) in clusters.iter().enumerate() {
+        assert!(
+            c.emu.state().switch.jobs().is_empty(),
+            "site {v} kept a job"
+        );
+    }
 }
