@@ -104,6 +104,17 @@ fn ints(g: usize) -> Vec<i32> {
         .collect()
 }
 
+/// The exact sum of every worker's [`ints`].
+fn int_sum() -> Vec<i32> {
+    let mut sum = vec![0i32; LEN];
+    for g in 0..usize::from(total()) {
+        for (s, x) in sum.iter_mut().zip(ints(g)) {
+            *s = s.wrapping_add(x);
+        }
+    }
+    sum
+}
+
 fn floats(g: usize) -> Vec<f32> {
     (0..LEN)
         .map(|i| ((g * 37 + i) as f32 * 0.013).sin() * 0.9)
@@ -146,13 +157,7 @@ fn exact_int_sums(s: &mut Sites, forest: &Forest, generation: u16) {
     let mut workers = bind(s, forest, &config);
     let deployment =
         Deployment::install(&mut s.sites, forest, &config, &endpoints(&workers)).unwrap();
-    let want: Vec<i32> = (0..LEN)
-        .map(|i| {
-            (0..usize::from(total()))
-                .map(|g| ints(g)[i])
-                .fold(0i32, i32::wrapping_add)
-        })
-        .collect();
+    let want = int_sum();
     for _ in 0..2 {
         let got = on_all(&mut workers, |g, w| {
             let mut data = ints(g);
@@ -343,23 +348,8 @@ fn a_new_forest_takes_over_at_a_barrier_with_the_next_generation() {
 
     let mut workers = bind(&s, &before, &CONFIG);
     let eps = endpoints(&workers);
-    let want: Vec<i32> = (0..LEN)
-        .map(|i| {
-            (0..usize::from(total()))
-                .map(|g| ints(g)[i])
-                .fold(0, i32::wrapping_add)
-        })
-        .collect();
-    let run = |workers: &mut [ForestWorker]| {
-        let got = on_all(workers, |g, w| {
-            let mut data = ints(g);
-            w.allreduce_i32(&mut data).unwrap();
-            data
-        });
-        for (g, data) in got.iter().enumerate() {
-            assert!(*data == want, "worker {g}: not the exact sum");
-        }
-    };
+    let want = int_sum();
+    let run = |workers: &mut [ForestWorker]| exact_round(workers, &want);
     let old = Deployment::install(&mut s.sites, &before, &CONFIG, &eps).unwrap();
     run(&mut workers);
     old.remove(&mut s.sites).unwrap();
@@ -391,6 +381,48 @@ fn a_new_forest_takes_over_at_a_barrier_with_the_next_generation() {
     assert!(err.to_string().contains("3 trees"), "{err}");
 }
 
+/// One int32 all-reduce on every worker at once, each result checked
+/// against `want`.
+fn exact_round(workers: &mut [ForestWorker], want: &[i32]) {
+    let got = on_all(workers, |g, w| {
+        let mut data = ints(g);
+        w.allreduce_i32(&mut data).unwrap();
+        data
+    });
+    for (g, data) in got.iter().enumerate() {
+        assert!(data == want, "worker {g}: not the exact sum");
+    }
+}
+
+/// The sites with every port at `line` bit/s but both directions of
+/// `slow`, at `slow_bps`.
+fn slow_link_sites(line: u64, slow: (usize, usize), slow_bps: u64) -> Sites {
+    let mut s = sites_with(Some(LinkConfig {
+        rate_bps: line,
+        queue_bytes: 1 << 20,
+        per_host: false,
+    }));
+    for (a, b) in [slow, (slow.1, slow.0)] {
+        let to = s.sites[b].data;
+        s.sites[a].target.set_port_rate(to, Some(slow_bps)).unwrap();
+    }
+    s
+}
+
+/// A two-root scheduler on the overlay's links, every link first guessed
+/// at `line` bit/s; 4 KiB probes, REPORT_RATE 10%, UPDATE_TIME 0.
+fn blind_scheduler(line: u64) -> Scheduler {
+    let links: Vec<(usize, usize, f64)> = overlay().edges.iter().map(|e| (e.a, e.b, 0.0)).collect();
+    let knobs = AwarenessConfig {
+        chunk_bytes: u64::from(CONFIG.elements) * 4,
+        probe_bytes: 4096,
+        report_rate: 0.1,
+        update_time: Duration::ZERO,
+    };
+    let awareness = Awareness::new(4, &links, line as f64, knobs).unwrap();
+    Scheduler::new(awareness, 2, Instant::now()).unwrap()
+}
+
 /// Whether some tree of `forest` has the edge {a, b}.
 fn uses(forest: &Forest, (a, b): (usize, usize)) -> bool {
     forest
@@ -417,24 +449,8 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     const LINE: u64 = 100_000_000;
     const SLOW: u64 = 10_000_000;
     let slow = (1, 3);
-    let mut s = sites_with(Some(LinkConfig {
-        rate_bps: LINE,
-        queue_bytes: 1 << 20,
-        per_host: false,
-    }));
-    for (a, b) in [slow, (slow.1, slow.0)] {
-        let to = s.sites[b].data;
-        s.sites[a].target.set_port_rate(to, Some(SLOW)).unwrap();
-    }
-    let links: Vec<(usize, usize, f64)> = overlay().edges.iter().map(|e| (e.a, e.b, 0.0)).collect();
-    let knobs = AwarenessConfig {
-        chunk_bytes: 64 * 4,
-        probe_bytes: 4096,
-        report_rate: 0.1,
-        update_time: Duration::ZERO,
-    };
-    let awareness = Awareness::new(4, &links, LINE as f64, knobs).unwrap();
-    let mut sched = Scheduler::new(awareness, 2, Instant::now()).unwrap();
+    let mut s = slow_link_sites(LINE, slow, SLOW);
+    let mut sched = blind_scheduler(LINE);
     let blind = sched.forest().clone();
     assert!(
         uses(&blind, slow),
@@ -443,24 +459,10 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
 
     let mut workers = bind(&s, &blind, &CONFIG);
     let eps = endpoints(&workers);
-    let want: Vec<i32> = (0..LEN)
-        .map(|i| {
-            (0..usize::from(total()))
-                .map(|g| ints(g)[i])
-                .fold(0, i32::wrapping_add)
-        })
-        .collect();
+    let want = int_sum();
     let run = |workers: &mut [ForestWorker]| {
-        for _ in 0..2 {
-            let got = on_all(workers, |g, w| {
-                let mut data = ints(g);
-                w.allreduce_i32(&mut data).unwrap();
-                data
-            });
-            for (g, data) in got.iter().enumerate() {
-                assert!(*data == want, "worker {g}: not the exact sum");
-            }
-        }
+        exact_round(workers, &want);
+        exact_round(workers, &want);
     };
     let old = Deployment::install(&mut s.sites, &blind, &CONFIG, &eps).unwrap();
     run(&mut workers);
@@ -562,28 +564,8 @@ fn a_tree_sums_more_workers_than_one_switch_job_holds() {
 #[test]
 fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier() {
     const LINE: u64 = 100_000_000;
-    let s = sites_with(Some(LinkConfig {
-        rate_bps: LINE,
-        queue_bytes: 1 << 20,
-        per_host: false,
-    }));
-    let Sites {
-        clusters,
-        mut sites,
-    } = s;
-    for (a, b) in [(1, 3), (3, 1)] {
-        let to = sites[b].data;
-        sites[a].target.set_port_rate(to, Some(10_000_000)).unwrap();
-    }
-    let links: Vec<(usize, usize, f64)> = overlay().edges.iter().map(|e| (e.a, e.b, 0.0)).collect();
-    let knobs = AwarenessConfig {
-        chunk_bytes: 256,
-        probe_bytes: 4096,
-        report_rate: 0.1,
-        update_time: Duration::ZERO,
-    };
-    let awareness = Awareness::new(4, &links, LINE as f64, knobs).unwrap();
-    let sched = Scheduler::new(awareness, 2, Instant::now()).unwrap();
+    let Sites { clusters, sites } = slow_link_sites(LINE, (1, 3), 10_000_000);
+    let sched = blind_scheduler(LINE);
     let first = sched.forest().clone();
     let service = ConsistencyService::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -618,13 +600,7 @@ fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier(
     let mut sessions: Vec<ForestSession> = who.iter().map(|&(v, w)| join(v, w).unwrap()).collect();
     let err = join(0, 1).err().unwrap().to_string();
     assert!(err.contains("here already"), "{err}");
-    let want: Vec<i32> = (0..LEN)
-        .map(|i| {
-            (0..usize::from(total()))
-                .map(|g| ints(g)[i])
-                .fold(0, i32::wrapping_add)
-        })
-        .collect();
+    let want = int_sum();
     let rounds: Vec<Vec<(bool, u16)>> = std::thread::scope(|s| {
         let handles: Vec<_> = sessions
             .iter_mut()
