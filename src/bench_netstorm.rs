@@ -22,9 +22,7 @@ use serde::Serialize;
 
 use crate::local::LocalCluster;
 use crate::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
-use crate::netstorm::{
-    bind_workers, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker, Site,
-};
+use crate::netstorm::{bind_workers, site_endpoints, Deployment, ForestConfig, ForestWorker, Site};
 
 const WORKERS: [u16; 4] = [2, 1, 2, 1];
 const LINKS: [(usize, usize); 5] = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)];
@@ -134,6 +132,7 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
     let mut workers = bind_workers(&sites, &WORKERS, sched.forest(), &config, |_| {})?;
     let eps = site_endpoints(&workers, &WORKERS);
     let mut deployment = Deployment::install(&mut sites, sched.forest(), &config, &eps)?;
+    let want = exact_sum(workers.len());
     let mut out = Vec::new();
     for i in 0..iterations {
         if i > 0 {
@@ -147,9 +146,9 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
             }
         }
         out.push(Iteration {
-            ms: iterate(&mut workers)?.as_secs_f64() * 1e3,
+            ms: iterate(&mut workers, &want)?.as_secs_f64() * 1e3,
             generation: config.generation,
-            crosses_slow_link: crosses(sched.forest(), SLOW),
+            crosses_slow_link: sched.forest().uses(SLOW),
         });
     }
     deployment.remove(&mut sites)?;
@@ -195,21 +194,27 @@ fn connect(clusters: &[LocalCluster]) -> Result<Vec<Site>> {
     Ok(sites)
 }
 
-/// One all-reduce on every worker at once, each result checked exact;
-/// the slowest worker's time.
-fn iterate(workers: &mut [ForestWorker]) -> Result<Duration> {
-    let input = |g: usize| -> Vec<i32> {
-        (0..LEN)
-            .map(|i| ((g * 31 + i) % 1001) as i32 - 500)
-            .collect()
-    };
+/// Worker g's tensor.
+fn input(g: usize) -> Vec<i32> {
+    (0..LEN)
+        .map(|i| ((g * 31 + i) % 1001) as i32 - 500)
+        .collect()
+}
+
+/// The exact sum of `workers` workers' [`input`].
+fn exact_sum(workers: usize) -> Vec<i32> {
     let mut want = vec![0i32; LEN];
-    for g in 0..workers.len() {
+    for g in 0..workers {
         for (w, x) in want.iter_mut().zip(input(g)) {
             *w += x;
         }
     }
-    let want = &want;
+    want
+}
+
+/// One all-reduce on every worker at once, each result checked against
+/// `want`; the slowest worker's time.
+fn iterate(workers: &mut [ForestWorker], want: &[i32]) -> Result<Duration> {
     std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .iter_mut()
@@ -220,7 +225,7 @@ fn iterate(workers: &mut [ForestWorker]) -> Result<Duration> {
                     let start = Instant::now();
                     w.allreduce_i32(&mut data)?;
                     let took = start.elapsed();
-                    ensure!(data == *want, "worker {g}: not the exact sum");
+                    ensure!(data == want, "worker {g}: not the exact sum");
                     Ok(took)
                 })
             })
@@ -231,14 +236,6 @@ fn iterate(workers: &mut [ForestWorker]) -> Result<Duration> {
             .try_fold(Duration::ZERO, |m, t| t.map(|t| m.max(t)))
     })
     .context("an iteration's all-reduce")
-}
-
-/// Whether some tree of `forest` has the edge {a, b}.
-fn crosses(forest: &Forest, (a, b): (usize, usize)) -> bool {
-    forest
-        .trees
-        .iter()
-        .any(|t| t.parent[a] == Some(b) || t.parent[b] == Some(a))
 }
 
 fn known(sched: &Scheduler) -> Vec<Known> {

@@ -92,6 +92,13 @@ impl Forest {
         }
     }
 
+    /// Whether some tree has the edge {a, b}.
+    pub fn uses(&self, (a, b): (usize, usize)) -> bool {
+        self.trees
+            .iter()
+            .any(|t| t.parent.get(a) == Some(&Some(b)) || t.parent.get(b) == Some(&Some(a)))
+    }
+
     /// One tree carrying the whole tensor (the baselines).
     pub fn single(tree: Tree) -> Forest {
         Forest {
@@ -318,8 +325,7 @@ pub fn bind_workers(
     config: &ForestConfig,
     tune: impl Fn(&mut AgentConfig),
 ) -> Result<Vec<ForestWorker>> {
-    let total = per_site.iter().try_fold(0u16, |a, &n| a.checked_add(n));
-    let total = total.context("more than 65535 workers in all")?;
+    let total = total_workers(per_site)?;
     let bind = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut out = Vec::new();
     for (site, &n) in sites.iter().zip(per_site) {
@@ -330,6 +336,12 @@ pub fn bind_workers(
         }
     }
     Ok(out)
+}
+
+/// Every site's workers together: the count each sum must reach.
+fn total_workers(per_site: &[u16]) -> Result<u16> {
+    let total = per_site.iter().try_fold(0u16, |a, &n| a.checked_add(n));
+    total.context("more than 65535 workers in all")
 }
 
 /// `endpoints[site][tree][worker]` of workers bound as [`bind_workers`]

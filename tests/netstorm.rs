@@ -167,19 +167,8 @@ fn exact_int_sums(s: &mut Sites, forest: &Forest, generation: u16) {
     let deployment =
         Deployment::install(&mut s.sites, forest, &config, &endpoints(&workers)).unwrap();
     let want = int_sum();
-    for _ in 0..2 {
-        let got = on_all(&mut workers, |g, w| {
-            let mut data = ints(g);
-            w.allreduce_i32(&mut data).unwrap();
-            data
-        });
-        for (g, data) in got.iter().enumerate() {
-            assert!(
-                *data == want,
-                "worker {g}: not the exact sum over every site"
-            );
-        }
-    }
+    exact_round(&mut workers, &want);
+    exact_round(&mut workers, &want);
     deployment.remove(&mut s.sites).unwrap();
 }
 
@@ -436,14 +425,6 @@ fn blind_scheduler(line: u64) -> Scheduler {
     Scheduler::new(awareness, 2, Instant::now()).unwrap()
 }
 
-/// Whether some tree of `forest` has the edge {a, b}.
-fn uses(forest: &Forest, (a, b): (usize, usize)) -> bool {
-    forest
-        .trees
-        .iter()
-        .any(|t| t.parent[a] == Some(b) || t.parent[b] == Some(a))
-}
-
 /// Packets site `from`'s switch has sent toward site `to`'s.
 fn sent_toward(s: &mut Sites, from: usize, to: usize) -> u64 {
     let data = s.sites[to].data;
@@ -475,7 +456,7 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     let mut sched = blind_scheduler(LINE);
     let blind = sched.forest().clone();
     assert!(
-        uses(&blind, slow),
+        blind.uses(slow),
         "the first guess avoids 1-3 already: {blind:?}"
     );
 
@@ -485,7 +466,7 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     let mut deployment = Deployment::install(&mut s.sites, &blind, &CONFIG, &eps).unwrap();
     let mut config = CONFIG;
     let mut settled = false;
-    for _ in 0..6 {
+    for round in 1..=6 {
         exact_round(&mut workers, &want);
         exact_round(&mut workers, &want);
         let (_, plan) = sched.before_push(&mut s.sites, Instant::now()).unwrap();
@@ -498,7 +479,9 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
                 w.retarget(&forest, config.generation).unwrap();
             }
         }
-        if slowest_is(&sched, slow) && !uses(sched.forest(), slow) {
+        let (up, down) = (sched.awareness().rate(1, 3), sched.awareness().rate(3, 1));
+        eprintln!("round {round}: 1-3 known at {up:?} / {down:?} bit/s");
+        if slowest_is(&sched, slow) && !sched.forest().uses(slow) {
             settled = true;
             break;
         }
@@ -509,6 +492,7 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
         .flat_map(|e| [(e.a, e.b), (e.b, e.a)])
         .map(|(a, b)| (a, b, sched.awareness().rate(a, b).unwrap()))
         .collect();
+    eprintln!("known rates (from, to, bit/s): {known:?}");
     assert!(settled, "after 6 rounds: {known:?}, {:?}", sched.forest());
     let roots = |f: &Forest| f.trees.iter().map(|t| t.root).collect::<Vec<_>>();
     assert_eq!(roots(sched.forest()), roots(&blind), "the roots are fixed");
@@ -673,7 +657,7 @@ fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier(
         "{report:?}"
     );
     assert!(report.broken.unwrap().contains("left"));
-    assert!(uses(&first, (1, 3)));
+    assert!(first.uses((1, 3)));
     // The service removed its jobs.
     for (v, c) in clusters.iter().enumerate() {
         assert!(

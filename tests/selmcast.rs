@@ -477,6 +477,11 @@ mod ssp {
         let queues = target.queues().unwrap();
         assert_eq!(queues.ports.len(), N, "{queues:?}");
         for port in &queues.ports {
+            let depth: Vec<usize> = port.queues.iter().map(|q| q.max_depth_bytes).collect();
+            let drops: Vec<u64> = port.queues.iter().map(|q| q.drops).collect();
+            eprintln!("{}: max depth {depth:?}, drops {drops:?}", port.port);
+        }
+        for port in &queues.ports {
             let (top, lower) = port.queues.split_last().unwrap();
             let deepest = lower.iter().map(|q| q.max_depth_bytes).max().unwrap();
             assert!(top.tx_packets > 0, "no class-7 copy: {port:?}");

@@ -150,17 +150,15 @@ impl Awareness {
 
     /// The known rate from `from` to `to`, bit/s (`None`: no such link).
     pub fn rate(&self, from: usize, to: usize) -> Option<f64> {
-        self.links.iter().find_map(|l| match () {
-            _ if (l.a, l.b) == (from, to) => Some(l.rate[0]),
-            _ if (l.b, l.a) == (from, to) => Some(l.rate[1]),
-            _ => None,
-        })
+        let (link, way) = self.direction(from, to)?;
+        Some(self.links[link].rate[way])
     }
 
-    fn rate_mut(&mut self, from: usize, to: usize) -> Option<&mut f64> {
-        self.links.iter_mut().find_map(|l| match () {
-            _ if (l.a, l.b) == (from, to) => Some(&mut l.rate[0]),
-            _ if (l.b, l.a) == (from, to) => Some(&mut l.rate[1]),
+    /// The link from `from` to `to` and which way it is crossed (0: a to b).
+    fn direction(&self, from: usize, to: usize) -> Option<(usize, usize)> {
+        self.links.iter().enumerate().find_map(|(i, l)| match () {
+            _ if (l.a, l.b) == (from, to) => Some((i, 0)),
+            _ if (l.b, l.a) == (from, to) => Some((i, 1)),
             _ => None,
         })
     }
@@ -179,14 +177,14 @@ impl Awareness {
             let Some(to) = datas.iter().position(|d| *d == port.port) else {
                 continue;
             };
-            if to == site || self.rate(site, to).is_none() {
+            let Some((link, way)) = self.direction(site, to) else {
                 continue;
-            }
+            };
             let Some(rate) = self.probe(site, port) else {
                 continue;
             };
             let threshold = self.config.report_rate;
-            let known = self.rate_mut(site, to).expect("the link exists");
+            let known = &mut self.links[link].rate[way];
             if (rate - *known).abs() > threshold * *known {
                 *known = rate;
                 out.push(Estimate {
@@ -318,7 +316,7 @@ impl Scheduler {
         self.last_plan = now;
         self.plans += 1;
         let forest = Forest::with_roots(&self.awareness.graph(), &self.roots);
-        if forest.trees == self.forest.trees && forest.shares == self.forest.shares {
+        if forest == self.forest {
             return Ok((estimates, None));
         }
         self.forest = forest.clone();

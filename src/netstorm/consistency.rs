@@ -133,8 +133,7 @@ impl ConsistencyService {
             per_site.iter().all(|&n| n > 0),
             "every site needs a worker: {per_site:?}"
         );
-        let total = per_site.iter().try_fold(0u16, |a, &n| a.checked_add(n));
-        let total = total.context("more than 65535 workers in all")?;
+        let total = super::total_workers(&per_site)?;
         let state = Barrier {
             sites,
             per_site,
