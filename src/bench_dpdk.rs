@@ -8,6 +8,11 @@
 //!   same run: the same frames sent with `rte_eth_tx_burst` and taken back
 //!   with `rte_eth_rx_burst`, no other work. The ratio of the two is the
 //!   share of the I/O limit the agent's fast path reaches (target: >= 0.5).
+//! - **The floor**: the raw loop plus the least any agent must do with the
+//!   tensor: each packet's payload copied out of the tensor into the frame
+//!   and, on receipt, back into the tensor (no header, no checksum, no
+//!   quantization). On a tensor larger than the caches this is memory
+//!   traffic the raw loop never makes; it bounds what the agent could reach.
 //! - **End to end**: an all-reduce through `inagg emu --backend dpdk` with
 //!   agents in their own processes, all connected by memif (shared memory
 //!   between processes, no root needed).
@@ -50,6 +55,10 @@ pub struct DpdkReport {
     pub agent_pps: f64,
     /// The agent's payload rate, Gbit/s of tensor (one core).
     pub agent_gbps: f64,
+    /// The raw loop plus the tensor's payload copied in and out, packets/s.
+    pub floor_pps: f64,
+    /// floor_pps / raw_pps: the most any agent could reach of the I/O limit.
+    pub floor_ratio: f64,
     /// agent_pps / raw_pps.
     pub ratio: f64,
     /// The same with an int32 all-reduce (no quantization), packets/s.
@@ -73,6 +82,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let eal = Eal::init_str(EAL).context("start DPDK for the benchmark")?;
     let frame_bytes = UdpFlow::frame_len(inagg_wire::HEADER_LEN + usize::from(K) * 4);
     let mut raw = Vec::new();
+    let mut floor = Vec::new();
     let mut agent = Vec::new();
     let mut agent_i32 = Vec::new();
     let mut lanes = Vec::new();
@@ -80,8 +90,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut multi = loopback_worker("net_ring2", LANES)?;
     let tensor = gradient(1, 0, args.elements);
     let ints: Vec<i32> = (0..args.elements as i32).collect();
+    // At least one packet's worth, so the floor's walk has a whole payload.
+    let floor_tensor: Vec<i32> = (0..args.elements.max(usize::from(K)) as i32).collect();
     for _ in 0..args.repeat {
-        raw.push(raw_rate(eal, frame_bytes)?);
+        raw.push(raw_rate(eal, frame_bytes, None)?);
+        floor.push(raw_rate(eal, frame_bytes, Some(&floor_tensor))?);
         agent.push(agent_rate(&mut worker, &tensor)?);
         agent_i32.push(agent_rate_i32(&mut worker, &ints)?);
         lanes.push(agent_rate(&mut multi, &tensor)?);
@@ -92,6 +105,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .fold((0.0, 0.0), |a, b| if b.0 > a.0 { b } else { a })
     };
     let (raw_pps, _) = best(&raw);
+    let (floor_pps, _) = best(&floor);
     let (agent_pps, agent_gbps) = best(&agent);
     let (agent_i32_pps, _) = best(&agent_i32);
     let (agent_lanes_pps, agent_lanes_gbps) = best(&lanes);
@@ -101,6 +115,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         k: K,
         frame_bytes,
         raw_pps,
+        floor_pps,
+        floor_ratio: floor_pps / raw_pps,
         agent_pps,
         agent_gbps,
         ratio: agent_pps / raw_pps,
@@ -130,15 +146,22 @@ fn print(r: &DpdkReport, a: &BenchArgs) {
         r.raw_pps / 1e6
     );
     println!(
-        "agent fast path, f32 (1 core) {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   ratio {:.2} of the I/O limit",
-        r.agent_pps / 1e6,
-        r.agent_gbps,
-        r.ratio
+        "floor: raw + payload in/out   {:>6.2} Mpkt/s   ratio {:.2} of the I/O limit (the most an agent could reach)",
+        r.floor_pps / 1e6,
+        r.floor_ratio
     );
     println!(
-        "agent fast path, i32 (1 core) {:>6.2} Mpkt/s                         ratio {:.2} of the I/O limit",
+        "agent fast path, f32 (1 core) {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   ratio {:.2} of the I/O limit, {:.2} of the floor",
+        r.agent_pps / 1e6,
+        r.agent_gbps,
+        r.ratio,
+        r.agent_pps / r.floor_pps
+    );
+    println!(
+        "agent fast path, i32 (1 core) {:>6.2} Mpkt/s                         ratio {:.2} of the I/O limit, {:.2} of the floor",
         r.agent_i32_pps / 1e6,
-        r.ratio_i32
+        r.ratio_i32,
+        r.agent_i32_pps / r.floor_pps
     );
     println!(
         "agent fast path, f32 ({} lanes)  {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   (queue pairs and threads; one core each)",
@@ -183,9 +206,11 @@ fn rates(stats: inagg_host_agent::Stats) -> Result<(f64, f64)> {
     ))
 }
 
-/// Bursts of the same frames out and back on net_ring0 for 300 ms, doing
-/// nothing else: (packets/s, 0).
-fn raw_rate(eal: Eal, frame_bytes: usize) -> Result<(f64, f64)> {
+/// Bursts of the same frames out and back on net_ring0 for 300 ms:
+/// (packets/s, 0). With a `tensor`, each frame's payload (K elements) is
+/// first copied out of it, walking it in order, and each received payload
+/// is copied back where it came from: the floor of any agent's work.
+fn raw_rate(eal: Eal, frame_bytes: usize, tensor: Option<&[i32]>) -> Result<(f64, f64)> {
     use std::sync::OnceLock;
     static PORT: OnceLock<(
         &'static Mempool,
@@ -201,25 +226,112 @@ fn raw_rate(eal: Eal, frame_bytes: usize) -> Result<(f64, f64)> {
     };
     let mut q = queues.lock().unwrap_or_else(|p| p.into_inner());
     let (rx, tx) = &mut *q;
-    let frames: Vec<Mbuf> = (0..BURST)
+    let mut frames: Vec<Mbuf> = (0..BURST)
         .map(|_| {
             let mut m = Mbuf::alloc(pool)?;
             m.append(frame_bytes)?.fill(0x5a);
             Ok(m)
         })
         .collect::<Result<_, inagg_dpdk::Error>>()?;
+    let mut copy = tensor.map(|t| PayloadCopy::new(t, frame_bytes));
     let mut out = Vec::with_capacity(BURST);
     let mut batch = RxBatch::new();
     let mut packets = 0u64;
     let start = Instant::now();
     let run = Duration::from_millis(300);
     while start.elapsed() < run {
-        out.extend(frames.iter().map(Mbuf::share));
-        tx.send_all(&mut out, 16);
-        packets += rx.burst(&mut batch) as u64;
+        match &mut copy {
+            Some(c) => c.fill(&mut frames, &mut out),
+            None => out.extend(frames.iter().map(Mbuf::share)),
+        }
+        let (sent, _) = tx.send_all(&mut out, 16);
+        if let Some(c) = &mut copy {
+            c.sent(sent);
+        }
+        let n = rx.burst(&mut batch);
+        if let Some(c) = &mut copy {
+            c.drain(&batch, n);
+        }
+        packets += n as u64;
         batch.clear();
     }
+    if let Some(c) = copy {
+        // The copies must not be optimised away: the tensor came back whole.
+        if c.tensor != tensor.unwrap_or_default() {
+            bail!("the floor measurement lost payload bytes");
+        }
+    }
     Ok((packets as f64 / start.elapsed().as_secs_f64(), 0.0))
+}
+
+/// The floor's tensor walk: payloads out of the tensor into the frames,
+/// and back from the received frames into the tensor, in order.
+struct PayloadCopy {
+    tensor: Vec<i32>,
+    /// Payload offset in a frame, bytes.
+    at: usize,
+    /// Where the next frame's payload comes from, elements.
+    next_out: usize,
+    /// Where each frame queued for sending came from.
+    pending: Vec<usize>,
+    /// Where each frame in flight came from (frames return in order).
+    in_flight: std::collections::VecDeque<usize>,
+}
+
+impl PayloadCopy {
+    fn new(tensor: &[i32], frame_bytes: usize) -> PayloadCopy {
+        PayloadCopy {
+            tensor: tensor.to_vec(),
+            at: frame_bytes - usize::from(K) * 4,
+            next_out: 0,
+            pending: Vec::new(),
+            in_flight: Default::default(),
+        }
+    }
+
+    /// Fills every frame no longer in flight from the tensor and queues a
+    /// share of it in `out`.
+    fn fill(&mut self, frames: &mut [Mbuf], out: &mut Vec<Mbuf>) {
+        let k = usize::from(K);
+        for f in frames {
+            let Some(bytes) = f.data_mut() else { continue };
+            if self.next_out + k > self.tensor.len() {
+                self.next_out = 0;
+            }
+            let src = &self.tensor[self.next_out..self.next_out + k];
+            bytes[self.at..self.at + k * 4].copy_from_slice(bytemuck_bytes(src));
+            self.pending.push(self.next_out);
+            self.next_out += k;
+            out.push(f.share());
+        }
+    }
+
+    /// The first `sent` of the queued frames went out (the rest were freed).
+    fn sent(&mut self, sent: usize) {
+        self.in_flight.extend(self.pending.drain(..).take(sent));
+    }
+
+    fn drain(&mut self, batch: &RxBatch, n: usize) {
+        let k = usize::from(K);
+        for i in 0..n {
+            let Some(from) = self.in_flight.pop_front() else {
+                break;
+            };
+            let payload = &batch.data(i)[self.at..self.at + k * 4];
+            let dst = &mut self.tensor[from..from + k];
+            // SAFETY: as in `bytemuck_bytes`; every byte pattern is a valid i32.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), k * 4) };
+            dst.copy_from_slice(payload);
+        }
+    }
+}
+
+/// An i32 slice's bytes in memory order.
+fn bytemuck_bytes(v: &[i32]) -> &[u8] {
+    // SAFETY: i32 has no padding and any byte is a valid u8; the length
+    // covers exactly the slice's memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
 /// Processes of one end-to-end run, killed when dropped.
