@@ -106,14 +106,18 @@ fn netstorm_beats_the_star() {
             "CHUNK_SIZE 8M / 1M",
             "UPDATE_TIME 5 s / 600 s",
             "mean iteration, aware / blind",
+            "MLNet balanced tree / star",
         ],
     );
-    // Below the paper's size (REPRODUCTION.md says why), but well clear
-    // of the star, which a baseline in NetStorm's place would give (1x).
-    pin_above(&r, "NetStorm / MXNet star, static", 3.0);
-    pin_above(&r, "NetStorm / MXNet star, dynamic", 2.0);
-    pin_above(&r, "single-root FAPT / star", 1.5);
-    pin_above(&r, "multi-root FAPT, no awareness / star", 1.5);
+    // Three trials draw three servers for the star, so these sit under
+    // the full run's figures; each is well clear of the 1x a baseline in
+    // NetStorm's place would give, even against the star's best server.
+    pin_above(&r, "NetStorm / MXNet star, static", 4.0);
+    pin_above(&r, "NetStorm / star served from its best DC", 3.0);
+    pin_above(&r, "NetStorm / MXNet star, dynamic", 3.0);
+    pin_above(&r, "single-root FAPT / star", 2.0);
+    pin_above(&r, "multi-root FAPT, no awareness / star", 2.5);
+    // Below the paper's size (REPRODUCTION.md says why).
     pin_above(&r, "roots 9 / roots 1", 1.1);
 }
 

@@ -25,6 +25,8 @@
 
 use inagg_switch_control::sched::netstorm::{self as ns, Graph, Tree};
 
+use rand::Rng;
+
 use crate::dist::{self, SimRng};
 use crate::flow::{FlowId, FlowNet};
 
@@ -127,6 +129,24 @@ pub struct Setup {
     pub dynamic: bool,
     /// Seconds of training.
     pub horizon: f64,
+    /// Where the star's parameter server runs.
+    pub server: Server,
+}
+
+/// Where MXNet's parameter server runs (the star's centre).
+///
+/// The paper does not say. MXNet itself does not choose: the server runs
+/// wherever it is launched. Picking a communication-cost-effective DC for
+/// it is the improvement of Li et al., which the paper cites as related
+/// work (its [8]), not part of MXNet. So the paper's baseline is a star
+/// around some DC, not necessarily the best-connected one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// At a DC drawn uniformly at random in each trial: MXNet as launched.
+    Random,
+    /// At the hub, the DC of fewest hops to the farthest one: the star's
+    /// best case on these overlays.
+    Hub,
 }
 
 impl Setup {
@@ -141,6 +161,7 @@ impl Setup {
             aux_rule: AuxRule::Pool,
             dynamic,
             horizon: if dynamic { 3600.0 } else { 1200.0 },
+            server: Server::Random,
         }
     }
 
@@ -188,7 +209,8 @@ fn draw_rates(links: usize, rng: &mut SimRng) -> Vec<f64> {
 /// A tree and the chunks (bytes) it aggregates.
 type Plan = Vec<(Tree, Vec<f64>)>;
 
-/// The trees a scheme uses now, each with its chunks.
+/// The trees a scheme uses now, each with its chunks; the star, the
+/// balanced tree and TSEngine's tree are rooted at `hub`.
 fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Plan {
     let nodes = setup.topo.nodes;
     let chunks = setup.chunks();
@@ -462,10 +484,18 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
         wan.known = wan.rate.clone();
     }
     let hub = setup.topo.hub();
+    // The star's centre; the other schemes' trees and the scheduler are at
+    // the hub. Drawn by every scheme, so all of a trial's schemes see the
+    // same rates and the same redraws.
+    let drawn = rng.random_range(0..setup.topo.nodes);
+    let centre = match (s.kind, setup.server) {
+        (Kind::Star, Server::Random) => drawn,
+        _ => hub,
+    };
     let round = setup.consistency_round();
     // NetStorm fixes its roots after the first run (shards never migrate).
     let roots = ns::select_roots(&setup.graph(&wan.known), s.roots);
-    let mut trees = plan(s, setup, &wan, &roots, hub);
+    let mut trees = plan(s, setup, &wan, &roots, centre);
     let (mut now, mut last_update, mut updates) = (0.0, 0.0, 0u64);
     let mut iterations = 0u64;
     let mut last_end = 0.0;
@@ -475,7 +505,7 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
         if s.aware {
             start += round;
             if start - last_update >= setup.update_time {
-                trees = plan(s, setup, &wan, &roots, hub);
+                trees = plan(s, setup, &wan, &roots, centre);
                 start += round;
                 last_update = start;
                 updates += 1;
