@@ -299,7 +299,7 @@ impl PayloadCopy {
                 self.next_out = 0;
             }
             let src = &self.tensor[self.next_out..self.next_out + k];
-            bytes[self.at..self.at + k * 4].copy_from_slice(bytemuck_bytes(src));
+            bytes[self.at..self.at + k * 4].copy_from_slice(i32_bytes(src));
             self.pending.push(self.next_out);
             self.next_out += k;
             out.push(f.share());
@@ -319,7 +319,7 @@ impl PayloadCopy {
             };
             let payload = &batch.data(i)[self.at..self.at + k * 4];
             let dst = &mut self.tensor[from..from + k];
-            // SAFETY: as in `bytemuck_bytes`; every byte pattern is a valid i32.
+            // SAFETY: as in `i32_bytes`; every byte pattern is a valid i32.
             let dst =
                 unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), k * 4) };
             dst.copy_from_slice(payload);
@@ -328,7 +328,7 @@ impl PayloadCopy {
 }
 
 /// An i32 slice's bytes in memory order.
-fn bytemuck_bytes(v: &[i32]) -> &[u8] {
+fn i32_bytes(v: &[i32]) -> &[u8] {
     // SAFETY: i32 has no padding and any byte is a valid u8; the length
     // covers exactly the slice's memory.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
