@@ -210,17 +210,17 @@ fn draw_rates(links: usize, rng: &mut SimRng) -> Vec<f64> {
 type Plan = Vec<(Tree, Vec<f64>)>;
 
 /// The trees a scheme uses now, each with its chunks; the star, the
-/// balanced tree and TSEngine's tree are rooted at `hub`.
-fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], hub: usize) -> Plan {
+/// balanced tree and TSEngine's tree are rooted at `centre`.
+fn plan(s: Scheme, setup: &Setup, wan: &Wan, roots: &[usize], centre: usize) -> Plan {
     let nodes = setup.topo.nodes;
     let chunks = setup.chunks();
     let bytes = |c: &[u64]| c.iter().map(|&p| p as f64 * 4.0).collect::<Vec<f64>>();
     match s.kind {
-        Kind::Star => vec![(ns::star(nodes, hub), bytes(&chunks))],
-        Kind::KWay => vec![(ns::kway_tree(nodes, 3, hub), bytes(&chunks))],
+        Kind::Star => vec![(ns::star(nodes, centre), bytes(&chunks))],
+        Kind::KWay => vec![(ns::kway_tree(nodes, 3, centre), bytes(&chunks))],
         Kind::TsEngine => {
             let g = setup.graph(&wan.known);
-            let tree = ns::max_throughput_tree(&g, &wan.known, hub);
+            let tree = ns::max_throughput_tree(&g, &wan.known, centre);
             vec![(tree, bytes(&chunks))]
         }
         Kind::Fapt => {
