@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{Counters, JobCounters};
+pub use crate::detour::{AuxPath, Detour, RelayInfo, RelayKey, RelaySpec};
 use crate::egress::{ClassQueue, LinkConfig, PortStats};
 use crate::faults::FaultConfig;
 use crate::switch::SwitchConfig;
@@ -47,6 +48,11 @@ pub struct JobSpec {
     /// switch) and multicasts its own results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<Upstream>,
+    /// Members (child switches) whose partial sums may also arrive as
+    /// detours over an auxiliary path, and the relay each arrives from
+    /// (docs/PROTOCOL.md, "Auxiliary paths").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detours: Vec<Detour>,
 }
 
 /// Where a tree job's partial sums go: the parent switch's data-plane
@@ -60,6 +66,10 @@ pub struct Upstream {
     pub job: u16,
     /// This switch's member id in the parent's job.
     pub member: u16,
+    /// Where partial sums go when the link to the parent is busy: the
+    /// first switch of an auxiliary path (`None`: always the primary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux: Option<AuxPath>,
 }
 
 impl std::str::FromStr for Upstream {
@@ -79,6 +89,7 @@ impl std::str::FromStr for Upstream {
             switch: switch.trim().parse().map_err(|_| bad())?,
             job: job.trim().parse().map_err(|_| bad())?,
             member: member.trim().parse().map_err(|_| bad())?,
+            aux: None,
         })
     }
 }
@@ -241,6 +252,35 @@ pub enum JobError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A relay entry that cannot work (it loops, or names a member no
+    /// parent has).
+    #[error("relay {key}: {reason}")]
+    BadRelay {
+        /// The entry's match fields.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The relay table already matches these fields.
+    #[error("relay {key} is already installed; delete it first")]
+    RelayInUse {
+        /// The entry's match fields.
+        key: String,
+    },
+    /// No relay entry matches these fields.
+    #[error("no relay {key} is installed")]
+    UnknownRelay {
+        /// The match fields asked for.
+        key: String,
+    },
+    /// A job's detours or auxiliary path cannot work.
+    #[error("job {id}: {reason}")]
+    BadDetour {
+        /// The job.
+        id: u16,
+        /// What is wrong.
+        reason: String,
+    },
     /// K is zero or larger than the switch supports.
     #[error("job {id}: {elements} elements per packet; the switch supports 1 to {max}")]
     BadElements {
@@ -301,6 +341,12 @@ pub fn validate_job<'a>(
     if let Some(up) = spec.upstream {
         check_upstream(id, &up, &spec.workers)?;
     }
+    crate::detour::check_detours(
+        id,
+        &spec.workers,
+        &spec.detours,
+        spec.upstream.map(|u| (u.switch, u.aux)),
+    )?;
     if spec.group == Some(0) {
         return Err(JobError::GroupZero);
     }
@@ -573,6 +619,18 @@ pub enum Request {
         /// The queue, below 8 (7 is served first).
         queue: u8,
     },
+    /// Install a relay entry: detours matching it are forwarded unchanged.
+    CreateRelay {
+        /// The entry.
+        relay: RelaySpec,
+    },
+    /// Remove a relay entry.
+    DeleteRelay {
+        /// Its match fields.
+        key: RelayKey,
+    },
+    /// Every relay entry with its counter.
+    ListRelays,
 }
 
 impl Request {
@@ -585,6 +643,7 @@ impl Request {
                 | Request::GetJob { .. }
                 | Request::ListJobs
                 | Request::ListGroups
+                | Request::ListRelays
                 | Request::Pools
                 | Request::Counters
                 | Request::GetFaults
@@ -635,6 +694,11 @@ pub enum Reply {
     Groups {
         /// The groups, by id.
         groups: Vec<GroupInfo>,
+    },
+    /// To `ListRelays`.
+    Relays {
+        /// The entries, by match fields.
+        relays: Vec<RelayInfo>,
     },
     /// To `Queues`.
     Queues {
@@ -693,6 +757,7 @@ mod tests {
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id,
             workers: vec![

@@ -143,6 +143,7 @@ impl JobVector {
             generation: self.generation,
             queues: Vec::new(),
             group: None,
+            detours: Vec::new(),
         }
     }
 }
@@ -324,7 +325,10 @@ fn egress(
                 sent(to, copy)
             })
             .collect(),
-        Action::Unicast { to } | Action::Upstream { to } => vec![sent(to, result.to_vec())],
+        // No paced ports here, so a partial sum always takes the primary.
+        Action::Unicast { to } | Action::Upstream { to, .. } | Action::Forward { to } => {
+            vec![sent(to, result.to_vec())]
+        }
         Action::Replicate { group, sender } => sw
             .members(group)
             .unwrap_or_default()

@@ -40,11 +40,14 @@ pub enum DropReason {
     /// duplicate, a late copy of an earlier round, a slot or K that is not
     /// the job's).
     UnexpectedResult,
+    /// A detour (kind 4) that no relay entry matches and no job admits
+    /// from its sender for the member it names.
+    UnknownRelay,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -59,6 +62,7 @@ impl DropReason {
         DropReason::QueueFull,
         DropReason::UnknownGroup,
         DropReason::UnexpectedResult,
+        DropReason::UnknownRelay,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -78,6 +82,7 @@ impl DropReason {
             DropReason::QueueFull => "queue_full",
             DropReason::UnknownGroup => "unknown_group",
             DropReason::UnexpectedResult => "unexpected_result",
+            DropReason::UnknownRelay => "unknown_relay",
         }
     }
 }
@@ -94,11 +99,14 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 14],
+    pub drops: [u64; 15],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.
     pub injected_reorders: u64,
+    /// Detours forwarded by the relay table.
+    #[serde(default)]
+    pub relayed: u64,
 }
 
 impl Counters {
@@ -131,6 +139,13 @@ pub struct JobCounters {
     /// while the tree's result was still on its way down.
     #[serde(default)]
     pub upstream_resent: u64,
+    /// Tree jobs: partial sums (first sends and resends) that went up the
+    /// auxiliary path as detours because the primary link was busy.
+    #[serde(default)]
+    pub detours_sent: u64,
+    /// Contributions of members that arrived as detours.
+    #[serde(default)]
+    pub detours_taken: u64,
     /// Packets naming this job dropped by its checks (worker, slot, K, generation).
     pub dropped: u64,
 }

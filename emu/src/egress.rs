@@ -366,6 +366,13 @@ impl Shaper {
         }
     }
 
+    /// Packets waiting on the port that leads to `to`, every queue.
+    pub fn waiting(&self, to: SocketAddr) -> usize {
+        self.ports
+            .get(&self.config.port_of(to))
+            .map_or(0, |p| p.queues.iter().map(VecDeque::len).sum())
+    }
+
     /// When the next waiting packet can go (`None`: nothing waits).
     pub fn next_departure(&self) -> Option<Instant> {
         self.ports

@@ -8,6 +8,7 @@
 //!   (pure, no I/O);
 //! - [`counters`]: what is counted, drops by reason;
 //! - [`faults`]: seeded loss, duplication and reordering;
+//! - [`detour`]: auxiliary paths (relay entries, detours, the sender's rule);
 //! - [`api`]: job specs, their validation, and the control messages;
 //! - `pipeline`: what happens to each datagram, whatever the ports are;
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod conformance;
 pub mod counters;
+pub mod detour;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod egress;

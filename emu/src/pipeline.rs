@@ -8,9 +8,10 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use inagg_wire::udp::{SendBatch, Staged};
-use inagg_wire::{Packet, HEADER_LEN};
+use inagg_wire::{Kind, Packet, HEADER_LEN};
 
 use crate::counters::DropReason;
+use crate::detour::AuxPath;
 use crate::faults::{Direction, Fate};
 use crate::server::State;
 use crate::switch::Action;
@@ -135,7 +136,11 @@ impl Pipeline {
         let mut head: [u8; HEADER_LEN] = head.try_into().expect("header length");
         let payload = out.stage(&self.result[HEADER_LEN..]);
         match action {
-            Action::Unicast { to } | Action::Upstream { to } => {
+            Action::Unicast { to } | Action::Forward { to } => {
+                self.egress(state, &head, &payload, to, out)
+            }
+            Action::Upstream { job, to, aux } => {
+                let to = choose_path(state, job, to, aux, &mut head);
                 self.egress(state, &head, &payload, to, out)
             }
             Action::Multicast { job } => {
@@ -204,6 +209,30 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// NetStorm's sender rule at a child switch's egress (docs/PROTOCOL.md,
+/// "Auxiliary paths"): the primary link to the parent unless more than
+/// `busy_bound` packets wait on its port, then the auxiliary path if fewer
+/// than `queue_length` wait on that one, rewriting the partial sum into a
+/// detour (kind 4). Unpaced ports never queue, so they keep the primary.
+fn choose_path(
+    state: &mut State,
+    job: u16,
+    to: SocketAddr,
+    aux: Option<AuxPath>,
+    head: &mut [u8; HEADER_LEN],
+) -> SocketAddr {
+    let (Some(aux), Some(shaper)) = (aux, &state.shaper) else {
+        return to;
+    };
+    let busy = shaper.waiting(to) > usize::from(aux.busy_bound);
+    if !busy || shaper.waiting(aux.via) >= usize::from(aux.queue_length) {
+        return to;
+    }
+    Packet::new_unchecked(&mut head[..]).set_kind(Kind::Detour);
+    state.switch.count_detour(job);
+    aux.via
 }
 
 fn queue<E: Egress>(

@@ -466,6 +466,17 @@ pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Res
         Request::ListGroups => Ok(Reply::Groups {
             groups: sw.groups(),
         }),
+        Request::CreateRelay { relay } => sw
+            .create_relay(relay)
+            .map(|_| Reply::Done)
+            .map_err(Into::into),
+        Request::DeleteRelay { key } => sw
+            .delete_relay(key)
+            .map(|_| Reply::Done)
+            .map_err(Into::into),
+        Request::ListRelays => Ok(Reply::Relays {
+            relays: sw.relays(),
+        }),
         Request::Pools => Ok(Reply::Pools { pools: sw.pools() }),
         Request::Counters => Ok(Reply::Counters {
             counters: sw.counters().clone(),

@@ -13,6 +13,7 @@ use crate::api::{
     SwitchInfo, Upstream,
 };
 use crate::counters::{Counters, DropReason, JobCounters};
+use crate::detour::{check_relay, AuxPath, RelayInfo, RelayKey, RelaySpec};
 
 /// Size of the switch's aggregator memory and the packets it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,9 +95,22 @@ pub enum Action {
         to: SocketAddr,
     },
     /// A tree job's slot is complete here: its partial sum (written to the
-    /// output buffer as a contribution) goes up to the parent switch.
+    /// output buffer as a contribution) goes up to the parent switch, or,
+    /// when the job has an auxiliary path and the egress finds the primary
+    /// link busy, to the auxiliary path as a detour (kind 4; the egress
+    /// decides, as only it sees the queues).
     Upstream {
+        /// The job (this switch's) whose partial sum it is.
+        job: u16,
         /// The parent switch's data-plane endpoint.
+        to: SocketAddr,
+        /// The job's auxiliary path, if any.
+        aux: Option<AuxPath>,
+    },
+    /// A detour matched by the relay table (copied verbatim to the output
+    /// buffer) goes on to the next hop.
+    Forward {
+        /// The next hop's data-plane endpoint.
         to: SocketAddr,
     },
 }
@@ -137,6 +151,8 @@ pub struct Switch {
     jobs: BTreeMap<u16, Job>,
     /// The multicast group table: jobs' groups and groups made by hand.
     groups: BTreeMap<u16, Group>,
+    /// The relay table: where detours go next, and how many went.
+    relays: BTreeMap<RelayKey, (SocketAddr, u64)>,
     counters: Counters,
     /// Egress queue of each priority class (the P4 `priority_to_queue`
     /// table); every class starts on queue 0.
@@ -154,6 +170,7 @@ impl Switch {
             config,
             jobs: BTreeMap::new(),
             groups: BTreeMap::new(),
+            relays: BTreeMap::new(),
             counters: Counters::default(),
             queues: [0; 256],
         }
@@ -288,6 +305,52 @@ impl Switch {
             .collect()
     }
 
+    /// Installs a relay entry (docs/PROTOCOL.md, "Auxiliary paths").
+    pub fn create_relay(&mut self, spec: RelaySpec) -> Result<(), JobError> {
+        check_relay(&spec)?;
+        let key = spec.key();
+        if self.relays.contains_key(&key) {
+            return Err(JobError::RelayInUse {
+                key: key.to_string(),
+            });
+        }
+        self.relays.insert(key, (spec.to, 0));
+        Ok(())
+    }
+
+    /// Removes a relay entry.
+    pub fn delete_relay(&mut self, key: RelayKey) -> Result<(), JobError> {
+        self.relays
+            .remove(&key)
+            .map(drop)
+            .ok_or(JobError::UnknownRelay {
+                key: key.to_string(),
+            })
+    }
+
+    /// Every relay entry with its counter, by match fields.
+    pub fn relays(&self) -> Vec<RelayInfo> {
+        self.relays
+            .iter()
+            .map(|(key, &(to, packets))| RelayInfo {
+                spec: RelaySpec {
+                    job: key.job,
+                    from: key.from,
+                    member: key.member,
+                    to,
+                },
+                packets,
+            })
+            .collect()
+    }
+
+    /// Counts a partial sum of `job` that the egress sent as a detour.
+    pub fn count_detour(&mut self, job: u16) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.counters.detours_sent += 1;
+        }
+    }
+
     /// The member endpoints of a group (for replication).
     pub fn members(&self, group: u16) -> Option<&[SocketAddr]> {
         self.groups.get(&group).map(|g| g.members.as_slice())
@@ -344,6 +407,9 @@ impl Switch {
         for group in self.groups.values_mut() {
             (group.packets, group.copies) = (0, 0);
         }
+        for relay in self.relays.values_mut() {
+            relay.1 = 0;
+        }
     }
 
     /// Processes one datagram from `from`. When the action is `Multicast` or
@@ -370,6 +436,9 @@ impl Switch {
         if repr.kind == Kind::Result {
             return self.descend(&repr, &data[HEADER_LEN..], from, out);
         }
+        if repr.kind == Kind::Detour {
+            return self.detour(&repr, data, from, out);
+        }
         if repr.kind != Kind::Contribution {
             return Action::Drop(DropReason::NotContribution);
         }
@@ -380,7 +449,7 @@ impl Switch {
             job.counters.dropped += 1;
             return Action::Drop(reason);
         }
-        job.contribute(&repr, &data[HEADER_LEN..], from, out)
+        job.contribute(&repr, &data[HEADER_LEN..], out)
     }
 
     /// A result coming down an aggregation tree: accepted only from the
@@ -401,6 +470,42 @@ impl Switch {
             return Action::Drop(DropReason::NotContribution);
         };
         job.take_result(repr, values, out)
+    }
+
+    /// A detour: forwarded unchanged when the relay table matches it;
+    /// otherwise, at the parent, a contribution of the member it names when
+    /// it comes from a relay the job lists for that member.
+    fn detour(&mut self, repr: &Repr, data: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> Action {
+        let key = RelayKey {
+            job: repr.job,
+            from,
+            member: repr.worker,
+        };
+        if let Some((to, packets)) = self.relays.get_mut(&key) {
+            *packets += 1;
+            self.counters.relayed += 1;
+            out.clear();
+            out.extend_from_slice(data);
+            return Action::Forward { to: *to };
+        }
+        let Some(job) = self.jobs.get_mut(&repr.job) else {
+            return Action::Drop(DropReason::UnknownRelay);
+        };
+        let listed = job
+            .spec
+            .detours
+            .iter()
+            .any(|d| d.member == repr.worker && d.relay == from);
+        if !listed {
+            job.counters.dropped += 1;
+            return Action::Drop(DropReason::UnknownRelay);
+        }
+        if let Err(reason) = job.admit_fields(repr) {
+            job.counters.dropped += 1;
+            return Action::Drop(reason);
+        }
+        job.counters.detours_taken += 1;
+        job.contribute(repr, &data[HEADER_LEN..], out)
     }
 
     /// A group datagram: admitted when its sender is the member it names,
@@ -438,6 +543,12 @@ impl Job {
         if self.spec.workers.get(worker) != Some(&from) {
             return Err(DropReason::UnknownWorker);
         }
+        self.admit_fields(repr)
+    }
+
+    /// The checks after the sender's: slot inside the pool, K and
+    /// generation right.
+    fn admit_fields(&self, repr: &Repr) -> Result<(), DropReason> {
         if u32::from(repr.slot) >= self.spec.pool_size {
             return Err(DropReason::SlotOutOfPool);
         }
@@ -450,14 +561,9 @@ impl Job {
         Ok(())
     }
 
-    /// The slot state machine (docs/PROTOCOL.md, "Slot state machine").
-    fn contribute(
-        &mut self,
-        repr: &Repr,
-        values: &[u8],
-        from: SocketAddr,
-        out: &mut Vec<u8>,
-    ) -> Action {
+    /// The slot state machine (docs/PROTOCOL.md, "Slot state machine"),
+    /// for a contribution already admitted from member `repr.worker`.
+    fn contribute(&mut self, repr: &Repr, values: &[u8], out: &mut Vec<u8>) -> Action {
         let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
         let other = index ^ 1;
         let bit = 1u64 << repr.worker;
@@ -473,12 +579,14 @@ impl Job {
                 let up = self.spec.upstream.expect("only tree jobs await");
                 self.counters.upstream_resent += 1;
                 emit_upstream(repr, set, acc, up, out);
-                return Action::Upstream { to: up.switch };
+                return self.upstream_action(up);
             }
             if set.count == n {
+                // To the member's own endpoint: a detour's sender is a relay.
                 self.counters.resent_results += 1;
                 emit_result(repr, set, acc, out);
-                return Action::Unicast { to: from };
+                let to = self.spec.workers[usize::from(repr.worker)];
+                return Action::Unicast { to };
             }
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
@@ -514,13 +622,21 @@ impl Job {
                 set.awaiting = true;
                 self.counters.upstream += 1;
                 emit_upstream(repr, set, acc, up, out);
-                Action::Upstream { to: up.switch }
+                self.upstream_action(up)
             }
             None => {
                 self.counters.results += 1;
                 emit_result(repr, set, acc, out);
                 Action::Multicast { job: self.spec.id }
             }
+        }
+    }
+
+    fn upstream_action(&self, up: Upstream) -> Action {
+        Action::Upstream {
+            job: self.spec.id,
+            to: up.switch,
+            aux: up.aux,
         }
     }
 
@@ -629,6 +745,7 @@ mod tests {
     /// Job 1 with `workers`, a pool of 4 slots at `pool_base`, K = 2.
     fn spec(workers: Vec<SocketAddr>, pool_base: u32, upstream: Option<Upstream>) -> JobSpec {
         JobSpec {
+            detours: Vec::new(),
             id: 1,
             workers,
             pool_base,
@@ -880,6 +997,7 @@ mod tests {
     fn two_jobs_with_disjoint_pools_are_independent() {
         let mut sw = switch();
         sw.create_job(JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: 2,
             workers: vec![addr(2000), addr(2001)],
@@ -966,6 +1084,7 @@ mod tests {
     fn a_jobs_group_comes_and_goes_with_the_job_and_ids_never_clash() {
         let mut sw = switch();
         let spec = |id: u16, group: u16| JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id,
             workers: vec![addr(3000), addr(3001)],
@@ -1009,6 +1128,7 @@ mod tests {
         let mut sw = switch();
         let workers = vec![addr(3000), addr(3001)];
         sw.create_job(JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: 2,
             workers,
@@ -1060,6 +1180,7 @@ mod tests {
             max_elements: 64,
         });
         let up = Upstream {
+            aux: None,
             switch: addr(2000),
             job: 5,
             member: 1,
@@ -1094,7 +1215,11 @@ mod tests {
         assert_eq!(send(&mut sw, 0, 1, 0, [1, 2], &mut out), Action::Absorbed);
         assert_eq!(
             send(&mut sw, 1, 1, 0, [10, -20], &mut out),
-            Action::Upstream { to: addr(2000) }
+            Action::Upstream {
+                job: 1,
+                to: addr(2000),
+                aux: None
+            }
         );
         let p = Packet::new_checked(&out[..]).unwrap();
         let up = Repr::parse(&p).unwrap();
@@ -1114,7 +1239,11 @@ mod tests {
         complete_at_leaf(&mut sw, &mut out);
         assert_eq!(
             send(&mut sw, 0, 1, 0, [1, 2], &mut out),
-            Action::Upstream { to: addr(2000) }
+            Action::Upstream {
+                job: 1,
+                to: addr(2000),
+                aux: None
+            }
         );
         let p = Packet::new_checked(&out[..]).unwrap();
         assert_eq!(
@@ -1200,11 +1329,136 @@ mod tests {
         assert_eq!(result(&out).0.count, 7);
     }
 
+    /// `packet`'s contribution rewritten as a detour (kind 4).
+    fn detour_packet(worker: u16, slot: u16, values: [i32; 2]) -> Vec<u8> {
+        let mut p = packet(worker, slot, 0, 0, values);
+        Packet::new_unchecked(&mut p[..]).set_kind(Kind::Detour);
+        p
+    }
+
+    #[test]
+    fn a_relay_forwards_matching_detours_unchanged_and_drops_the_rest() {
+        let mut sw = switch();
+        let relay = RelaySpec {
+            job: 1,
+            from: addr(3000),
+            member: 2,
+            to: addr(4000),
+        };
+        sw.create_relay(relay).unwrap();
+        let err = sw.create_relay(relay).unwrap_err();
+        assert!(err.to_string().contains("already installed"), "{err}");
+        let mut out = Vec::new();
+        let d = detour_packet(2, 1, [5, 6]);
+        assert_eq!(
+            sw.process(&d, addr(3000), &mut out),
+            Action::Forward { to: addr(4000) }
+        );
+        assert_eq!(out, d, "forwarded byte for byte");
+        // Job 1 is installed here too, yet the detour touched none of it.
+        assert_eq!(sw.job(1).unwrap().counters.contributions, 0);
+        // Another member, another sender: no entry, and job 1 lists no
+        // detours, so both are dropped.
+        let other = detour_packet(1, 1, [5, 6]);
+        assert_eq!(
+            sw.process(&other, addr(3000), &mut out),
+            Action::Drop(DropReason::UnknownRelay)
+        );
+        assert_eq!(
+            sw.process(&d, addr(3001), &mut out),
+            Action::Drop(DropReason::UnknownRelay)
+        );
+        assert_eq!(sw.counters().relayed, 1);
+        assert_eq!(sw.counters().dropped(DropReason::UnknownRelay), 2);
+        assert_eq!(sw.relays()[0].packets, 1);
+        sw.delete_relay(relay.key()).unwrap();
+        let err = sw.delete_relay(relay.key()).unwrap_err();
+        assert!(err.to_string().contains("no relay job 1 member 2"), "{err}");
+    }
+
+    #[test]
+    fn a_parent_takes_a_listed_detour_as_its_members_contribution() {
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
+        let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
+        job.detours = vec![crate::detour::Detour {
+            member: 2,
+            relay: addr(3000),
+        }];
+        sw.create_job(job).unwrap();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 1, 0, [1, 2], &mut out);
+        send(&mut sw, 1, 1, 0, [10, 20], &mut out);
+        // Member 2's partial sum the long way round, from its relay.
+        let d = detour_packet(2, 1, [100, 200]);
+        assert_eq!(
+            sw.process(&d, addr(3000), &mut out),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(result(&out).1, [111, 222]);
+        // Again (the member retransmitted): the stored result goes to the
+        // member's own endpoint, not back to the relay.
+        assert_eq!(
+            sw.process(&d, addr(3000), &mut out),
+            Action::Unicast { to: addr(1002) }
+        );
+        // From a switch that is not member 2's relay, or naming member 1.
+        assert_eq!(
+            sw.process(&d, addr(3001), &mut out),
+            Action::Drop(DropReason::UnknownRelay)
+        );
+        assert_eq!(
+            sw.process(&detour_packet(1, 1, [0, 0]), addr(3000), &mut out),
+            Action::Drop(DropReason::UnknownRelay)
+        );
+        // A detour still passes the job's other checks.
+        let mut stale = detour_packet(2, 2, [0, 0]);
+        Packet::new_unchecked(&mut stale[..]).set_generation(9);
+        assert_eq!(
+            sw.process(&stale, addr(3000), &mut out),
+            Action::Drop(DropReason::StaleGeneration)
+        );
+        let c = sw.job(1).unwrap().counters;
+        assert_eq!((c.detours_taken, c.dropped), (2, 3));
+    }
+
+    #[test]
+    fn a_leaf_with_an_auxiliary_path_hands_it_to_the_egress() {
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
+        let aux = AuxPath {
+            via: addr(3000),
+            busy_bound: 2,
+            queue_length: 1,
+        };
+        let up = Upstream {
+            switch: addr(2000),
+            job: 5,
+            member: 1,
+            aux: Some(aux),
+        };
+        sw.create_job(spec(vec![addr(1000)], 0, Some(up))).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(
+            send(&mut sw, 0, 0, 0, [1, 1], &mut out),
+            Action::Upstream {
+                job: 1,
+                to: addr(2000),
+                aux: Some(aux)
+            }
+        );
+    }
+
     #[test]
     fn bad_upstreams_are_refused() {
         let mut sw = Switch::new(SwitchConfig::default());
         let spec = |switch: SocketAddr, member: u16| {
             let up = Upstream {
+                aux: None,
                 switch,
                 job: 1,
                 member,

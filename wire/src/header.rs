@@ -94,6 +94,12 @@ code_enum! {
         /// other member of the multicast group named in the job field
         /// (peer-to-peer parameter multicast, as SELMCAST sends).
         Multicast = 3,
+        /// A contribution on an auxiliary path (NetStorm's IS_AUX): a child
+        /// switch's partial sum sent to its parent the long way round. A
+        /// switch on the way forwards it unchanged by its relay table; the
+        /// parent takes it as a contribution from the member it names when
+        /// it arrives from a relay the parent's job lists.
+        Detour = 4,
     }
 }
 
@@ -103,6 +109,7 @@ impl fmt::Display for Kind {
             Kind::Contribution => write!(f, "contribution"),
             Kind::Result => write!(f, "result"),
             Kind::Multicast => write!(f, "multicast"),
+            Kind::Detour => write!(f, "detour"),
             Kind::Unknown(n) => write!(f, "kind({n})"),
         }
     }
@@ -678,6 +685,23 @@ mod tests {
                 "byte {at}"
             );
         }
+    }
+
+    #[test]
+    fn a_detour_is_kind_4_and_otherwise_a_contribution() {
+        let mut b = CONTRIBUTION;
+        b[1] = 4;
+        let repr = Repr::parse(&Packet::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(repr.kind, Kind::Detour);
+        let contribution = Repr::parse(&Packet::new_checked(&CONTRIBUTION[..]).unwrap()).unwrap();
+        assert_eq!(
+            repr,
+            Repr {
+                kind: Kind::Detour,
+                ..contribution
+            }
+        );
+        assert_eq!(repr.to_bytes()[..], b[..HEADER_LEN]);
     }
 
     #[test]
