@@ -103,6 +103,7 @@ impl LocalCluster {
             })
             .collect::<Result<Vec<_>>>()?;
         let spec = JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: p.id,
             workers: workers.iter().map(Worker::local_addr).collect(),

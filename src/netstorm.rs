@@ -40,12 +40,17 @@
 //! is a service ([`consistency`]): workers ask it for the topology before
 //! each push, and it answers when every worker has asked.
 //!
-//! Not live: auxiliary paths (forward-only chunks over other routes).
+//! Auxiliary paths are live too ([`Detours`]): each tree edge can be given
+//! the next edge-disjoint path between its ends (Algorithm 3). The child's
+//! switch sends a partial sum the long way round when the link to its
+//! parent is busy, the switches on the way forward it unchanged by their
+//! relay tables, and the parent takes it as the child's contribution
+//! (docs/PROTOCOL.md, "Auxiliary paths").
 
 use std::net::SocketAddr;
 
 use anyhow::{bail, ensure, Context, Result};
-use inagg_emu::api::{JobSpec, Upstream};
+use inagg_emu::api::{AuxPath, Detour, JobSpec, RelayKey, RelaySpec, Upstream};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_control::sched::netstorm::{self, Graph, Tree};
 use inagg_switch_control::target::Target;
@@ -156,6 +161,66 @@ impl Forest {
     }
 }
 
+/// Auxiliary paths for a forest's tree edges (NetStorm's Algorithm 3) and
+/// the sender's bounds.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Detours {
+    /// `paths[t][v]`: the auxiliary path from site v to its parent in tree
+    /// t, as sites from v to the parent with at least one between; `None`
+    /// where the edge has none. Empty: no auxiliary paths at all.
+    pub paths: Vec<Vec<Option<Vec<usize>>>>,
+    /// PRIMARY_BUSY_BOUND (packets waiting on the primary port).
+    pub busy_bound: u16,
+    /// AUXILIARY_QUEUE_LENGTH (packets waiting on the detour's port).
+    pub queue_length: u16,
+}
+
+impl Detours {
+    /// No auxiliary paths.
+    pub fn none() -> Detours {
+        Detours::default()
+    }
+
+    /// For every edge of every tree of `forest` that is an overlay link,
+    /// the fastest path between its ends that shares no link with the
+    /// primary: Algorithm 3's first auxiliary path, with the tree edge as
+    /// the primary (a tree edge need not be the fastest path between its
+    /// ends, so Algorithm 3's own first path may be the detour itself).
+    pub fn plan(graph: &Graph, forest: &Forest, busy_bound: u16, queue_length: u16) -> Detours {
+        let paths = forest
+            .trees
+            .iter()
+            .map(|tree| {
+                (0..tree.parent.len())
+                    .map(|v| {
+                        let p = tree.parent[v].filter(|&p| p != v)?;
+                        graph.weight(v, p)?;
+                        let mut rest = graph.clone();
+                        rest.edges
+                            .retain(|e| (e.a, e.b) != (v, p) && (e.a, e.b) != (p, v));
+                        netstorm::shortest_path(&rest, v, p)
+                    })
+                    .collect()
+            })
+            .collect();
+        Detours {
+            paths,
+            busy_bound,
+            queue_length,
+        }
+    }
+
+    /// Site v's auxiliary path in tree t, if any.
+    fn path(&self, t: usize, v: usize) -> Option<&[usize]> {
+        self.paths.get(t)?.get(v)?.as_deref()
+    }
+
+    /// How many tree edges have an auxiliary path.
+    pub fn count(&self) -> usize {
+        self.paths.iter().flatten().flatten().count()
+    }
+}
+
 /// The jobs' shape, the same at every site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ForestConfig {
@@ -183,11 +248,27 @@ impl ForestConfig {
     }
 }
 
-/// The trees' jobs as installed, to be removed when done.
+/// The trees' jobs (and their auxiliary paths' relay entries) as
+/// installed, to be removed when done.
 #[derive(Debug)]
 pub struct Deployment {
     /// (site, job id) of every installed job.
     installed: Vec<(usize, u16)>,
+    /// (site, match fields) of every installed relay entry.
+    relays: Vec<(usize, RelayKey)>,
+    /// Auxiliary paths left out because a relay entry of theirs would
+    /// have matched another's detours: (tree, site).
+    skipped: Vec<(usize, usize)>,
+}
+
+/// Where one site's partial sums may detour, and how its parent takes them.
+struct Route {
+    /// At the child: the first hop of the detour.
+    aux: AuxPath,
+    /// At the parent: the member and the detour's last hop.
+    detour: Detour,
+    /// The parent site.
+    parent: usize,
 }
 
 impl Deployment {
@@ -201,6 +282,22 @@ impl Deployment {
         config: &ForestConfig,
         endpoints: &[Vec<Vec<SocketAddr>>],
     ) -> Result<Deployment> {
+        Deployment::install_with(sites, forest, &Detours::none(), config, endpoints)
+    }
+
+    /// [`Deployment::install`] with auxiliary paths: for every path of
+    /// `detours`, relay entries at the sites between, the child's job sending
+    /// to it when its primary link is busy and the parent's job taking its
+    /// detours. A path whose relay entry would match another path's detours
+    /// (two paths of one tree entering a site from the same neighbour for
+    /// members of the same id) is left out ([`Deployment::skipped`]).
+    pub fn install_with(
+        sites: &mut [Site],
+        forest: &Forest,
+        detours: &Detours,
+        config: &ForestConfig,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<Deployment> {
         forest.check(sites.len())?;
         ensure!(
             endpoints.len() == sites.len(),
@@ -210,8 +307,10 @@ impl Deployment {
         );
         let mut deployment = Deployment {
             installed: Vec::new(),
+            relays: Vec::new(),
+            skipped: Vec::new(),
         };
-        let result = deployment.install_all(sites, forest, config, endpoints);
+        let result = deployment.install_all(sites, forest, detours, config, endpoints);
         if let Err(e) = result {
             deployment.remove(sites).ok();
             return Err(e);
@@ -219,20 +318,45 @@ impl Deployment {
         Ok(deployment)
     }
 
+    /// The auxiliary paths left out (tree, site), see
+    /// [`Deployment::install_with`].
+    pub fn skipped(&self) -> &[(usize, usize)] {
+        &self.skipped
+    }
+
+    /// Relay entries installed, over every site.
+    pub fn relay_entries(&self) -> usize {
+        self.relays.len()
+    }
+
     fn install_all(
         &mut self,
         sites: &mut [Site],
         forest: &Forest,
+        detours: &Detours,
         config: &ForestConfig,
         endpoints: &[Vec<Vec<SocketAddr>>],
     ) -> Result<()> {
         let datas: Vec<SocketAddr> = sites.iter().map(|s| s.data).collect();
         for (t, tree) in forest.trees.iter().enumerate() {
+            let job = config.job(t)?;
+            let routes: Vec<Option<Route>> = (0..sites.len())
+                .map(|v| self.install_route(sites, detours, tree, t, job, v, endpoints))
+                .collect::<Result<_>>()?;
             for (v, site) in sites.iter_mut().enumerate() {
                 let workers = endpoints[v]
                     .get(t)
                     .with_context(|| format!("site {v} has no worker endpoints for tree {t}"))?;
-                let spec = tree_job(tree, t, v, config, &datas, workers, endpoints)?;
+                let mut spec = tree_job(tree, t, v, config, &datas, workers, endpoints)?;
+                if let (Some(up), Some(r)) = (&mut spec.upstream, &routes[v]) {
+                    up.aux = Some(r.aux);
+                }
+                spec.detours = routes
+                    .iter()
+                    .flatten()
+                    .filter(|r| r.parent == v)
+                    .map(|r| r.detour)
+                    .collect();
                 site.target.create_job(&spec).with_context(|| {
                     format!("installing tree {t}'s job {} at site {v}", spec.id)
                 })?;
@@ -252,15 +376,34 @@ impl Deployment {
         config: &ForestConfig,
         endpoints: &[Vec<Vec<SocketAddr>>],
     ) -> Result<Deployment> {
+        self.replace_with(sites, forest, &Detours::none(), config, endpoints)
+    }
+
+    /// [`Deployment::replace`] with the new forest's auxiliary paths.
+    pub fn replace_with(
+        self,
+        sites: &mut [Site],
+        forest: &Forest,
+        detours: &Detours,
+        config: &ForestConfig,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<Deployment> {
         self.remove(sites)
             .context("removing the old forest's jobs")?;
-        Deployment::install(sites, forest, config, endpoints)
+        Deployment::install_with(sites, forest, detours, config, endpoints)
     }
 
     /// Deletes every job this deployment installed (all are tried; the
     /// first error is returned).
     pub fn remove(self, sites: &mut [Site]) -> Result<()> {
         let mut first = None;
+        for (v, key) in self.relays {
+            if let Err(e) = sites[v].target.delete_relay(key) {
+                first.get_or_insert(
+                    anyhow::Error::from(e).context(format!("deleting relay {key} at site {v}")),
+                );
+            }
+        }
         for (v, job) in self.installed {
             if let Err(e) = sites[v].target.delete_job(job) {
                 first.get_or_insert(
@@ -270,6 +413,86 @@ impl Deployment {
         }
         first.map_or(Ok(()), Err)
     }
+}
+
+impl Deployment {
+    /// Site v's auxiliary path in tree t: its relay entries installed at the
+    /// sites between, and what its job and its parent's need (`None`: no
+    /// path, or one left out for a clash).
+    #[allow(clippy::too_many_arguments)]
+    fn install_route(
+        &mut self,
+        sites: &mut [Site],
+        detours: &Detours,
+        tree: &Tree,
+        t: usize,
+        job: u16,
+        v: usize,
+        endpoints: &[Vec<Vec<SocketAddr>>],
+    ) -> Result<Option<Route>> {
+        let Some(path) = detours.path(t, v) else {
+            return Ok(None);
+        };
+        let parent = *path.last().context("an empty auxiliary path")?;
+        ensure!(
+            path.len() >= 3 && path[0] == v && tree.parent[v] == Some(parent),
+            "tree {t}: {path:?} is not an auxiliary path from site {v} to its parent"
+        );
+        let member = member_id(tree, t, v, parent, endpoints)?;
+        let entries: Vec<(usize, RelaySpec)> = path
+            .windows(3)
+            .map(|w| {
+                let spec = RelaySpec {
+                    job,
+                    from: sites[w[0]].data,
+                    member,
+                    to: sites[w[2]].data,
+                };
+                (w[1], spec)
+            })
+            .collect();
+        let clash = entries
+            .iter()
+            .any(|(x, e)| self.relays.contains(&(*x, e.key())));
+        if clash {
+            self.skipped.push((t, v));
+            return Ok(None);
+        }
+        for (x, spec) in entries {
+            sites[x]
+                .target
+                .create_relay(&spec)
+                .with_context(|| format!("installing relay {} at site {x}", spec.key()))?;
+            self.relays.push((x, spec.key()));
+        }
+        Ok(Some(Route {
+            aux: AuxPath {
+                via: sites[path[1]].data,
+                busy_bound: detours.busy_bound,
+                queue_length: detours.queue_length,
+            },
+            detour: Detour {
+                member,
+                relay: sites[path[path.len() - 2]].data,
+            },
+            parent,
+        }))
+    }
+}
+
+/// Site v's member id in its parent p's job of tree t: after p's workers,
+/// in the order of p's children.
+fn member_id(
+    tree: &Tree,
+    t: usize,
+    v: usize,
+    p: usize,
+    endpoints: &[Vec<Vec<SocketAddr>>],
+) -> Result<u16> {
+    let place = tree.children(p).iter().position(|&c| c == v);
+    let workers = endpoints[p].get(t).map_or(0, Vec::len);
+    let member = workers + place.context("a site that is not its parent's child")?;
+    u16::try_from(member).context("member id beyond 16 bits")
 }
 
 /// Tree t's job at site v: v's workers, then its children's switches; an
@@ -291,18 +514,16 @@ fn tree_job(
     let mut members = workers.to_vec();
     members.extend(tree.children(v).iter().map(|&c| datas[c]));
     let upstream = match tree.parent[v] {
-        Some(p) if v != tree.root => {
-            let place = tree.children(p).iter().position(|&c| c == v);
-            let member = endpoints[p][t].len() + place.expect("v is a child of its parent");
-            Some(Upstream {
-                switch: datas[p],
-                job,
-                member: u16::try_from(member).context("member id beyond 16 bits")?,
-            })
-        }
+        Some(p) if v != tree.root => Some(Upstream {
+            switch: datas[p],
+            job,
+            member: member_id(tree, t, v, p, endpoints)?,
+            aux: None,
+        }),
         _ => None,
     };
     Ok(JobSpec {
+        detours: Vec::new(),
         id: job,
         workers: members,
         pool_base: config.pool_base(t),

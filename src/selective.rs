@@ -97,6 +97,7 @@ impl CoordinatorConfig {
     /// Sub-pool `pool`'s job for a group with these members.
     fn group_job(&self, pool: usize, workers: Vec<SocketAddr>, generation: u16) -> JobSpec {
         JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: self.first_job + pool as u16,
             workers,

@@ -666,3 +666,97 @@ fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier(
         );
     }
 }
+
+/// Auxiliary paths, live. One tree rooted at site 0 whose edge 3-0 is the
+/// overlay's slow chord, here a 5 Mbit/s link each way (every other port
+/// at 100 Mbit/s). Each tree edge gets Algorithm 3's next edge-disjoint
+/// path: 3-2-1-0 for site 3, 1-2-3-0 for site 1, 2-3-1 for site 2, so
+/// five relay entries at three sites. Site 3's window fills the slow port
+/// past PRIMARY_BUSY_BOUND (2), so some of its partial sums go round by
+/// sites 2 and 1 as detours, which the root takes as site 3's. Every sum
+/// is exact under 2% loss each way at every switch, and removing the
+/// deployment empties the relay tables.
+#[test]
+fn a_busy_tree_link_sends_partial_sums_round_an_auxiliary_path() {
+    let _serial = serial();
+    let mut s = slow_link_sites(100_000_000, (3, 0), 5_000_000);
+    let tree = Tree {
+        root: 0,
+        parent: vec![None, Some(0), Some(1), Some(0)],
+    };
+    let forest = Forest::single(tree);
+    let detours = inagg::netstorm::Detours::plan(&overlay(), &forest, 2, 4);
+    assert_eq!(
+        detours.paths[0],
+        vec![
+            None,
+            Some(vec![1, 2, 3, 0]),
+            Some(vec![2, 3, 1]),
+            Some(vec![3, 2, 1, 0])
+        ]
+    );
+    let mut workers = bind(&s, &forest, &CONFIG);
+    let eps = endpoints(&workers);
+    let deployment =
+        Deployment::install_with(&mut s.sites, &forest, &detours, &CONFIG, &eps).unwrap();
+    assert_eq!(
+        (deployment.relay_entries(), deployment.skipped()),
+        (5, &[][..])
+    );
+    let job = CONFIG.first_job;
+    let aux = s.sites[3]
+        .target
+        .job(job)
+        .unwrap()
+        .spec
+        .upstream
+        .unwrap()
+        .aux;
+    assert_eq!(aux.map(|a| a.via), Some(s.sites[2].data));
+    let root = s.sites[0].target.job(job).unwrap().spec;
+    assert_eq!(
+        root.detours.len(),
+        2,
+        "sites 1 and 3 may detour to the root"
+    );
+
+    let want = int_sum();
+    for _ in 0..4 {
+        exact_round(&mut workers, &want);
+    }
+    let sent = s.sites[3].target.job(job).unwrap().counters.detours_sent;
+    let taken = s.sites[0].target.job(job).unwrap().counters.detours_taken;
+    // Site 3's detours (member 3 at the root) at their two relays.
+    let from = |s: &Sites, v: usize| s.sites[v].data;
+    let (d3, d2) = (from(&s, 3), from(&s, 2));
+    let at = |s: &mut Sites, v: usize, prev: SocketAddr| {
+        let relays = s.sites[v].target.relays().unwrap();
+        let entry = relays
+            .iter()
+            .find(|r| r.spec.from == prev && r.spec.member == 3);
+        entry.map(|r| r.packets).unwrap()
+    };
+    let (at2, at1) = (at(&mut s, 2, d3), at(&mut s, 1, d2));
+    eprintln!(
+        "site 3 sent {sent} detours; {at2} passed site 2, {at1} site 1; the root took {taken}"
+    );
+    assert!(sent > 0, "the slow port never held more than 2 packets");
+    assert!(at1 > 0 && taken > 0);
+    assert!(
+        at1 <= at2 && at2 <= sent,
+        "a relay passed on more than it got"
+    );
+    assert_eq!(
+        s.sites[0]
+            .target
+            .counters()
+            .unwrap()
+            .dropped(DropReason::UnknownRelay),
+        0
+    );
+
+    deployment.remove(&mut s.sites).unwrap();
+    for site in &mut s.sites {
+        assert!(site.target.relays().unwrap().is_empty());
+    }
+}

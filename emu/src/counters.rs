@@ -43,11 +43,15 @@ pub enum DropReason {
     /// A detour (kind 4) that no relay entry matches and no job admits
     /// from its sender for the member it names.
     UnknownRelay,
+    /// At a job that takes detours: a contribution of a round that already
+    /// completed (a copy overtaken by the member's later rounds on the
+    /// other path), or of another round than the one its set is summing.
+    StaleRound,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::Malformed,
         DropReason::NotContribution,
         DropReason::UnknownJob,
@@ -63,6 +67,7 @@ impl DropReason {
         DropReason::UnknownGroup,
         DropReason::UnexpectedResult,
         DropReason::UnknownRelay,
+        DropReason::StaleRound,
     ];
 
     /// The snake_case name used in tables and JSON.
@@ -83,6 +88,7 @@ impl DropReason {
             DropReason::UnknownGroup => "unknown_group",
             DropReason::UnexpectedResult => "unexpected_result",
             DropReason::UnknownRelay => "unknown_relay",
+            DropReason::StaleRound => "stale_round",
         }
     }
 }
@@ -99,7 +105,7 @@ pub struct Counters {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops, indexed like [`DropReason::ALL`].
-    pub drops: [u64; 15],
+    pub drops: [u64; 16],
     /// Packets the fault injector duplicated.
     pub injected_duplicates: u64,
     /// Packets the fault injector reordered.

@@ -591,6 +591,10 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
+        if !self.spec.detours.is_empty() && is_stale(set, repr, n) {
+            self.counters.dropped += 1;
+            return Action::Drop(DropReason::StaleRound);
+        }
         if set.bitmap == 0 {
             // First contribution of a round: overwrite, no clearing needed.
             payload::read_i32s(values, acc);
@@ -673,6 +677,25 @@ impl Job {
         };
         emit_result(&local, set, acc, out);
         Action::Multicast { job: self.spec.id }
+    }
+}
+
+/// Whether a contribution from a member whose bit is clear in `set` is a
+/// late copy of an earlier round (docs/PROTOCOL.md, "Auxiliary paths"). A
+/// member's packets stop arriving in order once some take a detour, and a
+/// late copy of round r reaching its set after the member moved on would
+/// otherwise be added to the stored result, or start a bogus round that
+/// round r+2 is then added to. Three cases, each impossible in order:
+/// - the set still holds a complete round some members have not left: a
+///   new round starts there only once every member has left it;
+/// - the set is empty and its last round had this packet id (rounds r and
+///   r + 2 of a slot have different ids);
+/// - the set is summing a round with another packet id.
+fn is_stale(set: &SetState, repr: &Repr, n: u16) -> bool {
+    if set.count == n {
+        set.bitmap != 0 || set.packet_id == repr.packet_id
+    } else {
+        set.bitmap != 0 && set.packet_id != repr.packet_id
     }
 }
 
@@ -1422,6 +1445,60 @@ mod tests {
         );
         let c = sw.job(1).unwrap().counters;
         assert_eq!((c.detours_taken, c.dropped), (2, 3));
+    }
+
+    #[test]
+    fn a_job_taking_detours_drops_late_copies_of_finished_rounds() {
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
+        let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
+        job.detours = vec![crate::detour::Detour {
+            member: 1,
+            relay: addr(3000),
+        }];
+        sw.create_job(job).unwrap();
+        let mut out = Vec::new();
+        let with_id = |worker: u16, set: u8, id: u32, v: i32| {
+            let repr = Repr::contribution(1, 0, set, worker, 2, id);
+            encode(&repr, &[v, v])
+        };
+        let mut run = |p: Vec<u8>, from: u16| sw.process(&p, addr(from), &mut out);
+        // Round 0 (id 10) in set 0, complete; member 0 moves on to round 1.
+        run(with_id(0, 0, 10, 1), 1000);
+        assert_eq!(
+            run(with_id(1, 0, 10, 2), 1001),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(run(with_id(0, 1, 11, 1), 1000), Action::Absorbed);
+        // A late copy of member 0's round 0: the set still holds member 1.
+        assert_eq!(
+            run(with_id(0, 0, 10, 1), 1000),
+            Action::Drop(DropReason::StaleRound)
+        );
+        // Member 1 moves on too (set 0 empties); round 1 completes.
+        assert_eq!(
+            run(with_id(1, 1, 11, 2), 1001),
+            Action::Multicast { job: 1 }
+        );
+        // A late round-0 copy now would start a bogus round in set 0.
+        assert_eq!(
+            run(with_id(1, 0, 10, 2), 1001),
+            Action::Drop(DropReason::StaleRound)
+        );
+        // Round 2 starts there; a copy with another id cannot join it.
+        assert_eq!(run(with_id(0, 0, 12, 5), 1000), Action::Absorbed);
+        assert_eq!(
+            run(with_id(1, 0, 10, 2), 1001),
+            Action::Drop(DropReason::StaleRound)
+        );
+        assert_eq!(
+            run(with_id(1, 0, 12, 6), 1001),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(result(&out).1, [11, 11]);
+        assert_eq!(sw.counters().dropped(DropReason::StaleRound), 3);
     }
 
     #[test]

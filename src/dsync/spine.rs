@@ -419,6 +419,7 @@ impl State {
             self.generation = generation.wrapping_add(1);
         }
         let spec = JobSpec {
+            detours: Vec::new(),
             id: self.config.job,
             workers: racks.iter().map(|id| self.racks[id].endpoint).collect(),
             pool_base: self.config.pool_base,

@@ -6,11 +6,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use inagg_emu::api::{ApiError, GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream};
+use inagg_emu::api::{
+    ApiError, AuxPath, Detour, GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream,
+};
 use inagg_emu::counters::{Counters, DropReason};
 use inagg_emu::egress::{describe_map, ClassQueue};
 use inagg_emu::FaultConfig;
 use serde::Serialize;
+
+mod relay;
 
 use crate::cluster::{self, ClusterFile};
 use crate::emu::EmuTarget;
@@ -102,6 +106,10 @@ pub enum CtlCommand {
     /// for unaggregated group datagrams.
     #[command(subcommand, alias = "groups")]
     Group(GroupCommand),
+    /// Relay entries of a switch on an auxiliary path: detours (partial
+    /// sums sent the long way round) forwarded unchanged (emulator only).
+    #[command(subcommand, alias = "relays")]
+    Relay(relay::RelayCommand),
     /// Aggregator memory: which slots each job's pool holds, what is free.
     #[command(alias = "pools")]
     Pool,
@@ -169,8 +177,10 @@ pub enum CtlCommand {
     },
 }
 
-/// Job verbs.
+/// Job verbs. (`Create` is much the largest; a command line is parsed
+/// once, so it is not boxed.)
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum JobCommand {
     /// Install a job. Directly: --id, --workers ENDPOINTS, --pool-base,
     /// --pool-size. Through --controller: --name, --count, --slots (the
@@ -226,6 +236,22 @@ pub enum JobCommand {
         /// "Aggregation trees").
         #[arg(long, value_name = "SWITCH/JOB/MEMBER")]
         upstream: Option<Upstream>,
+        /// With --upstream: when more than BUSY_BOUND packets wait on the
+        /// port to the parent, send partial sums as detours to the switch
+        /// at VIA while fewer than QUEUE_LENGTH wait on its port
+        /// (NetStorm's PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH)
+        /// [default bounds: 2/1].
+        #[arg(
+            long,
+            value_name = "VIA[/BUSY_BOUND/QUEUE_LENGTH]",
+            requires = "upstream"
+        )]
+        aux_path: Option<AuxPath>,
+        /// Take member MEMBER's detours when they arrive from the switch
+        /// at RELAY (the last hop of its auxiliary path); repeatable or
+        /// comma-separated.
+        #[arg(long, value_name = "MEMBER=RELAY", value_delimiter = ',')]
+        detour: Vec<Detour>,
     },
     /// List jobs.
     #[command(alias = "ls")]
@@ -355,6 +381,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
         }
         CtlCommand::Job(cmd) => run_job(cmd, t, json, out),
         CtlCommand::Group(cmd) => run_group(cmd, t, json, out),
+        CtlCommand::Relay(cmd) => relay::run(cmd, t, json, out),
         CtlCommand::Pool => {
             let pools = t.pools()?;
             emit(out, json, &pools, |o| write_pools(o, &pools))
@@ -463,6 +490,8 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
             class_queue,
             group,
             upstream,
+            aux_path,
+            detour,
         } => {
             if name.is_some() || count.is_some() || slots.is_some() || no_fallback {
                 return Err(usage(
@@ -479,7 +508,9 @@ fn run_job(cmd: JobCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write)
                     "--workers ENDPOINTS is needed (or use --controller ADDR)",
                 ));
             }
+            let upstream = upstream.map(|u| Upstream { aux: aux_path, ..u });
             let spec = JobSpec {
+                detours: detour,
                 upstream,
                 id,
                 workers,
@@ -649,6 +680,7 @@ fn counters_json(c: &Counters) -> serde_json::Value {
         "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes,
         "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
         "injected_duplicates": c.injected_duplicates, "injected_reorders": c.injected_reorders,
+        "relayed": c.relayed,
         "drops": drops,
     })
 }
@@ -706,6 +738,19 @@ fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
             "  upstream  switch {}  job {}  as member {}  (sent up {}, again {})",
             up.switch, up.job, up.member, c.upstream, c.upstream_resent
         )?;
+        if let Some(aux) = up.aux {
+            writeln!(
+                o,
+                "  auxiliary path  via {}  busy bound {}  queue length {}  (detours sent {})",
+                aux.via, aux.busy_bound, aux.queue_length, c.detours_sent
+            )?;
+        }
+    }
+    for d in &s.detours {
+        writeln!(o, "  detours of member {} from relay {}", d.member, d.relay)?;
+    }
+    if !s.detours.is_empty() {
+        writeln!(o, "  detours taken {}", c.detours_taken)?;
     }
     writeln!(
         o,
@@ -736,8 +781,8 @@ fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io:
     )?;
     writeln!(
         o,
-        "injected: {} duplicates, {} reorders",
-        c.injected_duplicates, c.injected_reorders
+        "injected: {} duplicates, {} reorders; relayed {} detours",
+        c.injected_duplicates, c.injected_reorders, c.relayed
     )?;
     writeln!(o, "drops:")?;
     for r in DropReason::ALL {

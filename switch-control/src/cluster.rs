@@ -97,6 +97,7 @@ fn default_elements() -> u16 {
 impl From<&JobSection> for JobSpec {
     fn from(j: &JobSection) -> JobSpec {
         JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: j.id,
             workers: j.workers.clone(),

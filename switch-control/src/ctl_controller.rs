@@ -87,6 +87,8 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             class_queue,
             group,
             upstream,
+            aux_path: _,
+            detour,
         } => {
             if id.is_some() || pool_base.is_some() || pool_size.is_some() || group.is_some() {
                 return Err(usage(
@@ -94,9 +96,9 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
                      give --name, --count and --slots",
                 ));
             }
-            if upstream.is_some() {
+            if upstream.is_some() || !detour.is_empty() {
                 return Err(usage(
-                    "--upstream installs a tree node on one switch directly (without \
+                    "--upstream and --detour install a tree node on one switch directly (without \
                      --controller): the controller places jobs on switches of its own choosing",
                 ));
             }

@@ -9,6 +9,7 @@ use inagg_emu::api::{
     GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
 use inagg_emu::counters::Counters;
+use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
 use inagg_emu::FaultConfig;
 
 use crate::target::{ControlError, QueueReport, Result, Target};
@@ -183,6 +184,27 @@ impl Target for EmuTarget {
         }
     }
 
+    fn relays(&mut self) -> Result<Vec<RelayInfo>> {
+        match self.call(&Request::ListRelays)? {
+            Reply::Relays { relays } => Ok(relays),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn create_relay(&mut self, relay: &RelaySpec) -> Result<()> {
+        match self.call(&Request::CreateRelay { relay: *relay })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn delete_relay(&mut self, key: RelayKey) -> Result<()> {
+        match self.call(&Request::DeleteRelay { key })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn set_port_rate(&mut self, port: SocketAddr, rate_bps: Option<u64>) -> Result<()> {
         match self.call(&Request::SetPortRate { port, rate_bps })? {
             Reply::Done => Ok(()),
@@ -206,6 +228,7 @@ mod tests {
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id,
             workers: vec!["127.0.0.1:7001".parse().unwrap()],

@@ -6,6 +6,7 @@ use inagg_emu::api::{
     validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
 use inagg_emu::counters::Counters;
+use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
 use inagg_emu::egress::{ClassQueue, LinkConfig, PortStats};
 use inagg_emu::switch::SwitchConfig;
 use inagg_emu::FaultConfig;
@@ -198,6 +199,27 @@ pub trait Target {
         Err(ControlError::Unsupported {
             target: self.kind(),
             what: "multicast groups made by hand",
+        })
+    }
+    /// Every relay entry (auxiliary paths' forwarding, emulator only).
+    fn relays(&mut self) -> Result<Vec<RelayInfo>> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "relay entries (auxiliary paths)",
+        })
+    }
+    /// Installs a relay entry: detours matching it go on unchanged.
+    fn create_relay(&mut self, _relay: &RelaySpec) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "relay entries (auxiliary paths)",
+        })
+    }
+    /// Removes a relay entry.
+    fn delete_relay(&mut self, _key: RelayKey) -> Result<()> {
+        Err(ControlError::Unsupported {
+            target: self.kind(),
+            what: "relay entries (auxiliary paths)",
         })
     }
     /// Sends priority class `class` through egress queue `queue`.

@@ -576,6 +576,7 @@ fn topology() -> Topology {
 
 fn spec(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> JobSpec {
     JobSpec {
+        detours: Vec::new(),
         upstream: None,
         id,
         workers: workers.iter().map(|w| w.parse().unwrap()).collect(),
@@ -1180,7 +1181,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         (c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes),
         (10, 3420, 4, 1368)
     );
-    assert_eq!(c.drops, [0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(c.drops, [0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!((c.injected_duplicates, c.injected_reorders), (0, 0));
     let j = &t.jobs().unwrap()[0].counters;
     assert_eq!(

@@ -302,6 +302,8 @@ impl Bmv2Target {
                         // The P4 programs have no aggregation trees.
                         upstream: 0,
                         upstream_resent: 0,
+                        detours_sent: 0,
+                        detours_taken: 0,
                     },
                 )
             })
@@ -351,7 +353,7 @@ impl Bmv2Target {
                        alone; map classes switch-wide instead)",
             });
         }
-        if spec.upstream.is_some() {
+        if spec.upstream.is_some() || !spec.detours.is_empty() {
             return Err(ControlError::Unsupported {
                 target: "bmv2",
                 what: "aggregation trees (a job with an upstream switch): the P4 programs \
@@ -882,6 +884,7 @@ impl SwitchState {
             }
         }
         Ok(JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: j.job,
             workers: workers.into_iter().map(SocketAddr::V4).collect(),

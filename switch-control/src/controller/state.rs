@@ -71,6 +71,7 @@ impl JobRecord {
             return None;
         }
         Some(JobSpec {
+            detours: Vec::new(),
             upstream: None,
             id: self.id,
             workers: self.endpoints.iter().flatten().copied().collect(),
