@@ -210,6 +210,107 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
     assert!(!gone.status.success() && text(&gone).contains("no job 1 is installed"));
 }
 
+/// Auxiliary paths from the command line: a relay entry made, listed,
+/// refused twice and deleted; a tree job with an auxiliary path and a job
+/// taking detours, shown; bad forms refused with the reason.
+#[test]
+fn ctl_manages_relays_and_auxiliary_paths() {
+    let emu = Emu::start(&[]);
+    let relay = |verb: &str, extra: &[&str]| {
+        let mut args = vec!["relay", verb, "--job", "4", "--from", "127.0.0.1:7001"];
+        args.extend_from_slice(&["--member", "2"]);
+        args.extend_from_slice(extra);
+        emu.ctl(&args)
+    };
+    let made = relay("create", &["--to", "127.0.0.1:7002"]);
+    assert!(made.status.success(), "{}", text(&made));
+    let again = relay("create", &["--to", "127.0.0.1:7003"]);
+    assert!(
+        text(&again).contains("relay job 4 member 2 from 127.0.0.1:7001 is already installed"),
+        "{}",
+        text(&again)
+    );
+    let back = emu.ctl(&[
+        "relay",
+        "create",
+        "--job",
+        "4",
+        "--from",
+        "127.0.0.1:7001",
+        "--member",
+        "3",
+        "--to",
+        "127.0.0.1:7001",
+    ]);
+    assert!(
+        text(&back).contains("would send detours back"),
+        "{}",
+        text(&back)
+    );
+    let list = text(&emu.ctl(&["relay", "list"]));
+    assert!(list.contains("127.0.0.1:7002"), "{list}");
+    let json = emu.ctl(&["--json", "relay", "list"]);
+    let relays: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(relays.as_array().unwrap().len(), 1);
+    assert_eq!(relays[0]["packets"], 0);
+    assert!(relay("delete", &[]).status.success());
+    let gone = relay("delete", &[]);
+    assert!(
+        text(&gone).contains("no relay job 4 member 2"),
+        "{}",
+        text(&gone)
+    );
+
+    let job = |id: &str, base: &str, extra: &[&str]| {
+        let mut args = vec!["job", "create", "--id", id, "--workers"];
+        args.extend_from_slice(&["127.0.0.1:8000,127.0.0.1:8001", "--pool-base", base]);
+        args.extend_from_slice(&["--pool-size", "8"]);
+        args.extend_from_slice(extra);
+        emu.ctl(&args)
+    };
+    let child = job(
+        "5",
+        "0",
+        &[
+            "--upstream",
+            "127.0.0.1:9000/5/1",
+            "--aux-path",
+            "127.0.0.1:9100/3/5",
+        ],
+    );
+    assert!(child.status.success(), "{}", text(&child));
+    let show = text(&emu.ctl(&["job", "show", "5"]));
+    assert!(
+        show.contains("auxiliary path  via 127.0.0.1:9100  busy bound 3  queue length 5"),
+        "{show}"
+    );
+    let parent = job("6", "8", &["--detour", "1=127.0.0.1:9200"]);
+    assert!(parent.status.success(), "{}", text(&parent));
+    let show = text(&emu.ctl(&["job", "show", "6"]));
+    assert!(
+        show.contains("detours of member 1 from relay 127.0.0.1:9200"),
+        "{show}"
+    );
+    let no_up = job("7", "16", &["--aux-path", "127.0.0.1:9100"]);
+    assert!(
+        !no_up.status.success() && text(&no_up).contains("--upstream"),
+        "{}",
+        text(&no_up)
+    );
+    let stranger = job("7", "16", &["--detour", "5=127.0.0.1:9200"]);
+    assert!(
+        text(&stranger).contains("detours for member 5, but the job has 2 members"),
+        "{}",
+        text(&stranger)
+    );
+    let form = job("7", "16", &["--detour", "1:127.0.0.1:9200"]);
+    assert!(
+        text(&form).contains("is not MEMBER=RELAY"),
+        "{}",
+        text(&form)
+    );
+}
+
 #[test]
 fn ports_get_rates_of_their_own_at_start_and_at_run_time() {
     let emu = Emu::start(&["--line-rate", "1", "--port-rate", "127.0.0.1:9=0.05"]);
