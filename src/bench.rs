@@ -53,6 +53,11 @@ pub struct BenchArgs {
     /// links (--repeat iterations).
     #[arg(long, conflicts_with = "priority")]
     pub netstorm: bool,
+    /// With --netstorm: measure auxiliary paths instead, the forest with
+    /// and without them, BUSY_BOUND/QUEUE_LENGTH (NetStorm's
+    /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH; Table II: 2/1).
+    #[arg(long, requires = "netstorm", value_name = "BUSY_BOUND/QUEUE_LENGTH", num_args = 0..=1, default_missing_value = "2/1")]
+    pub aux: Option<String>,
 }
 
 /// One benchmark run's figures.
@@ -113,6 +118,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.priority {
         return crate::bench_priority::run(args.repeat, args.json);
+    }
+    if let Some(bounds) = &args.aux {
+        let bad = || anyhow::anyhow!("--aux {bounds:?} is not BUSY_BOUND/QUEUE_LENGTH (like 2/1)");
+        let (b, q) = bounds.split_once('/').ok_or_else(bad)?;
+        let (b, q) = (b.parse().map_err(|_| bad())?, q.parse().map_err(|_| bad())?);
+        return crate::bench_netstorm_aux::run(args.repeat, b, q, args.json);
     }
     if args.netstorm {
         return crate::bench_netstorm::run(args.repeat, args.json);

@@ -24,14 +24,14 @@ use crate::local::LocalCluster;
 use crate::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
 use crate::netstorm::{bind_workers, site_endpoints, Deployment, ForestConfig, ForestWorker, Site};
 
-const WORKERS: [u16; 4] = [2, 1, 2, 1];
-const LINKS: [(usize, usize); 5] = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)];
-const SLOW: (usize, usize) = (1, 3);
-const LINE_BPS: u64 = 100_000_000;
+pub(crate) const WORKERS: [u16; 4] = [2, 1, 2, 1];
+pub(crate) const LINKS: [(usize, usize); 5] = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)];
+pub(crate) const SLOW: (usize, usize) = (1, 3);
+pub(crate) const LINE_BPS: u64 = 100_000_000;
 const SLOW_BPS: u64 = 10_000_000;
 /// Elements per worker: 1 MB of int32.
 const LEN: usize = 1 << 18;
-const CONFIG: ForestConfig = ForestConfig {
+pub(crate) const CONFIG: ForestConfig = ForestConfig {
     first_job: 1,
     pool_base: 0,
     pool_size: 16,
@@ -120,13 +120,7 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
     let clusters = start_sites()?;
     let mut sites = connect(&clusters)?;
     let links: Vec<(usize, usize, f64)> = LINKS.iter().map(|&(a, b)| (a, b, 0.0)).collect();
-    let knobs = AwarenessConfig {
-        chunk_bytes: u64::from(CONFIG.elements) * 4,
-        probe_bytes: 256 * 1024,
-        report_rate: 0.1,
-        update_time: Duration::ZERO,
-    };
-    let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs)?;
+    let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs())?;
     let mut sched = Scheduler::new(awareness, 2, Instant::now())?;
     let mut config = CONFIG;
     let mut workers = bind_workers(&sites, &WORKERS, sched.forest(), &config, |_| {})?;
@@ -159,8 +153,18 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
     })
 }
 
+/// 256 KiB probes, REPORT_RATE 10%, UPDATE_TIME 0.
+pub(crate) fn knobs() -> AwarenessConfig {
+    AwarenessConfig {
+        chunk_bytes: u64::from(CONFIG.elements) * 4,
+        probe_bytes: 256 * 1024,
+        report_rate: 0.1,
+        update_time: Duration::ZERO,
+    }
+}
+
 /// The four emulators, 1% loss each way, ports paced.
-fn start_sites() -> Result<Vec<LocalCluster>> {
+pub(crate) fn start_sites() -> Result<Vec<LocalCluster>> {
     (0..WORKERS.len())
         .map(|v| {
             LocalCluster::start_config(EmulatorConfig {
@@ -177,7 +181,7 @@ fn start_sites() -> Result<Vec<LocalCluster>> {
 }
 
 /// Each site's control target; the slow link's two ports slowed.
-fn connect(clusters: &[LocalCluster]) -> Result<Vec<Site>> {
+pub(crate) fn connect(clusters: &[LocalCluster]) -> Result<Vec<Site>> {
     let mut sites = clusters
         .iter()
         .map(|c| {
@@ -202,7 +206,7 @@ fn input(g: usize) -> Vec<i32> {
 }
 
 /// The exact sum of `workers` workers' [`input`].
-fn exact_sum(workers: usize) -> Vec<i32> {
+pub(crate) fn exact_sum(workers: usize) -> Vec<i32> {
     let mut want = vec![0i32; LEN];
     for g in 0..workers {
         for (w, x) in want.iter_mut().zip(input(g)) {
@@ -214,7 +218,7 @@ fn exact_sum(workers: usize) -> Vec<i32> {
 
 /// One all-reduce on every worker at once, each result checked against
 /// `want`; the slowest worker's time.
-fn iterate(workers: &mut [ForestWorker], want: &[i32]) -> Result<Duration> {
+pub(crate) fn iterate(workers: &mut [ForestWorker], want: &[i32]) -> Result<Duration> {
     std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .iter_mut()

@@ -14,6 +14,7 @@ pub mod bench;
 #[cfg(feature = "dpdk")]
 pub mod bench_dpdk;
 pub mod bench_netstorm;
+pub mod bench_netstorm_aux;
 pub mod bench_priority;
 pub mod conformance_cmd;
 pub mod controller_cmd;

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
 
 use super::emit;
@@ -16,16 +16,9 @@ pub enum RelayCommand {
     /// Forward detours (partial sums on an auxiliary path) of job JOB's
     /// member MEMBER that arrive from FROM on to TO, unchanged.
     Create {
-        /// The job id the detours carry (the parent switch's).
-        #[arg(long)]
-        job: u16,
-        /// The previous hop's data-plane endpoint.
-        #[arg(long)]
-        from: SocketAddr,
-        /// The member id the detours carry (the child switch's, at the
-        /// parent).
-        #[arg(long)]
-        member: u16,
+        /// What the entry matches.
+        #[command(flatten)]
+        key: KeyArgs,
         /// The next hop's data-plane endpoint.
         #[arg(long)]
         to: SocketAddr,
@@ -36,44 +29,59 @@ pub enum RelayCommand {
     /// Remove a relay entry.
     #[command(alias = "rm")]
     Delete {
-        /// The detours' job id.
-        #[arg(long)]
-        job: u16,
-        /// The previous hop.
-        #[arg(long)]
-        from: SocketAddr,
-        /// The detours' member id.
-        #[arg(long)]
-        member: u16,
+        /// What the entry matches.
+        #[command(flatten)]
+        key: KeyArgs,
     },
+}
+
+/// A relay entry's match fields on the command line.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The job id the detours carry (the parent switch's).
+    #[arg(long)]
+    job: u16,
+    /// The previous hop's data-plane endpoint.
+    #[arg(long)]
+    from: SocketAddr,
+    /// The member id the detours carry (the child switch's, at the
+    /// parent).
+    #[arg(long)]
+    member: u16,
+}
+
+impl From<KeyArgs> for RelayKey {
+    fn from(k: KeyArgs) -> RelayKey {
+        RelayKey {
+            job: k.job,
+            from: k.from,
+            member: k.member,
+        }
+    }
 }
 
 /// Runs a relay verb against the switch.
 pub fn run(cmd: RelayCommand, t: &mut dyn Target, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
-        RelayCommand::Create {
-            job,
-            from,
-            member,
-            to,
-        } => {
+        RelayCommand::Create { key, to } => {
+            let key = RelayKey::from(key);
             let spec = RelaySpec {
-                job,
-                from,
-                member,
+                job: key.job,
+                from: key.from,
+                member: key.member,
                 to,
             };
             t.create_relay(&spec)?;
             emit(out, json, &spec, |o| {
-                writeln!(o, "created relay {} -> {to}", spec.key())
+                writeln!(o, "created relay {key} -> {to}")
             })
         }
         RelayCommand::List => {
             let relays = t.relays()?;
             emit(out, json, &relays, |o| write_relays(o, &relays))
         }
-        RelayCommand::Delete { job, from, member } => {
-            let key = RelayKey { job, from, member };
+        RelayCommand::Delete { key } => {
+            let key = RelayKey::from(key);
             t.delete_relay(key)?;
             emit(out, json, &key, |o| writeln!(o, "deleted relay {key}"))
         }
