@@ -133,8 +133,7 @@ fn detours_sent(
     let mut sum = 0;
     for site in sites.iter_mut() {
         for t in 0..forest.trees.len() {
-            let job = config.first_job + t as u16;
-            sum += site.target.job(job)?.counters.detours_sent;
+            sum += site.target.job(config.job(t)?)?.counters.detours_sent;
         }
     }
     Ok(sum)

@@ -237,7 +237,8 @@ pub struct ForestConfig {
 }
 
 impl ForestConfig {
-    fn job(&self, tree: usize) -> Result<u16> {
+    /// Tree `tree`'s job id at every site.
+    pub fn job(&self, tree: usize) -> Result<u16> {
         u16::try_from(usize::from(self.first_job) + tree)
             .ok()
             .context("tree job ids run past 65535; lower first_job")
@@ -413,9 +414,7 @@ impl Deployment {
         }
         first.map_or(Ok(()), Err)
     }
-}
 
-impl Deployment {
     /// Site v's auxiliary path in tree t: its relay entries installed at the
     /// sites between, and what its job and its parent's need (`None`: no
     /// path, or one left out for a clash).

@@ -340,13 +340,9 @@ pub fn validate_job<'a>(
     check_queue_map(&spec.queues)?;
     if let Some(up) = spec.upstream {
         check_upstream(id, &up, &spec.workers)?;
+        crate::detour::check_aux_path(id, &up)?;
     }
-    crate::detour::check_detours(
-        id,
-        &spec.workers,
-        &spec.detours,
-        spec.upstream.map(|u| (u.switch, u.aux)),
-    )?;
+    crate::detour::check_detours(id, &spec.workers, &spec.detours)?;
     if spec.group == Some(0) {
         return Err(JobError::GroupZero);
     }

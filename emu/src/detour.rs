@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::JobError;
+use crate::api::{JobError, Upstream};
 
 /// PRIMARY_BUSY_BOUND of NetStorm's Table II.
 pub const DEFAULT_BUSY_BOUND: u16 = 2;
@@ -187,15 +187,8 @@ pub fn check_relay(spec: &RelaySpec) -> Result<(), JobError> {
     Ok(())
 }
 
-/// Checks a job's detours (the members they name exist, none twice) and
-/// its auxiliary path (a port other than the primary's, a queue that can
-/// hold a packet).
-pub fn check_detours(
-    id: u16,
-    workers: &[SocketAddr],
-    detours: &[Detour],
-    upstream: Option<(SocketAddr, Option<AuxPath>)>,
-) -> Result<(), JobError> {
+/// Checks a job's detours: the members they name exist, none twice.
+pub fn check_detours(id: u16, workers: &[SocketAddr], detours: &[Detour]) -> Result<(), JobError> {
     let bad = |reason: String| Err(JobError::BadDetour { id, reason });
     for (i, d) in detours.iter().enumerate() {
         let Some(member) = workers.get(usize::from(d.member)) else {
@@ -215,15 +208,24 @@ pub fn check_detours(
             return bad(format!("{d} is listed twice"));
         }
     }
-    if let Some((parent, Some(aux))) = upstream {
-        if aux.via == parent {
-            return bad(format!(
-                "the auxiliary path starts at the parent {parent} itself; give another switch"
-            ));
-        }
-        if aux.queue_length == 0 {
-            return bad("an auxiliary queue length of 0 never takes a packet".into());
-        }
+    Ok(())
+}
+
+/// Checks a tree job's auxiliary path, if it has one: a port other than
+/// the primary's, a queue that can hold a packet.
+pub fn check_aux_path(id: u16, up: &Upstream) -> Result<(), JobError> {
+    let bad = |reason: String| Err(JobError::BadDetour { id, reason });
+    let Some(aux) = up.aux else {
+        return Ok(());
+    };
+    if aux.via == up.switch {
+        return bad(format!(
+            "the auxiliary path starts at the parent {} itself; give another switch",
+            up.switch
+        ));
+    }
+    if aux.queue_length == 0 {
+        return bad("an auxiliary queue length of 0 never takes a packet".into());
     }
     Ok(())
 }
@@ -272,22 +274,28 @@ mod tests {
         let workers = [a, b];
         let d = |member, relay| Detour { member, relay };
         let ok = [d(1, addr("10.0.0.9:1"))];
-        assert_eq!(check_detours(5, &workers, &ok, None), Ok(()));
-        let err = check_detours(5, &workers, &[d(2, a)], None).unwrap_err();
+        assert_eq!(check_detours(5, &workers, &ok), Ok(()));
+        let err = check_detours(5, &workers, &[d(2, a)]).unwrap_err();
         assert!(err.to_string().contains("the job has 2 members"), "{err}");
-        let err = check_detours(5, &workers, &[d(1, b)], None).unwrap_err();
+        let err = check_detours(5, &workers, &[d(1, b)]).unwrap_err();
         assert!(err.to_string().contains("the member itself"), "{err}");
-        let err = check_detours(5, &workers, &[ok[0], ok[0]], None).unwrap_err();
+        let err = check_detours(5, &workers, &[ok[0], ok[0]]).unwrap_err();
         assert!(err.to_string().contains("twice"), "{err}");
         let parent = addr("10.0.0.7:1");
-        let aux = |via, queue_length| AuxPath {
-            via,
-            busy_bound: 2,
-            queue_length,
+        let up = |via, queue_length| Upstream {
+            switch: parent,
+            job: 1,
+            member: 0,
+            aux: Some(AuxPath {
+                via,
+                busy_bound: 2,
+                queue_length,
+            }),
         };
-        let err = check_detours(5, &workers, &[], Some((parent, Some(aux(parent, 1)))));
+        let err = check_aux_path(5, &up(parent, 1));
         assert!(err.unwrap_err().to_string().contains("parent"));
-        let err = check_detours(5, &workers, &[], Some((parent, Some(aux(b, 0)))));
+        let err = check_aux_path(5, &up(b, 0));
         assert!(err.unwrap_err().to_string().contains("length of 0"));
+        assert_eq!(check_aux_path(5, &up(b, 1)), Ok(()));
     }
 }

@@ -152,7 +152,7 @@ pub struct Switch {
     /// The multicast group table: jobs' groups and groups made by hand.
     groups: BTreeMap<u16, Group>,
     /// The relay table: where detours go next, and how many went.
-    relays: BTreeMap<RelayKey, (SocketAddr, u64)>,
+    relays: BTreeMap<RelayKey, RelayInfo>,
     counters: Counters,
     /// Egress queue of each priority class (the P4 `priority_to_queue`
     /// table); every class starts on queue 0.
@@ -314,7 +314,7 @@ impl Switch {
                 key: key.to_string(),
             });
         }
-        self.relays.insert(key, (spec.to, 0));
+        self.relays.insert(key, RelayInfo { spec, packets: 0 });
         Ok(())
     }
 
@@ -330,18 +330,7 @@ impl Switch {
 
     /// Every relay entry with its counter, by match fields.
     pub fn relays(&self) -> Vec<RelayInfo> {
-        self.relays
-            .iter()
-            .map(|(key, &(to, packets))| RelayInfo {
-                spec: RelaySpec {
-                    job: key.job,
-                    from: key.from,
-                    member: key.member,
-                    to,
-                },
-                packets,
-            })
-            .collect()
+        self.relays.values().cloned().collect()
     }
 
     /// Counts a partial sum of `job` that the egress sent as a detour.
@@ -408,7 +397,7 @@ impl Switch {
             (group.packets, group.copies) = (0, 0);
         }
         for relay in self.relays.values_mut() {
-            relay.1 = 0;
+            relay.packets = 0;
         }
     }
 
@@ -481,12 +470,12 @@ impl Switch {
             from,
             member: repr.worker,
         };
-        if let Some((to, packets)) = self.relays.get_mut(&key) {
-            *packets += 1;
+        if let Some(relay) = self.relays.get_mut(&key) {
+            relay.packets += 1;
             self.counters.relayed += 1;
             out.clear();
             out.extend_from_slice(data);
-            return Action::Forward { to: *to };
+            return Action::Forward { to: relay.spec.to };
         }
         let Some(job) = self.jobs.get_mut(&repr.job) else {
             return Action::Drop(DropReason::UnknownRelay);
