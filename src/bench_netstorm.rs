@@ -131,11 +131,17 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
     for i in 0..iterations {
         if i > 0 {
             let (_, plan) = sched.before_push(&mut sites, Instant::now())?;
-            if let Some(forest) = plan {
+            if let Some(policy) = plan {
                 config.generation = config.generation.wrapping_add(1);
-                deployment = deployment.replace(&mut sites, &forest, &config, &eps)?;
+                deployment = deployment.replace_with(
+                    &mut sites,
+                    &policy.forest,
+                    &policy.detours,
+                    &config,
+                    &eps,
+                )?;
                 for w in &mut workers {
-                    w.retarget(&forest, config.generation)?;
+                    w.retarget(&policy.forest, config.generation)?;
                 }
             }
         }

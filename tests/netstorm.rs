@@ -462,30 +462,9 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
 
     let mut workers = bind(&s, &blind, &CONFIG);
     let eps = endpoints(&workers);
-    let want = int_sum();
-    let mut deployment = Deployment::install(&mut s.sites, &blind, &CONFIG, &eps).unwrap();
-    let mut config = CONFIG;
-    let mut settled = false;
-    for round in 1..=6 {
-        exact_round(&mut workers, &want);
-        exact_round(&mut workers, &want);
-        let (_, plan) = sched.before_push(&mut s.sites, Instant::now()).unwrap();
-        if let Some(forest) = plan {
-            config.generation += 1;
-            deployment = deployment
-                .replace(&mut s.sites, &forest, &config, &eps)
-                .unwrap();
-            for w in &mut workers {
-                w.retarget(&forest, config.generation).unwrap();
-            }
-        }
-        let (up, down) = (sched.awareness().rate(1, 3), sched.awareness().rate(3, 1));
-        eprintln!("round {round}: 1-3 known at {up:?} / {down:?} bit/s");
-        if slowest_is(&sched, slow) && !sched.forest().uses(slow) {
-            settled = true;
-            break;
-        }
-    }
+    let deployment = Deployment::install(&mut s.sites, &blind, &CONFIG, &eps).unwrap();
+    let (deployment, config, settled) =
+        aware_rounds(&mut s, &mut sched, &mut workers, deployment, slow);
     let known: Vec<_> = overlay()
         .edges
         .iter()
@@ -498,14 +477,161 @@ fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     assert_eq!(roots(sched.forest()), roots(&blind), "the roots are fixed");
     assert!(config.generation >= 1 && sched.plans() >= 1);
 
-    // What the old forests left queued on the slow link drains first.
-    std::thread::sleep(Duration::from_millis(100));
-    let before = [sent_toward(&mut s, 1, 3), sent_toward(&mut s, 3, 1)];
-    exact_round(&mut workers, &want);
-    exact_round(&mut workers, &want);
-    let after = [sent_toward(&mut s, 1, 3), sent_toward(&mut s, 3, 1)];
-    assert_eq!(before, after, "the aware forest sent over the slow link");
+    assert_nothing_crosses(&mut s, &mut workers, slow);
     deployment.remove(&mut s.sites).unwrap();
+}
+
+/// NetStorm's full policy, live: the awareness scheduler plans auxiliary
+/// paths with its trees (Table II's bounds, 2 and 1) and rolls both out
+/// together. The first guess puts the 10 Mbit/s link 1-3 in both trees, so
+/// its port backs up and partial sums go round it as detours. Once 1-3 is
+/// measured, the new trees avoid it and so do the new detours (planned on
+/// the same known rates; on the first guess, 0-1's detour would be 0-3-1).
+/// The relay tables then hold exactly the new policy's paths, every sum is
+/// exact under 2% loss, and nothing more crosses 1-3.
+#[test]
+fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
+    let _serial = serial();
+    const LINE: u64 = 100_000_000;
+    let slow = (1, 3);
+    let mut s = slow_link_sites(LINE, slow, 10_000_000);
+    let mut sched = blind_scheduler(LINE).with_auxiliary_paths(2, 1);
+    let first = sched.policy();
+    assert!(first.forest.uses(slow), "{:?}", first.forest);
+    let crosses = |d: &inagg::netstorm::Detours| {
+        d.paths.iter().flatten().flatten().any(|p| {
+            p.windows(2)
+                .any(|w| (w[0], w[1]) == slow || (w[1], w[0]) == slow)
+        })
+    };
+    assert!(crosses(&first.detours), "{:?}", first.detours);
+
+    let mut workers = bind(&s, &first.forest, &CONFIG);
+    let eps = endpoints(&workers);
+    let deployment =
+        Deployment::install_with(&mut s.sites, &first.forest, &first.detours, &CONFIG, &eps)
+            .unwrap();
+    assert_relays_are(&mut s, &first.detours, &deployment, &CONFIG);
+    let want = int_sum();
+    exact_round(&mut workers, &want);
+    exact_round(&mut workers, &want);
+    let sent = detours_sent(&mut s, &first.forest, &CONFIG);
+    eprintln!("the first guess's policy sent {sent} detours in two all-reduces");
+    assert!(sent > 0, "no partial sum went round the slow link");
+
+    let (deployment, config, settled) =
+        aware_rounds(&mut s, &mut sched, &mut workers, deployment, slow);
+    assert!(settled, "{:?}", sched.policy());
+    assert!(config.generation >= 1);
+    let now = sched.policy();
+    assert!(now.detours.count() > 0 && !crosses(&now.detours), "{now:?}");
+    assert_relays_are(&mut s, &now.detours, &deployment, &config);
+    assert_nothing_crosses(&mut s, &mut workers, slow);
+    deployment.remove(&mut s.sites).unwrap();
+    for site in &mut s.sites {
+        assert!(site.target.relays().unwrap().is_empty());
+    }
+}
+
+/// Every site's relay table holds one entry per site between of every
+/// installed path of `detours` (tree t's job, from the site before to the
+/// site after), and nothing else.
+fn assert_relays_are(
+    s: &mut Sites,
+    detours: &inagg::netstorm::Detours,
+    deployment: &Deployment,
+    config: &ForestConfig,
+) {
+    let datas: Vec<SocketAddr> = s.sites.iter().map(|x| x.data).collect();
+    let tables: Vec<_> = s
+        .sites
+        .iter_mut()
+        .map(|x| x.target.relays().unwrap())
+        .collect();
+    let mut want = 0;
+    for (t, paths) in detours.paths.iter().enumerate() {
+        for (v, path) in paths.iter().enumerate() {
+            let Some(path) = path else { continue };
+            if deployment.skipped().contains(&(t, v)) {
+                continue;
+            }
+            for w in path.windows(3) {
+                want += 1;
+                let found = tables[w[1]].iter().any(|r| {
+                    (r.spec.job, r.spec.from, r.spec.to)
+                        == (config.job(t).unwrap(), datas[w[0]], datas[w[2]])
+                });
+                assert!(found, "tree {t}: no relay at site {} for {path:?}", w[1]);
+            }
+        }
+    }
+    let entries: usize = tables.iter().map(Vec::len).sum();
+    assert_eq!((entries, deployment.relay_entries()), (want, want));
+}
+
+/// Detours the forest's jobs have sent, over every site.
+fn detours_sent(s: &mut Sites, forest: &Forest, config: &ForestConfig) -> u64 {
+    let mut sent = 0;
+    for site in &mut s.sites {
+        for t in 0..forest.trees.len() {
+            let job = site.target.job(config.job(t).unwrap()).unwrap();
+            sent += job.counters.detours_sent;
+        }
+    }
+    sent
+}
+
+/// Up to six rounds of two all-reduces, each followed by the scheduler's
+/// barrier step; a changed policy goes out with the next generation.
+/// Returns the deployment in force, its jobs' shape, and whether the
+/// forest settled: `slow` known slower than every other link and in no
+/// tree.
+fn aware_rounds(
+    s: &mut Sites,
+    sched: &mut Scheduler,
+    workers: &mut [ForestWorker],
+    mut deployment: Deployment,
+    slow: (usize, usize),
+) -> (Deployment, ForestConfig, bool) {
+    let eps = endpoints(workers);
+    let want = int_sum();
+    let mut config = CONFIG;
+    for round in 1..=6 {
+        exact_round(workers, &want);
+        exact_round(workers, &want);
+        let (_, plan) = sched.before_push(&mut s.sites, Instant::now()).unwrap();
+        if let Some(policy) = plan {
+            config.generation += 1;
+            deployment = deployment
+                .replace_with(&mut s.sites, &policy.forest, &policy.detours, &config, &eps)
+                .unwrap();
+            for w in workers.iter_mut() {
+                w.retarget(&policy.forest, config.generation).unwrap();
+            }
+        }
+        let (up, down) = (
+            sched.awareness().rate(slow.0, slow.1),
+            sched.awareness().rate(slow.1, slow.0),
+        );
+        eprintln!("round {round}: {slow:?} known at {up:?} / {down:?} bit/s");
+        if slowest_is(sched, slow) && !sched.forest().uses(slow) {
+            return (deployment, config, true);
+        }
+    }
+    (deployment, config, false)
+}
+
+/// Two more exact rounds send nothing over either direction of `slow`
+/// (what the old forests left queued there drains first).
+fn assert_nothing_crosses(s: &mut Sites, workers: &mut [ForestWorker], slow: (usize, usize)) {
+    std::thread::sleep(Duration::from_millis(100));
+    let (a, b) = slow;
+    let before = [sent_toward(s, a, b), sent_toward(s, b, a)];
+    let want = int_sum();
+    exact_round(workers, &want);
+    exact_round(workers, &want);
+    let after = [sent_toward(s, a, b), sent_toward(s, b, a)];
+    assert_eq!(before, after, "the aware policy sent over the slow link");
 }
 
 /// Whether both directions of `link` are known slower than every other.
@@ -567,15 +693,17 @@ fn a_tree_sums_more_workers_than_one_switch_job_holds() {
 /// own connection, ask for the topology before every push; the service
 /// installs the first forest at the first barrier, and at the next reads
 /// the probes (1-3 slow, as above), rolls the new forest out with the
-/// next generation, and only then lets anyone push. Every sum is exact
-/// across the change; a stranger and a duplicate are refused; a worker
-/// that leaves breaks the barrier for the others with its name.
+/// next generation, and only then lets anyone push. The scheduler plans
+/// auxiliary paths too, so each policy comes with its relay entries. Every
+/// sum is exact across the change; a stranger and a duplicate are
+/// refused; a worker that leaves breaks the barrier for the others with
+/// its name, and the service removes its jobs and relay entries.
 #[test]
 fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier() {
     let _serial = serial();
     const LINE: u64 = 100_000_000;
     let Sites { clusters, sites } = slow_link_sites(LINE, (1, 3), 10_000_000);
-    let sched = blind_scheduler(LINE);
+    let sched = blind_scheduler(LINE).with_auxiliary_paths(2, 1);
     let first = sched.forest().clone();
     let service = ConsistencyService::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -644,6 +772,9 @@ fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier(
         (true, 1),
         "no new forest at the second barrier"
     );
+    // The policy in force came with its auxiliary paths.
+    let relays = |c: &LocalCluster| c.emu.state().switch.relays().len();
+    assert!(clusters.iter().map(relays).sum::<usize>() > 0);
     // A worker leaves: the next barrier fails for the others, naming it.
     let gone = sessions.pop().unwrap();
     drop(gone);
@@ -658,11 +789,11 @@ fn the_consistency_service_switches_every_worker_to_a_new_forest_at_one_barrier(
     );
     assert!(report.broken.unwrap().contains("left"));
     assert!(first.uses((1, 3)));
-    // The service removed its jobs.
+    // The service removed its jobs and relay entries.
     for (v, c) in clusters.iter().enumerate() {
         assert!(
-            c.emu.state().switch.jobs().is_empty(),
-            "site {v} kept a job"
+            c.emu.state().switch.jobs().is_empty() && relays(c) == 0,
+            "site {v} kept a job or a relay entry"
         );
     }
 }

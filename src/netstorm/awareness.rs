@@ -34,7 +34,7 @@ use anyhow::{ensure, Context, Result};
 use inagg_emu::egress::PortStats;
 use inagg_switch_control::sched::netstorm::{self, Edge, Graph};
 
-use super::{Forest, Site};
+use super::{Detours, Forest, Site};
 
 /// The awareness knobs (Table II's names where the paper has them).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -235,14 +235,30 @@ impl Awareness {
     }
 }
 
+/// What the paper calls a policy: the synchronization topology and its
+/// auxiliary paths, planned from the same knowledge and rolled out
+/// together ([`super::Deployment::replace_with`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub forest: Forest,
+    /// [`Detours::none`] unless the scheduler plans auxiliary paths.
+    pub detours: Detours,
+}
+
 /// Algorithm 2 on the stack: before each push (the policy-consistency
 /// barrier), read every site's probes; when UPDATE_TIME has passed since
-/// the last plan, plan the fixed roots' trees again from what is known.
+/// the last plan, plan the fixed roots' trees again from what is known,
+/// and with them their auxiliary paths (Algorithm 3) when asked to
+/// ([`Scheduler::with_auxiliary_paths`]).
 #[derive(Debug)]
 pub struct Scheduler {
     awareness: Awareness,
     roots: Vec<usize>,
     forest: Forest,
+    /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH, when auxiliary paths
+    /// are planned.
+    bounds: Option<(u16, u16)>,
+    detours: Detours,
     last_plan: Instant,
     plans: u64,
 }
@@ -266,14 +282,46 @@ impl Scheduler {
             awareness,
             roots,
             forest,
+            bounds: None,
+            detours: Detours::none(),
             last_plan: now,
             plans: 0,
         })
     }
 
+    /// Plans auxiliary paths with every forest, from the same known rates,
+    /// with the sender's bounds (Table II's are 2 and 1). Links that carry
+    /// no tree are then measured too, once detours cross them: the paper's
+    /// remedy for the avalanche effect.
+    pub fn with_auxiliary_paths(mut self, busy_bound: u16, queue_length: u16) -> Scheduler {
+        self.bounds = Some((busy_bound, queue_length));
+        self.detours = self.plan_detours(&self.awareness.graph(), &self.forest);
+        self
+    }
+
     /// The forest in force.
     pub fn forest(&self) -> &Forest {
         &self.forest
+    }
+
+    /// The auxiliary paths in force (none unless planned).
+    pub fn detours(&self) -> &Detours {
+        &self.detours
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            forest: self.forest.clone(),
+            detours: self.detours.clone(),
+        }
+    }
+
+    fn plan_detours(&self, graph: &Graph, forest: &Forest) -> Detours {
+        match self.bounds {
+            Some((bound, queue)) => Detours::plan(graph, forest, bound, queue),
+            None => Detours::none(),
+        }
     }
 
     /// The fixed roots.
@@ -293,14 +341,14 @@ impl Scheduler {
 
     /// The barrier step: reads every site's port counters (`sites[v]`'s
     /// data endpoint is site v's), and when UPDATE_TIME has passed plans
-    /// again. Returns the estimates applied and the new forest if it
+    /// again. Returns the estimates applied and the new policy if it
     /// differs from the one in force (which it then replaces: the caller
     /// installs it with the next generation before anyone pushes).
     pub fn before_push(
         &mut self,
         sites: &mut [Site],
         now: Instant,
-    ) -> Result<(Vec<Estimate>, Option<Forest>)> {
+    ) -> Result<(Vec<Estimate>, Option<Policy>)> {
         let datas: Vec<SocketAddr> = sites.iter().map(|s| s.data).collect();
         let mut estimates = Vec::new();
         for (v, site) in sites.iter_mut().enumerate() {
@@ -315,12 +363,15 @@ impl Scheduler {
         }
         self.last_plan = now;
         self.plans += 1;
-        let forest = Forest::with_roots(&self.awareness.graph(), &self.roots);
-        if forest == self.forest {
+        let graph = self.awareness.graph();
+        let forest = Forest::with_roots(&graph, &self.roots);
+        let detours = self.plan_detours(&graph, &forest);
+        if forest == self.forest && detours == self.detours {
             return Ok((estimates, None));
         }
-        self.forest = forest.clone();
-        Ok((estimates, Some(forest)))
+        self.forest = forest;
+        self.detours = detours;
+        Ok((estimates, Some(self.policy())))
     }
 }
 

@@ -307,8 +307,14 @@ impl Barrier {
     fn roll_out(&mut self) -> Result<()> {
         let endpoints = self.site_endpoints();
         let Some(old) = self.deployment.take() else {
-            let first = self.scheduler.forest().clone();
-            let d = Deployment::install(&mut self.sites, &first, &self.config, &endpoints)?;
+            let first = self.scheduler.policy();
+            let d = Deployment::install_with(
+                &mut self.sites,
+                &first.forest,
+                &first.detours,
+                &self.config,
+                &endpoints,
+            )?;
             self.deployment = Some(d);
             return Ok(());
         };
@@ -320,7 +326,7 @@ impl Barrier {
             }
         };
         self.report.estimates.extend(estimates);
-        let Some(forest) = plan else {
+        let Some(policy) = plan else {
             self.deployment = Some(old);
             return Ok(());
         };
@@ -329,7 +335,13 @@ impl Barrier {
             generation: self.report.generation,
             ..self.config
         };
-        self.deployment = Some(old.replace(&mut self.sites, &forest, &config, &endpoints)?);
+        self.deployment = Some(old.replace_with(
+            &mut self.sites,
+            &policy.forest,
+            &policy.detours,
+            &config,
+            &endpoints,
+        )?);
         self.report.rollouts += 1;
         Ok(())
     }
