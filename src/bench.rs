@@ -55,8 +55,9 @@ pub struct BenchArgs {
     pub netstorm: bool,
     /// With --netstorm: measure auxiliary paths instead, the forest with
     /// and without them, BUSY_BOUND/QUEUE_LENGTH (NetStorm's
-    /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH; Table II: 2/1).
-    #[arg(long, requires = "netstorm", value_name = "BUSY_BOUND/QUEUE_LENGTH", num_args = 0..=1, default_missing_value = "2/1")]
+    /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH; Table II: 2/1), or
+    /// `grid` for the paper's grid search (bounds 1-4 by queues 1-5).
+    #[arg(long, requires = "netstorm", value_name = "BUSY_BOUND/QUEUE_LENGTH|grid", num_args = 0..=1, default_missing_value = "2/1")]
     pub aux: Option<String>,
 }
 
@@ -120,6 +121,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return crate::bench_priority::run(args.repeat, args.json);
     }
     if let Some(bounds) = &args.aux {
+        if bounds == "grid" {
+            return crate::bench_netstorm_aux::run_grid(args.repeat, args.json);
+        }
         let bad = || anyhow::anyhow!("--aux {bounds:?} is not BUSY_BOUND/QUEUE_LENGTH (like 2/1)");
         let (b, q) = bounds.split_once('/').ok_or_else(bad)?;
         let (b, q) = (b.parse().map_err(|_| bad())?, q.parse().map_err(|_| bad())?);

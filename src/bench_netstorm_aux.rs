@@ -20,7 +20,11 @@ use crate::bench_netstorm::{
     connect, exact_sum, iterate, knobs, start_sites, CONFIG, LINE_BPS, LINKS, SLOW, WORKERS,
 };
 use crate::netstorm::awareness::{Awareness, Scheduler};
-use crate::netstorm::{bind_workers, site_endpoints, Deployment, Detours, Forest, Site};
+use crate::netstorm::{
+    bind_workers, detours_sent, site_endpoints, Deployment, Detours, Forest, ForestConfig,
+    ForestWorker, Site,
+};
+use inagg_switch_control::sched::netstorm::Graph;
 
 /// One arm of the comparison.
 #[derive(Debug, Serialize)]
@@ -53,21 +57,13 @@ pub struct AuxReport {
 /// Runs `iterations` iterations of each arm and prints the report.
 pub fn run(iterations: usize, busy_bound: u16, queue_length: u16, json: bool) -> Result<()> {
     ensure!(iterations >= 1, "--repeat must be at least 1");
-    let report = measure(iterations, busy_bound, queue_length)?;
+    let report = Bench::start()?.compare(iterations, busy_bound, queue_length)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
-        "NetStorm auxiliary paths: 4 sites, links {} Mbit/s, {}-{} slow; the first-guess forest \
-         (both trees cross it); {} tree edges with a path; bounds {}/{}",
-        LINE_BPS / 1_000_000,
-        SLOW.0,
-        SLOW.1,
-        report.paths,
-        busy_bound,
-        queue_length
-    );
+    print_setup(report.paths);
+    println!("bounds {busy_bound}/{queue_length}");
     for (name, arm) in [("without", &report.without), ("with", &report.with)] {
         println!(
             "{name:>8}: median {:8.1} ms over {} iterations, {} detours",
@@ -80,63 +76,133 @@ pub fn run(iterations: usize, busy_bound: u16, queue_length: u16, json: bool) ->
     Ok(())
 }
 
-fn measure(iterations: usize, busy_bound: u16, queue_length: u16) -> Result<AuxReport> {
-    let clusters = start_sites()?;
-    let mut sites = connect(&clusters)?;
-    let links: Vec<(usize, usize, f64)> = LINKS.iter().map(|&(a, b)| (a, b, 0.0)).collect();
-    let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs())?;
-    let sched = Scheduler::new(awareness, 2, Instant::now())?;
-    let forest: Forest = sched.forest().clone();
-    let detours = Detours::plan(
-        &sched.awareness().graph(),
-        &forest,
-        busy_bound,
-        queue_length,
-    );
-    let mut config = CONFIG;
-    let mut workers = bind_workers(&sites, &WORKERS, &forest, &config, |_| {})?;
-    let eps = site_endpoints(&workers, &WORKERS);
-    let want = exact_sum(workers.len());
-    let mut arms = [Vec::new(), Vec::new()];
-    let mut sent = [0u64; 2];
-    for _ in 0..iterations {
-        for (arm, plan) in [Detours::none(), detours.clone()].iter().enumerate() {
-            config.generation = config.generation.wrapping_add(1);
-            let deployment = Deployment::install_with(&mut sites, &forest, plan, &config, &eps)?;
-            for w in &mut workers {
-                w.retarget(&forest, config.generation)?;
-            }
-            let took = iterate(&mut workers, &want)?;
-            sent[arm] += detours_sent(&mut sites, &forest, &config)?;
-            deployment.remove(&mut sites)?;
-            arms[arm].push(took);
+/// The paper's grid search (Fig. 17), live: every PRIMARY_BUSY_BOUND in
+/// 1-4 by every AUXILIARY_QUEUE_LENGTH in 1-5, `iterations` of each arm at
+/// each point, on one set of sites.
+pub fn run_grid(iterations: usize, json: bool) -> Result<()> {
+    ensure!(iterations >= 1, "--repeat must be at least 1");
+    let mut bench = Bench::start()?;
+    let mut reports = Vec::new();
+    for busy_bound in 1..=4 {
+        for queue_length in 1..=5 {
+            reports.push(bench.compare(iterations, busy_bound, queue_length)?);
         }
     }
-    let [without, with] = arms;
-    let (without, with) = (arm(without, sent[0]), arm(with, sent[1]));
-    Ok(AuxReport {
-        busy_bound,
-        queue_length,
-        paths: detours.count(),
-        gain: without.median_ms / with.median_ms - 1.0,
-        without,
-        with,
-    })
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(());
+    }
+    print_setup(reports[0].paths);
+    println!("gain (without / with - 1), and detours sent, by PRIMARY_BUSY_BOUND (rows) and AUXILIARY_QUEUE_LENGTH (columns):");
+    println!(
+        "bound {}",
+        (1..=5).map(|q| format!("{q:>14}")).collect::<String>()
+    );
+    for row in reports.chunks(5) {
+        let cells: String = row
+            .iter()
+            .map(|r| format!("{:>+7.2} ({:>4})", r.gain, r.with.detours_sent))
+            .collect();
+        println!("{:>5} {cells}", row[0].busy_bound);
+    }
+    let gains = reports.iter().map(|r| r.gain);
+    let (low, high) = gains.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), g| {
+        (l.min(g), h.max(g))
+    });
+    println!("gain over the grid: {low:+.2} to {high:+.2} (the paper's: +0.30 to +0.65)");
+    Ok(())
 }
 
-/// Detours sent by every site's tree jobs (read before they go).
-fn detours_sent(
-    sites: &mut [Site],
-    forest: &Forest,
-    config: &crate::netstorm::ForestConfig,
-) -> Result<u64> {
-    let mut sum = 0;
-    for site in sites.iter_mut() {
-        for t in 0..forest.trees.len() {
-            sum += site.target.job(config.job(t)?)?.counters.detours_sent;
-        }
+fn print_setup(paths: usize) {
+    println!(
+        "NetStorm auxiliary paths: 4 sites, links {} Mbit/s, {}-{} slow; the first-guess forest \
+         (both trees cross it); {paths} tree edges with a path",
+        LINE_BPS / 1_000_000,
+        SLOW.0,
+        SLOW.1,
+    );
+}
+
+/// The sites, the first-guess forest and its workers, kept across
+/// comparisons.
+struct Bench {
+    _clusters: Vec<crate::local::LocalCluster>,
+    sites: Vec<Site>,
+    graph: Graph,
+    forest: Forest,
+    config: ForestConfig,
+    workers: Vec<ForestWorker>,
+    eps: Vec<Vec<Vec<std::net::SocketAddr>>>,
+    want: Vec<i32>,
+}
+
+impl Bench {
+    fn start() -> Result<Bench> {
+        let clusters = start_sites()?;
+        let sites = connect(&clusters)?;
+        let links: Vec<(usize, usize, f64)> = LINKS.iter().map(|&(a, b)| (a, b, 0.0)).collect();
+        let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs())?;
+        let sched = Scheduler::new(awareness, 2, Instant::now())?;
+        let forest: Forest = sched.forest().clone();
+        let config = CONFIG;
+        let workers = bind_workers(&sites, &WORKERS, &forest, &config, |_| {})?;
+        let eps = site_endpoints(&workers, &WORKERS);
+        Ok(Bench {
+            _clusters: clusters,
+            sites,
+            graph: sched.awareness().graph(),
+            forest,
+            config,
+            want: exact_sum(workers.len()),
+            workers,
+            eps,
+        })
     }
-    Ok(sum)
+
+    /// Alternates the forest without and with its auxiliary paths at the
+    /// given bounds, `iterations` times each.
+    fn compare(
+        &mut self,
+        iterations: usize,
+        busy_bound: u16,
+        queue_length: u16,
+    ) -> Result<AuxReport> {
+        let detours = Detours::plan(&self.graph, &self.forest, busy_bound, queue_length);
+        let mut arms = [Vec::new(), Vec::new()];
+        let mut sent = [0u64; 2];
+        for _ in 0..iterations {
+            for (arm, plan) in [Detours::none(), detours.clone()].iter().enumerate() {
+                let (took, detours) = self.iteration(plan)?;
+                arms[arm].push(took);
+                sent[arm] += detours;
+            }
+        }
+        let [without, with] = arms;
+        let (without, with) = (arm(without, sent[0]), arm(with, sent[1]));
+        Ok(AuxReport {
+            busy_bound,
+            queue_length,
+            paths: detours.count(),
+            gain: without.median_ms / with.median_ms - 1.0,
+            without,
+            with,
+        })
+    }
+
+    /// One all-reduce on a fresh generation of the forest with `plan`:
+    /// its time and the detours it sent.
+    fn iteration(&mut self, plan: &Detours) -> Result<(Duration, u64)> {
+        self.config.generation = self.config.generation.wrapping_add(1);
+        let (sites, forest, config) = (&mut self.sites, &self.forest, &self.config);
+        let deployment = Deployment::install_with(sites, forest, plan, config, &self.eps)?;
+        for w in &mut self.workers {
+            w.retarget(forest, config.generation)?;
+        }
+        let took = iterate(&mut self.workers, &self.want)?;
+        let sent = detours_sent(sites, forest, config)?;
+        deployment.remove(sites)?;
+        Ok((took, sent))
+    }
 }
 
 fn arm(times: Vec<Duration>, detours_sent: u64) -> Arm {

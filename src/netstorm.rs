@@ -564,6 +564,23 @@ fn total_workers(per_site: &[u16]) -> Result<u16> {
     total.context("more than 65535 workers in all")
 }
 
+/// Partial sums that `forest`'s jobs have sent round an auxiliary path,
+/// over every site (read before the jobs go: the counters go with them).
+pub fn detours_sent(sites: &mut [Site], forest: &Forest, config: &ForestConfig) -> Result<u64> {
+    let mut sum = 0;
+    for (v, site) in sites.iter_mut().enumerate() {
+        for t in 0..forest.trees.len() {
+            let job = config.job(t)?;
+            let info = site
+                .target
+                .job(job)
+                .with_context(|| format!("reading job {job} at site {v}"))?;
+            sum += info.counters.detours_sent;
+        }
+    }
+    Ok(sum)
+}
+
 /// `endpoints[site][tree][worker]` of workers bound as [`bind_workers`]
 /// binds them, as [`Deployment::install`] takes them.
 pub fn site_endpoints(workers: &[ForestWorker], per_site: &[u16]) -> Vec<Vec<Vec<SocketAddr>>> {

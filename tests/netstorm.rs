@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use inagg::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
 use inagg::netstorm::consistency::{ConsistencyService, ForestSession};
 use inagg::netstorm::{
-    bind_workers, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker, Site,
+    bind_workers, detours_sent, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker,
+    Site,
 };
 use inagg_emu::counters::DropReason;
 use inagg_emu::egress::LinkConfig;
@@ -504,6 +505,10 @@ fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
                 .any(|w| (w[0], w[1]) == slow || (w[1], w[0]) == slow)
         })
     };
+    eprintln!(
+        "first guess: {:?}, detours {:?}",
+        first.forest, first.detours.paths
+    );
     assert!(crosses(&first.detours), "{:?}", first.detours);
 
     let mut workers = bind(&s, &first.forest, &CONFIG);
@@ -515,7 +520,7 @@ fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
     let want = int_sum();
     exact_round(&mut workers, &want);
     exact_round(&mut workers, &want);
-    let sent = detours_sent(&mut s, &first.forest, &CONFIG);
+    let sent = detours_sent(&mut s.sites, &first.forest, &CONFIG).unwrap();
     eprintln!("the first guess's policy sent {sent} detours in two all-reduces");
     assert!(sent > 0, "no partial sum went round the slow link");
 
@@ -567,18 +572,6 @@ fn assert_relays_are(
     }
     let entries: usize = tables.iter().map(Vec::len).sum();
     assert_eq!((entries, deployment.relay_entries()), (want, want));
-}
-
-/// Detours the forest's jobs have sent, over every site.
-fn detours_sent(s: &mut Sites, forest: &Forest, config: &ForestConfig) -> u64 {
-    let mut sent = 0;
-    for site in &mut s.sites {
-        for t in 0..forest.trees.len() {
-            let job = site.target.job(config.job(t).unwrap()).unwrap();
-            sent += job.counters.detours_sent;
-        }
-    }
-    sent
 }
 
 /// Up to six rounds of two all-reduces, each followed by the scheduler's
