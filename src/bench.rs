@@ -59,6 +59,11 @@ pub struct BenchArgs {
     /// `grid` for the paper's grid search (bounds 1-4 by queues 1-5).
     #[arg(long, requires = "netstorm", value_name = "BUSY_BOUND/QUEUE_LENGTH|grid", num_args = 0..=1, default_missing_value = "2/1")]
     pub aux: Option<String>,
+    /// With --netstorm: NetStorm's stages one after another (Fig. 18):
+    /// the first-guess forest kept, then re-planned from the probes, then
+    /// with auxiliary paths too; --repeat iterations each.
+    #[arg(long, requires = "netstorm", conflicts_with = "aux")]
+    pub ablation: bool,
 }
 
 /// One benchmark run's figures.
@@ -124,10 +129,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if bounds == "grid" {
             return crate::bench_netstorm_aux::run_grid(args.repeat, args.json);
         }
-        let bad = || anyhow::anyhow!("--aux {bounds:?} is not BUSY_BOUND/QUEUE_LENGTH (like 2/1)");
+        let bad = || {
+            anyhow::anyhow!(
+                "--aux {bounds:?} is neither BUSY_BOUND/QUEUE_LENGTH (like 2/1) nor grid"
+            )
+        };
         let (b, q) = bounds.split_once('/').ok_or_else(bad)?;
         let (b, q) = (b.parse().map_err(|_| bad())?, q.parse().map_err(|_| bad())?);
         return crate::bench_netstorm_aux::run(args.repeat, b, q, args.json);
+    }
+    if args.ablation {
+        return crate::bench_netstorm::run_ablation(args.repeat, args.json);
     }
     if args.netstorm {
         return crate::bench_netstorm::run(args.repeat, args.json);

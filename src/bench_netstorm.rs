@@ -22,7 +22,9 @@ use serde::Serialize;
 
 use crate::local::LocalCluster;
 use crate::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
-use crate::netstorm::{bind_workers, site_endpoints, Deployment, ForestConfig, ForestWorker, Site};
+use crate::netstorm::{
+    bind_workers, detours_sent, site_endpoints, Deployment, ForestConfig, ForestWorker, Site,
+};
 
 pub(crate) const WORKERS: [u16; 4] = [2, 1, 2, 1];
 pub(crate) const LINKS: [(usize, usize); 5] = [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)];
@@ -48,6 +50,8 @@ pub struct Iteration {
     pub generation: u16,
     /// Whether some tree crossed the slow link.
     pub crosses_slow_link: bool,
+    /// Partial sums sent round an auxiliary path in this iteration.
+    pub detours_sent: u64,
 }
 
 /// One direction of a link, as the scheduler knows it at the end.
@@ -80,7 +84,7 @@ pub fn run(iterations: usize, json: bool) -> Result<()> {
         iterations >= 2,
         "--repeat must be at least 2: blind, then aware"
     );
-    let report = measure(iterations)?;
+    let report = measure(iterations, Stage::Std)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -116,22 +120,108 @@ pub fn run(iterations: usize, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn measure(iterations: usize) -> Result<NetstormReport> {
+/// One stage of the ablation.
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub stage: Stage,
+    /// Iteration times, ms, in order (the first on the first guess).
+    pub ms: Vec<f64>,
+    /// The median after the first iteration.
+    pub median_ms: f64,
+    /// Partial sums sent round an auxiliary path, per iteration.
+    pub detours_sent: Vec<u64>,
+}
+
+/// NetStorm's ablation (Fig. 18), live: the stages one after another, each
+/// on fresh sites, `iterations` iterations each, then the stages' medians
+/// after the first iteration (which every stage runs on the first guess).
+pub fn run_ablation(iterations: usize, json: bool) -> Result<()> {
+    ensure!(
+        iterations >= 2,
+        "--repeat must be at least 2: the first guess, then the stage's plan"
+    );
+    let mut stages = Vec::new();
+    for stage in [Stage::Lite, Stage::Std, Stage::Pro] {
+        let report = measure(iterations, stage)?;
+        let ms: Vec<f64> = report.iterations.iter().map(|i| i.ms).collect();
+        let mut later = ms[1..].to_vec();
+        later.sort_by(f64::total_cmp);
+        stages.push(StageReport {
+            stage,
+            median_ms: later[later.len() / 2],
+            ms,
+            detours_sent: report.iterations.iter().map(|i| i.detours_sent).collect(),
+        });
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stages)?);
+        return Ok(());
+    }
+    println!(
+        "NetStorm's stages (Fig. 18): 4 sites, links {} Mbit/s, {}-{} {} Mbit/s; {} iterations each",
+        LINE_BPS / 1_000_000,
+        SLOW.0,
+        SLOW.1,
+        SLOW_BPS / 1_000_000,
+        iterations
+    );
+    let lite = stages[0].median_ms;
+    for s in &stages {
+        println!(
+            "{:>5}: median {:8.1} ms after the first iteration ({:8.1} ms first), {:.2}x lite, \
+             detours {} first, {} after",
+            format!("{:?}", s.stage),
+            s.median_ms,
+            s.ms[0],
+            lite / s.median_ms,
+            s.detours_sent[0],
+            s.detours_sent[1..].iter().sum::<u64>()
+        );
+    }
+    println!(
+        "awareness gain (std / lite): {:+.2}; auxiliary-path gain (pro / std): {:+.2}",
+        lite / stages[1].median_ms - 1.0,
+        stages[1].median_ms / stages[2].median_ms - 1.0
+    );
+    Ok(())
+}
+
+/// Which of NetStorm's stages run (the paper's Fig. 18 names them).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Stage {
+    /// Multi-root FAPT on the first guess, never re-planned.
+    Lite,
+    /// With network awareness: re-planned before every iteration.
+    Std,
+    /// With auxiliary paths too (Table II's bounds, 2 and 1).
+    Pro,
+}
+
+fn measure(iterations: usize, stage: Stage) -> Result<NetstormReport> {
     let clusters = start_sites()?;
     let mut sites = connect(&clusters)?;
     let links: Vec<(usize, usize, f64)> = LINKS.iter().map(|&(a, b)| (a, b, 0.0)).collect();
     let awareness = Awareness::new(WORKERS.len(), &links, LINE_BPS as f64, knobs())?;
     let mut sched = Scheduler::new(awareness, 2, Instant::now())?;
+    if stage == Stage::Pro {
+        sched = sched.with_auxiliary_paths(2, 1);
+    }
     let mut config = CONFIG;
-    let mut workers = bind_workers(&sites, &WORKERS, sched.forest(), &config, |_| {})?;
+    let first = sched.policy();
+    let mut workers = bind_workers(&sites, &WORKERS, &first.forest, &config, |_| {})?;
     let eps = site_endpoints(&workers, &WORKERS);
-    let mut deployment = Deployment::install(&mut sites, sched.forest(), &config, &eps)?;
+    let mut deployment =
+        Deployment::install_with(&mut sites, &first.forest, &first.detours, &config, &eps)?;
     let want = exact_sum(workers.len());
     let mut out = Vec::new();
+    // Detours the jobs in force had sent at the last reading (their
+    // counters go with them).
+    let mut seen = 0;
     for i in 0..iterations {
-        if i > 0 {
+        if i > 0 && stage != Stage::Lite {
             let (_, plan) = sched.before_push(&mut sites, Instant::now())?;
             if let Some(policy) = plan {
+                seen = 0;
                 config.generation = config.generation.wrapping_add(1);
                 deployment = deployment.replace_with(
                     &mut sites,
@@ -145,11 +235,15 @@ fn measure(iterations: usize) -> Result<NetstormReport> {
                 }
             }
         }
+        let ms = iterate(&mut workers, &want)?.as_secs_f64() * 1e3;
+        let sent = detours_sent(&mut sites, sched.forest(), &config)?;
         out.push(Iteration {
-            ms: iterate(&mut workers, &want)?.as_secs_f64() * 1e3,
+            ms,
             generation: config.generation,
             crosses_slow_link: sched.forest().uses(SLOW),
+            detours_sent: sent - seen,
         });
+        seen = sent;
     }
     deployment.remove(&mut sites)?;
     Ok(NetstormReport {

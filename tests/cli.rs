@@ -569,6 +569,27 @@ fn bad_arguments_get_clear_errors_not_panics() {
         "{}",
         text(&out)
     );
+    // NetStorm's benches check their arguments before starting any site.
+    for (args, why) in [
+        (&["bench", "--netstorm", "--aux", "gird"][..], "nor grid"),
+        (&["bench", "--netstorm", "--aux", "2/x"][..], "nor grid"),
+        (
+            &["bench", "--netstorm", "--ablation", "--repeat", "1"][..],
+            "--repeat must be at least 2",
+        ),
+        (&["bench", "--ablation"][..], "--netstorm"),
+        (
+            &["bench", "--netstorm", "--ablation", "--aux"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let out = run(args);
+        assert!(
+            !out.status.success() && text(&out).contains(why),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
     for out in [
         run(&["demo", "--loss", "1.5"]),
         run(&["ctl", "job", "create", "--id", "70000"]),
