@@ -10,6 +10,11 @@
 //! is rolled out with the next generation. Each iteration is one int32
 //! all-reduce of the tensor on every worker, checked exact; the report
 //! gives each iteration's time and forest, and what was measured.
+//!
+//! `--ablation` runs the paper's stages (Fig. 18) on the same setup, one
+//! after another on fresh sites: the first guess kept ([`Stage::Lite`]),
+//! re-planned before every iteration ([`Stage::Std`]), and re-planned with
+//! auxiliary paths ([`Stage::Pro`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -257,8 +257,11 @@ pub struct Deployment {
     installed: Vec<(usize, u16)>,
     /// (site, match fields) of every installed relay entry.
     relays: Vec<(usize, RelayKey)>,
-    /// Auxiliary paths left out because a relay entry of theirs would
-    /// have matched another's detours: (tree, site).
+    /// (site, match fields) under which each installed path's detours
+    /// arrive at its parent.
+    arrivals: Vec<(usize, RelayKey)>,
+    /// Auxiliary paths left out because their detours and another path's
+    /// would have matched the same fields at one site: (tree, site).
     skipped: Vec<(usize, usize)>,
 }
 
@@ -289,9 +292,12 @@ impl Deployment {
     /// [`Deployment::install`] with auxiliary paths: for every path of
     /// `detours`, relay entries at the sites between, the child's job sending
     /// to it when its primary link is busy and the parent's job taking its
-    /// detours. A path whose relay entry would match another path's detours
-    /// (two paths of one tree entering a site from the same neighbour for
-    /// members of the same id) is left out ([`Deployment::skipped`]).
+    /// detours. Detours are matched by (job, previous hop, member), first
+    /// by the relay table, so a path is left out ([`Deployment::skipped`])
+    /// when its detours and another path's would match the same fields at
+    /// one site: two paths of one tree entering a site from the same
+    /// neighbour for members of the same id, or one path's relay entry where
+    /// the other's detours arrive at their parent.
     pub fn install_with(
         sites: &mut [Site],
         forest: &Forest,
@@ -309,6 +315,7 @@ impl Deployment {
         let mut deployment = Deployment {
             installed: Vec::new(),
             relays: Vec::new(),
+            arrivals: Vec::new(),
             skipped: Vec::new(),
         };
         let result = deployment.install_all(sites, forest, detours, config, endpoints);
@@ -415,6 +422,15 @@ impl Deployment {
         first.map_or(Ok(()), Err)
     }
 
+    /// Whether detours matching `key` at its site are already spoken for,
+    /// by a relay entry or as another path's arrival. The switch looks its
+    /// relay table up first, so a relay entry with a path's arrival fields
+    /// would carry that path's detours past its parent, on to a job that
+    /// takes them as another member's.
+    fn matches(&self, key: &(usize, RelayKey)) -> bool {
+        self.relays.contains(key) || self.arrivals.contains(key)
+    }
+
     /// Site v's auxiliary path in tree t: its relay entries installed at the
     /// sites between, and what its job and its parent's need (`None`: no
     /// path, or one left out for a clash).
@@ -450,10 +466,15 @@ impl Deployment {
                 (w[1], spec)
             })
             .collect();
-        let clash = entries
-            .iter()
-            .any(|(x, e)| self.relays.contains(&(*x, e.key())));
-        if clash {
+        // Where the detours arrive: the parent matches them by the same
+        // fields, after its relay table.
+        let arrival = RelayKey {
+            job,
+            from: sites[path[path.len() - 2]].data,
+            member,
+        };
+        let mut keys = entries.iter().map(|(x, e)| (*x, e.key()));
+        if keys.any(|k| self.matches(&k)) || self.matches(&(parent, arrival)) {
             self.skipped.push((t, v));
             return Ok(None);
         }
@@ -464,6 +485,7 @@ impl Deployment {
                 .with_context(|| format!("installing relay {} at site {x}", spec.key()))?;
             self.relays.push((x, spec.key()));
         }
+        self.arrivals.push((parent, arrival));
         Ok(Some(Route {
             aux: AuxPath {
                 via: sites[path[1]].data,

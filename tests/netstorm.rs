@@ -538,6 +538,64 @@ fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
     }
 }
 
+/// Detours are matched by (job, previous hop, member) at every switch, the
+/// relay table first, so two paths must not meet on the same fields. In
+/// this tree (one the consistency service planned, which hung before the
+/// check), site 0's path 0-3-1 puts a relay entry at site 3 for member 1
+/// coming from site 0, and site 2's path 2-1-0-3 would arrive at site 3,
+/// its parent, from site 0 as member 1 too: site 3 would have sent site
+/// 2's partial sums on to the root as site 0's. The later path is left
+/// out, and the sums stay exact with the others taking detours.
+#[test]
+fn a_path_whose_detours_would_be_relayed_past_its_parent_is_left_out() {
+    let _serial = serial();
+    let mut s = slow_link_sites(100_000_000, (0, 1), 5_000_000);
+    let tree = Tree {
+        root: 1,
+        parent: vec![Some(1), None, Some(3), Some(0)],
+    };
+    let forest = Forest::single(tree);
+    let detours = inagg::netstorm::Detours {
+        paths: vec![vec![
+            Some(vec![0, 3, 1]),
+            None,
+            Some(vec![2, 1, 0, 3]),
+            Some(vec![3, 1, 0]),
+        ]],
+        busy_bound: 2,
+        queue_length: 1,
+    };
+    let mut workers = bind(&s, &forest, &CONFIG);
+    let eps = endpoints(&workers);
+    let deployment =
+        Deployment::install_with(&mut s.sites, &forest, &detours, &CONFIG, &eps).unwrap();
+    assert_eq!(deployment.skipped(), &[(0, 2)]);
+    assert_relays_are(
+        &mut s,
+        &detours_without(&detours, (0, 2)),
+        &deployment,
+        &CONFIG,
+    );
+    let want = int_sum();
+    for _ in 0..3 {
+        exact_round(&mut workers, &want);
+    }
+    let sent = detours_sent(&mut s.sites, &forest, &CONFIG).unwrap();
+    eprintln!("{sent} detours");
+    assert!(sent > 0, "site 0's slow link sent nothing round");
+    deployment.remove(&mut s.sites).unwrap();
+}
+
+/// `detours` without tree t's path from site v.
+fn detours_without(
+    detours: &inagg::netstorm::Detours,
+    (t, v): (usize, usize),
+) -> inagg::netstorm::Detours {
+    let mut d = detours.clone();
+    d.paths[t][v] = None;
+    d
+}
+
 /// Every site's relay table holds one entry per site between of every
 /// installed path of `detours` (tree t's job, from the site before to the
 /// site after), and nothing else.
