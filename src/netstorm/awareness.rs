@@ -304,11 +304,6 @@ impl Scheduler {
         &self.forest
     }
 
-    /// The auxiliary paths in force (none unless planned).
-    pub fn detours(&self) -> &Detours {
-        &self.detours
-    }
-
     /// The policy in force.
     pub fn policy(&self) -> Policy {
         Policy {
