@@ -212,7 +212,8 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
 
 /// Auxiliary paths from the command line: a relay entry made, listed,
 /// refused twice and deleted; a tree job with an auxiliary path and a job
-/// taking detours, shown; bad forms refused with the reason.
+/// taking detours, shown; bad forms, and a relay entry that would carry a
+/// job's detours past it, refused with the reason.
 #[test]
 fn ctl_manages_relays_and_auxiliary_paths() {
     let emu = Emu::start(&[]);
@@ -290,6 +291,24 @@ fn ctl_manages_relays_and_auxiliary_paths() {
     assert!(
         show.contains("detours of member 1 from relay 127.0.0.1:9200"),
         "{show}"
+    );
+    // A relay entry under the fields job 6 takes those detours by.
+    let past = emu.ctl(&[
+        "relay",
+        "create",
+        "--job",
+        "6",
+        "--from",
+        "127.0.0.1:9200",
+        "--member",
+        "1",
+        "--to",
+        "127.0.0.1:9300",
+    ]);
+    assert!(
+        !past.status.success() && text(&past).contains("the entry would carry them past it"),
+        "{}",
+        text(&past)
     );
     let no_up = job("7", "16", &["--aux-path", "127.0.0.1:9100"]);
     assert!(

@@ -217,6 +217,7 @@ impl Switch {
     pub fn create_job(&mut self, spec: JobSpec) -> Result<(), JobError> {
         let existing: Vec<&JobSpec> = self.jobs.values().map(|j| &j.spec).collect();
         validate_job(&spec, existing, self.config)?;
+        self.check_detours_unrelayed(&spec)?;
         if let Some(g) = spec.group {
             self.check_group_free(g)?;
             self.groups.insert(
@@ -314,7 +315,54 @@ impl Switch {
                 key: key.to_string(),
             });
         }
+        self.check_relay_meets_no_detour(&spec)?;
         self.relays.insert(key, RelayInfo { spec, packets: 0 });
+        Ok(())
+    }
+
+    /// One meaning per match (docs/PROTOCOL.md): the relay table is looked
+    /// up before the jobs, so an entry with the fields under which a job
+    /// here takes a detour would carry that member's detours past it.
+    fn check_relay_meets_no_detour(&self, spec: &RelaySpec) -> Result<(), JobError> {
+        let Some(job) = self.jobs.get(&spec.job) else {
+            return Ok(());
+        };
+        let taken = job
+            .spec
+            .detours
+            .iter()
+            .any(|d| d.member == spec.member && d.relay == spec.from);
+        if !taken {
+            return Ok(());
+        }
+        Err(JobError::BadRelay {
+            key: spec.key().to_string(),
+            reason: format!(
+                "job {} here takes member {}'s detours from {}; the entry would carry them past it",
+                spec.job, spec.member, spec.from
+            ),
+        })
+    }
+
+    /// The same rule from the job's side: none of its detours may arrive
+    /// under the fields of a relay entry already installed.
+    fn check_detours_unrelayed(&self, spec: &JobSpec) -> Result<(), JobError> {
+        for d in &spec.detours {
+            let key = RelayKey {
+                job: spec.id,
+                from: d.relay,
+                member: d.member,
+            };
+            if self.relays.contains_key(&key) {
+                return Err(JobError::BadDetour {
+                    id: spec.id,
+                    reason: format!(
+                        "member {}'s detours from {} would be carried on by relay {key}; delete the relay first",
+                        d.member, d.relay
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -1386,6 +1434,50 @@ mod tests {
         sw.delete_relay(relay.key()).unwrap();
         let err = sw.delete_relay(relay.key()).unwrap_err();
         assert!(err.to_string().contains("no relay job 1 member 2"), "{err}");
+    }
+
+    /// One meaning per match, from both sides: a relay entry under the
+    /// fields a job takes detours by is refused, and so is a job whose
+    /// detours an installed entry would carry on; other fields pass.
+    #[test]
+    fn a_relay_entry_and_a_detour_on_the_same_fields_are_refused() {
+        let mut sw = Switch::new(SwitchConfig {
+            slots: 64,
+            max_elements: 64,
+        });
+        let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
+        job.detours = vec![crate::detour::Detour {
+            member: 2,
+            relay: addr(3000),
+        }];
+        sw.create_job(job.clone()).unwrap();
+        let mut relay = RelaySpec {
+            job: 1,
+            from: addr(3000),
+            member: 2,
+            to: addr(4000),
+        };
+        let err = sw.create_relay(relay).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "relay job 1 member 2 from 127.0.0.1:3000: job 1 here takes member 2's detours \
+             from 127.0.0.1:3000; the entry would carry them past it"
+        );
+        assert!(sw.relays().is_empty());
+        relay.member = 1;
+        sw.create_relay(relay).unwrap();
+        // Now from the job's side: member 1 from the same relay.
+        sw.delete_job(1).unwrap();
+        job.detours[0].member = 1;
+        let err = sw.create_job(job.clone()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("member 1's detours from 127.0.0.1:3000 would be carried on"),
+            "{err}"
+        );
+        assert!(sw.job(1).is_err());
+        job.detours[0].member = 2;
+        sw.create_job(job).unwrap();
     }
 
     #[test]
