@@ -466,13 +466,13 @@ impl Deployment {
                 (w[1], spec)
             })
             .collect();
-        // Where the detours arrive: the parent matches them by the same
-        // fields, after its relay table.
-        let arrival = RelayKey {
-            job,
-            from: sites[path[path.len() - 2]].data,
+        // What the parent's job lists, and where the detours arrive: the
+        // parent matches them by the same fields, after its relay table.
+        let detour = Detour {
             member,
+            relay: sites[path[path.len() - 2]].data,
         };
+        let arrival = detour.key(job);
         let mut keys = entries.iter().map(|(x, e)| (*x, e.key()));
         if keys.any(|k| self.matches(&k)) || self.matches(&(parent, arrival)) {
             self.skipped.push((t, v));
@@ -492,10 +492,7 @@ impl Deployment {
                 busy_bound: detours.busy_bound,
                 queue_length: detours.queue_length,
             },
-            detour: Detour {
-                member,
-                relay: sites[path[path.len() - 2]].data,
-            },
+            detour,
             parent,
         }))
     }

@@ -91,6 +91,19 @@ pub struct Detour {
     pub relay: SocketAddr,
 }
 
+impl Detour {
+    /// The fields job `job`'s detours for this member arrive under: what a
+    /// relay entry at the same switch must never match (docs/PROTOCOL.md,
+    /// "One meaning per match").
+    pub fn key(&self, job: u16) -> RelayKey {
+        RelayKey {
+            job,
+            from: self.relay,
+            member: self.member,
+        }
+    }
+}
+
 impl std::str::FromStr for Detour {
     type Err = String;
 

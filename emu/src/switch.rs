@@ -327,12 +327,12 @@ impl Switch {
         let Some(job) = self.jobs.get(&spec.job) else {
             return Ok(());
         };
-        let taken = job
+        if !job
             .spec
             .detours
             .iter()
-            .any(|d| d.member == spec.member && d.relay == spec.from);
-        if !taken {
+            .any(|d| d.key(spec.job) == spec.key())
+        {
             return Ok(());
         }
         Err(JobError::BadRelay {
@@ -348,11 +348,7 @@ impl Switch {
     /// under the fields of a relay entry already installed.
     fn check_detours_unrelayed(&self, spec: &JobSpec) -> Result<(), JobError> {
         for d in &spec.detours {
-            let key = RelayKey {
-                job: spec.id,
-                from: d.relay,
-                member: d.member,
-            };
+            let key = d.key(spec.id);
             if self.relays.contains_key(&key) {
                 return Err(JobError::BadDetour {
                     id: spec.id,
@@ -528,12 +524,7 @@ impl Switch {
         let Some(job) = self.jobs.get_mut(&repr.job) else {
             return Action::Drop(DropReason::UnknownRelay);
         };
-        let listed = job
-            .spec
-            .detours
-            .iter()
-            .any(|d| d.member == repr.worker && d.relay == from);
-        if !listed {
+        if !job.spec.detours.iter().any(|d| d.key(repr.job) == key) {
             job.counters.dropped += 1;
             return Action::Drop(DropReason::UnknownRelay);
         }
@@ -793,10 +784,7 @@ mod tests {
 
     /// Job 1: three workers at ports 1000..1003, pool [10, 14), K = 2.
     fn switch() -> Switch {
-        let mut sw = Switch::new(SwitchConfig {
-            slots: 64,
-            max_elements: 64,
-        });
+        let mut sw = empty_switch();
         sw.create_job(spec(vec![addr(1000), addr(1001), addr(1002)], 10, None))
             .unwrap();
         sw
@@ -1235,10 +1223,7 @@ mod tests {
     /// A leaf of a tree: job 1 with workers 1000 and 1001, its partial sums
     /// going to job 5 of the parent switch at port 2000 as member 1.
     fn leaf() -> Switch {
-        let mut sw = Switch::new(SwitchConfig {
-            slots: 64,
-            max_elements: 64,
-        });
+        let mut sw = empty_switch();
         let up = Upstream {
             aux: None,
             switch: addr(2000),
@@ -1436,20 +1421,29 @@ mod tests {
         assert!(err.to_string().contains("no relay job 1 member 2"), "{err}");
     }
 
-    /// One meaning per match, from both sides: a relay entry under the
-    /// fields a job takes detours by is refused, and so is a job whose
-    /// detours an installed entry would carry on; other fields pass.
-    #[test]
-    fn a_relay_entry_and_a_detour_on_the_same_fields_are_refused() {
-        let mut sw = Switch::new(SwitchConfig {
+    fn empty_switch() -> Switch {
+        Switch::new(SwitchConfig {
             slots: 64,
             max_elements: 64,
-        });
+        })
+    }
+
+    /// Job 1 (three workers) taking member 2's detours from 3000.
+    fn detour_job() -> JobSpec {
         let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
         job.detours = vec![crate::detour::Detour {
             member: 2,
             relay: addr(3000),
         }];
+        job
+    }
+
+    /// One meaning per match, from both sides: a relay entry under the
+    /// fields a job takes detours by is refused, and so is a job whose
+    /// detours an installed entry would carry on; other fields pass.
+    #[test]
+    fn a_relay_entry_and_a_detour_on_the_same_fields_are_refused() {
+        let (mut sw, mut job) = (empty_switch(), detour_job());
         sw.create_job(job.clone()).unwrap();
         let mut relay = RelaySpec {
             job: 1,
@@ -1482,15 +1476,7 @@ mod tests {
 
     #[test]
     fn a_parent_takes_a_listed_detour_as_its_members_contribution() {
-        let mut sw = Switch::new(SwitchConfig {
-            slots: 64,
-            max_elements: 64,
-        });
-        let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
-        job.detours = vec![crate::detour::Detour {
-            member: 2,
-            relay: addr(3000),
-        }];
+        let (mut sw, job) = (empty_switch(), detour_job());
         sw.create_job(job).unwrap();
         let mut out = Vec::new();
         send(&mut sw, 0, 1, 0, [1, 2], &mut out);
@@ -1530,10 +1516,7 @@ mod tests {
 
     #[test]
     fn a_job_taking_detours_drops_late_copies_of_finished_rounds() {
-        let mut sw = Switch::new(SwitchConfig {
-            slots: 64,
-            max_elements: 64,
-        });
+        let mut sw = empty_switch();
         let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
         job.detours = vec![crate::detour::Detour {
             member: 1,
@@ -1584,10 +1567,7 @@ mod tests {
 
     #[test]
     fn a_leaf_with_an_auxiliary_path_hands_it_to_the_egress() {
-        let mut sw = Switch::new(SwitchConfig {
-            slots: 64,
-            max_elements: 64,
-        });
+        let mut sw = empty_switch();
         let aux = AuxPath {
             via: addr(3000),
             busy_bound: 2,
