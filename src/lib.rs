@@ -24,6 +24,7 @@ pub mod emu_cmd;
 pub mod lines;
 pub mod local;
 pub mod netstorm;
+pub mod report;
 pub mod ring;
 pub mod schedule;
 pub mod selective;

@@ -566,6 +566,8 @@ fn bad_arguments_get_clear_errors_not_panics() {
         "{}",
         text(&out)
     );
+    // The OS error is in the message once, not again as its cause.
+    assert_eq!(text(&out).matches("refused").count(), 1, "{}", text(&out));
     let out = run(&["ctl", "job", "create", "--id", "70000"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let out = run(&[
