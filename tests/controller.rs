@@ -287,6 +287,124 @@ fn freeing_a_job_lets_a_waiting_job_onto_the_switch() {
     let _ = std::fs::remove_file(state);
 }
 
+/// An emulator that takes K up to `max_elements`, as a P4 switch takes
+/// the K it was compiled for, at the given addresses (ephemeral if none).
+fn narrow_emulator(max_elements: u16, at: Option<(SocketAddr, SocketAddr)>) -> LocalCluster {
+    let ephemeral = EmulatorConfig::ephemeral();
+    let (data_addr, control_addr) = at.unwrap_or((ephemeral.data_addr, ephemeral.control_addr));
+    LocalCluster::start_config(EmulatorConfig {
+        data_addr,
+        control_addr,
+        switch: SwitchConfig {
+            slots: 64,
+            max_elements,
+        },
+        ..ephemeral
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_job_goes_only_where_its_k_is_taken_and_a_refused_install_is_reported() {
+    let switch = narrow_emulator(64, None);
+    let (data, control) = (switch.emu.data_addr(), switch.control_addr());
+    let fallback = emulator(64, 0.01, 3);
+    let state = state_file("k");
+    let ctl = start(control, &[fallback.control_addr()], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let sites = c.sites().unwrap();
+    assert_eq!(sites[0].elements.as_deref(), Some("K up to 64"));
+
+    // K = 1024 is more than the switch takes: the job goes to the fallback
+    // and sums there.
+    let wide = |name: &str, fallback: bool| JobDecl {
+        elements: 1024,
+        fallback,
+        ..decl(name, 2, 8)
+    };
+    let w = c.create_job(wide("wide", true)).unwrap();
+    assert!(
+        matches!(w.placement, Placement::Fallback { host, .. } if host == fallback.control_addr()),
+        "{:?}",
+        w.placement
+    );
+    let a = run_job(ctl.addr(), "wide", 2, 20_000, 5);
+    assert!(a.fallback && a.elements == 1024 && a.data_addr == fallback.emu.data_addr());
+    // Without a fallback nothing takes it, which is said at once.
+    let err = c.create_job(wide("stuck", false)).unwrap_err().to_string();
+    assert!(
+        err.contains("K = 1024 elements per packet is not one any aggregator it may run on takes")
+            && err.contains(&format!("the switch at {control}: K up to 64")),
+        "{err}"
+    );
+    // More than a packet holds is refused whatever the aggregators.
+    let err = c
+        .create_job(JobDecl {
+            elements: 20_000,
+            ..decl("huge", 2, 8)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a packet holds 1 to 16370"), "{err}");
+
+    // Jobs the switch took, and then did not: it comes back compiled for
+    // K = 32. A job that accepts a fallback is placed there and runs; one
+    // that does not is told so at once when a worker registers.
+    let moved = c.create_job(decl("moved", 2, 8)).unwrap();
+    let pinned = c
+        .create_job(JobDecl {
+            fallback: false,
+            ..decl("pinned", 2, 8)
+        })
+        .unwrap();
+    for j in [&moved, &pinned] {
+        assert!(matches!(j.placement, Placement::Switch { .. }), "{j:?}");
+    }
+    run_job(ctl.addr(), "moved", 2, 5_000, 6);
+    switch.emu.stop();
+    let _again = narrow_emulator(32, Some((data, control)));
+    let placed = (0..200).find_map(|_| {
+        let sites = c.sites().unwrap();
+        let job = c
+            .jobs()
+            .unwrap()
+            .into_iter()
+            .find(|j| j.decl.name == "moved")?;
+        if sites[0].elements.as_deref() == Some("K up to 32") && job.placement.grant().is_some() {
+            return Some(job.placement);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        None
+    });
+    assert!(
+        matches!(placed, Some(Placement::Fallback { host, .. }) if host == fallback.control_addr()),
+        "{placed:?}"
+    );
+    let a = run_job(ctl.addr(), "moved", 2, 5_000, 7);
+    assert!(a.fallback && a.data_addr == fallback.emu.data_addr());
+    let err = Client::connect(ctl.addr(), None)
+        .unwrap()
+        .register("pinned", 0, free_port(), Duration::from_secs(30))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "job \"pinned\" cannot be placed: K = 64 elements per packet is not one any \
+             aggregator it may run on takes (the switch at {control}: K up to 32)"
+        )
+    );
+    let addr = ctl.addr().to_string();
+    let out = inagg(&["ctl", "--controller", &addr, "sites"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("K up to 32 elements per packet"),
+        "{text}"
+    );
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
 #[test]
 fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
     let first = emulator(64, 0.0, 1);

@@ -477,6 +477,10 @@ pub struct SwitchInfo {
     pub slots: u32,
     /// Largest K.
     pub max_elements: u16,
+    /// K must equal `max_elements`: a P4 program holds as many accumulators
+    /// per slot as it was compiled for (the emulator takes any K up to it).
+    #[serde(default)]
+    pub fixed_elements: bool,
     /// Jobs installed.
     pub jobs: usize,
 }

@@ -417,6 +417,7 @@ impl Switch {
         SwitchInfo {
             slots: self.config.slots,
             max_elements: self.config.max_elements,
+            fixed_elements: false,
             jobs: self.jobs.len(),
         }
     }

@@ -374,7 +374,12 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                         data.map_or("-".into(), |a| a.to_string())
                     )?;
                     writeln!(o, "slots         {}", info.slots)?;
-                    writeln!(o, "max elements  {}", info.max_elements)?;
+                    let only = if info.fixed_elements {
+                        " (the only K)"
+                    } else {
+                        ""
+                    };
+                    writeln!(o, "max elements  {}{only}", info.max_elements)?;
                     writeln!(o, "jobs          {}", info.jobs)
                 },
             )

@@ -238,6 +238,8 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
     for j in jobs {
         let state = if j.installed {
             "installed".to_string()
+        } else if j.refused.is_some() {
+            "REFUSED".to_string()
         } else {
             format!("{}/{} reg", j.registered, j.decl.workers)
         };
@@ -254,6 +256,15 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
     }
     if jobs.is_empty() {
         writeln!(o, "(no jobs)")?;
+    }
+    for j in jobs {
+        if let Some(why) = &j.refused {
+            writeln!(
+                o,
+                "job {:?} was refused where it is placed: {why}",
+                j.decl.name
+            )?;
+        }
     }
     Ok(())
 }
@@ -273,6 +284,9 @@ fn write_sites(o: &mut dyn Write, sites: &[SiteStatus], jobs: &[JobStatus]) -> s
                 .map(|r| format!("[{}, {})", r.base, r.end()))
                 .collect();
             writeln!(o, "  {free} of {slots} slots free: {}", ranges.join(" "))?;
+        }
+        if let Some(k) = &s.elements {
+            writeln!(o, "  {k} elements per packet")?;
         }
     }
     write_jobs(o, jobs)

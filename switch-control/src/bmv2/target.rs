@@ -909,6 +909,7 @@ impl Target for Bmv2Target {
         Ok(SwitchInfo {
             slots: self.schema.slots,
             max_elements: self.schema.elements,
+            fixed_elements: true,
             jobs: state.jobs.len(),
         })
     }

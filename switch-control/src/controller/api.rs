@@ -125,8 +125,13 @@ pub struct JobStatus {
     pub placement: Placement,
     /// Ranks registered in the current session.
     pub registered: u16,
-    /// Installed on its aggregator (every worker known)?
+    /// Installed on its aggregator: every worker known, and the aggregator
+    /// did not refuse it.
     pub installed: bool,
+    /// Why its aggregator refused to install it (a K or a queue map that
+    /// aggregator does not have); the job waits, placed, until deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// Membership generation of the current session.
     pub generation: u16,
     /// The aggregator's data-plane address, once placed and reachable.
@@ -171,6 +176,10 @@ pub struct SiteStatus {
     pub error: Option<String>,
     /// Slots (once reached).
     pub slots: Option<u32>,
+    /// The K it takes, in words: "K up to 16370", "K = 64 only" (once
+    /// reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elements: Option<String>,
     /// Free slots.
     pub free: Option<u32>,
     /// Free ranges.

@@ -424,6 +424,17 @@ fn register(
             ));
         }
         let status = core.status(job);
+        if let Some(why) = status.refused {
+            return Err(format!(
+                "job {name:?} cannot run where it is placed: {why}; \
+                 delete it and create it again with settings that aggregator takes"
+            ));
+        }
+        if job.placement == Placement::Waiting {
+            if let Some(why) = core.too_wide(&job.decl) {
+                return Err(format!("job {name:?} cannot be placed: {why}"));
+            }
+        }
         if let (true, Some(data_addr), Some(grant)) =
             (status.installed, status.data_addr, job.placement.grant())
         {
@@ -444,8 +455,10 @@ fn register(
         let now = Instant::now();
         if now >= deadline || shared.stop.load(Ordering::Acquire) {
             let why = if job.placement == Placement::Waiting {
-                "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
-                    .to_string()
+                core.too_wide(&job.decl).unwrap_or_else(|| {
+                    "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
+                        .to_string()
+                })
             } else {
                 format!(
                     "{} of {} workers registered",

@@ -100,6 +100,12 @@ pub struct Site {
     pub alloc: Option<SlotAllocator>,
     /// Where its data plane listens, once reached.
     pub data_addr: Option<SocketAddr>,
+    /// The largest K it takes, once reached, and whether that is the only
+    /// K it takes (a P4 program's is fixed when it is compiled).
+    pub elements: Option<(u16, bool)>,
+    /// Jobs it refused to install, by id, with its reason: placed here but
+    /// not running, until deleted (or taken at a later attempt).
+    refused: BTreeMap<u16, String>,
     kind: &'static str,
     error: Option<String>,
 }
@@ -114,9 +120,29 @@ impl Site {
             target: None,
             alloc: None,
             data_addr: None,
+            elements: None,
+            refused: BTreeMap::new(),
             kind: "?",
             error: None,
         }
+    }
+
+    /// Whether a job's K is one this site takes, as far as is known (a
+    /// site not reached yet might).
+    fn may_take(&self, decl: &JobDecl) -> bool {
+        match self.elements {
+            None => true,
+            Some((k, true)) => decl.elements == k,
+            Some((max, false)) => decl.elements <= max,
+        }
+    }
+
+    /// The K it takes, in words, once reached.
+    fn elements_taken(&self) -> Option<String> {
+        self.elements.map(|e| match e {
+            (k, true) => format!("K = {k} only"),
+            (max, false) => format!("K up to {max}"),
+        })
     }
 
     /// What `inagg ctl sites` shows.
@@ -128,6 +154,7 @@ impl Site {
             up: self.target.is_some(),
             error: self.error.clone(),
             slots: self.alloc.as_ref().map(SlotAllocator::slots),
+            elements: self.elements_taken(),
             free: self.alloc.as_ref().map(SlotAllocator::free),
             free_ranges: self
                 .alloc
@@ -182,10 +209,11 @@ impl Site {
             let mut t = (self.connect)()?;
             let info = t.info()?;
             let data = t.data_addr()?;
-            Ok::<_, ControlError>((t, info.slots, data))
+            Ok::<_, ControlError>((t, info, data))
         })();
         match attempt {
-            Ok((t, slots, data)) => {
+            Ok((t, info, data)) => {
+                let slots = info.slots;
                 tracing::info!(
                     "reached the {} ({}) at {}: {slots} slots",
                     self.role,
@@ -196,6 +224,7 @@ impl Site {
                 self.target = Some(t);
                 // Filled from the stored placements by `Core::reserve_site`.
                 self.alloc = Some(SlotAllocator::new(slots));
+                self.elements = Some((info.max_elements, info.fixed_elements));
                 // An emulator bound to 0.0.0.0 is reached at its control host.
                 self.data_addr = data.map(|mut a| {
                     if a.ip().is_unspecified() {
@@ -247,29 +276,34 @@ impl Site {
                     t.delete_group(*id)?;
                 }
             }
-            // Ok(true): done; Ok(false): refused (reported, the rest goes on).
-            let mut done = |r: Result<(), ControlError>| match r {
-                Ok(()) => Ok(true),
-                Err(ControlError::Job(e)) => {
-                    problems.push(e.to_string());
-                    Ok(false)
-                }
-                Err(e) => Err(e),
-            };
+            self.refused.retain(|id, _| want.jobs.contains_key(id));
             for (id, spec) in &want.jobs {
-                if have.get(id) != Some(spec) && done(t.create_job(spec))? {
-                    let (base, end) = (spec.pool_base, spec.pool_end());
-                    let (n, g) = (spec.workers.len(), spec.generation);
-                    tracing::info!(
-                        "installed job {id} on the {}: slots [{base}, {end}), {n} workers, \
-                         generation {g}",
-                        self.role
-                    );
+                if have.get(id) == Some(spec) {
+                    continue;
+                }
+                match refusal(t.create_job(spec))? {
+                    None => {
+                        self.refused.remove(id);
+                        let (base, end) = (spec.pool_base, spec.pool_end());
+                        let (n, g) = (spec.workers.len(), spec.generation);
+                        tracing::info!(
+                            "installed job {id} on the {}: slots [{base}, {end}), {n} workers, \
+                             generation {g}",
+                            self.role
+                        );
+                    }
+                    // Said once, not at every reconcile that tries again.
+                    Some(why) => {
+                        if self.refused.get(id) != Some(&why) {
+                            problems.push(format!("the {} refused job {id}: {why}", self.role));
+                            self.refused.insert(*id, why);
+                        }
+                    }
                 }
             }
             for (id, spec) in &want.groups {
                 if groups.get(id) != Some(spec) {
-                    done(t.create_group(spec))?;
+                    problems.extend(refusal(t.create_group(spec))?);
                 }
             }
             sync_priority(t.as_mut(), priority)
@@ -281,6 +315,19 @@ impl Site {
             }
         }
         problems
+    }
+}
+
+/// A target's answer to an install: `None` when done, the reason when it
+/// refused (the request's fault, reported while the rest goes on), or an
+/// error of the connection (which marks the site down).
+fn refusal(r: Result<(), ControlError>) -> Result<Option<String>, ControlError> {
+    match r {
+        Ok(()) => Ok(None),
+        Err(
+            e @ (ControlError::Job(_) | ControlError::Api(_) | ControlError::Unsupported { .. }),
+        ) => Ok(Some(e.to_string())),
+        Err(e) => Err(e),
     }
 }
 
@@ -591,12 +638,14 @@ impl Core {
         let site = self
             .site_index(&job.placement)
             .and_then(|i| self.sites.get(i));
+        let refused = site.and_then(|s| s.refused.get(&job.id)).cloned();
         JobStatus {
             decl: job.decl.clone(),
             id: job.id,
             placement: job.placement,
             registered: job.session.iter().filter(|&&r| r).count() as u16,
-            installed: job.spec().is_some(),
+            installed: job.spec().is_some() && refused.is_none(),
+            refused,
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
         }
@@ -605,6 +654,12 @@ impl Core {
     /// Admits a job: checks it, gives it an id, places its pool.
     pub fn create(&mut self, decl: JobDecl) -> Result<JobStatus, CoreError> {
         check_decl(&decl)?;
+        if let Some(message) = self.too_wide(&decl) {
+            return Err(CoreError::BadJob {
+                name: decl.name,
+                message,
+            });
+        }
         if self.jobs.contains_key(&decl.name) {
             return Err(CoreError::Exists(decl.name));
         }
@@ -635,8 +690,44 @@ impl Core {
         Ok(status)
     }
 
+    /// The aggregators a job may run on: the switch, and the fallbacks if
+    /// it accepts one.
+    fn candidates(&self, decl: &JobDecl) -> &[Site] {
+        if decl.fallback {
+            &self.sites
+        } else {
+            &self.sites[..1]
+        }
+    }
+
+    /// Why no aggregator the job may run on takes its K, when every one of
+    /// them is known to refuse it (a site not reached yet might take it).
+    pub fn too_wide(&self, decl: &JobDecl) -> Option<String> {
+        let sites = self.candidates(decl);
+        if sites.iter().any(|s| s.may_take(decl)) {
+            return None;
+        }
+        let limits: Vec<String> = sites
+            .iter()
+            .filter_map(|s| {
+                Some(format!(
+                    "the {} at {}: {}",
+                    s.role,
+                    s.control,
+                    s.elements_taken()?
+                ))
+            })
+            .collect();
+        Some(format!(
+            "K = {} elements per packet is not one any aggregator it may run on takes ({})",
+            decl.elements,
+            limits.join(", ")
+        ))
+    }
+
     /// Where a new pool goes: the switch (whole or partial grant), else a
-    /// fallback with room (if the job accepts one), else nowhere yet. When
+    /// fallback with room (if the job accepts one), else nowhere yet. Only
+    /// an aggregator that takes the job's K is given it. When
     /// no free range of the switch holds the request, the switch's memory
     /// is first compacted as far as jobs between all-reduces allow.
     fn place(&mut self, decl: &JobDecl) -> Placement {
@@ -646,18 +737,20 @@ impl Core {
                 .as_ref()
                 .map(|a| a.largest_free().map_or(0, |g| g.size))
         };
-        if largest(self).is_some_and(|l| l < decl.slots) {
+        let on_switch = self.sites[0].may_take(decl);
+        if on_switch && largest(self).is_some_and(|l| l < decl.slots) {
             self.defragment(&decl.name);
         }
         if let Some(grant) = self.sites[0]
             .alloc
             .as_mut()
+            .filter(|_| on_switch)
             .and_then(|a| a.allocate(decl.slots))
         {
             return Placement::Switch { grant };
         }
         if decl.fallback {
-            for site in &mut self.sites[1..] {
+            for site in self.sites[1..].iter_mut().filter(|s| s.may_take(decl)) {
                 if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
                     return Placement::Fallback {
                         host: site.control,
@@ -893,10 +986,18 @@ impl Core {
             .map(|j| j.decl.name.clone())
             .collect();
         for name in names {
+            let site = &self.sites[i];
             let job = self.jobs.get_mut(&name).expect("listed above");
             let grant: Grant = job.placement.grant().expect("placed");
-            if let Err(e) = alloc.reserve(grant) {
-                problems.push(format!("job {name:?}: {e}; waiting for slots again"));
+            let why = if site.may_take(&job.decl) {
+                alloc.reserve(grant).err().map(|e| e.to_string())
+            } else {
+                let taken = site.elements_taken().unwrap_or_default();
+                let k = job.decl.elements;
+                Some(format!("K = {k}, and the {} now takes {taken}", site.role))
+            };
+            if let Some(why) = why {
+                problems.push(format!("job {name:?}: {why}; placed again"));
                 job.placement = Placement::Waiting;
                 if let Err(e) = self.store.put_job(job) {
                     problems.push(e.to_string());
@@ -930,8 +1031,12 @@ pub(crate) fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
     if d.slots == 0 || d.slots > 65536 {
         return bad(format!("{} slots; ask for 1 to 65536", d.slots));
     }
-    if d.elements == 0 {
-        return bad("K (elements per packet) must be at least 1".into());
+    if d.elements == 0 || usize::from(d.elements) > inagg_wire::MAX_ELEMENTS {
+        return bad(format!(
+            "K = {} elements per packet; a packet holds 1 to {}",
+            d.elements,
+            inagg_wire::MAX_ELEMENTS
+        ));
     }
     if let Err(e) = inagg_emu::api::check_queue_map(&d.queues) {
         return bad(e.to_string());
