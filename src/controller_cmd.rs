@@ -30,6 +30,12 @@ pub struct ControllerArgs {
     /// 127.0.0.1:9559 for bmv2].
     #[arg(long)]
     pub switch: Option<SocketAddr>,
+    /// Where workers send to reach the switch's data plane, e.g.
+    /// 10.0.0.254:47000. Needed with --target bmv2: a P4 switch takes
+    /// inagg's UDP port at any address routed through it, so it cannot say
+    /// which one workers use. With emu it overrides what the emulator says.
+    #[arg(long, value_name = "ADDR")]
+    pub switch_data: Option<SocketAddr>,
     /// Options of the bmv2 target.
     #[command(flatten)]
     pub bmv2: Bmv2Args,
@@ -73,6 +79,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         token: a.token.clone(),
         state: a.state.clone(),
         switch: (switch, switch_connect),
+        switch_data: a.switch_data,
         fallbacks,
         reconcile_every: Duration::from_millis(a.reconcile_ms),
     })?;
@@ -82,6 +89,12 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         a.fallbacks.len(),
         a.state.display()
     );
+    if kind == TargetKind::Bmv2 && a.switch_data.is_none() {
+        eprintln!(
+            "inagg controller: without --switch-data, workers that register cannot be told where \
+             the switch's data plane is (bmv2 does not say); they are refused with that advice"
+        );
+    }
     let _metrics = match a.metrics {
         Some(addr) => {
             let (api, token) = (controller.addr(), a.token.clone());

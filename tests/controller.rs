@@ -59,6 +59,7 @@ fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controll
         token: None,
         state: state.to_path_buf(),
         switch: (switch, connector(switch)),
+        switch_data: None,
         fallbacks: fallbacks.iter().map(|&a| (a, connector(a))).collect(),
         reconcile_every: Duration::from_millis(100),
     })
@@ -474,6 +475,7 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         token: None,
         state: state.clone(),
         switch: (switch.control_addr(), connector(switch.control_addr())),
+        switch_data: None,
         fallbacks: vec![],
         reconcile_every: Duration::from_millis(100),
     });
@@ -485,6 +487,7 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         token: Some("s3cret".into()),
         state: state.clone(),
         switch: (switch.control_addr(), connector(switch.control_addr())),
+        switch_data: None,
         fallbacks: vec![],
         reconcile_every: Duration::from_millis(100),
     })

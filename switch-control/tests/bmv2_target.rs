@@ -1596,3 +1596,159 @@ fn ctl_drives_the_bmv2_target() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The controller with bmv2 as its switch (the recording server here):
+/// bmv2 takes its compiled K only and has no per-job priority maps, and
+/// does not say where its data plane is.
+#[test]
+fn the_controller_places_jobs_on_bmv2_and_keeps_a_refusal_to_its_job() {
+    use inagg_emu::egress::ClassQueue;
+    use inagg_switch_control::controller::api::{JobDecl, Placement};
+    use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
+
+    let sw = Switch::with_pipeline();
+    let options = sw.options();
+    let connect: Connector = Box::new(move || {
+        Ok(Box::new(Bmv2Target::connect(options.clone())?) as Box<dyn Target + Send>)
+    });
+    let state = std::env::temp_dir().join(format!("inagg-bmv2-ctl-{}.redb", std::process::id()));
+    let _ = std::fs::remove_file(&state);
+    let data: SocketAddr = "10.0.0.254:47000".parse().unwrap();
+    let start = |switch_data: Option<SocketAddr>, connect: Connector| {
+        Controller::start(ControllerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: None,
+            state: state.clone(),
+            switch: (sw.addr, connect),
+            switch_data,
+            fallbacks: Vec::new(),
+            reconcile_every: Duration::from_millis(100),
+        })
+        .unwrap()
+    };
+    let ctl = start(Some(data), connect);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let site = &c.sites().unwrap()[0];
+    assert!(site.up, "{site:?}");
+    assert_eq!(site.elements.as_deref(), Some("K = 64 only"));
+    let job = |name: &str, endpoints: &[&str]| JobDecl {
+        name: name.into(),
+        workers: 2,
+        slots: 16,
+        elements: 64,
+        fallback: false,
+        endpoints: Some(endpoints.iter().map(|e| e.parse().unwrap()).collect()),
+        queues: Vec::new(),
+    };
+
+    // K = 32 is not the program's: refused at once.
+    let err = c
+        .create_job(JobDecl {
+            elements: 32,
+            ..job("narrow", &["10.0.0.1:6000", "10.0.0.2:6000"])
+        })
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "job \"narrow\": K = 32 elements per packet is not one any aggregator it may run on \
+             takes (the switch at {}: K = 64 only)",
+            sw.addr
+        )
+    );
+
+    // A job with its own priority map is placed, and refused by bmv2. The
+    // refusal is that job's: the switch stays up and takes the next job.
+    let queued = c
+        .create_job(JobDecl {
+            queues: vec![ClassQueue { class: 0, queue: 7 }],
+            ..job("queued", &["10.0.0.1:5000", "10.0.0.2:5001"])
+        })
+        .unwrap();
+    assert!(matches!(queued.placement, Placement::Switch { .. }));
+    let plain = c
+        .create_job(job("plain", &["10.0.0.1:5002", "10.0.0.3:5000"]))
+        .unwrap();
+    let jobs = c.jobs().unwrap();
+    let status = |name: &str| jobs.iter().find(|j| j.decl.name == name).unwrap().clone();
+    let q = status("queued");
+    assert!(!q.installed);
+    assert!(
+        q.refused.as_deref().is_some_and(
+            |r| r.starts_with("the bmv2 target does not support per-job priority maps")
+        ),
+        "{q:?}"
+    );
+    let p = status("plain");
+    assert!(p.installed && p.refused.is_none(), "{p:?}");
+    assert!(c.sites().unwrap()[0].up);
+    let on_switch: Vec<u16> = sw
+        .connect()
+        .jobs()
+        .unwrap()
+        .iter()
+        .map(|j| j.spec.id)
+        .collect();
+    assert_eq!(on_switch, vec![plain.id]);
+
+    // Workers of the refused job are told why once their session is
+    // complete; workers of another job are sent to --switch-data.
+    let ctl_addr = ctl.addr();
+    let register = |job: &'static str, rank: u16, endpoint: &'static str| {
+        std::thread::spawn(move || {
+            Client::connect(ctl_addr, None)
+                .unwrap()
+                .register(
+                    job,
+                    rank,
+                    endpoint.parse().unwrap(),
+                    Duration::from_secs(20),
+                )
+                .map_err(|e| e.to_string())
+        })
+    };
+    let refused: Vec<_> = [(0, "10.0.0.1:5000"), (1, "10.0.0.2:5001")]
+        .into_iter()
+        .map(|(rank, e)| register("queued", rank, e))
+        .collect();
+    for r in refused {
+        let err = r.join().unwrap().unwrap_err();
+        assert!(
+            err.starts_with("job \"queued\" cannot run where it is placed: the bmv2 target does not support per-job priority maps"),
+            "{err}"
+        );
+    }
+    let admitted: Vec<_> = [(0, "10.0.0.1:5002"), (1, "10.0.0.3:5000")]
+        .into_iter()
+        .map(|(rank, e)| register("plain", rank, e))
+        .collect();
+    for r in admitted {
+        let a = r.join().unwrap().unwrap();
+        assert_eq!((a.data_addr, a.elements, a.fallback), (data, 64, false));
+    }
+    drop(ctl);
+
+    // Without --switch-data a registering worker is told what to pass.
+    let options = sw.options();
+    let connect: Connector = Box::new(move || {
+        Ok(Box::new(Bmv2Target::connect(options.clone())?) as Box<dyn Target + Send>)
+    });
+    let ctl = start(None, connect);
+    let err = Client::connect(ctl.addr(), None)
+        .unwrap()
+        .register(
+            "plain",
+            0,
+            "10.0.0.1:5002".parse().unwrap(),
+            Duration::from_secs(20),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("start the controller with --switch-data ADDR"),
+        "{err}"
+    );
+    drop(ctl);
+    let _ = std::fs::remove_file(&state);
+}

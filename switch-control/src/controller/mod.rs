@@ -46,6 +46,9 @@ pub struct ControllerConfig {
     pub state: PathBuf,
     /// The switch: its control address and how to connect.
     pub switch: (SocketAddr, Connector),
+    /// Where workers send to the switch's data plane, when the target does
+    /// not say (bmv2) or says otherwise.
+    pub switch_data: Option<SocketAddr>,
     /// Host emulators for fallback: control address and connector.
     pub fallbacks: Vec<(SocketAddr, Connector)>,
     /// How often every aggregator is checked and brought in step.
@@ -129,7 +132,8 @@ impl Controller {
             return Err(StartError::NoToken(config.listen));
         }
         let store = Store::open(&config.state).map_err(CoreError::from)?;
-        let mut sites = vec![Site::new("switch", config.switch.0, config.switch.1)];
+        let switch = Site::new("switch", config.switch.0, config.switch.1);
+        let mut sites = vec![switch.with_data_addr(config.switch_data)];
         for (addr, connect) in config.fallbacks {
             sites.push(Site::new("fallback", addr, connect));
         }
@@ -424,7 +428,7 @@ fn register(
             ));
         }
         let status = core.status(job);
-        if let Some(why) = status.refused {
+        if let Some(why) = core.site_of(job).and_then(|s| s.refused(job)) {
             return Err(format!(
                 "job {name:?} cannot run where it is placed: {why}; \
                  delete it and create it again with settings that aggregator takes"
@@ -434,6 +438,14 @@ fn register(
             if let Some(why) = core.too_wide(&job.decl) {
                 return Err(format!("job {name:?} cannot be placed: {why}"));
             }
+        }
+        if let Some(site) = core.site_of(job).filter(|s| s.lacks_data_addr()) {
+            return Err(format!(
+                "job {name:?} is on the {} at {}, which does not say where workers send their \
+                 packets: start the controller with --switch-data ADDR (an address routed \
+                 through the switch, at inagg's UDP port)",
+                site.role, site.control
+            ));
         }
         if let (true, Some(data_addr), Some(grant)) =
             (status.installed, status.data_addr, job.placement.grant())

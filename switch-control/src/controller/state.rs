@@ -2,7 +2,7 @@
 //! has registered, and the aggregators (the switch and host emulators) it
 //! keeps in step with that state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use inagg_emu::api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
@@ -100,12 +100,18 @@ pub struct Site {
     pub alloc: Option<SlotAllocator>,
     /// Where its data plane listens, once reached.
     pub data_addr: Option<SocketAddr>,
+    /// Where workers reach its data plane, as the operator gave it: for a
+    /// target that does not say (a P4 switch takes inagg's UDP port at any
+    /// address routed through it), or to override what it says.
+    data_given: Option<SocketAddr>,
     /// The largest K it takes, once reached, and whether that is the only
     /// K it takes (a P4 program's is fixed when it is compiled).
     pub elements: Option<(u16, bool)>,
-    /// Jobs it refused to install, by id, with its reason: placed here but
-    /// not running, until deleted (or taken at a later attempt).
-    refused: BTreeMap<u16, String>,
+    /// Jobs it refused to install, by id: the session (generation) it
+    /// refused and its reason. Kept while the job is placed here, so that
+    /// a new session's workers see why the last one did not run; cleared
+    /// when an install is taken.
+    refused: BTreeMap<u16, (u16, String)>,
     kind: &'static str,
     error: Option<String>,
 }
@@ -120,11 +126,32 @@ impl Site {
             target: None,
             alloc: None,
             data_addr: None,
+            data_given: None,
             elements: None,
             refused: BTreeMap::new(),
             kind: "?",
             error: None,
         }
+    }
+
+    /// The site, with the address workers reach its data plane at given by
+    /// the operator (`None`: what the target says).
+    pub fn with_data_addr(mut self, data: Option<SocketAddr>) -> Site {
+        self.data_given = data;
+        self
+    }
+
+    /// Why it refused the job's current session, if it did.
+    pub fn refused(&self, job: &JobRecord) -> Option<&str> {
+        self.refused
+            .get(&job.id)
+            .filter(|(g, _)| *g == job.generation)
+            .map(|(_, why)| why.as_str())
+    }
+
+    /// Reached, but with no data-plane address to give workers.
+    pub fn lacks_data_addr(&self) -> bool {
+        self.target.is_some() && self.data_addr.is_none()
     }
 
     /// Whether a job's K is one this site takes, as far as is known (a
@@ -226,12 +253,12 @@ impl Site {
                 self.alloc = Some(SlotAllocator::new(slots));
                 self.elements = Some((info.max_elements, info.fixed_elements));
                 // An emulator bound to 0.0.0.0 is reached at its control host.
-                self.data_addr = data.map(|mut a| {
+                self.data_addr = self.data_given.or(data.map(|mut a| {
                     if a.ip().is_unspecified() {
                         a.set_ip(self.control.ip());
                     }
                     a
-                });
+                }));
                 self.error = None;
                 true
             }
@@ -276,7 +303,7 @@ impl Site {
                     t.delete_group(*id)?;
                 }
             }
-            self.refused.retain(|id, _| want.jobs.contains_key(id));
+            self.refused.retain(|id, _| want.placed.contains(id));
             for (id, spec) in &want.jobs {
                 if have.get(id) == Some(spec) {
                     continue;
@@ -294,9 +321,11 @@ impl Site {
                     }
                     // Said once, not at every reconcile that tries again.
                     Some(why) => {
-                        if self.refused.get(id) != Some(&why) {
-                            problems.push(format!("the {} refused job {id}: {why}", self.role));
-                            self.refused.insert(*id, why);
+                        let refusal = (spec.generation, why);
+                        if self.refused.get(id) != Some(&refusal) {
+                            problems
+                                .push(format!("the {} refused job {id}: {}", self.role, refusal.1));
+                            self.refused.insert(*id, refusal);
                         }
                     }
                 }
@@ -334,8 +363,11 @@ fn refusal(r: Result<(), ControlError>) -> Result<Option<String>, ControlError> 
 /// What one aggregator should hold.
 #[derive(Debug, Default)]
 struct Desired {
+    /// The jobs to install: those placed here with every worker known.
     jobs: BTreeMap<u16, JobSpec>,
     groups: BTreeMap<u16, GroupSpec>,
+    /// Every job placed here, installable or not.
+    placed: BTreeSet<u16>,
 }
 
 /// The hand-made groups a target holds. A target without groups holds none;
@@ -633,19 +665,24 @@ impl Core {
         }
     }
 
+    /// The aggregator a job is placed on.
+    pub fn site_of(&self, job: &JobRecord) -> Option<&Site> {
+        self.site_index(&job.placement)
+            .and_then(|i| self.sites.get(i))
+    }
+
     /// Status of one job.
     pub fn status(&self, job: &JobRecord) -> JobStatus {
-        let site = self
-            .site_index(&job.placement)
-            .and_then(|i| self.sites.get(i));
-        let refused = site.and_then(|s| s.refused.get(&job.id)).cloned();
+        let site = self.site_of(job);
+        let refused_now = site.and_then(|s| s.refused(job)).is_some();
+        let refusal = site.and_then(|s| s.refused.get(&job.id));
         JobStatus {
             decl: job.decl.clone(),
             id: job.id,
             placement: job.placement,
             registered: job.session.iter().filter(|&&r| r).count() as u16,
-            installed: job.spec().is_some() && refused.is_none(),
-            refused,
+            installed: job.spec().is_some() && !refused_now,
+            refused: refusal.map(|(_, why)| why.clone()),
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
         }
@@ -960,7 +997,18 @@ impl Core {
                 0 => self.groups.values().map(|g| (g.id, g.spec())).collect(),
                 _ => BTreeMap::new(),
             };
-            problems.extend(self.sites[i].sync(&Desired { jobs, groups }, &priority));
+            let placed = self
+                .jobs
+                .values()
+                .filter(|j| self.on_site(j, i))
+                .map(|j| j.id)
+                .collect();
+            let want = Desired {
+                jobs,
+                groups,
+                placed,
+            };
+            problems.extend(self.sites[i].sync(&want, &priority));
         }
         problems
     }
