@@ -32,13 +32,35 @@ pub struct Store {
     path: String,
 }
 
+/// What went wrong opening the file, and what to do, decided by redb's
+/// error rather than guessed: a lock held, the file unreadable, or a file
+/// that is not a controller's database.
+fn open_advice(e: redb::DatabaseError) -> String {
+    match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => {
+            format!(
+                "{e}: another controller is using it (stop it, or give this one its own --state)"
+            )
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if io.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            format!("cannot open: {io}")
+        }
+        other => format!(
+            "not a controller database, or damaged ({other}): restore it, or move it aside \
+             to start with no jobs (the switch's jobs are then removed)"
+        ),
+    }
+}
+
 impl Store {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let name = path.display().to_string();
         let db = Database::create(path).map_err(|e| StoreError {
             path: name.clone(),
-            message: format!("{e} (is another controller using it?)"),
+            message: open_advice(e),
         })?;
         let store = Store {
             db: Some(db),
@@ -132,5 +154,58 @@ impl Store {
             }
         }
         txn.commit().map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("inagg-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    fn open_error(path: &Path) -> String {
+        match Store::open(path) {
+            Ok(_) => panic!("{} opened", path.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn each_way_a_state_file_cannot_be_opened_gets_its_own_advice() {
+        let held = scratch("held");
+        let first = Store::open(&held).unwrap();
+        let err = open_error(&held);
+        assert!(err.contains("another controller is using it"), "{err}");
+        drop(first);
+        Store::open(&held).unwrap();
+
+        let garbage = scratch("garbage");
+        std::fs::write(
+            &garbage,
+            b"not a database, but long enough to be read as one",
+        )
+        .unwrap();
+        let err = open_error(&garbage);
+        assert!(
+            err.contains("not a controller database, or damaged"),
+            "{err}"
+        );
+        assert!(!err.contains("another controller"), "{err}");
+
+        let missing = std::env::temp_dir()
+            .join("inagg-no-such-dir")
+            .join("state.redb");
+        let err = open_error(&missing);
+        assert!(
+            err.contains("cannot open: No such file or directory"),
+            "{err}"
+        );
+        for p in [held, garbage] {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
