@@ -1695,36 +1695,38 @@ fn the_controller_places_jobs_on_bmv2_and_keeps_a_refusal_to_its_job() {
     // Workers of the refused job are told why once their session is
     // complete; workers of another job are sent to --switch-data.
     let ctl_addr = ctl.addr();
-    let register = |job: &'static str, rank: u16, endpoint: &'static str| {
-        std::thread::spawn(move || {
-            Client::connect(ctl_addr, None)
-                .unwrap()
-                .register(
-                    job,
-                    rank,
-                    endpoint.parse().unwrap(),
-                    Duration::from_secs(20),
-                )
-                .map_err(|e| e.to_string())
-        })
+    // Every rank at once (a session is complete when all have registered).
+    let register_all = |job: &'static str, endpoints: [&'static str; 2]| {
+        let ranks: Vec<_> = (0u16..)
+            .zip(endpoints)
+            .map(|(rank, endpoint)| {
+                std::thread::spawn(move || {
+                    Client::connect(ctl_addr, None)
+                        .unwrap()
+                        .register(
+                            job,
+                            rank,
+                            endpoint.parse().unwrap(),
+                            Duration::from_secs(20),
+                        )
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
     };
-    let refused: Vec<_> = [(0, "10.0.0.1:5000"), (1, "10.0.0.2:5001")]
-        .into_iter()
-        .map(|(rank, e)| register("queued", rank, e))
-        .collect();
-    for r in refused {
-        let err = r.join().unwrap().unwrap_err();
+    for r in register_all("queued", ["10.0.0.1:5000", "10.0.0.2:5001"]) {
+        let err = r.unwrap_err();
         assert!(
             err.starts_with("job \"queued\" cannot run where it is placed: the bmv2 target does not support per-job priority maps"),
             "{err}"
         );
     }
-    let admitted: Vec<_> = [(0, "10.0.0.1:5002"), (1, "10.0.0.3:5000")]
-        .into_iter()
-        .map(|(rank, e)| register("plain", rank, e))
-        .collect();
-    for r in admitted {
-        let a = r.join().unwrap().unwrap();
+    for r in register_all("plain", ["10.0.0.1:5002", "10.0.0.3:5000"]) {
+        let a = r.unwrap();
         assert_eq!((a.data_addr, a.elements, a.fallback), (data, 64, false));
     }
     drop(ctl);

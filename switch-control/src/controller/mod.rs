@@ -30,7 +30,7 @@ pub use client::Client;
 pub use state::Connector;
 
 use api::{Admission, Envelope, Placement, Reply, Request, Response};
-use state::{Core, CoreError, Site};
+use state::{Core, CoreError, JobRecord, Site};
 use store::Store;
 
 /// Longest a registration waits for the rest of its job.
@@ -406,6 +406,33 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
     }
 }
 
+/// Why a registered worker's job cannot run as things stand, so that the
+/// worker is told at once rather than when its wait runs out: its
+/// aggregator refused this session's install, no aggregator it may run on
+/// takes its K, or its aggregator does not say where workers send.
+fn cannot_run(core: &Core, job: &JobRecord) -> Option<String> {
+    let site = core.site_of(job);
+    if let Some(why) = site.and_then(|s| s.refused(job)) {
+        return Some(format!(
+            "cannot run where it is placed: {why}; \
+             delete it and create it again with settings that aggregator takes"
+        ));
+    }
+    if job.placement == Placement::Waiting {
+        return core
+            .too_wide(&job.decl)
+            .map(|why| format!("cannot be placed: {why}"));
+    }
+    site.filter(|s| s.lacks_data_addr()).map(|s| {
+        format!(
+            "is on the {} at {}, which does not say where workers send their packets: start \
+             the controller with --switch-data ADDR (an address routed through the switch, at \
+             inagg's UDP port)",
+            s.role, s.control
+        )
+    })
+}
+
 /// Records the worker, then waits until its job is installed with this
 /// worker in it, and tells it where and how to run.
 fn register(
@@ -427,26 +454,10 @@ fn register(
                 "job {name:?}: rank {rank} registered again elsewhere, starting a new session"
             ));
         }
+        if let Some(why) = cannot_run(&core, job) {
+            return Err(format!("job {name:?} {why}"));
+        }
         let status = core.status(job);
-        if let Some(why) = core.site_of(job).and_then(|s| s.refused(job)) {
-            return Err(format!(
-                "job {name:?} cannot run where it is placed: {why}; \
-                 delete it and create it again with settings that aggregator takes"
-            ));
-        }
-        if job.placement == Placement::Waiting {
-            if let Some(why) = core.too_wide(&job.decl) {
-                return Err(format!("job {name:?} cannot be placed: {why}"));
-            }
-        }
-        if let Some(site) = core.site_of(job).filter(|s| s.lacks_data_addr()) {
-            return Err(format!(
-                "job {name:?} is on the {} at {}, which does not say where workers send their \
-                 packets: start the controller with --switch-data ADDR (an address routed \
-                 through the switch, at inagg's UDP port)",
-                site.role, site.control
-            ));
-        }
         if let (true, Some(data_addr), Some(grant)) =
             (status.installed, status.data_addr, job.placement.grant())
         {
@@ -467,10 +478,8 @@ fn register(
         let now = Instant::now();
         if now >= deadline || shared.stop.load(Ordering::Acquire) {
             let why = if job.placement == Placement::Waiting {
-                core.too_wide(&job.decl).unwrap_or_else(|| {
-                    "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
-                        .to_string()
-                })
+                "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
+                    .to_string()
             } else {
                 format!(
                     "{} of {} workers registered",

@@ -106,12 +106,12 @@ pub struct Site {
     data_given: Option<SocketAddr>,
     /// The largest K it takes, once reached, and whether that is the only
     /// K it takes (a P4 program's is fixed when it is compiled).
-    pub elements: Option<(u16, bool)>,
+    elements: Option<(u16, bool)>,
     /// Jobs it refused to install, by id: the session (generation) it
     /// refused and its reason. Kept while the job is placed here, so that
     /// a new session's workers see why the last one did not run; cleared
     /// when an install is taken.
-    refused: BTreeMap<u16, (u16, String)>,
+    refusals: BTreeMap<u16, (u16, String)>,
     kind: &'static str,
     error: Option<String>,
 }
@@ -128,7 +128,7 @@ impl Site {
             data_addr: None,
             data_given: None,
             elements: None,
-            refused: BTreeMap::new(),
+            refusals: BTreeMap::new(),
             kind: "?",
             error: None,
         }
@@ -143,7 +143,7 @@ impl Site {
 
     /// Why it refused the job's current session, if it did.
     pub fn refused(&self, job: &JobRecord) -> Option<&str> {
-        self.refused
+        self.refusals
             .get(&job.id)
             .filter(|(g, _)| *g == job.generation)
             .map(|(_, why)| why.as_str())
@@ -303,14 +303,14 @@ impl Site {
                     t.delete_group(*id)?;
                 }
             }
-            self.refused.retain(|id, _| want.placed.contains(id));
+            self.refusals.retain(|id, _| want.placed.contains(id));
             for (id, spec) in &want.jobs {
                 if have.get(id) == Some(spec) {
                     continue;
                 }
                 match refusal(t.create_job(spec))? {
                     None => {
-                        self.refused.remove(id);
+                        self.refusals.remove(id);
                         let (base, end) = (spec.pool_base, spec.pool_end());
                         let (n, g) = (spec.workers.len(), spec.generation);
                         tracing::info!(
@@ -322,10 +322,10 @@ impl Site {
                     // Said once, not at every reconcile that tries again.
                     Some(why) => {
                         let refusal = (spec.generation, why);
-                        if self.refused.get(id) != Some(&refusal) {
+                        if self.refusals.get(id) != Some(&refusal) {
                             problems
                                 .push(format!("the {} refused job {id}: {}", self.role, refusal.1));
-                            self.refused.insert(*id, refusal);
+                            self.refusals.insert(*id, refusal);
                         }
                     }
                 }
@@ -675,7 +675,7 @@ impl Core {
     pub fn status(&self, job: &JobRecord) -> JobStatus {
         let site = self.site_of(job);
         let refused_now = site.and_then(|s| s.refused(job)).is_some();
-        let refusal = site.and_then(|s| s.refused.get(&job.id));
+        let refusal = site.and_then(|s| s.refusals.get(&job.id));
         JobStatus {
             decl: job.decl.clone(),
             id: job.id,
