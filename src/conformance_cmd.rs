@@ -25,7 +25,7 @@ use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::target::Target;
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
 
-use crate::report::anyhow_text;
+use crate::report::error_text;
 
 /// Options of `inagg conformance`.
 #[derive(Debug, Clone, Args)]
@@ -83,7 +83,7 @@ pub fn run(args: &ConformanceArgs) -> Result<()> {
         let case = conformance::load(path).map_err(|e| anyhow!(e))?;
         let outcome = match &mut wire {
             None => conformance::run(&case),
-            Some(w) => w.replay(&case).map_err(|e| anyhow_text(&e)),
+            Some(w) => w.replay(&case).map_err(|e| error_text(&e)),
         };
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         match outcome {

@@ -108,7 +108,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("inagg: error: {}", inagg::report::anyhow_text(&err));
+            eprintln!("inagg: error: {}", inagg::report::error_text(&err));
             ExitCode::FAILURE
         }
     }

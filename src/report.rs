@@ -8,27 +8,18 @@
 //! causes the same way but leaves out a cause whose text is already in the
 //! line.
 
-use std::error::Error;
-
 /// The error's message, then each cause the message does not already hold,
 /// joined with ": ".
-pub fn error_text(err: &(dyn Error + 'static)) -> String {
+pub fn error_text(err: &anyhow::Error) -> String {
     let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
+    for cause in err.chain().skip(1) {
+        let said = cause.to_string();
         if !text.contains(&said) {
             text.push_str(": ");
             text.push_str(&said);
         }
-        cause = c.source();
     }
     text
-}
-
-/// [`error_text`] of an anyhow error.
-pub fn anyhow_text(err: &anyhow::Error) -> String {
-    error_text(err.as_ref())
 }
 
 #[cfg(test)]
@@ -56,7 +47,7 @@ mod tests {
             format!("{err:#}"),
             "bind the worker socket: address in use: address in use"
         );
-        assert_eq!(anyhow_text(&err), "bind the worker socket: address in use");
+        assert_eq!(error_text(&err), "bind the worker socket: address in use");
     }
 
     #[test]
@@ -66,10 +57,10 @@ mod tests {
             .context("start worker 2")
             .unwrap_err();
         assert_eq!(
-            anyhow_text(&err),
+            error_text(&err),
             "start worker 2: open the switch's port: address in use"
         );
-        assert_eq!(anyhow_text(&err), format!("{err:#}"));
+        assert_eq!(error_text(&err), format!("{err:#}"));
     }
 
     #[test]
@@ -78,7 +69,7 @@ mod tests {
             .context("start worker 0")
             .unwrap_err();
         assert_eq!(
-            anyhow_text(&err),
+            error_text(&err),
             "start worker 0: bind the worker socket: address in use"
         );
     }

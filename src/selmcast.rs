@@ -43,7 +43,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::lines::{self, Client, Event};
-use crate::report::anyhow_text;
+use crate::report::error_text;
 
 mod inbox;
 pub mod ssp;
@@ -384,7 +384,7 @@ impl State {
         self.ready.insert(worker, peer);
         if self.ready.len() == n {
             if let Err(e) = self.plan() {
-                self.left = Some(format!("round {}: {}", self.round, anyhow_text(&e)));
+                self.left = Some(format!("round {}: {}", self.round, error_text(&e)));
                 self.break_off();
             }
         }

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::awareness::{Estimate, Scheduler};
 use super::{Deployment, Forest, ForestConfig, ForestWorker, Site};
 use crate::lines::{self, Client, Event, Writers};
-use crate::report::anyhow_text;
+use crate::report::error_text;
 
 /// A forest as it travels.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,7 +194,7 @@ impl Barrier {
             Some(Event::Opened { conn, writer }) => self.writers.open(conn, writer),
             Some(Event::Message { conn, request }) => {
                 if let Err(e) = self.handle(conn, request) {
-                    self.fail(anyhow_text(&e));
+                    self.fail(error_text(&e));
                 }
             }
             Some(Event::Closed { conn, why }) => self.closed(conn, &why),
@@ -202,7 +202,7 @@ impl Barrier {
         });
         if let Some(d) = self.deployment.take() {
             if let Err(e) = d.remove(&mut self.sites) {
-                self.report.broken.get_or_insert(anyhow_text(&e));
+                self.report.broken.get_or_insert(error_text(&e));
             }
         }
         self.report

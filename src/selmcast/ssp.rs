@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 use super::inbox::{check_chunks, chunks, packet_id, Inbox};
 use super::{check_groups_free, check_peers, reply_reader, Selector};
 use crate::lines::{self, Client, Event};
-use crate::report::anyhow_text;
+use crate::report::error_text;
 
 /// The SSP manager's knobs.
 #[derive(Debug, Clone)]
@@ -324,7 +324,7 @@ impl State {
                     return;
                 }
                 if let Err(e) = self.request(conn, request) {
-                    let message = anyhow_text(&e);
+                    let message = error_text(&e);
                     self.writers.send(conn, &Reply::Error { message });
                 }
             }
@@ -495,7 +495,7 @@ impl State {
             if let Err(e) = self.admit(worker, round, ahead, at.elapsed()) {
                 self.break_off(format!(
                     "admitting peer {worker}'s round {round}: {}",
-                    anyhow_text(&e)
+                    error_text(&e)
                 ));
                 return;
             }
@@ -1086,7 +1086,7 @@ impl Early {
 impl Io {
     fn run(mut self) {
         if let Err(e) = self.serve() {
-            let _ = self.notes.send(Note::Failed(anyhow_text(&e)));
+            let _ = self.notes.send(Note::Failed(error_text(&e)));
         }
         let _ = self.manager.shutdown(std::net::Shutdown::Both);
     }

@@ -985,28 +985,19 @@ impl Core {
         }
         let priority = self.priority.clone();
         for i in 0..self.sites.len() {
-            let jobs = self
-                .jobs
-                .values()
-                .filter(|j| self.on_site(j, i))
-                .filter_map(JobRecord::spec)
-                .map(|s| (s.id, s))
-                .collect();
-            // Groups made by hand live on the switch.
-            let groups = match i {
-                0 => self.groups.values().map(|g| (g.id, g.spec())).collect(),
-                _ => BTreeMap::new(),
-            };
-            let placed = self
-                .jobs
-                .values()
-                .filter(|j| self.on_site(j, i))
-                .map(|j| j.id)
-                .collect();
+            let here: Vec<&JobRecord> = self.jobs.values().filter(|j| self.on_site(j, i)).collect();
             let want = Desired {
-                jobs,
-                groups,
-                placed,
+                jobs: here
+                    .iter()
+                    .filter_map(|j| j.spec())
+                    .map(|s| (s.id, s))
+                    .collect(),
+                // Groups made by hand live on the switch.
+                groups: match i {
+                    0 => self.groups.values().map(|g| (g.id, g.spec())).collect(),
+                    _ => BTreeMap::new(),
+                },
+                placed: here.iter().map(|j| j.id).collect(),
             };
             problems.extend(self.sites[i].sync(&want, &priority));
         }
