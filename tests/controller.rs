@@ -18,7 +18,7 @@ use inagg::verify::check_i32;
 use inagg_emu::egress::ClassQueue;
 use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_host_agent::Worker;
-use inagg_switch_control::controller::api::{Admission, JobDecl, Placement};
+use inagg_switch_control::controller::api::{Admission, JobDecl, JobStatus, Placement, SiteStatus};
 use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
@@ -402,6 +402,96 @@ fn a_job_goes_only_where_its_k_is_taken_and_a_refused_install_is_reported() {
         out.status.success() && text.contains("K up to 32 elements per packet"),
         "{text}"
     );
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+/// Polls the controller until `done` holds for its sites and jobs (it
+/// reconciles every 100 ms), or panics saying what it waited for.
+fn until(c: &mut Client, what: &str, done: impl Fn(&[SiteStatus], &[JobStatus]) -> bool) {
+    for _ in 0..200 {
+        if done(&c.sites().unwrap(), &c.jobs().unwrap()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the controller never got to: {what}");
+}
+
+/// A registration's error, with a short wait.
+fn refused_registration(ctl: SocketAddr, job: &str) -> String {
+    Client::connect(ctl, None)
+        .unwrap()
+        .register(job, 0, free_port(), Duration::from_secs(1))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn jobs_leave_a_fallback_that_is_down_and_no_worker_is_admitted_to_a_down_aggregator() {
+    let switch = emulator(8, 0.0, 1);
+    let (f1, f2) = (emulator(64, 0.01, 2), emulator(64, 0.01, 3));
+    let (f1_at, f2_at) = (f1.control_addr(), f2.control_addr());
+    let state = state_file("down");
+    let ctl = start(switch.control_addr(), &[f1_at, f2_at], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    c.create_job(decl("full", 1, 8)).unwrap();
+    run_job(ctl.addr(), "full", 1, 1_000, 1);
+    let on =
+        |host| move |p: Placement| matches!(p, Placement::Fallback { host: h, .. } if h == host);
+    assert!(on(f1_at)(c.create_job(decl("c", 2, 4)).unwrap().placement));
+
+    // The first fallback goes down before c's workers register: c goes to
+    // the second, and runs there under loss.
+    f1.emu.stop();
+    until(&mut c, "c on the second fallback", |_, jobs| {
+        jobs.iter()
+            .any(|j| j.decl.name == "c" && on(f2_at)(j.placement))
+    });
+    let a = run_job(ctl.addr(), "c", 2, 20_000, 2);
+    assert!(a.fallback && a.data_addr == f2.emu.data_addr());
+
+    // Both fallbacks down and the switch full: a new job waits, and its
+    // worker is told why when its wait runs out.
+    f2.emu.stop();
+    until(&mut c, "both fallbacks down", |sites, _| {
+        sites[1..].iter().all(|s| !s.up)
+    });
+    assert_eq!(
+        c.create_job(decl("d", 1, 4)).unwrap().placement,
+        Placement::Waiting
+    );
+    let err = refused_registration(ctl.addr(), "d");
+    assert!(
+        err.starts_with(
+            "job \"d\" not ready after 1.0 s: no aggregator has a free slot (delete a job, or \
+             add a --fallback emulator); the fallback at "
+        ) && err.contains(&format!("the fallback at {f1_at} is down: "))
+            && err.contains(&format!("the fallback at {f2_at} is down: ")),
+        "{err}"
+    );
+
+    // The switch goes down too. A new session of "full" (its one rank
+    // registering again) is complete at once, but nothing holds it: the
+    // worker is not admitted, and is told where the job waits.
+    let switch_at = switch.control_addr();
+    switch.emu.stop();
+    until(&mut c, "the switch down", |sites, _| !sites[0].up);
+    let err = refused_registration(ctl.addr(), "full");
+    assert!(
+        err.starts_with(&format!(
+            "job \"full\" not ready after 1.0 s: the switch at {switch_at}, where it is placed, \
+             is down ("
+        )) && err.ends_with("); it is installed when that is back"),
+        "{err}"
+    );
+    let full = c
+        .jobs()
+        .unwrap()
+        .into_iter()
+        .find(|j| j.decl.name == "full")
+        .unwrap();
+    assert!(!full.installed && full.registered == 1, "{full:?}");
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }

@@ -211,21 +211,13 @@ fn write_groups(o: &mut dyn Write, groups: &[GroupStatus]) -> std::io::Result<()
     Ok(())
 }
 
-/// Where a job runs, in words.
+/// Where a job runs, in words, with a partial grant's request.
 fn placement(j: &JobStatus) -> String {
     match j.placement {
-        Placement::Waiting => "waiting for free slots".into(),
-        Placement::Switch { grant } => {
-            let partial = if grant.size < j.decl.slots {
-                format!(" (asked {}: partial grant)", j.decl.slots)
-            } else {
-                String::new()
-            };
-            format!("switch slots [{}, {}){partial}", grant.base, grant.end())
+        Placement::Switch { grant } if grant.size < j.decl.slots => {
+            format!("{} (asked {}: partial grant)", j.placement, j.decl.slots)
         }
-        Placement::Fallback { host, grant } => {
-            format!("fallback {host} slots [{}, {})", grant.base, grant.end())
-        }
+        p => p.to_string(),
     }
 }
 

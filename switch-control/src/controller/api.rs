@@ -104,6 +104,21 @@ pub enum Placement {
     },
 }
 
+/// Where a job runs, in words: `switch slots [0, 64)`.
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Placement::Waiting => write!(f, "waiting for free slots"),
+            Placement::Switch { grant } => {
+                write!(f, "switch slots [{}, {})", grant.base, grant.end())
+            }
+            Placement::Fallback { host, grant } => {
+                write!(f, "fallback {host} slots [{}, {})", grant.base, grant.end())
+            }
+        }
+    }
+}
+
 impl Placement {
     /// The slots, if placed.
     pub fn grant(&self) -> Option<Grant> {

@@ -477,18 +477,10 @@ fn register(
         }
         let now = Instant::now();
         if now >= deadline || shared.stop.load(Ordering::Acquire) {
-            let why = if job.placement == Placement::Waiting {
-                "no aggregator has a free slot (delete a job, or add a --fallback emulator)"
-                    .to_string()
-            } else {
-                format!(
-                    "{} of {} workers registered",
-                    status.registered, job.decl.workers
-                )
-            };
             return Err(format!(
-                "job {name:?} not ready after {:.1} s: {why}",
-                wait.as_secs_f64()
+                "job {name:?} not ready after {:.1} s: {}",
+                wait.as_secs_f64(),
+                core.why_waiting(job)
             ));
         }
         core = shared

@@ -112,6 +112,10 @@ pub struct Site {
     /// a new session's workers see why the last one did not run; cleared
     /// when an install is taken.
     refusals: BTreeMap<u16, (u16, String)>,
+    /// The jobs the target held after the last sync, by id. A worker is
+    /// admitted only to a job its aggregator holds: one whose every rank
+    /// has registered is not yet installed while its aggregator is down.
+    held: BTreeMap<u16, JobSpec>,
     kind: &'static str,
     error: Option<String>,
 }
@@ -129,6 +133,7 @@ impl Site {
             data_given: None,
             elements: None,
             refusals: BTreeMap::new(),
+            held: BTreeMap::new(),
             kind: "?",
             error: None,
         }
@@ -147,6 +152,20 @@ impl Site {
             .get(&job.id)
             .filter(|(g, _)| *g == job.generation)
             .map(|(_, why)| why.as_str())
+    }
+
+    /// Whether it holds the job as specified (so its workers may start).
+    pub fn holds(&self, spec: &JobSpec) -> bool {
+        self.target.is_some() && self.held.get(&spec.id) == Some(spec)
+    }
+
+    /// Why it is down, if it is ("not reached yet" before the first try).
+    pub fn down(&self) -> Option<String> {
+        match (&self.target, &self.error) {
+            (Some(_), _) => None,
+            (None, Some(e)) => Some(e.clone()),
+            (None, None) => Some("not reached yet".into()),
+        }
     }
 
     /// Reached, but with no data-plane address to give workers.
@@ -274,6 +293,7 @@ impl Site {
             tracing::warn!("the {} at {} is down: {e}", self.role, self.control);
         }
         self.target = None;
+        self.held.clear();
         self.error = Some(e.to_string());
     }
 
@@ -289,9 +309,11 @@ impl Site {
         let result = (|| {
             let have: BTreeMap<u16, JobSpec> =
                 t.jobs()?.into_iter().map(|j| (j.spec.id, j.spec)).collect();
+            self.held = have.clone();
             for (id, spec) in &have {
                 if want.jobs.get(id) != Some(spec) {
                     t.delete_job(*id)?;
+                    self.held.remove(id);
                     tracing::info!("removed job {id} from the {}", self.role);
                 }
             }
@@ -311,6 +333,7 @@ impl Site {
                 match refusal(t.create_job(spec))? {
                     None => {
                         self.refusals.remove(id);
+                        self.held.insert(*id, spec.clone());
                         let (base, end) = (spec.pool_base, spec.pool_end());
                         let (n, g) = (spec.workers.len(), spec.generation);
                         tracing::info!(
@@ -674,17 +697,42 @@ impl Core {
     /// Status of one job.
     pub fn status(&self, job: &JobRecord) -> JobStatus {
         let site = self.site_of(job);
-        let refused_now = site.and_then(|s| s.refused(job)).is_some();
         let refusal = site.and_then(|s| s.refusals.get(&job.id));
         JobStatus {
             decl: job.decl.clone(),
             id: job.id,
             placement: job.placement,
             registered: job.session.iter().filter(|&&r| r).count() as u16,
-            installed: job.spec().is_some() && !refused_now,
+            installed: site.zip(job.spec()).is_some_and(|(s, spec)| s.holds(&spec)),
             refused: refusal.map(|(_, why)| why.clone()),
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
+        }
+    }
+
+    /// Why a job is not installed yet, for a registration whose wait ran
+    /// out: no room, its aggregator down, or ranks missing.
+    pub fn why_waiting(&self, job: &JobRecord) -> String {
+        let down = |s: &Site| Some((format!("the {} at {}", s.role, s.control), s.down()?));
+        match self.site_of(job) {
+            None => {
+                let mut why = "no aggregator has a free slot (delete a job, or add a --fallback \
+                               emulator)"
+                    .to_string();
+                for (site, e) in self.candidates(&job.decl).iter().filter_map(down) {
+                    why = format!("{why}; {site} is down: {e}");
+                }
+                why
+            }
+            Some(s) => match down(s) {
+                Some((site, e)) => {
+                    format!("{site}, where it is placed, is down ({e}); it is installed when that is back")
+                }
+                None => {
+                    let registered = job.session.iter().filter(|&&r| r).count();
+                    format!("{registered} of {} workers registered", job.decl.workers)
+                }
+            },
         }
     }
 
@@ -720,7 +768,7 @@ impl Core {
         };
         self.next_order += 1;
         job.placement = self.place(&job.decl);
-        tracing::info!("job {:?} (id {}): {:?}", job.decl.name, id, job.placement);
+        tracing::info!("job {:?} (id {}): {}", job.decl.name, id, job.placement);
         self.store.put_job(&job)?;
         let status = self.status(&job);
         self.jobs.insert(job.decl.name.clone(), job);
@@ -787,7 +835,9 @@ impl Core {
             return Placement::Switch { grant };
         }
         if decl.fallback {
-            for site in self.sites[1..].iter_mut().filter(|s| s.may_take(decl)) {
+            // A fallback that is down would hold the job up until it is back.
+            let usable = |s: &&mut Site| s.target.is_some() && s.may_take(decl);
+            for site in self.sites[1..].iter_mut().filter(usable) {
                 if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
                     return Placement::Fallback {
                         host: site.control,
@@ -886,7 +936,7 @@ impl Core {
                 continue;
             }
             let job = self.jobs.get_mut(&name).expect("listed above");
-            tracing::info!("waiting job {name:?} placed: {placement:?}");
+            tracing::info!("waiting job {name:?} placed: {placement}");
             job.placement = placement;
             self.store.put_job(job)?;
         }
@@ -980,6 +1030,7 @@ impl Core {
                 problems.extend(self.reserve_site(i));
             }
         }
+        problems.extend(self.leave_down_fallbacks());
         if let Err(e) = self.place_waiting() {
             problems.push(e.to_string());
         }
@@ -1000,6 +1051,43 @@ impl Core {
                 placed: here.iter().map(|j| j.id).collect(),
             };
             problems.extend(self.sites[i].sync(&want, &priority));
+        }
+        problems
+    }
+
+    /// Sends the jobs on a fallback that is down, and between sessions
+    /// (not every rank has registered, so none of their all-reduces can be
+    /// running), to be placed again: on another aggregator with room, or
+    /// on the same one once it is back. A job whose session is complete
+    /// stays, since its workers may be running on a data plane that only
+    /// the control connection lost.
+    fn leave_down_fallbacks(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for i in 1..self.sites.len() {
+            if self.sites[i].target.is_some() {
+                continue;
+            }
+            let names: Vec<String> = self
+                .jobs
+                .values()
+                .filter(|j| self.on_site(j, i) && j.spec().is_none())
+                .map(|j| j.decl.name.clone())
+                .collect();
+            for name in names {
+                let job = self.jobs.get_mut(&name).expect("listed above");
+                if let (Some(g), Some(a)) = (job.placement.grant(), self.sites[i].alloc.as_mut()) {
+                    a.release(g.base);
+                }
+                job.placement = Placement::Waiting;
+                let site = &self.sites[i];
+                problems.push(format!(
+                    "job {name:?}: the {} at {} is down; placed again",
+                    site.role, site.control
+                ));
+                if let Err(e) = self.store.put_job(job) {
+                    problems.push(e.to_string());
+                }
+            }
         }
         problems
     }
