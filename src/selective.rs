@@ -412,7 +412,10 @@ impl State {
     ) -> std::result::Result<(), String> {
         let n = self.config.workers;
         if worker >= n {
-            return Err(format!("worker {worker}: this job has workers 0..{n}"));
+            return Err(format!(
+                "worker {worker}: this job has workers 0 to {}",
+                n.saturating_sub(1)
+            ));
         }
         if !(bandwidth.is_finite() && bandwidth > 0.0) {
             return Err(format!("bandwidth {bandwidth} must be positive bytes/s"));

@@ -355,7 +355,10 @@ impl State {
         }
         let n = self.config.workers;
         if worker >= n {
-            return Err(format!("peer {worker}: this run has peers 0..{n}"));
+            return Err(format!(
+                "peer {worker}: this run has peers 0 to {}",
+                n.saturating_sub(1)
+            ));
         }
         if !(peer.uplink > 0.0 && peer.downlink > 0.0 && peer.uplink.is_finite()) {
             return Err("bandwidths must be positive bytes/s".into());

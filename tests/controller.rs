@@ -622,7 +622,10 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
             .to_string()
     };
     let e = refused(5, 10);
-    assert!(e.contains("rank 5 is not one"), "{e}");
+    assert!(
+        e.ends_with("has 2 workers (ranks 0 to 1); rank 5 is not one"),
+        "{e}"
+    );
     let e = refused(0, 100);
     assert!(e.contains("1 of 2 workers registered"), "{e}");
     let e = refused(1, 10);

@@ -314,7 +314,7 @@ fn bad_configs_and_bad_workers_are_refused() {
         w.sync(&mut model).expect_err("refused").to_string()
     };
     let e = refusal(N, agent(switch));
-    assert!(e.contains("this job has workers 0..6"), "{e}");
+    assert!(e.contains("this job has workers 0 to 5"), "{e}");
     let mut other_k = agent(switch);
     other_k.elements = 32;
     let e = refusal(0, other_k);

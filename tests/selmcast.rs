@@ -236,7 +236,7 @@ fn bad_configs_and_bad_peers_are_refused() {
     )
     .unwrap();
     let e = bad.exchange(&update(0, 0)).unwrap_err().to_string();
-    assert!(e.contains("this run has peers 0..5"), "{e}");
+    assert!(e.contains("this run has peers 0 to 4"), "{e}");
     // Alone, peer 0 waits for the others and gives up with a clear error.
     let e = stranger.exchange(&update(0, 0)).unwrap_err().to_string();
     assert!(e.contains("no plan within"), "{e}");
@@ -544,7 +544,7 @@ mod ssp {
         let manager = start(config(Selector::Selmcast)).unwrap();
         let mut stranger = connect(&manager, &cluster, N);
         let e = stranger.multicast(&update_of(0, 0)).unwrap_err();
-        assert!(e.to_string().contains("this run has peers 0..5"), "{e:#}");
+        assert!(e.to_string().contains("this run has peers 0 to 4"), "{e:#}");
         let e = connect(&manager, &cluster, 0)
             .multicast(&[1.0; 3])
             .unwrap_err();

@@ -113,7 +113,7 @@ impl JobSpec {
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum JobError {
     /// A priority class mapped to a queue the ports do not have.
-    #[error("queue {queue} does not exist: ports have queues 0..{queues}")]
+    #[error("queue {queue} does not exist: ports have queues 0 to {}", .queues.saturating_sub(1))]
     BadQueue {
         /// The queue asked for.
         queue: u8,

@@ -783,6 +783,15 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
+    #[test]
+    fn a_queue_the_ports_lack_is_refused_naming_those_they_have() {
+        let mut sw = empty_switch();
+        sw.set_queue(5, EGRESS_QUEUES - 1).unwrap();
+        let e = sw.set_queue(5, EGRESS_QUEUES).unwrap_err().to_string();
+        assert_eq!(e, "queue 8 does not exist: ports have queues 0 to 7");
+        assert_eq!(sw.queue_of(5), EGRESS_QUEUES - 1);
+    }
+
     /// Job 1: three workers at ports 1000..1003, pool [10, 14), K = 2.
     fn switch() -> Switch {
         let mut sw = empty_switch();

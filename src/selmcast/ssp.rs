@@ -405,7 +405,10 @@ impl State {
     fn hello(&mut self, worker: usize, member: Member, values: usize) -> Result<()> {
         let n = self.config.workers;
         if worker >= n {
-            bail!("peer {worker}: this run has peers 0..{n}");
+            bail!(
+                "peer {worker}: this run has peers 0 to {}",
+                n.saturating_sub(1)
+            );
         }
         if !(member.uplink > 0.0
             && member.downlink > 0.0

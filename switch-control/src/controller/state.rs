@@ -454,7 +454,7 @@ pub enum CoreError {
     #[error("no job {0:?}; create it first (inagg ctl job create --name {0} ...)")]
     Unknown(String),
     /// A rank outside the job.
-    #[error("job {name:?} has {workers} workers (ranks 0..{workers}); rank {rank} is not one")]
+    #[error("job {name:?} has {workers} workers (ranks 0 to {}); rank {rank} is not one", .workers.saturating_sub(1))]
     BadRank {
         /// The job.
         name: String,
