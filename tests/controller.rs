@@ -497,6 +497,40 @@ fn jobs_leave_a_fallback_that_is_down_and_no_worker_is_admitted_to_a_down_aggreg
 }
 
 #[test]
+fn a_job_on_a_fallback_the_restarted_controller_is_not_given_is_placed_again() {
+    let switch = emulator(8, 0.0, 1);
+    let fallback = emulator(64, 0.0, 2);
+    let state = state_file("gone");
+    let ctl = start(switch.control_addr(), &[fallback.control_addr()], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    c.create_job(decl("full", 1, 8)).unwrap();
+    let on_fallback = c.create_job(decl("c", 2, 4)).unwrap();
+    assert!(matches!(on_fallback.placement, Placement::Fallback { .. }));
+
+    // Restarted without --fallback: c waits for room on the switch rather
+    // than for an aggregator this controller will never reach, and runs
+    // there once the switch has room.
+    drop(ctl);
+    let ctl = start(switch.control_addr(), &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let placed = |c: &mut Client| {
+        c.jobs()
+            .unwrap()
+            .into_iter()
+            .find(|j| j.decl.name == "c")
+            .unwrap()
+            .placement
+    };
+    assert_eq!(placed(&mut c), Placement::Waiting);
+    c.delete_job("full").unwrap();
+    assert!(matches!(placed(&mut c), Placement::Switch { .. }));
+    let a = run_job(ctl.addr(), "c", 2, 10_000, 3);
+    assert!(!a.fallback && a.data_addr == switch.emu.data_addr());
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
+#[test]
 fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
     let first = emulator(64, 0.0, 1);
     let (data, control) = (first.emu.data_addr(), first.control_addr());

@@ -543,7 +543,31 @@ impl Core {
             next_generation,
         };
         core.give_jobs_groups()?;
+        core.leave_unknown_fallbacks()?;
         Ok(core)
+    }
+
+    /// Sends the jobs stored on a fallback this controller was not given
+    /// (it restarted without that `--fallback`) to be placed again, rather
+    /// than wait for an aggregator it will never reach.
+    fn leave_unknown_fallbacks(&mut self) -> Result<(), CoreError> {
+        let sites: Vec<SocketAddr> = self.sites.iter().map(|s| s.control).collect();
+        for job in self.jobs.values_mut() {
+            let Placement::Fallback { host, .. } = job.placement else {
+                continue;
+            };
+            if sites.contains(&host) {
+                continue;
+            }
+            tracing::warn!(
+                "job {:?} was on the fallback at {host}, which this controller is not given \
+                 (--fallback); placed again (what that fallback holds is left to it)",
+                job.decl.name
+            );
+            job.placement = Placement::Waiting;
+            self.store.put_job(job)?;
+        }
+        Ok(())
     }
 
     /// Gives a group to every stored job without one.
