@@ -664,6 +664,39 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     assert!(e.contains("1 of 2 workers registered"), "{e}");
     let e = refused(1, 10);
     assert!(e.contains("already rank 0's"), "{e}");
+
+    // Rank 0 registers again from elsewhere (a restarted worker) while a
+    // registration of it waits: the waiting one is told at once, and the
+    // new one is admitted with rank 1.
+    let ctl_addr = ctl.addr();
+    let register = move |rank: u16, port: u16| {
+        std::thread::spawn(move || {
+            Client::connect(ctl_addr, Some("s3cret".into()))
+                .unwrap()
+                .register(
+                    "x",
+                    rank,
+                    SocketAddr::from(([127, 0, 0, 1], port)),
+                    Duration::from_secs(30),
+                )
+                .map_err(|e| e.to_string())
+        })
+    };
+    let first = register(0, 10);
+    std::thread::sleep(Duration::from_millis(300));
+    let again = register(0, 11);
+    let e = first.join().unwrap().unwrap_err();
+    assert_eq!(
+        e,
+        "job \"x\": rank 0 registered again from 127.0.0.1:11 while this registration waited; \
+         that one takes its place"
+    );
+    let last = register(1, 12).join().unwrap().unwrap();
+    let again = again.join().unwrap().unwrap();
+    assert_eq!(
+        (again.worker, last.worker, again.generation),
+        (0, 1, last.generation)
+    );
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }

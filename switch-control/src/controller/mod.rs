@@ -454,6 +454,14 @@ fn register(
                 "job {name:?}: rank {rank} registered again elsewhere, starting a new session"
             ));
         }
+        // A rank registering again while this one waited (a restarted
+        // worker) takes its place.
+        if let Some(other) = job.endpoints[usize::from(rank)].filter(|&e| e != endpoint) {
+            return Err(format!(
+                "job {name:?}: rank {rank} registered again from {other} while this \
+                 registration waited; that one takes its place"
+            ));
+        }
         if let Some(why) = cannot_run(&core, job) {
             return Err(format!("job {name:?} {why}"));
         }
