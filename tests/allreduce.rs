@@ -308,6 +308,52 @@ fn a_worker_whose_job_is_not_installed_fails_with_a_clear_error() {
     );
 }
 
+#[test]
+fn a_worker_whose_switch_address_has_no_listener_is_told_so() {
+    // A port just freed: the host answers each datagram with ICMP port
+    // unreachable, which the agent counts.
+    let nobody = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = inagg_host_agent::AgentConfig::new(nobody, 1, 0, 1, 8, 64);
+    config.give_up_after = Duration::from_millis(300);
+    config.min_rto = Duration::from_millis(20);
+    let err = Worker::new(config)
+        .unwrap()
+        .allreduce_i32(&mut [1, 2, 3])
+        .unwrap_err();
+    let Error::Timeout { refusals, .. } = err else {
+        panic!("{err}")
+    };
+    assert!(refusals > 0, "{err}");
+    assert!(
+        err.to_string().ends_with(&format!(
+            "the host at {nobody} answered 'port unreachable' {refusals} times: nothing listens \
+             there; is the switch running, at that address?"
+        )),
+        "{err}"
+    );
+
+    // A loopback worker and a switch off this host: said at once (on a
+    // host with no default route, the kernel says so first).
+    let mut config =
+        inagg_host_agent::AgentConfig::new("198.51.100.1:47000".parse().unwrap(), 1, 0, 1, 8, 64);
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    let err = Worker::new(config).unwrap_err().to_string();
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let default_route = routes
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().nth(1) == Some("00000000"));
+    let want = if default_route {
+        "a worker bound to 127.0.0.1:0 cannot reach the switch at 198.51.100.1:47000"
+    } else {
+        "connect to the switch: Network is unreachable"
+    };
+    assert!(err.contains(want), "{err}");
+}
+
 fn worker_retransmissions(err: &Error) -> u64 {
     match err {
         Error::Timeout {

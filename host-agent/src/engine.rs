@@ -266,6 +266,7 @@ impl<L: Link> Engine<'_, L> {
                         slot: stuck,
                         waited,
                         retransmissions: stats.retransmissions,
+                        refusals: self.link.refusals(),
                     });
                 }
                 if let Some(live) = self.live {

@@ -169,8 +169,8 @@ pub enum Error {
     /// or the job is not installed as this worker believes.
     #[error(
         "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
-         {retransmissions} retransmissions; check that the job is installed with this worker's endpoint \
-         and that every worker is running"
+         {retransmissions} retransmissions; {}",
+        timeout_advice(*switch, *refusals)
     )]
     Timeout {
         /// The switch address.
@@ -183,7 +183,24 @@ pub enum Error {
         waited: Duration,
         /// Retransmissions so far.
         retransmissions: u64,
+        /// ICMP port unreachables from the switch's address.
+        refusals: u64,
     },
+}
+
+/// What to check after a timeout: nothing listening at the switch's
+/// address, when its host said so, or else the job and the other workers.
+fn timeout_advice(switch: SocketAddr, refusals: u64) -> String {
+    if refusals > 0 {
+        format!(
+            "the host at {switch} answered 'port unreachable' {refusals} times: nothing listens \
+             there; is the switch running, at that address?"
+        )
+    } else {
+        "check that the job is installed with this worker's endpoint and that every worker is \
+         running"
+            .into()
+    }
 }
 
 /// Result with the agent's [`Error`].

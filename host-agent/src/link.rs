@@ -62,6 +62,11 @@ pub(crate) trait Link {
     fn forward(&mut self) -> usize {
         0
     }
+    /// ICMP port unreachables seen from the switch's address (a kernel
+    /// socket reports them; a raw Ethernet path does not).
+    fn refusals(&self) -> u64 {
+        0
+    }
 }
 
 /// The kernel UDP socket path.
@@ -76,10 +81,19 @@ impl SocketLink {
     /// Binds `bind` and connects to `switch`.
     pub fn new(bind: SocketAddr, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
         let socket = BatchSocket::bind(bind).map_err(|e| Error::io("bind the worker socket", e))?;
-        socket
-            .socket()
-            .connect(switch)
-            .map_err(|e| Error::io("connect to the switch", e))?;
+        socket.socket().connect(switch).map_err(|e| {
+            // EINVAL: Linux's answer to a route off this host from a
+            // loopback source.
+            if e.kind() == std::io::ErrorKind::InvalidInput && bind.ip().is_loopback() {
+                Error::Config(format!(
+                    "a worker bound to {bind} cannot reach the switch at {switch}: a loopback \
+                     address reaches only this host; bind an address on the switch's network \
+                     (or 0.0.0.0:PORT)"
+                ))
+            } else {
+                Error::io("connect to the switch", e)
+            }
+        })?;
         Ok(SocketLink {
             socket,
             rx: RecvBatch::new(RECV_BATCH, datagram.max(HEADER_LEN)),
@@ -139,5 +153,9 @@ impl Link for SocketLink {
 
     fn spare(&mut self) -> &mut Vec<Vec<u8>> {
         &mut self.spare
+    }
+
+    fn refusals(&self) -> u64 {
+        self.socket.refusals()
     }
 }

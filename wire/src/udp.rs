@@ -9,12 +9,16 @@ use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A UDP socket with batched receive and send.
 #[derive(Debug)]
 pub struct BatchSocket {
     socket: UdpSocket,
+    /// `ECONNREFUSED` errors seen: on a connected socket, each is an ICMP
+    /// port unreachable, so nothing listened at the peer's address.
+    refusals: AtomicU64,
 }
 
 /// Receive buffers for one batch: `capacity` datagrams of up to `mtu` bytes.
@@ -74,11 +78,22 @@ impl BatchSocket {
     /// Wraps an existing socket (made non-blocking here).
     pub fn from_socket(socket: UdpSocket) -> io::Result<BatchSocket> {
         socket.set_nonblocking(true)?;
-        let s = BatchSocket { socket };
+        let s = BatchSocket {
+            socket,
+            refusals: AtomicU64::new(0),
+        };
         // Best effort: the kernel caps these at net.core.[rw]mem_max.
         s.set_buffer(libc::SO_RCVBUF, 8 << 20);
         s.set_buffer(libc::SO_SNDBUF, 8 << 20);
         Ok(s)
+    }
+
+    /// How many times the kernel reported `ECONNREFUSED`: on a connected
+    /// socket, an ICMP port unreachable from the peer's host (nothing
+    /// listens there). Such errors are otherwise absorbed, since a peer
+    /// that restarts is reached again by the next send.
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
     }
 
     fn set_buffer(&self, opt: libc::c_int, bytes: libc::c_int) {
@@ -159,7 +174,10 @@ impl BatchSocket {
             return match err.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
                 // A previous send drew an ICMP error; the socket is fine.
-                io::ErrorKind::ConnectionRefused => Ok(0),
+                io::ErrorKind::ConnectionRefused => {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    Ok(0)
+                }
                 _ => Err(err),
             };
         }
@@ -210,6 +228,9 @@ impl BatchSocket {
                 }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(err) if is_per_datagram(&err) => {
+                    if err.kind() == io::ErrorKind::ConnectionRefused {
+                        self.refusals.fetch_add(1, Ordering::Relaxed);
+                    }
                     report.failed += 1;
                     start += 1;
                 }
