@@ -531,6 +531,70 @@ fn a_job_on_a_fallback_the_restarted_controller_is_not_given_is_placed_again() {
 }
 
 #[test]
+fn a_controller_that_cannot_start_leaves_the_switch_alone() {
+    let switch = emulator(16, 0.0, 1);
+    let state = state_file("first");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let job = c.create_job(decl("j", 1, 8)).unwrap();
+    run_job(ctl.addr(), "j", 1, 1_000, 1);
+    let held = || {
+        let jobs = EmuTarget::connect(switch.control_addr())
+            .unwrap()
+            .jobs()
+            .unwrap();
+        jobs.iter().map(|j| j.spec.id).collect::<Vec<_>>()
+    };
+    assert_eq!(held(), [job.id]);
+
+    // A second controller on the same API address, with its own (empty)
+    // state: refused before it reconciles, which would have removed the
+    // first one's job from the switch.
+    let other = state_file("second");
+    let config = |fallbacks: Vec<SocketAddr>, listen: SocketAddr| ControllerConfig {
+        listen,
+        token: None,
+        state: other.clone(),
+        switch: (switch.control_addr(), connector(switch.control_addr())),
+        switch_data: None,
+        fallbacks: fallbacks.into_iter().map(|a| (a, connector(a))).collect(),
+        reconcile_every: Duration::from_millis(100),
+    };
+    let err = Controller::start(config(vec![], ctl.addr()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("cannot listen on {}", ctl.addr())),
+        "{err}"
+    );
+    assert_eq!(held(), [job.id]);
+
+    // One aggregator given twice would have two sites removing each
+    // other's jobs from it.
+    let any = "127.0.0.1:0".parse().unwrap();
+    let fallback = free_port();
+    for fallbacks in [vec![switch.control_addr()], vec![fallback, fallback]] {
+        let err = Controller::start(config(fallbacks.clone(), any))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "the aggregator at {} is given twice (as the switch and a fallback, or as two \
+                 fallbacks): each must be its own",
+                fallbacks[0]
+            )
+        );
+    }
+    assert_eq!(held(), [job.id]);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+    let _ = std::fs::remove_file(other);
+}
+
+#[test]
 fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
     let first = emulator(64, 0.0, 1);
     let (data, control) = (first.emu.data_addr(), first.control_addr());

@@ -69,6 +69,13 @@ pub enum StartError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// One aggregator given twice: two sites would each remove the
+    /// other's jobs from it at every reconcile.
+    #[error(
+        "the aggregator at {0} is given twice (as the switch and a fallback, or as two \
+         fallbacks): each must be its own"
+    )]
+    Twice(SocketAddr),
     /// The stored state.
     #[error(transparent)]
     State(#[from] CoreError),
@@ -131,6 +138,17 @@ impl Controller {
         if !config.listen.ip().is_loopback() && config.token.is_none() {
             return Err(StartError::NoToken(config.listen));
         }
+        let mut seen = std::collections::HashSet::from([config.switch.0]);
+        if let Some((addr, _)) = config.fallbacks.iter().find(|(a, _)| !seen.insert(*a)) {
+            return Err(StartError::Twice(*addr));
+        }
+        // Bound before anything touches the aggregators: a second
+        // controller started by mistake stops here, not after removing
+        // the first one's jobs from the switch.
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
         let store = Store::open(&config.state).map_err(CoreError::from)?;
         let switch = Site::new("switch", config.switch.0, config.switch.1);
         let mut sites = vec![switch.with_data_addr(config.switch_data)];
@@ -139,10 +157,6 @@ impl Controller {
         }
         let mut core = Core::load(store, sites)?;
         log(&core.reconcile());
-        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen {
             addr: config.listen,
             source,
