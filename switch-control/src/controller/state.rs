@@ -59,6 +59,11 @@ impl GroupRecord {
 }
 
 impl JobRecord {
+    /// Ranks registered in this session.
+    pub fn registered(&self) -> u16 {
+        self.session.iter().filter(|&&r| r).count() as u16
+    }
+
     /// Every rank known in this session: the job can be installed.
     pub fn complete(&self) -> bool {
         self.session.iter().all(|&r| r) && self.endpoints.iter().all(Option::is_some)
@@ -218,13 +223,8 @@ impl Site {
             Ok::<_, ControlError>((counters, jobs))
         });
         let (counters, jobs) = match read {
-            None => (
-                Err(self
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| "not reached yet".into())),
-                Vec::new(),
-            ),
+            // Not connected: `down` says why.
+            None => (Err(self.down().unwrap_or_default()), Vec::new()),
             Some(Err(e)) => (Err(e.to_string()), Vec::new()),
             Some(Ok((c, jobs))) => (
                 Ok(c),
@@ -552,20 +552,22 @@ impl Core {
     /// than wait for an aggregator it will never reach.
     fn leave_unknown_fallbacks(&mut self) -> Result<(), CoreError> {
         let sites: Vec<SocketAddr> = self.sites.iter().map(|s| s.control).collect();
-        for job in self.jobs.values_mut() {
-            let Placement::Fallback { host, .. } = job.placement else {
-                continue;
-            };
-            if sites.contains(&host) {
-                continue;
-            }
+        let gone: Vec<(String, SocketAddr)> = self
+            .jobs
+            .values()
+            .filter_map(|j| match j.placement {
+                Placement::Fallback { host, .. } if !sites.contains(&host) => {
+                    Some((j.decl.name.clone(), host))
+                }
+                _ => None,
+            })
+            .collect();
+        for (name, host) in gone {
             tracing::warn!(
-                "job {:?} was on the fallback at {host}, which this controller is not given \
-                 (--fallback); placed again (what that fallback holds is left to it)",
-                job.decl.name
+                "job {name:?} was on the fallback at {host}, which this controller is not given \
+                 (--fallback); placed again (what that fallback holds is left to it)"
             );
-            job.placement = Placement::Waiting;
-            self.store.put_job(job)?;
+            self.unplace(&name)?;
         }
         Ok(())
     }
@@ -726,7 +728,7 @@ impl Core {
             decl: job.decl.clone(),
             id: job.id,
             placement: job.placement,
-            registered: job.session.iter().filter(|&&r| r).count() as u16,
+            registered: job.registered(),
             installed: site.zip(job.spec()).is_some_and(|(s, spec)| s.holds(&spec)),
             refused: refusal.map(|(_, why)| why.clone()),
             generation: job.generation,
@@ -752,10 +754,11 @@ impl Core {
                 Some((site, e)) => {
                     format!("{site}, where it is placed, is down ({e}); it is installed when that is back")
                 }
-                None => {
-                    let registered = job.session.iter().filter(|&&r| r).count();
-                    format!("{registered} of {} workers registered", job.decl.workers)
-                }
+                None => format!(
+                    "{} of {} workers registered",
+                    job.registered(),
+                    job.decl.workers
+                ),
             },
         }
     }
@@ -936,12 +939,26 @@ impl Core {
             .remove(name)
             .ok_or_else(|| CoreError::Unknown(name.into()))?;
         self.store.delete_job(name)?;
-        if let (Some(g), Some(i)) = (job.placement.grant(), self.site_index(&job.placement)) {
+        self.release_pool(job.placement);
+        self.place_waiting()
+    }
+
+    /// Frees a placement's slots on its aggregator (if it has any there).
+    fn release_pool(&mut self, placement: Placement) {
+        if let (Some(g), Some(i)) = (placement.grant(), self.site_index(&placement)) {
             if let Some(a) = self.sites[i].alloc.as_mut() {
                 a.release(g.base);
             }
         }
-        self.place_waiting()
+    }
+
+    /// Takes a job off its aggregator, to be placed again.
+    fn unplace(&mut self, name: &str) -> Result<(), CoreError> {
+        let job = self.jobs.get_mut(name).expect("a known job");
+        let was = std::mem::replace(&mut job.placement, Placement::Waiting);
+        self.release_pool(was);
+        self.store.put_job(&self.jobs[name])?;
+        Ok(())
     }
 
     /// Places waiting jobs, first come first served, while room lasts.
@@ -1098,17 +1115,12 @@ impl Core {
                 .map(|j| j.decl.name.clone())
                 .collect();
             for name in names {
-                let job = self.jobs.get_mut(&name).expect("listed above");
-                if let (Some(g), Some(a)) = (job.placement.grant(), self.sites[i].alloc.as_mut()) {
-                    a.release(g.base);
-                }
-                job.placement = Placement::Waiting;
                 let site = &self.sites[i];
                 problems.push(format!(
                     "job {name:?}: the {} at {} is down; placed again",
                     site.role, site.control
                 ));
-                if let Err(e) = self.store.put_job(job) {
+                if let Err(e) = self.unplace(&name) {
                     problems.push(e.to_string());
                 }
             }
