@@ -301,7 +301,7 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
             match std::str::from_utf8(&line) {
                 Err(_) => Response::Error("request is not UTF-8 JSON".into()),
                 Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => respond(shared, text, peer),
+                Ok(text) => respond(shared, text, peer, reader.get_ref()),
             }
         };
         if let Response::Error(e) = &response {
@@ -318,7 +318,7 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
 }
 
 /// One request line: token check, then the request.
-fn respond(shared: &Shared, line: &str, peer: SocketAddr) -> Response {
+fn respond(shared: &Shared, line: &str, peer: SocketAddr, conn: &TcpStream) -> Response {
     match serde_json::from_str::<Envelope>(line) {
         Err(e) => Response::Error(format!("unreadable request: {e}")),
         Ok(env) if env.token != shared.token && shared.token.is_some() => Response::Error(
@@ -326,7 +326,7 @@ fn respond(shared: &Shared, line: &str, peer: SocketAddr) -> Response {
         ),
         Ok(env) => {
             let summary = env.request.summary();
-            match handle(shared, env.request, peer) {
+            match handle(shared, env.request, peer, conn) {
                 Ok(r) => {
                     if summary.1 {
                         tracing::info!("{} from {peer}", summary.0);
@@ -341,7 +341,12 @@ fn respond(shared: &Shared, line: &str, peer: SocketAddr) -> Response {
     }
 }
 
-fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, String> {
+fn handle(
+    shared: &Shared,
+    request: Request,
+    peer: SocketAddr,
+    conn: &TcpStream,
+) -> Result<Reply, String> {
     match request {
         Request::CreateJob { decl } => {
             let (core, ()) = shared.change(|c| c.create(decl.clone()).map(drop))?;
@@ -415,7 +420,14 @@ fn handle(shared: &Shared, request: Request, peer: SocketAddr) -> Result<Reply, 
                     return Err("registration needs an endpoint or a port".into());
                 }
             };
-            register(shared, &job, rank, endpoint, Duration::from_millis(wait_ms))
+            register(
+                shared,
+                &job,
+                rank,
+                endpoint,
+                Duration::from_millis(wait_ms),
+                conn,
+            )
         }
     }
 }
@@ -447,68 +459,158 @@ fn cannot_run(core: &Core, job: &JobRecord) -> Option<String> {
     })
 }
 
+/// How often a waiting registration looks whether its worker is still
+/// connected.
+const GONE_POLL: Duration = Duration::from_millis(200);
+
 /// Records the worker, then waits until its job is installed with this
-/// worker in it, and tells it where and how to run.
+/// worker in it, and tells it where and how to run. A registration that
+/// ends otherwise (its wait runs out, the job cannot run, the worker closes
+/// its connection: killed while it waited) is taken back, so that it does
+/// not complete a session for the others.
 fn register(
     shared: &Shared,
     name: &str,
     rank: u16,
     endpoint: SocketAddr,
     wait: Duration,
+    conn: &TcpStream,
 ) -> Result<Reply, String> {
-    let deadline = Instant::now() + wait.min(MAX_WAIT);
-    let (mut core, ()) = shared.change(|c| c.register(name, rank, endpoint))?;
-    let generation = core.jobs[name].generation;
+    let (core, ()) = shared.change(|c| c.register(name, rank, endpoint))?;
+    let this = Registration {
+        name,
+        rank,
+        endpoint,
+        generation: core.jobs[name].generation,
+        wait,
+        deadline: Instant::now() + wait.min(MAX_WAIT),
+    };
+    let (mut core, outcome) = admission(shared, core, &this, conn);
+    if outcome.is_err() {
+        match core.withdraw(name, rank, endpoint, this.generation) {
+            Ok(true) => {
+                tracing::info!("job {name:?}: rank {rank} at {endpoint} left before admission");
+                shared.changed.notify_all();
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("job {name:?}: rank {rank} left, but: {e}"),
+        }
+    }
+    outcome
+}
+
+/// A registration waiting for admission.
+struct Registration<'a> {
+    name: &'a str,
+    rank: u16,
+    endpoint: SocketAddr,
+    /// The session it joined.
+    generation: u16,
+    /// As asked, for the message.
+    wait: Duration,
+    deadline: Instant,
+}
+
+/// Waits for a registration's admission; returns the state, still locked.
+fn admission<'a>(
+    shared: &'a Shared,
+    mut core: MutexGuard<'a, Core>,
+    this: &Registration<'_>,
+    conn: &TcpStream,
+) -> (MutexGuard<'a, Core>, Result<Reply, String>) {
+    let Registration {
+        name,
+        rank,
+        endpoint,
+        generation,
+        wait,
+        deadline,
+    } = *this;
     loop {
         let Some(job) = core.jobs.get(name) else {
-            return Err(format!("job {name:?} was deleted while rank {rank} waited"));
+            return (
+                core,
+                Err(format!("job {name:?} was deleted while rank {rank} waited")),
+            );
         };
         if job.generation != generation {
-            return Err(format!(
+            let e = format!(
                 "job {name:?}: rank {rank} registered again elsewhere, starting a new session"
-            ));
+            );
+            return (core, Err(e));
         }
         // A rank registering again while this one waited (a restarted
         // worker) takes its place.
         if let Some(other) = job.endpoints[usize::from(rank)].filter(|&e| e != endpoint) {
-            return Err(format!(
+            let e = format!(
                 "job {name:?}: rank {rank} registered again from {other} while this \
                  registration waited; that one takes its place"
-            ));
+            );
+            return (core, Err(e));
         }
         if let Some(why) = cannot_run(&core, job) {
-            return Err(format!("job {name:?} {why}"));
+            return (core, Err(format!("job {name:?} {why}")));
         }
-        let status = core.status(job);
-        if let (true, Some(data_addr), Some(grant)) =
-            (status.installed, status.data_addr, job.placement.grant())
-        {
-            return Ok(Reply::Admitted {
-                admission: Admission {
-                    job: name.into(),
-                    id: job.id,
-                    worker: rank,
-                    workers: job.decl.workers,
-                    pool_size: grant.size,
-                    elements: job.decl.elements,
-                    generation: job.generation,
-                    data_addr,
-                    fallback: matches!(job.placement, Placement::Fallback { .. }),
-                },
-            });
+        if let Some(admission) = admitted(&core, job, rank) {
+            return (core, Ok(Reply::Admitted { admission }));
         }
         let now = Instant::now();
         if now >= deadline || shared.stop.load(Ordering::Acquire) {
-            return Err(format!(
+            let e = format!(
                 "job {name:?} not ready after {:.1} s: {}",
                 wait.as_secs_f64(),
                 core.why_waiting(job)
-            ));
+            );
+            return (core, Err(e));
+        }
+        if closed(conn) {
+            return (
+                core,
+                Err(format!("job {name:?}: rank {rank}'s worker went away")),
+            );
         }
         core = shared
             .changed
-            .wait_timeout(core, deadline - now)
+            .wait_timeout(core, (deadline - now).min(GONE_POLL))
             .unwrap_or_else(|p| p.into_inner())
             .0;
+    }
+}
+
+/// The admission of rank `rank`, once its job is installed.
+fn admitted(core: &Core, job: &JobRecord, rank: u16) -> Option<Admission> {
+    let status = core.status(job);
+    let grant = job.placement.grant()?;
+    if !status.installed {
+        return None;
+    }
+    Some(Admission {
+        job: job.decl.name.clone(),
+        id: job.id,
+        worker: rank,
+        workers: job.decl.workers,
+        pool_size: grant.size,
+        elements: job.decl.elements,
+        generation: job.generation,
+        data_addr: status.data_addr?,
+        fallback: matches!(job.placement, Placement::Fallback { .. }),
+    })
+}
+
+/// Whether the client closed its connection (a worker killed while it
+/// waited). The API is request and reply: a client that shuts its sending
+/// side has no more to ask, so end of stream is taken as the client gone.
+fn closed(conn: &TcpStream) -> bool {
+    if conn.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let peeked = conn.peek(&mut [0u8; 1]);
+    let _ = conn.set_nonblocking(false);
+    match peeked {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
     }
 }

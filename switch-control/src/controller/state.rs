@@ -1036,6 +1036,36 @@ impl Core {
         Ok(())
     }
 
+    /// Takes back rank `rank`'s registration from `endpoint` in session
+    /// `generation`, which ended without admission (its wait ran out, its
+    /// job cannot run, or its worker went away). A rank that is not there
+    /// must not complete a session: the others would be admitted to a job
+    /// one of its ranks never sends to. Nothing changes if the rank has
+    /// registered again since, or a new session began. Returns whether it
+    /// was taken back.
+    pub fn withdraw(
+        &mut self,
+        name: &str,
+        rank: u16,
+        endpoint: SocketAddr,
+        generation: u16,
+    ) -> Result<bool, CoreError> {
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Ok(false);
+        };
+        let r = usize::from(rank);
+        let ours = job.generation == generation
+            && job.endpoints.get(r) == Some(&Some(endpoint))
+            && job.session[r];
+        if !ours {
+            return Ok(false);
+        }
+        job.session[r] = false;
+        job.endpoints[r] = None;
+        self.store.put_job(job)?;
+        Ok(true)
+    }
+
     /// Every aggregator's counters, jobs named.
     pub fn stats(&mut self) -> Vec<SiteStats> {
         let names: BTreeMap<u16, String> = self
