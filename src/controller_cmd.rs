@@ -63,14 +63,24 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         TargetKind::Bmv2 => SocketAddr::from(([127, 0, 0, 1], 9559)),
     };
     let switch = a.switch.unwrap_or(default);
-    let bmv2 = a.bmv2.clone();
+    // The controller claims every aggregator it manages, so that a second
+    // controller pointed at them by mistake is refused, not obeyed.
+    let election_id = Some(a.bmv2.election_id.unwrap_or(1));
+    let bmv2 = Bmv2Args {
+        election_id,
+        ..a.bmv2.clone()
+    };
     let switch_connect: Connector = Box::new(move || connect_target(kind, Some(switch), &bmv2));
     let fallbacks = a
         .fallbacks
         .iter()
         .map(|&addr| {
+            let claim = Bmv2Args {
+                election_id,
+                ..Bmv2Args::default()
+            };
             let c: Connector =
-                Box::new(move || connect_target(TargetKind::Emu, Some(addr), &Bmv2Args::default()));
+                Box::new(move || connect_target(TargetKind::Emu, Some(addr), &claim));
             (addr, c)
         })
         .collect();

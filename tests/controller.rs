@@ -39,8 +39,10 @@ fn emulator(slots: u32, loss: f64, seed: u64) -> LocalCluster {
     .unwrap()
 }
 
+/// How `inagg controller` reaches an emulator: claiming it with election
+/// id 1.
 fn connector(addr: SocketAddr) -> Connector {
-    Box::new(move || Ok(Box::new(EmuTarget::connect(addr)?) as Box<dyn Target + Send>))
+    Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
 }
 
 /// A fresh state file for one test.
@@ -590,7 +592,69 @@ fn a_controller_that_cannot_start_leaves_the_switch_alone() {
         );
     }
     assert_eq!(held(), [job.id]);
+
+    // A second controller on another address, with its own (empty) state:
+    // it starts, but the switch refuses its claim (the first holds election
+    // id 1), so it never removes the first one's job; it shows the switch
+    // down, saying why.
+    let second = Controller::start(config(vec![], any)).unwrap();
+    let mut c2 = Client::connect(second.addr(), None).unwrap();
+    until(&mut c2, "the second controller refused", |sites, _| {
+        sites[0].error.as_deref().is_some_and(|e| {
+            e.starts_with(
+                "another controller manages this switch: the one connected from 127.0.0.1:",
+            ) && e.ends_with(
+                ", with election id 1 (this connection claimed 1); change the switch \
+                     through it (ctl --controller), stop it, or claim with a higher --election-id",
+            )
+        })
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(held(), [job.id]);
+    // `inagg ctl` straight to the switch reads it, but may not change it
+    // unless it claims a higher election id.
+    let at = switch.control_addr().to_string();
+    let id = job.id.to_string();
+    let out = inagg(&["ctl", "--addr", &at, "job", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = inagg(&["ctl", "--addr", &at, "job", "delete", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("another controller manages this switch"),
+        "{err}"
+    );
+    assert_eq!(held(), [job.id]);
+    let out = inagg(&[
+        "ctl",
+        "--addr",
+        &at,
+        "--election-id",
+        "1",
+        "job",
+        "delete",
+        &id,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(this connection claimed 1)"), "{err}");
+
+    // The first stops: the second claims the switch and brings it in step
+    // with its own state (no jobs).
     drop(ctl);
+    until(&mut c2, "the second controller in charge", |sites, _| {
+        sites[0].up
+    });
+    for _ in 0..100 {
+        if held().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(held().is_empty());
+    drop(second);
     let _ = std::fs::remove_file(state);
     let _ = std::fs::remove_file(other);
 }
@@ -634,7 +698,9 @@ fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
     // The controller restarts: the job, its pool and its session are read
     // back from the database and put on the switch again.
     drop(ctl);
-    EmuTarget::connect(control)
+    // As an operator would while a controller may hold the switch: with a
+    // higher election id.
+    EmuTarget::connect_as(control, 2)
         .unwrap()
         .delete_job(job.id)
         .unwrap();

@@ -631,9 +631,35 @@ pub enum Request {
     },
     /// Every relay entry with its counter.
     ListRelays,
+    /// Claim the switch for this connection's controller (P4Runtime's
+    /// arbitration: the highest election id connected is the primary, and
+    /// only it changes jobs, groups, relays and the priority map; see
+    /// `arbitration`). Refused if another connection holds this id or a
+    /// higher one.
+    Arbitrate {
+        /// 1 or more.
+        election_id: u64,
+    },
 }
 
 impl Request {
+    /// Whether the request changes what a controller keeps in step (jobs,
+    /// groups, relays, the priority map): while a controller holds the
+    /// switch, only it may send these. The emulator's own knobs (faults,
+    /// port rates, counters) stay open to any connection.
+    pub fn managed(&self) -> bool {
+        matches!(
+            self,
+            Request::CreateJob { .. }
+                | Request::DeleteJob { .. }
+                | Request::CreateGroup { .. }
+                | Request::DeleteGroup { .. }
+                | Request::CreateRelay { .. }
+                | Request::DeleteRelay { .. }
+                | Request::SetPriorityQueue { .. }
+        )
+    }
+
     /// Whether the request changes the switch (logged at info level; reads
     /// at debug).
     pub fn changes_state(&self) -> bool {
@@ -732,6 +758,21 @@ pub enum ApiError {
     Invalid {
         /// What is wrong.
         message: String,
+    },
+    /// Another connection is the primary controller (`arbitration`).
+    #[error(
+        "another controller manages this switch: the one connected from {peer}, with election \
+         id {primary}{}; change the switch through it (ctl --controller), stop it, or claim \
+         with a higher --election-id",
+        ours.map_or(String::new(), |o| format!(" (this connection claimed {o})"))
+    )]
+    NotPrimary {
+        /// This connection's claim, if it made one.
+        ours: Option<u64>,
+        /// The primary's election id.
+        primary: u64,
+        /// Where the primary is connected from.
+        peer: SocketAddr,
     },
 }
 

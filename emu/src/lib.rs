@@ -15,6 +15,7 @@
 //! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
 pub mod api;
+pub mod arbitration;
 pub mod conformance;
 pub mod counters;
 pub mod detour;

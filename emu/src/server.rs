@@ -17,6 +17,7 @@ use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::api::{ApiError, Reply, Request, Response};
+use crate::arbitration::{Arbitration, ConnId};
 use crate::egress::{check_rate, LinkConfig, PortRate, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
@@ -84,6 +85,8 @@ pub struct State {
     pub faults: FaultInjector,
     /// Paced egress ports with priority queues, when a line rate is set.
     pub shaper: Option<Shaper>,
+    /// Which control connection is the primary controller.
+    pub arbitration: Arbitration,
 }
 
 /// A running emulator. Dropping it stops its threads.
@@ -121,6 +124,7 @@ impl Emulator {
             switch: Switch::new(config.switch),
             faults: FaultInjector::new(config.faults),
             shaper: config.link.map(|link| shaper(link, &config.port_rates)),
+            arbitration: Arbitration::default(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let data = {
@@ -369,10 +373,38 @@ fn wait_readable(listener: &TcpListener, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) > 0 }
 }
 
-/// Serves JSON-lines requests on one connection until EOF or stop.
+/// Serves JSON-lines requests on one connection until EOF or stop, then
+/// gives up its claim on the switch, if it made one.
 fn serve_connection(
     stream: TcpStream,
     state: &Mutex<State>,
+    data_addr: SocketAddr,
+    stop: &AtomicBool,
+) {
+    let Ok(peer) = stream.peer_addr() else {
+        return;
+    };
+    let caller = Caller {
+        conn: lock(state).arbitration.open(),
+        peer,
+    };
+    serve_requests(stream, state, caller, data_addr, stop);
+    lock(state).arbitration.close(caller.conn);
+}
+
+/// Who sent a control request.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// Its connection.
+    pub conn: ConnId,
+    /// Where it is connected from.
+    pub peer: SocketAddr,
+}
+
+fn serve_requests(
+    stream: TcpStream,
+    state: &Mutex<State>,
+    caller: Caller,
     data_addr: SocketAddr,
     stop: &AtomicBool,
 ) {
@@ -413,7 +445,7 @@ fn serve_connection(
             Ok(request) => {
                 let changes = request.changes_state();
                 let summary = format!("{request:?}");
-                let response = handle(request, &mut lock(state), data_addr);
+                let response = handle(request, &mut lock(state), caller, data_addr);
                 log_request(changes, &summary, &response);
                 response
             }
@@ -446,8 +478,20 @@ fn reply(writer: &mut TcpStream, response: &Response) -> io::Result<()> {
     writer.write_all(&out)
 }
 
-/// Executes one control request against the switch.
-pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Response {
+/// Executes one control request against the switch. Changes a controller
+/// keeps in step are refused unless `caller` is the primary controller, or
+/// no connection has claimed the switch.
+pub fn handle(
+    request: Request,
+    state: &mut State,
+    caller: Caller,
+    data_addr: SocketAddr,
+) -> Response {
+    if request.managed() {
+        if let Err(e) = state.arbitration.may_change(caller.conn) {
+            return Response::Err(e);
+        }
+    }
     let sw = &mut state.switch;
     let result: Result<Reply, ApiError> = match request {
         Request::Info => Ok(Reply::Info {
@@ -511,6 +555,10 @@ pub fn handle(request: Request, state: &mut State, data_addr: SocketAddr) -> Res
         Request::GetFaults => Ok(Reply::Faults {
             faults: state.faults.config(),
         }),
+        Request::Arbitrate { election_id } => state
+            .arbitration
+            .claim(caller.conn, election_id, caller.peer)
+            .map(|()| Reply::Done),
         Request::SetFaults { faults } => match faults.validate() {
             Ok(()) => {
                 state.faults = FaultInjector::new(faults);

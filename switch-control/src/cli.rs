@@ -64,8 +64,10 @@ pub struct Bmv2Args {
     /// P4Runtime device id (simple_switch_grpc --device-id) [default: 0].
     #[arg(long, global = true)]
     pub device_id: Option<u64>,
-    /// Election id for arbitration: the connected controller with the
-    /// highest is primary [default: 1].
+    /// Election id for arbitration (bmv2 and emu): the connected controller
+    /// with the highest is primary, and only it changes the switch
+    /// [default: 1 with bmv2 and for `inagg controller`; `ctl` straight to
+    /// an emulator claims nothing unless given one].
     #[arg(long, global = true)]
     pub election_id: Option<u64>,
     /// Binary P4Info (p4/build/v1model/inagg.p4info.bin) [default: the
@@ -85,9 +87,10 @@ pub struct Bmv2Args {
 }
 
 impl Bmv2Args {
+    /// Any of the options only bmv2 takes (--election-id applies to the
+    /// emulator too).
     fn any(&self) -> bool {
         self.device_id.is_some()
-            || self.election_id.is_some()
             || self.p4info.is_some()
             || self.bmv2_json.is_some()
             || self.topology.is_some()
@@ -315,12 +318,15 @@ pub fn connect_target(
             if bmv2.any() {
                 return Err(ControlError::Unsupported {
                     target: "emulator",
-                    what: "the bmv2 options (--device-id, --election-id, --p4info, --bmv2-json, \
-                           --topology); use them with --target bmv2",
+                    what: "the bmv2 options (--device-id, --p4info, --bmv2-json, --topology); \
+                           use them with --target bmv2",
                 });
             }
             let addr = addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
-            Ok(Box::new(EmuTarget::connect(addr)?))
+            Ok(Box::new(match bmv2.election_id {
+                Some(id) => EmuTarget::connect_as(addr, id)?,
+                None => EmuTarget::connect(addr)?,
+            }))
         }
         TargetKind::Bmv2 => connect_bmv2(addr, bmv2),
     }

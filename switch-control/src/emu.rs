@@ -47,6 +47,18 @@ impl EmuTarget {
         })
     }
 
+    /// Connects and claims the emulator for a controller with
+    /// `election_id` (P4Runtime's arbitration, as bmv2 does it): refused
+    /// with `ControlError::Arbitration` while another connection holds the
+    /// same id or a higher one. The claim lasts as long as the connection.
+    pub fn connect_as(addr: SocketAddr, election_id: u64) -> Result<EmuTarget> {
+        let mut t = EmuTarget::connect(addr)?;
+        match t.call(&Request::Arbitrate { election_id })? {
+            Reply::Done => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn call(&mut self, request: &Request) -> Result<Reply> {
         let mut line =
             serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;

@@ -36,6 +36,11 @@ pub enum ControlError {
     /// The target refused the request for another reason.
     #[error("{0}")]
     Api(ApiError),
+    /// Another controller is the emulator's primary, so this connection
+    /// may not change it (environment: the message says which and what to
+    /// do). Like a lost connection, it marks a controller's site down.
+    #[error("{0}")]
+    Arbitration(ApiError),
     /// The target does not implement this operation.
     #[error("the {target} target does not support {what}")]
     Unsupported {
@@ -106,6 +111,7 @@ impl From<ApiError> for ControlError {
     fn from(e: ApiError) -> Self {
         match e {
             ApiError::Job { error } => ControlError::Job(error),
+            e @ ApiError::NotPrimary { .. } => ControlError::Arbitration(e),
             other => ControlError::Api(other),
         }
     }

@@ -691,9 +691,14 @@ impl Core {
         all
     }
 
-    /// Closes the database (the controller is stopping).
+    /// Closes the database and every aggregator's connection (the
+    /// controller is stopping): the claims on them end with it, so a
+    /// controller started next may claim them at once.
     pub fn close(&mut self) {
         self.store.close();
+        for s in &mut self.sites {
+            s.target = None;
+        }
     }
 
     /// A fresh generation for a new session of some job: packets of older
