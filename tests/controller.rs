@@ -495,6 +495,30 @@ fn jobs_leave_a_fallback_that_is_down_and_no_worker_is_admitted_to_a_down_aggreg
         .unwrap();
     // Its worker gave up: it left the session.
     assert!(!full.installed && full.registered == 0, "{full:?}");
+    let down = full.down.as_deref().unwrap_or_default();
+    assert!(
+        down.starts_with(&format!("the switch at {switch_at}: ")),
+        "{full:?}"
+    );
+    let out = inagg(&[
+        "ctl",
+        "--controller",
+        &ctl.addr().to_string(),
+        "job",
+        "list",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("full "))
+        .unwrap_or_default();
+    assert!(row.contains("AGG DOWN"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "job \"full\" waits for its aggregator, which is down: {down}"
+        )),
+        "{text}"
+    );
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }

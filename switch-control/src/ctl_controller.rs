@@ -232,6 +232,8 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
             "installed".to_string()
         } else if j.refused.is_some() {
             "REFUSED".to_string()
+        } else if j.down.is_some() {
+            "AGG DOWN".to_string()
         } else {
             format!("{}/{} reg", j.registered, j.decl.workers)
         };
@@ -254,6 +256,12 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
             writeln!(
                 o,
                 "job {:?} was refused where it is placed: {why}",
+                j.decl.name
+            )?;
+        } else if let Some(why) = j.down.as_ref().filter(|_| !j.installed) {
+            writeln!(
+                o,
+                "job {:?} waits for its aggregator, which is down: {why}",
                 j.decl.name
             )?;
         }

@@ -147,6 +147,11 @@ pub struct JobStatus {
     /// aggregator does not have); the job waits, placed, until deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The aggregator it is placed on is down, and why (its jobs are
+    /// installed when it is back): which one and what the last attempt
+    /// said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<String>,
     /// Membership generation of the current session.
     pub generation: u16,
     /// The aggregator's data-plane address, once placed and reachable.

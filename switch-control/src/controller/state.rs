@@ -736,6 +736,8 @@ impl Core {
             registered: job.registered(),
             installed: site.zip(job.spec()).is_some_and(|(s, spec)| s.holds(&spec)),
             refused: refusal.map(|(_, why)| why.clone()),
+            down: site
+                .and_then(|s| Some(format!("the {} at {}: {}", s.role, s.control, s.down()?))),
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
         }
