@@ -67,6 +67,12 @@ pub struct Report {
     /// Figures (written as SVG by the caller).
     #[serde(skip)]
     pub figures: Vec<Figure>,
+    /// Figures that answer no claim of the paper but explain a gap (a
+    /// setting the paper does not give, tried at several values), printed
+    /// under the table so that REPRODUCTION.md quotes only what a command
+    /// prints.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -101,6 +107,9 @@ impl Report {
                 fmt_value(r.inagg),
                 if r.holds { "yes" } else { "NO" }
             );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
         }
         out
     }
@@ -158,6 +167,7 @@ mod tests {
                 Row::new("ratio", "~1", 1.5, Claim::Within(0.9, 1.1)),
             ],
             figures: Vec::new(),
+            notes: Vec::new(),
         };
         let t = r.table();
         assert!(t.contains("speedup") && t.contains("1.500  yes"), "{t}");

@@ -67,6 +67,40 @@ fn selective_reduce_beats_partial_reduce() {
     // 2 traces x 3 metrics plotted, each with the three schemes.
     assert_eq!(r.figures.len(), 6);
     assert!(r.figures.iter().all(|f| f.series.len() == 3));
+    assert!(
+        r.notes.is_empty(),
+        "the period sweep is not in the quick run"
+    );
+}
+
+/// The full run tries the period c the paper does not give, and its c = 10
+/// note (inagg's c) is the table's own figure.
+#[test]
+fn selective_reduce_tries_the_periods_the_paper_leaves_open() {
+    let r = reproduce(
+        "selective-reduce",
+        &Options {
+            quick: false,
+            ..quick()
+        },
+    )
+    .expect("known");
+    let periods: Vec<&str> = r
+        .notes
+        .iter()
+        .filter_map(|n| n.strip_prefix("full all-reduce every c = "))
+        .map(|n| n.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(periods, ["10", "20", "1000"], "{:?}", r.notes);
+    let trend = row(&r, "selective sync time, n=200 / n=40").inagg;
+    assert!(
+        r.notes[0].ends_with(&format!("n=200 / n=40: {trend:.3}")),
+        "{} vs the row's {trend}",
+        r.notes[0]
+    );
+    assert!(r
+        .table()
+        .contains("\nnote: full all-reduce every c = 20 syncs"));
 }
 
 #[test]

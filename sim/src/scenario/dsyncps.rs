@@ -230,5 +230,6 @@ pub fn reproduce(opts: &Options) -> Report {
                 Series { name: "global sync".into(), points: global },
             ],
         }],
+        notes: Vec::new(),
     }
 }

@@ -296,5 +296,6 @@ pub fn reproduce(_opts: &Options) -> Report {
             y_label: "speed-up over FIFO".into(),
             series: rtt_series,
         }],
+        notes: Vec::new(),
     }
 }

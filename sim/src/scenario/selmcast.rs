@@ -370,5 +370,6 @@ pub fn reproduce(opts: &Options) -> Report {
         ),
         rows,
         figures,
+        notes: Vec::new(),
     }
 }

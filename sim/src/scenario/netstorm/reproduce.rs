@@ -162,6 +162,7 @@ pub fn reproduce(opts: &Options) -> Report {
         ),
         rows,
         figures,
+        notes: Vec::new(),
     }
 }
 
