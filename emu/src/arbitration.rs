@@ -50,10 +50,13 @@ impl Arbitration {
     /// primary again.
     pub fn close(&mut self, conn: ConnId) {
         if self.claims.remove(&conn).is_some() {
-            tracing::info!(
-                "a controller's connection closed; primary now: {:?}",
-                self.primary().map(|c| c.peer)
-            );
+            match self.primary() {
+                Some(c) => tracing::info!(
+                    "a controller's connection closed; the primary is the one connected from {}",
+                    c.peer
+                ),
+                None => tracing::info!("the primary controller's connection closed"),
+            }
         }
     }
 

@@ -258,7 +258,7 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
                 "job {:?} was refused where it is placed: {why}",
                 j.decl.name
             )?;
-        } else if let Some(why) = j.down.as_ref().filter(|_| !j.installed) {
+        } else if let Some(why) = &j.down {
             writeln!(
                 o,
                 "job {:?} waits for its aggregator, which is down: {why}",

@@ -451,10 +451,10 @@ fn cannot_run(core: &Core, job: &JobRecord) -> Option<String> {
     }
     site.filter(|s| s.lacks_data_addr()).map(|s| {
         format!(
-            "is on the {} at {}, which does not say where workers send their packets: start \
-             the controller with --switch-data ADDR (an address routed through the switch, at \
+            "is on {}, which does not say where workers send their packets: start the \
+             controller with --switch-data ADDR (an address routed through the switch, at \
              inagg's UDP port)",
-            s.role, s.control
+            s.name()
         )
     })
 }

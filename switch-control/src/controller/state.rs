@@ -126,6 +126,11 @@ pub struct Site {
 }
 
 impl Site {
+    /// How messages name it: "the switch at ADDR", "the fallback at ADDR".
+    pub fn name(&self) -> String {
+        format!("the {} at {}", self.role, self.control)
+    }
+
     /// An aggregator not yet reached.
     pub fn new(role: &'static str, control: SocketAddr, connect: Connector) -> Site {
         Site {
@@ -290,7 +295,7 @@ impl Site {
 
     fn fail(&mut self, e: ControlError) {
         if self.target.is_some() || self.error.is_none() {
-            tracing::warn!("the {} at {} is down: {e}", self.role, self.control);
+            tracing::warn!("{} is down: {e}", self.name());
         }
         self.target = None;
         self.held.clear();
@@ -736,8 +741,7 @@ impl Core {
             registered: job.registered(),
             installed: site.zip(job.spec()).is_some_and(|(s, spec)| s.holds(&spec)),
             refused: refusal.map(|(_, why)| why.clone()),
-            down: site
-                .and_then(|s| Some(format!("the {} at {}: {}", s.role, s.control, s.down()?))),
+            down: site.and_then(|s| Some(format!("{}: {}", s.name(), s.down()?))),
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
         }
@@ -746,7 +750,7 @@ impl Core {
     /// Why a job is not installed yet, for a registration whose wait ran
     /// out: no room, its aggregator down, or ranks missing.
     pub fn why_waiting(&self, job: &JobRecord) -> String {
-        let down = |s: &Site| Some((format!("the {} at {}", s.role, s.control), s.down()?));
+        let down = |s: &Site| Some((s.name(), s.down()?));
         match self.site_of(job) {
             None => {
                 let mut why = "no aggregator has a free slot (delete a job, or add a --fallback \
@@ -828,14 +832,7 @@ impl Core {
         }
         let limits: Vec<String> = sites
             .iter()
-            .filter_map(|s| {
-                Some(format!(
-                    "the {} at {}: {}",
-                    s.role,
-                    s.control,
-                    s.elements_taken()?
-                ))
-            })
+            .filter_map(|s| Some(format!("{}: {}", s.name(), s.elements_taken()?)))
             .collect();
         Some(format!(
             "K = {} elements per packet is not one any aggregator it may run on takes ({})",
@@ -1152,10 +1149,9 @@ impl Core {
                 .map(|j| j.decl.name.clone())
                 .collect();
             for name in names {
-                let site = &self.sites[i];
                 problems.push(format!(
-                    "job {name:?}: the {} at {} is down; placed again",
-                    site.role, site.control
+                    "job {name:?}: {} is down; placed again",
+                    self.sites[i].name()
                 ));
                 if let Err(e) = self.unplace(&name) {
                     problems.push(e.to_string());
