@@ -13,7 +13,6 @@ fn quick() -> Options {
     }
 }
 
-/// Asserts that the rows whose names start with each prefix hold.
 /// The row whose name starts with `prefix`.
 fn row<'r>(r: &'r Report, prefix: &str) -> &'r Row {
     r.rows
@@ -22,6 +21,7 @@ fn row<'r>(r: &'r Report, prefix: &str) -> &'r Row {
         .unwrap_or_else(|| panic!("no row {prefix:?} in\n{}", r.table()))
 }
 
+/// Asserts that the rows whose names start with each prefix hold.
 fn pin(r: &Report, prefixes: &[&str]) {
     for p in prefixes {
         let row = row(r, p);
@@ -167,6 +167,29 @@ fn priority_orders_help_over_ina() {
             "P3 / FIFO at RTT 0 (ordering alone), 15",
         ],
     );
+}
+
+/// The compute stand-in scaled by 1 to 3: at x1 the note is the table's
+/// own RTT-0 figure (the scale is applied, and only there), and once the
+/// compute is large enough for back-propagation to hide all of VGG-19's
+/// traffic at 30 Gbit/s, no order gains anything.
+#[test]
+fn priority_tries_more_compute() {
+    let r = reproduce("priority", &quick()).expect("known");
+    let scales: Vec<&str> = r
+        .notes
+        .iter()
+        .filter_map(|n| n.strip_prefix("compute x")?.split(' ').next())
+        .collect();
+    assert_eq!(scales, ["1", "1.5", "2", "2.5", "3"], "{:?}", r.notes);
+    let gain_30 = |note: &str| -> f64 {
+        let (_, rest) = note.split_once("P3 / FIFO ").expect("gain");
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let at_1 = row(&r, "P3 / FIFO at RTT 0 (ordering alone), 30").inagg;
+    assert_eq!(format!("{:.3}", gain_30(&r.notes[0])), format!("{at_1:.3}"));
+    assert!(at_1 > 1.1, "{at_1}");
+    assert!((gain_30(&r.notes[4]) - 1.0).abs() < 0.01, "{}", r.notes[4]);
 }
 
 #[test]
