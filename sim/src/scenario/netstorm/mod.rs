@@ -142,11 +142,15 @@ pub struct Setup {
 /// around some DC, not necessarily the best-connected one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Server {
-    /// At a DC drawn uniformly at random in each trial: MXNet as launched.
+    /// At a DC drawn uniformly at random in each run: MXNet as launched.
+    /// (The reproduction runs the star at every DC instead and pools the
+    /// runs, so its figure does not hang on a few draws.)
     Random,
     /// At the hub, the DC of fewest hops to the farthest one: the star's
     /// best case on these overlays.
     Hub,
+    /// At this DC (an index into the overlay's nodes).
+    At(usize),
 }
 
 impl Setup {
@@ -490,6 +494,7 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
     let drawn = rng.random_range(0..setup.topo.nodes);
     let centre = match (s.kind, setup.server) {
         (Kind::Star, Server::Random) => drawn,
+        (Kind::Star, Server::At(dc)) => dc,
         _ => hub,
     };
     let round = setup.consistency_round();
@@ -540,6 +545,73 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
     }
 }
 
+/// What one phase (push or pull) asks of the network at its busiest
+/// points, in seconds, on the rates `rng` draws (the same draw [`run`]
+/// starts from).
+#[derive(Debug, Clone, Copy)]
+pub struct PhaseLoad {
+    /// The busiest directed link under multi-root FAPT's trees (as many
+    /// roots as DCs, built on the true rates, primaries only): its bytes
+    /// over its rate. FAPT builds each tree on delays that ignore the
+    /// other trees' load, so trees pile onto the same fast links.
+    pub busiest_link: f64,
+    /// The bytes that link carries, over the model's.
+    pub busiest_share: f64,
+    /// The slowest DC's own links: (1 - 1/n) of the model over their
+    /// total rate, which no scheme with equal shares can beat
+    /// ([`access_bound`]).
+    pub slowest_dc: f64,
+}
+
+/// Measures [`PhaseLoad`] (the scaling gap in REPRODUCTION.md).
+pub fn phase_load(setup: &Setup, rng: &mut SimRng) -> PhaseLoad {
+    let rate = draw_rates(setup.topo.links.len(), rng);
+    let wan = Wan {
+        known: rate.clone(),
+        rate,
+    };
+    let s = Scheme::fapt(setup.topo.nodes, true, false);
+    let roots = ns::select_roots(&setup.graph(&wan.known), s.roots);
+    let trees = plan(s, setup, &wan, &roots, setup.topo.hub());
+    // Directed links: 2e and 2e + 1 are link e's two directions.
+    let mut load = vec![0.0; 2 * wan.rate.len()];
+    for t in phase_flows(&trees, s, setup, &wan, true) {
+        for (links, bytes) in &t.paths {
+            links.iter().for_each(|&l| load[l] += bytes);
+        }
+    }
+    let (busiest_link, bytes) = load
+        .iter()
+        .enumerate()
+        .map(|(l, &bytes)| (bytes / wan.rate[l / 2], bytes))
+        .fold((0.0, 0.0), |a, b| if b.0 > a.0 { b } else { a });
+    PhaseLoad {
+        busiest_link,
+        busiest_share: bytes / model_bytes(),
+        slowest_dc: access_phase(setup, &wan.rate),
+    }
+}
+
+fn model_bytes() -> f64 {
+    ALEXNET.iter().sum::<u64>() as f64 * 4.0
+}
+
+/// Seconds for the slowest DC to send (1 - 1/n) of the model over its
+/// own links at `rates`.
+fn access_phase(setup: &Setup, rates: &[f64]) -> f64 {
+    let n = setup.topo.nodes as f64;
+    let slowest = (0..setup.topo.nodes)
+        .map(|v| {
+            let links = setup.topo.links.iter().zip(rates);
+            links
+                .filter(|((a, b), _)| *a == v || *b == v)
+                .map(|(_, r)| r)
+                .sum::<f64>()
+        })
+        .fold(f64::INFINITY, f64::min);
+    model_bytes() * (1.0 - 1.0 / n) / slowest
+}
+
 /// Iterations per hour no scheme with equal shares can beat on `setup`'s
 /// overlay with the rates `rng` draws (the same draw [`run`] starts from):
 /// in the push every DC sends (1 - 1/n) of the model over its own links,
@@ -547,18 +619,7 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
 /// compute plus twice that volume over the slowest DC's total link rate.
 pub fn access_bound(setup: &Setup, rng: &mut SimRng) -> f64 {
     let rates = draw_rates(setup.topo.links.len(), rng);
-    let n = setup.topo.nodes as f64;
-    let volume = ALEXNET.iter().sum::<u64>() as f64 * 4.0 * (1.0 - 1.0 / n);
-    let slowest = (0..setup.topo.nodes)
-        .map(|v| {
-            let links = setup.topo.links.iter().zip(&rates);
-            links
-                .filter(|((a, b), _)| *a == v || *b == v)
-                .map(|(_, r)| r)
-                .sum::<f64>()
-        })
-        .fold(f64::INFINITY, f64::min);
-    3600.0 / (COMPUTE + 2.0 * volume / slowest)
+    3600.0 / (COMPUTE + 2.0 * access_phase(setup, &rates))
 }
 
 #[cfg(test)]
