@@ -192,37 +192,43 @@ impl Ticker {
     }
 }
 
-/// The human summary.
-pub fn print_summary(r: &DemoReport) {
+/// The human summary, to `out` (a closed pipe is an error, not a panic).
+pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::Result<()> {
     let mib = r.elements as f64 * 4.0 / (1 << 20) as f64;
-    println!(
+    writeln!(
+        out,
         "inagg demo: {} workers all-reduce {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
         r.workers,
         r.elements,
         r.k,
         r.window,
         r.loss * 100.0
-    );
+    )?;
     if r.verified {
-        println!(
+        writeln!(
+            out,
             "result:      VERIFIED on every worker (max error {:.3e}, at most {:.1}% of the documented bound)",
             r.check.max_abs_error,
             r.check.max_bound_fraction * 100.0
-        );
+        )?;
     } else {
         let (w, i) = r.check.first_failure.unwrap_or_default();
-        println!(
+        writeln!(
+            out,
             "result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})",
             r.check.failures
-        );
+        )?;
     }
-    println!("time:        {:.3} s", r.seconds);
-    println!(
+    writeln!(out, "time:        {:.3} s", r.seconds)?;
+    writeln!(
+        out,
         "throughput:  {:.3} Gbit/s of payload, {:.3e} elements/s",
         r.goodput_gbps, r.elements_per_second
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "loss:        {} packets dropped by the emulator, {} retransmissions",
         r.injected_drops, r.retransmissions
-    );
+    )?;
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! `inagg`: in-network aggregation for distributed training.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -77,10 +78,11 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).and_then(|report| {
+            let mut out = std::io::stdout().lock();
             if args.json {
-                println!("{}", serde_json::to_string(&report)?);
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
             } else {
-                demo::print_summary(&report);
+                demo::print_summary(&report, &mut out)?;
             }
             if report.verified {
                 Ok(())
@@ -93,7 +95,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => agent_cmd::run(&args),
         Command::Conformance(args) => conformance_cmd::run(&args),
         Command::Controller(args) => controller_cmd::run(&args),
-        Command::Sim(args) => sim_cmd::run(&args),
+        Command::Sim(args) => sim_cmd::run(&args, &mut std::io::stdout().lock()),
         Command::Completions { shell } => {
             // Into a buffer first: clap_complete panics on a write error
             // (a closed pipe), and a closed pipe is not worth a panic.

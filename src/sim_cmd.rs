@@ -1,6 +1,7 @@
 //! `inagg sim reproduce NAME`: runs a paper's setup in the flow-level
 //! simulator and prints the paper's headline figures next to inagg's.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -30,6 +31,12 @@ pub struct ReproduceArgs {
     /// Base seed: the same seed gives the same figures.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run seeds SEED to SEED + SEEDS - 1 and print, for each result, the
+    /// median over them, the range, and on how many seeds it agrees (plots
+    /// and notes from the base seed alone). --strict then judges the
+    /// medians.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub seeds: u64,
     /// A smaller sweep (fewer settings).
     #[arg(long)]
     pub quick: bool,
@@ -44,14 +51,15 @@ pub struct ReproduceArgs {
     pub strict: bool,
 }
 
-/// Runs `inagg sim`.
-pub fn run(args: &SimArgs) -> Result<()> {
+/// Runs `inagg sim`, printing to `out` (a closed pipe is an error, not a
+/// panic).
+pub fn run(args: &SimArgs, out: &mut dyn Write) -> Result<()> {
     match &args.command {
-        SimCommand::Reproduce(r) => reproduce(r),
+        SimCommand::Reproduce(r) => reproduce(r, out),
     }
 }
 
-fn reproduce(args: &ReproduceArgs) -> Result<()> {
+fn reproduce(args: &ReproduceArgs, out: &mut dyn Write) -> Result<()> {
     let names: Vec<&str> = if args.paper == "all" {
         inagg_sim::PAPERS.to_vec()
     } else if inagg_sim::PAPERS.contains(&args.paper.as_str()) {
@@ -70,33 +78,92 @@ fn reproduce(args: &ReproduceArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create the output folder {}", args.out.display()))?;
+    if args.seeds > 1 {
+        return across_seeds(args, &names, &opts, out);
+    }
     let mut reports = Vec::new();
     for name in names {
         let report = inagg_sim::reproduce(name, &opts).expect("a listed paper");
-        for f in &report.figures {
-            let path = args.out.join(&f.file);
-            std::fs::write(&path, f.to_svg())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
         if !args.json {
-            println!("{}", report.table());
-            let files: Vec<&str> = report.figures.iter().map(|f| f.file.as_str()).collect();
-            println!("plots in {}: {}\n", args.out.display(), files.join(", "));
+            writeln!(out, "{}", report.table())?;
         }
+        write_plots(args, &report, out)?;
         reports.push(report);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
     }
-    let failed: Vec<String> = reports
-        .iter()
-        .flat_map(|r| {
-            r.rows
-                .iter()
-                .filter(|row| !row.holds)
-                .map(move |row| format!("{}: {}", r.paper, row.name))
-        })
-        .collect();
+    let failed = reports.iter().flat_map(|r| {
+        r.rows
+            .iter()
+            .filter(|row| !row.holds)
+            .map(move |row| format!("{}: {}", r.paper, row.name))
+    });
+    judge(args, failed.collect())
+}
+
+/// Writes a report's figures to the output folder and, in text mode, says
+/// where.
+fn write_plots(
+    args: &ReproduceArgs,
+    report: &inagg_sim::Report,
+    out: &mut dyn Write,
+) -> Result<()> {
+    for f in &report.figures {
+        let path = args.out.join(&f.file);
+        std::fs::write(&path, f.to_svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if !args.json {
+        let files: Vec<&str> = report.figures.iter().map(|f| f.file.as_str()).collect();
+        writeln!(
+            out,
+            "plots in {}: {}\n",
+            args.out.display(),
+            files.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// `--seeds N`: each paper once per seed, folded row by row.
+fn across_seeds(
+    args: &ReproduceArgs,
+    names: &[&str],
+    opts: &inagg_sim::Options,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let seeds: Vec<u64> = (0..args.seeds).map(|i| args.seed.wrapping_add(i)).collect();
+    let mut folded = Vec::new();
+    for name in names {
+        let reports: Vec<inagg_sim::Report> = seeds
+            .iter()
+            .map(|&seed| {
+                let opts = inagg_sim::Options { seed, ..*opts };
+                inagg_sim::reproduce(name, &opts).expect("a listed paper")
+            })
+            .collect();
+        let report = inagg_sim::report::SeedReport::new(&seeds, &reports);
+        if !args.json {
+            writeln!(out, "{}", report.table())?;
+        }
+        write_plots(args, &reports[0], out)?;
+        folded.push(report);
+    }
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&folded)?)?;
+    }
+    let failed = folded.iter().flat_map(|r| {
+        r.rows
+            .iter()
+            .filter(|row| !row.holds)
+            .map(move |row| format!("{}: {}", r.paper, row.name))
+    });
+    judge(args, failed.collect())
+}
+
+/// With --strict, fails naming the results that disagree.
+fn judge(args: &ReproduceArgs, failed: Vec<String>) -> Result<()> {
     if args.strict && !failed.is_empty() {
         bail!(
             "results that disagree with the papers: {}",

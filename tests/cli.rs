@@ -818,3 +818,67 @@ fn sim_reproduce_prints_json_and_writes_plots() {
         "{err}"
     );
 }
+
+/// `--seeds N` runs the reproduction once per seed and folds each result
+/// into its median, range and the number of seeds it agrees on; printing
+/// into a closed pipe is an error, not a panic.
+#[test]
+fn sim_reproduce_across_seeds_and_into_a_closed_pipe() {
+    let out = std::env::temp_dir().join(format!("inagg-sim-seeds-{}", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(["sim", "reproduce", "dsyncps", "--quick", "--trials", "1"])
+        .args(["--seed", "5", "--seeds", "3", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run inagg");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    assert_eq!(reports[0]["seeds"], serde_json::json!([5, 6, 7]));
+    let rows = reports[0]["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 4);
+    for row in rows {
+        let (min, median, max) = (
+            row["min"].as_f64().unwrap(),
+            row["inagg"].as_f64().unwrap(),
+            row["max"].as_f64().unwrap(),
+        );
+        assert!(min <= median && median <= max, "{row}");
+        assert!(row["agreeing"].as_u64().unwrap() <= 3, "{row}");
+    }
+    // The membership rows hold on every seed.
+    let servers = rows
+        .iter()
+        .find(|r| r["name"] == "servers in the table after the join")
+        .expect("row");
+    assert_eq!(servers["agreeing"], 3, "{servers}");
+    let _ = std::fs::remove_dir_all(&out);
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(["sim", "reproduce", "priority", "--seeds", "0"])
+        .output()
+        .expect("run inagg");
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--seeds") && err.contains("1..=100"), "{err}");
+
+    // The reader goes away before anything is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inagg"))
+        .args(["sim", "reproduce", "priority", "--out"])
+        .arg(std::env::temp_dir().join(format!("inagg-sim-pipe-{}", std::process::id())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run inagg");
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Broken pipe") && !err.contains("panicked"),
+        "{err}"
+    );
+}

@@ -120,6 +120,123 @@ impl Report {
     }
 }
 
+/// One headline result over several seeds: how much of a verdict is the
+/// luck of the draw.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SeedRow {
+    pub name: String,
+    pub paper: String,
+    /// The median of inagg's figure over the seeds.
+    pub inagg: f64,
+    pub min: f64,
+    pub max: f64,
+    pub claim: Claim,
+    /// Whether the median agrees with the claim.
+    pub holds: bool,
+    /// On how many seeds the figure agrees.
+    pub agreeing: usize,
+}
+
+/// A reproduction run once per seed, row by row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SeedReport {
+    pub paper: String,
+    pub setup: String,
+    pub seeds: Vec<u64>,
+    pub rows: Vec<SeedRow>,
+    /// The first seed's notes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl SeedReport {
+    /// Folds `reports` (the same reproduction, one per seed in `seeds`)
+    /// into one row per result of the first; a result missing from a
+    /// report counts as disagreeing there.
+    pub fn new(seeds: &[u64], reports: &[Report]) -> SeedReport {
+        let first = &reports[0];
+        let rows = first
+            .rows
+            .iter()
+            .map(|row| {
+                let found: Vec<&Row> = reports
+                    .iter()
+                    .filter_map(|r| r.rows.iter().find(|x| x.name == row.name))
+                    .collect();
+                let values: Vec<f64> = found.iter().map(|r| r.inagg).collect();
+                let (min, median, max) = spread(&values);
+                SeedRow {
+                    name: row.name.clone(),
+                    paper: row.paper.clone(),
+                    inagg: median,
+                    min,
+                    max,
+                    claim: row.claim,
+                    holds: row.claim.holds(median),
+                    agreeing: found.iter().filter(|r| r.holds).count(),
+                }
+            })
+            .collect();
+        SeedReport {
+            paper: first.paper.clone(),
+            setup: first.setup.clone(),
+            seeds: seeds.to_vec(),
+            rows,
+            notes: first.notes.clone(),
+        }
+    }
+
+    /// The table as text: the median, the range and the seeds agreeing.
+    pub fn table(&self) -> String {
+        let name_w = self
+            .rows
+            .iter()
+            .map(|r| r.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(6);
+        let paper_w = self
+            .rows
+            .iter()
+            .map(|r| r.paper.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let n = self.seeds.len();
+        let (lo, hi) = (
+            self.seeds.iter().min().copied().unwrap_or(0),
+            self.seeds.iter().max().copied().unwrap_or(0),
+        );
+        let mut out = format!("{}: {}; seeds {lo}-{hi}\n", self.paper, self.setup);
+        let _ = writeln!(
+            out,
+            "{:<name_w$}  {:<paper_w$}  {:>10}  {:>17}  agrees (seeds)",
+            "result", "paper", "median", "min - max"
+        );
+        for r in &self.rows {
+            let range = format!("{} - {}", fmt_value(r.min), fmt_value(r.max));
+            let _ = writeln!(
+                out,
+                "{:<name_w$}  {:<paper_w$}  {:>10}  {range:>17}  {} ({}/{n})",
+                r.name,
+                r.paper,
+                fmt_value(r.inagg),
+                if r.holds { "yes" } else { "NO" },
+                r.agreeing,
+            );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note (seed {lo}): {note}");
+        }
+        out
+    }
+
+    /// Every row's median agrees with its claim.
+    pub fn all_hold(&self) -> bool {
+        self.rows.iter().all(|r| r.holds)
+    }
+}
+
 fn fmt_value(x: f64) -> String {
     if x.abs() >= 100.0 {
         format!("{x:.0}")
@@ -174,5 +291,34 @@ mod tests {
         assert!(t.contains("NO"));
         assert!(!r.all_hold());
         assert_eq!(spread(&[3.0, 1.0, 2.0, 10.0]), (1.0, 2.5, 10.0));
+    }
+
+    /// Rows are matched by name across seeds; the median decides the
+    /// verdict and every seed's own verdict is counted.
+    #[test]
+    fn seeds_fold_into_median_range_and_count() {
+        let report = |x: f64, extra: bool| Report {
+            paper: "x".into(),
+            setup: "s".into(),
+            rows: std::iter::once(Row::new("gain", "2x", x, Claim::Above(1.0)))
+                .chain(extra.then(|| Row::new("only once", "~1", 1.0, Claim::Below(2.0))))
+                .collect(),
+            figures: Vec::new(),
+            notes: Vec::new(),
+        };
+        let folded = SeedReport::new(
+            &[1, 2, 3],
+            &[report(1.5, true), report(0.8, false), report(1.2, false)],
+        );
+        let gain = &folded.rows[0];
+        assert_eq!((gain.min, gain.inagg, gain.max), (0.8, 1.2, 1.5));
+        assert!(gain.holds);
+        assert_eq!(gain.agreeing, 2);
+        assert_eq!(folded.rows[1].agreeing, 1);
+        let t = folded.table();
+        assert!(t.contains("seeds 1-3"), "{t}");
+        assert!(t.contains("0.800 - 1.500  yes (2/3)"), "{t}");
+        assert!(t.contains("yes (1/3)"), "{t}");
+        assert!(folded.all_hold());
     }
 }
