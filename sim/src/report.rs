@@ -78,20 +78,7 @@ pub struct Report {
 impl Report {
     /// The table as text.
     pub fn table(&self) -> String {
-        let name_w = self
-            .rows
-            .iter()
-            .map(|r| r.name.len())
-            .max()
-            .unwrap_or(4)
-            .max(6);
-        let paper_w = self
-            .rows
-            .iter()
-            .map(|r| r.paper.len())
-            .max()
-            .unwrap_or(5)
-            .max(5);
+        let (name_w, paper_w) = widths(self.rows.iter().map(|r| (&r.name, &r.paper)));
         let mut out = format!("{}: {}\n", self.paper, self.setup);
         let _ = writeln!(
             out,
@@ -188,20 +175,7 @@ impl SeedReport {
 
     /// The table as text: the median, the range and the seeds agreeing.
     pub fn table(&self) -> String {
-        let name_w = self
-            .rows
-            .iter()
-            .map(|r| r.name.len())
-            .max()
-            .unwrap_or(4)
-            .max(6);
-        let paper_w = self
-            .rows
-            .iter()
-            .map(|r| r.paper.len())
-            .max()
-            .unwrap_or(5)
-            .max(5);
+        let (name_w, paper_w) = widths(self.rows.iter().map(|r| (&r.name, &r.paper)));
         let n = self.seeds.len();
         let (lo, hi) = (
             self.seeds.iter().min().copied().unwrap_or(0),
@@ -235,6 +209,14 @@ impl SeedReport {
     pub fn all_hold(&self) -> bool {
         self.rows.iter().all(|r| r.holds)
     }
+}
+
+/// The widths of a table's name and paper columns: their longest entry,
+/// and no less than their headings.
+fn widths<'a>(rows: impl Iterator<Item = (&'a String, &'a String)>) -> (usize, usize) {
+    rows.fold((6, 5), |(n, p), (name, paper)| {
+        (n.max(name.len()), p.max(paper.len()))
+    })
 }
 
 fn fmt_value(x: f64) -> String {
