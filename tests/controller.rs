@@ -1147,10 +1147,16 @@ fn the_controller_allocates_job_groups_and_keeps_hand_made_ones() {
     assert!(reinstalled(), "re-installed on the restarted switch");
     drop(c);
     drop(ctl);
-    EmuTarget::connect(control)
-        .unwrap()
-        .delete_group(2)
-        .unwrap();
+    // The stopped controller's claim ends when the switch sees its
+    // connection close, which may come a moment after the stop returns;
+    // until then the switch refuses a change from anyone else.
+    let deleted = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        EmuTarget::connect(control)
+            .and_then(|mut t| t.delete_group(2))
+            .is_ok()
+    });
+    assert!(deleted, "the stopped controller still holds the switch");
     let ctl = start(control, &[], &state);
     assert!(reinstalled(), "re-installed by the restarted controller");
     sockets[2].send(&[42, 43], 1, 0).unwrap();
