@@ -486,8 +486,12 @@ mod ssp {
             let deepest = lower.iter().map(|q| q.max_depth_bytes).max().unwrap();
             assert!(top.tx_packets > 0, "no class-7 copy: {port:?}");
             assert_eq!(top.drops, 0, "class-7 copies were dropped: {port:?}");
+            // Half the deepest: without priority the class-7 copies wait
+            // in the same full queue; with it, a loaded machine (the port
+            // thread woken late while a burst of copies lands) has been
+            // seen to let class 7 reach 8400 of 32760 bytes.
             assert!(
-                top.max_depth_bytes * 4 <= deepest,
+                top.max_depth_bytes * 2 <= deepest,
                 "class 7 waited about as long as the others: {port:?}"
             );
         }
