@@ -546,19 +546,18 @@ pub fn run(s: Scheme, setup: &Setup, rng: &mut SimRng) -> Metrics {
 }
 
 /// What one phase (push or pull) asks of the network at its busiest
-/// points, in seconds, on the rates `rng` draws (the same draw [`run`]
-/// starts from).
+/// points, on the rates `rng` draws (the same draw [`run`] starts from).
 #[derive(Debug, Clone, Copy)]
 pub struct PhaseLoad {
     /// The busiest directed link under multi-root FAPT's trees (as many
     /// roots as DCs, built on the true rates, primaries only): its bytes
-    /// over its rate. FAPT builds each tree on delays that ignore the
+    /// over its rate, in seconds. FAPT builds each tree on delays that ignore the
     /// other trees' load, so trees pile onto the same fast links.
     pub busiest_link: f64,
     /// The bytes that link carries, over the model's.
     pub busiest_share: f64,
     /// The slowest DC's own links: (1 - 1/n) of the model over their
-    /// total rate, which no scheme with equal shares can beat
+    /// total rate, in seconds, which no scheme with equal shares can beat
     /// ([`access_bound`]).
     pub slowest_dc: f64,
 }
