@@ -529,7 +529,12 @@ fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
 
     let (deployment, config, settled) =
         aware_rounds(&mut s, &mut sched, &mut workers, deployment, slow);
-    assert!(settled, "{:?}", sched.policy());
+    assert!(
+        settled,
+        "{:?}, known rates {:?}",
+        sched.policy(),
+        known_rates(&sched)
+    );
     assert!(config.generation >= 1);
     let now = sched.policy();
     assert!(

@@ -29,6 +29,12 @@ use serde::{Deserialize, Serialize};
 /// Egress queues per port.
 pub const QUEUES: usize = crate::switch::EGRESS_QUEUES as usize;
 
+/// How late after its due time a departure may leave and still be timed by
+/// the throughput probe ([`PortStats::train_rate_bps`]): well above the
+/// wake-up jitter of an idle machine, below a scheduler slice of a loaded
+/// one.
+pub const TRAIN_LATENESS: Duration = Duration::from_millis(1);
+
 /// How the emulator's ports send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkConfig {
@@ -197,9 +203,9 @@ pub struct PortStats {
 impl PortStats {
     /// The throughput the port delivered while it had a backlog, bits per
     /// second (`None`: no packet has waited yet). Measured on real
-    /// departure times, so it is what the traffic got, wake-up delays and
-    /// all, not the configured rate read back; it needs no idle link and
-    /// no clock shared with the receiver.
+    /// departure times, so it is what the traffic got, wake-up delays of up
+    /// to [`TRAIN_LATENESS`] and all, not the configured rate read back;
+    /// it needs no idle link and no clock shared with the receiver.
     pub fn train_rate_bps(&self) -> Option<f64> {
         (self.train_ns > 0).then(|| self.train_bytes as f64 * 8e9 / self.train_ns as f64)
     }
@@ -239,13 +245,24 @@ impl Port {
     }
 
     /// Counts a departure at `now` in the throughput probe when the packet
-    /// `waited` behind the one before.
-    fn time_train(&mut self, waited: bool, now: Instant, bytes: usize) {
-        if let (true, Some(last)) = (waited, self.last_departure) {
+    /// `waited` behind the one before and left on time, `late` after the
+    /// link could start it.
+    ///
+    /// A train's time telescopes to its schedule plus how much later its
+    /// last packet left than its first, so one late wake-up of a loaded
+    /// machine could make a fast link read slower than any other (CI saw a
+    /// 100 Mbit/s port read below a 2 Mbit/s one). A packet later than
+    /// [`TRAIN_LATENESS`] breaks the train: it is not counted, nor is the
+    /// gap to the next. Every counted gap is then within that bound of the
+    /// link's own time, and a port the emulator cannot keep on time gives
+    /// no reading rather than a wrong one.
+    fn time_train(&mut self, waited: bool, late: Duration, now: Instant, bytes: usize) {
+        let on_time = late <= TRAIN_LATENESS;
+        if let (true, true, Some(last)) = (waited, on_time, self.last_departure) {
             self.train_bytes += bytes as u64;
             self.train_ns += now.saturating_duration_since(last).as_nanos() as u64;
         }
-        self.last_departure = Some(now);
+        self.last_departure = on_time.then_some(now);
     }
 
     /// When the head of queue `q` can start: once it has arrived and the
@@ -359,7 +376,8 @@ impl Shaper {
                 stats.depth_bytes -= p.bytes.len();
                 stats.tx_packets += 1;
                 stats.tx_bytes += p.bytes.len() as u64;
-                port.time_train(start > p.arrived, now, p.bytes.len());
+                let late = now.saturating_duration_since(start);
+                port.time_train(start > p.arrived, late, now, p.bytes.len());
                 port.free_at = Some(start + serialisation(p.bytes.len(), rate));
                 send(&p.bytes, p.to);
             }
@@ -516,6 +534,36 @@ mod tests {
         assert_eq!(s.stats()[0].train_bytes, 500);
         s.reset_stats();
         assert_eq!((s.stats()[0].train_bytes, s.stats()[0].train_ns), (0, 0));
+    }
+
+    #[test]
+    fn a_departure_that_leaves_late_breaks_the_train() {
+        let mut s = shaper(100_000);
+        let t0 = Instant::now();
+        for i in 0..5 {
+            s.enqueue(t0, addr(A), 0, vec![i; 250]).unwrap();
+        }
+        // Due at 0, 250, 500, 750 and 1000 us. The one due at 250 leaves
+        // on time; the emulator then sleeps until 3000 (2.5 ms late for
+        // the one due at 500): the three still queued go at once.
+        assert_eq!(release_at(&mut s, t0, 0).len(), 1);
+        assert_eq!(release_at(&mut s, t0, 250).len(), 1);
+        assert_eq!(release_at(&mut s, t0, 3000).len(), 3);
+        // Counted: only the packet due at 250, 250 us after the first. The
+        // late three (and the gaps to them) would have read 1000 bytes in
+        // 3 ms: 2.7 Mbit/s on an 8 Mbit/s link.
+        let port = &s.stats()[0];
+        assert_eq!((port.train_bytes, port.train_ns), (250, 250_000));
+        assert_eq!(port.train_rate_bps(), Some(8_000_000.0));
+        // The train starts again from the next packet that leaves on time.
+        for i in 5..7 {
+            s.enqueue(t0 + Duration::from_micros(4000), addr(A), 0, vec![i; 250])
+                .unwrap();
+        }
+        assert_eq!(release_at(&mut s, t0, 4000).len(), 1);
+        assert_eq!(release_at(&mut s, t0, 4300).len(), 1);
+        let port = &s.stats()[0];
+        assert_eq!((port.train_bytes, port.train_ns), (500, 550_000));
     }
 
     #[test]
