@@ -3,6 +3,7 @@
 //! sum every worker can compute, so `--verify` checks the result without
 //! any other input.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -125,7 +126,7 @@ fn pattern_f32(w: u16, i: usize) -> f32 {
 }
 
 /// Runs one all-reduce and reports.
-pub fn run(a: &AgentArgs) -> Result<()> {
+pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     if !(a.timeout > 0.0 && a.timeout.is_finite()) {
         bail!("--timeout must be a positive number of seconds");
     }
@@ -150,14 +151,15 @@ pub fn run(a: &AgentArgs) -> Result<()> {
         v["goodput_gbps"] = stats.goodput_gbps().into();
         v["lanes"] = lanes.into();
         v["handed_over"] = handed_over.into();
-        println!("{v}");
+        writeln!(out, "{v}")?;
     } else {
         let lanes = if lanes > 1 {
             format!(", {lanes} lanes ({handed_over} results handed between them)")
         } else {
             String::new()
         };
-        println!(
+        writeln!(
+            out,
             "worker {} of job {}: {} bytes in {:.3} s ({:.3} Gbit/s), {} packets sent, {} retransmissions{lanes}{}",
             config.worker,
             config.job,
@@ -171,7 +173,7 @@ pub fn run(a: &AgentArgs) -> Result<()> {
                 Some(false) => ", RESULT WRONG",
                 None => "",
             }
-        );
+        )?;
     }
     if metrics.is_some() && a.metrics_linger > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(a.metrics_linger));

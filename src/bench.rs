@@ -5,6 +5,7 @@
 //! workers; and, on the same tensors in the same run, a host-only ring
 //! all-reduce over TCP loopback.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -108,7 +109,7 @@ fn gbs(bytes: usize, d: Duration) -> f64 {
 }
 
 /// Runs every measurement and prints the report.
-pub fn run(args: &BenchArgs) -> Result<()> {
+pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     if args.elements == 0 || args.pool.k == 0 || args.pool.window == 0 || args.repeat == 0 {
         anyhow::bail!("--elements, -k, --window and --repeat must be at least 1");
     }
@@ -123,11 +124,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     if args.priority {
-        return crate::bench_priority::run(args.repeat, args.json);
+        return crate::bench_priority::run(args.repeat, args.json, out);
     }
     if let Some(bounds) = &args.aux {
         if bounds == "grid" {
-            return crate::bench_netstorm_aux::run_grid(args.repeat, args.json);
+            return crate::bench_netstorm_aux::run_grid(args.repeat, args.json, out);
         }
         let bad = || {
             anyhow::anyhow!(
@@ -136,25 +137,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         };
         let (b, q) = bounds.split_once('/').ok_or_else(bad)?;
         let (b, q) = (b.parse().map_err(|_| bad())?, q.parse().map_err(|_| bad())?);
-        return crate::bench_netstorm_aux::run(args.repeat, b, q, args.json);
+        return crate::bench_netstorm_aux::run(args.repeat, b, q, args.json, out);
     }
     if args.ablation {
-        return crate::bench_netstorm::run_ablation(args.repeat, args.json);
+        return crate::bench_netstorm::run_ablation(args.repeat, args.json, out);
     }
     if args.netstorm {
-        return crate::bench_netstorm::run(args.repeat, args.json);
+        return crate::bench_netstorm::run(args.repeat, args.json, out);
     }
     if args.backend == Backend::Dpdk {
         #[cfg(feature = "dpdk")]
-        return crate::bench_dpdk::run(args);
+        return crate::bench_dpdk::run(args, out);
         #[cfg(not(feature = "dpdk"))]
         return Err(crate::backend::not_built());
     }
     let report = measure(args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print(&report, args);
+        print(&report, args, out)?;
     }
     Ok(())
 }
@@ -291,37 +292,42 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
     })
 }
 
-fn print(r: &BenchReport, a: &BenchArgs) {
-    println!(
+fn print(r: &BenchReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "inagg bench: {} floats per tensor, K={} window={}, {} runs (kernels: best; all-reduce: median)",
         a.elements, a.pool.k, a.pool.window, a.repeat
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "quantize+dequantize  {:>7.2} GB/s   (copy {:.2} GB/s; ratio {:.2})",
         r.quant_dequant_gbs,
         r.copy_gbs,
         r.quant_dequant_gbs / r.copy_gbs
-    );
+    )?;
     for e in &r.emulator {
-        println!(
+        writeln!(
+            out,
             "emulator, K={:<5}    {:>7.2} Mpkt/s  {:>7.2} Gbit/s payload (switch logic, 4 workers)",
             e.k,
             e.packets_per_second / 1e6,
             e.payload_gbps
-        );
+        )?;
     }
-    println!("all-reduce goodput (Gbit/s of tensor per worker):");
-    println!("  workers   inagg+emu   TCP ring   ratio   verified");
+    writeln!(out, "all-reduce goodput (Gbit/s of tensor per worker):")?;
+    writeln!(out, "  workers   inagg+emu   TCP ring   ratio   verified")?;
     for x in &r.allreduce {
-        println!(
+        writeln!(
+            out,
             "  {:>7}   {:>9.3}   {:>8.3}   {:>5.2}   {}",
             x.workers,
             x.inagg_gbps,
             x.ring_gbps,
             x.inagg_gbps / x.ring_gbps,
             x.verified
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The median of some durations (the mean of the middle two for an even count).

@@ -17,6 +17,7 @@
 //!   agents in their own processes, all connected by memif (shared memory
 //!   between processes, no root needed).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -78,7 +79,7 @@ pub struct DpdkReport {
 }
 
 /// Runs the DPDK measurements and prints them.
-pub fn run(args: &BenchArgs) -> Result<()> {
+pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     let eal = Eal::init_str(EAL).context("start DPDK for the benchmark")?;
     let frame_bytes = UdpFlow::frame_len(inagg_wire::HEADER_LEN + usize::from(K) * 4);
     let mut raw = Vec::new();
@@ -129,52 +130,60 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         memif_workers: workers,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print(&report, args);
+        print(&report, args, out)?;
     }
     Ok(())
 }
 
-fn print(r: &DpdkReport, a: &BenchArgs) {
-    println!(
+fn print(r: &DpdkReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "inagg bench --backend dpdk: K={} ({}-byte frames), window {WINDOW}, {} elements per tensor, best of {}",
         r.k, r.frame_bytes, a.elements, a.repeat
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "raw net_ring tx+rx bursts    {:>7.2} Mpkt/s   (the I/O limit)",
         r.raw_pps / 1e6
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "floor: raw + payload in/out   {:>6.2} Mpkt/s   ratio {:.2} of the I/O limit (the most an agent could reach)",
         r.floor_pps / 1e6,
         r.floor_ratio
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "agent fast path, f32 (1 core) {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   ratio {:.2} of the I/O limit, {:.2} of the floor",
         r.agent_pps / 1e6,
         r.agent_gbps,
         r.ratio,
         r.agent_pps / r.floor_pps
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "agent fast path, i32 (1 core) {:>6.2} Mpkt/s                         ratio {:.2} of the I/O limit, {:.2} of the floor",
         r.agent_i32_pps / 1e6,
         r.ratio_i32,
         r.agent_i32_pps / r.floor_pps
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "agent fast path, f32 ({} lanes)  {:>6.2} Mpkt/s   {:>6.2} Gbit/s payload   (queue pairs and threads; one core each)",
         r.lanes,
         r.agent_lanes_pps / 1e6,
         r.agent_lanes_gbps
-    );
+    )?;
     if let Some(g) = r.memif_allreduce_gbps {
-        println!(
+        writeln!(
+            out,
             "all-reduce via DPDK emulator over memif, {} workers: {:.3} Gbit/s per worker",
             r.memif_workers, g
-        );
+        )?;
     }
+    Ok(())
 }
 
 fn loopback_worker(port: &str, queues: u16) -> Result<Worker> {

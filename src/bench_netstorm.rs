@@ -16,6 +16,7 @@
 //! re-planned before every iteration ([`Stage::Std`]), and re-planned with
 //! auxiliary paths ([`Stage::Pro`]).
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -84,17 +85,18 @@ pub struct NetstormReport {
 }
 
 /// Runs `iterations` iterations and prints the report.
-pub fn run(iterations: usize, json: bool) -> Result<()> {
+pub fn run(iterations: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     ensure!(
         iterations >= 2,
         "--repeat must be at least 2: blind, then aware"
     );
     let report = measure(iterations, Stage::Std)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "NetStorm awareness: 4 sites, {} workers, {} MB each; links {} Mbit/s, {}-{} {} Mbit/s",
         WORKERS.iter().sum::<u16>(),
         LEN * 4 / 1_000_000,
@@ -102,9 +104,10 @@ pub fn run(iterations: usize, json: bool) -> Result<()> {
         SLOW.0,
         SLOW.1,
         SLOW_BPS / 1_000_000
-    );
+    )?;
     for (i, it) in report.iterations.iter().enumerate() {
-        println!(
+        writeln!(
+            out,
             "iteration {i}: {:8.1} ms  generation {}{}",
             it.ms,
             it.generation,
@@ -113,14 +116,18 @@ pub fn run(iterations: usize, json: bool) -> Result<()> {
             } else {
                 ""
             }
-        );
+        )?;
     }
-    println!("known rates at the end (Mbit/s, measured or first guess / configured):");
+    writeln!(
+        out,
+        "known rates at the end (Mbit/s, measured or first guess / configured):"
+    )?;
     for k in &report.known {
-        println!(
+        writeln!(
+            out,
             "  {} -> {}: {:7.2} / {:.0}",
             k.from, k.to, k.mbps, k.true_mbps
-        );
+        )?;
     }
     Ok(())
 }
@@ -140,7 +147,7 @@ pub struct StageReport {
 /// NetStorm's ablation (Fig. 18), live: the stages one after another, each
 /// on fresh sites, `iterations` iterations each, then the stages' medians
 /// after the first iteration (which every stage runs on the first guess).
-pub fn run_ablation(iterations: usize, json: bool) -> Result<()> {
+pub fn run_ablation(iterations: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     ensure!(
         iterations >= 2,
         "--repeat must be at least 2: the first guess, then the stage's plan"
@@ -159,20 +166,22 @@ pub fn run_ablation(iterations: usize, json: bool) -> Result<()> {
         });
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&stages)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&stages)?)?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "NetStorm's stages (Fig. 18): 4 sites, links {} Mbit/s, {}-{} {} Mbit/s; {} iterations each",
         LINE_BPS / 1_000_000,
         SLOW.0,
         SLOW.1,
         SLOW_BPS / 1_000_000,
         iterations
-    );
+    )?;
     let lite = stages[0].median_ms;
     for s in &stages {
-        println!(
+        writeln!(
+            out,
             "{:>5}: median {:8.1} ms after the first iteration ({:8.1} ms first), {:.2}x lite, \
              detours {} first, {} after",
             format!("{:?}", s.stage),
@@ -181,13 +190,14 @@ pub fn run_ablation(iterations: usize, json: bool) -> Result<()> {
             lite / s.median_ms,
             s.detours_sent[0],
             s.detours_sent[1..].iter().sum::<u64>()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "awareness gain (std / lite): {:+.2}; auxiliary-path gain (pro / std): {:+.2}",
         lite / stages[1].median_ms - 1.0,
         stages[1].median_ms / stages[2].median_ms - 1.0
-    );
+    )?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 //! AUXILIARY_QUEUE_LENGTH), so both see the same machine; each iteration
 //! is one int32 all-reduce on every worker, checked exact.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
@@ -55,31 +56,38 @@ pub struct AuxReport {
 }
 
 /// Runs `iterations` iterations of each arm and prints the report.
-pub fn run(iterations: usize, busy_bound: u16, queue_length: u16, json: bool) -> Result<()> {
+pub fn run(
+    iterations: usize,
+    busy_bound: u16,
+    queue_length: u16,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
     ensure!(iterations >= 1, "--repeat must be at least 1");
     let report = Bench::start()?.compare(iterations, busy_bound, queue_length)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
-    print_setup(report.paths);
-    println!("bounds {busy_bound}/{queue_length}");
+    print_setup(report.paths, out)?;
+    writeln!(out, "bounds {busy_bound}/{queue_length}")?;
     for (name, arm) in [("without", &report.without), ("with", &report.with)] {
-        println!(
+        writeln!(
+            out,
             "{name:>8}: median {:8.1} ms over {} iterations, {} detours",
             arm.median_ms,
             arm.ms.len(),
             arm.detours_sent
-        );
+        )?;
     }
-    println!("gain (without / with - 1): {:+.2}", report.gain);
+    writeln!(out, "gain (without / with - 1): {:+.2}", report.gain)?;
     Ok(())
 }
 
 /// The paper's grid search (Fig. 17), live: every PRIMARY_BUSY_BOUND in
 /// 1-4 by every AUXILIARY_QUEUE_LENGTH in 1-5, `iterations` of each arm at
 /// each point, on one set of sites.
-pub fn run_grid(iterations: usize, json: bool) -> Result<()> {
+pub fn run_grid(iterations: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     ensure!(iterations >= 1, "--repeat must be at least 1");
     let mut bench = Bench::start()?;
     let mut reports = Vec::new();
@@ -89,38 +97,43 @@ pub fn run_grid(iterations: usize, json: bool) -> Result<()> {
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
         return Ok(());
     }
-    print_setup(reports[0].paths);
-    println!("gain (without / with - 1), and detours sent, by PRIMARY_BUSY_BOUND (rows) and AUXILIARY_QUEUE_LENGTH (columns):");
-    println!(
+    print_setup(reports[0].paths, out)?;
+    writeln!(out, "gain (without / with - 1), and detours sent, by PRIMARY_BUSY_BOUND (rows) and AUXILIARY_QUEUE_LENGTH (columns):")?;
+    writeln!(
+        out,
         "bound {}",
         (1..=5).map(|q| format!("{q:>14}")).collect::<String>()
-    );
+    )?;
     for row in reports.chunks(5) {
         let cells: String = row
             .iter()
             .map(|r| format!("{:>+7.2} ({:>4})", r.gain, r.with.detours_sent))
             .collect();
-        println!("{:>5} {cells}", row[0].busy_bound);
+        writeln!(out, "{:>5} {cells}", row[0].busy_bound)?;
     }
     let gains = reports.iter().map(|r| r.gain);
     let (low, high) = gains.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), g| {
         (l.min(g), h.max(g))
     });
-    println!("gain over the grid: {low:+.2} to {high:+.2} (the paper's: +0.30 to +0.65)");
+    writeln!(
+        out,
+        "gain over the grid: {low:+.2} to {high:+.2} (the paper's: +0.30 to +0.65)"
+    )?;
     Ok(())
 }
 
-fn print_setup(paths: usize) {
-    println!(
+fn print_setup(paths: usize, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "NetStorm auxiliary paths: 4 sites, links {} Mbit/s, {}-{} slow; the first-guess forest \
          (both trees cross it); {paths} tree edges with a path",
         LINE_BPS / 1_000_000,
         SLOW.0,
         SLOW.1,
-    );
+    )
 }
 
 /// The sites, the first-guess forest and its workers, kept across

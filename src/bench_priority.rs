@@ -15,6 +15,7 @@
 //! urgent one (the first layer); the urgent tensor's latency from
 //! submission to sum, and the time for both, per policy.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,7 @@ pub struct PolicyRow {
 }
 
 /// Runs both measurements and prints them.
-pub fn run(repeat: usize, json: bool) -> Result<()> {
+pub fn run(repeat: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     let (alone, on, off) = between_jobs(repeat)?;
     let policies = within_a_job(repeat)?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -81,36 +82,50 @@ pub fn run(repeat: usize, json: bool) -> Result<()> {
         policies,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print(&report, repeat);
+        print(&report, repeat, out)?;
     }
     Ok(())
 }
 
-fn print(r: &PriorityReport, repeat: usize) {
-    println!(
+fn print(r: &PriorityReport, repeat: usize, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "inagg bench --priority: {} Gbit/s per host link, {repeat} runs (medians)",
         r.rate_gbps
-    );
-    println!("between jobs: urgent job (2 workers, {URGENT_LEN} int32) next to a bulk job");
-    println!("  alone                    {:8.2} ms", r.alone_ms);
-    println!(
+    )?;
+    writeln!(
+        out,
+        "between jobs: urgent job (2 workers, {URGENT_LEN} int32) next to a bulk job"
+    )?;
+    writeln!(out, "  alone                    {:8.2} ms", r.alone_ms)?;
+    writeln!(
+        out,
         "  bulk, priorities on      {:8.2} ms   {:.2}x alone (target <= 1.2x)",
         r.with_priority_ms, r.ratio_on
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  bulk, priorities off     {:8.2} ms   {:.2}x alone",
         r.without_priority_ms, r.ratio_off
-    );
-    println!("within a job: a bulk tensor, then an urgent one 2 ms later");
-    println!("  policy                 urgent (ms)   both (ms)   epochs");
+    )?;
+    writeln!(
+        out,
+        "within a job: a bulk tensor, then an urgent one 2 ms later"
+    )?;
+    writeln!(
+        out,
+        "  policy                 urgent (ms)   both (ms)   epochs"
+    )?;
     for p in &r.policies {
-        println!(
+        writeln!(
+            out,
             "  {:<22} {:>11.2} {:>11.2} {:>8}",
             p.policy, p.urgent_ms, p.total_ms, p.epochs
-        );
+        )?;
     }
+    Ok(())
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

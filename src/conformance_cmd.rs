@@ -12,6 +12,7 @@
 //! checked there; drop counters are read back through the control plane.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -65,13 +66,13 @@ pub struct ConformanceArgs {
 }
 
 /// Runs every vector; fails with the list of failing cases.
-pub fn run(args: &ConformanceArgs) -> Result<()> {
+pub fn run(args: &ConformanceArgs, out: &mut dyn Write) -> Result<()> {
     let files = vector_files(&args.paths)?;
     if files.is_empty() {
         bail!("no conformance vectors (*.json) in {:?}", args.paths);
     }
     if args.print_topology {
-        return print_topology(&files);
+        return print_topology(&files, out);
     }
     let mut wire = if args.ports.is_empty() {
         None
@@ -87,15 +88,15 @@ pub fn run(args: &ConformanceArgs) -> Result<()> {
         };
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         match outcome {
-            Ok(()) => println!("ok    {name}"),
+            Ok(()) => writeln!(out, "ok    {name}")?,
             Err(e) => {
-                println!("FAIL  {name}: {e}");
+                writeln!(out, "FAIL  {name}: {e}")?;
                 failures.push(name.into_owned());
             }
         }
     }
     if failures.is_empty() {
-        println!("{} vectors passed", files.len());
+        writeln!(out, "{} vectors passed", files.len())?;
         Ok(())
     } else {
         bail!(
@@ -109,7 +110,7 @@ pub fn run(args: &ConformanceArgs) -> Result<()> {
 
 /// The topology a P4 target needs for the vectors: every job worker's port
 /// and MAC by IPv4 address, and every port an input arrives on.
-fn print_topology(files: &[PathBuf]) -> Result<()> {
+fn print_topology(files: &[PathBuf], out: &mut dyn Write) -> Result<()> {
     let mut workers = BTreeMap::new();
     let mut ports = std::collections::BTreeSet::new();
     for path in files {
@@ -126,10 +127,10 @@ fn print_topology(files: &[PathBuf]) -> Result<()> {
         ports.extend(case.packets.iter().map(|s| s.input.port));
     }
     let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-    println!("# ports: {}", list.join(","));
-    println!("[workers]");
+    writeln!(out, "# ports: {}", list.join(","))?;
+    writeln!(out, "[workers]")?;
     for (ip, (port, mac)) in workers {
-        println!("\"{ip}\" = {{ port = {port}, mac = \"{mac}\" }}");
+        writeln!(out, "\"{ip}\" = {{ port = {port}, mac = \"{mac}\" }}")?;
     }
     Ok(())
 }

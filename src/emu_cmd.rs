@@ -1,5 +1,6 @@
 //! `inagg emu`: run the software switch until killed.
 
+use std::io::Write;
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
@@ -92,7 +93,7 @@ fn link(args: &EmuArgs) -> Result<Option<LinkConfig>> {
 }
 
 /// Starts the emulator, prints where it listens, serves until killed.
-pub fn run(args: &EmuArgs) -> Result<()> {
+pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
     let faults = FaultConfig {
         drop_ingress: args.loss.unwrap_or(args.drop_ingress),
         drop_egress: args.loss.unwrap_or(args.drop_egress),
@@ -126,12 +127,13 @@ pub fn run(args: &EmuArgs) -> Result<()> {
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
-    println!(
+    writeln!(
+        out,
         "inagg emu: data plane udp://{} ({:?} backend)  control tcp://{}",
         emu.data_addr(),
         args.backend,
         emu.control_addr()
-    );
+    )?;
     let _metrics = match args.metrics {
         Some(addr) => {
             let control = emu.control_addr();

@@ -90,10 +90,12 @@ fn main() -> ExitCode {
                 Err(anyhow::anyhow!("the all-reduce result did not verify"))
             }
         }),
-        Command::Bench(args) => bench::run(&args),
-        Command::Emu(args) => emu_cmd::run(&args),
-        Command::Agent(args) => agent_cmd::run(&args),
-        Command::Conformance(args) => conformance_cmd::run(&args),
+        // Not locked: the daemons and the agent run for long, and a line
+        // printed from another thread must not wait for them to end.
+        Command::Bench(args) => bench::run(&args, &mut std::io::stdout()),
+        Command::Emu(args) => emu_cmd::run(&args, &mut std::io::stdout()),
+        Command::Agent(args) => agent_cmd::run(&args, &mut std::io::stdout()),
+        Command::Conformance(args) => conformance_cmd::run(&args, &mut std::io::stdout()),
         Command::Controller(args) => controller_cmd::run(&args),
         Command::Sim(args) => sim_cmd::run(&args, &mut std::io::stdout().lock()),
         Command::Completions { shell } => {

@@ -865,10 +865,17 @@ fn sim_reproduce_across_seeds_and_into_a_closed_pipe() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--seeds") && err.contains("1..=100"), "{err}");
 
-    // The reader goes away before anything is printed.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_inagg"))
-        .args(["sim", "reproduce", "priority", "--out"])
-        .arg(std::env::temp_dir().join(format!("inagg-sim-pipe-{}", std::process::id())))
+    assert_fails_into_a_closed_pipe(
+        Command::new(INAGG)
+            .args(["sim", "reproduce", "priority", "--out"])
+            .arg(std::env::temp_dir().join(format!("inagg-sim-pipe-{}", std::process::id()))),
+    );
+}
+
+/// Runs `cmd` with its reader gone before anything is printed: it must
+/// end with exit 1 and "Broken pipe", not a panic.
+fn assert_fails_into_a_closed_pipe(cmd: &mut Command) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -876,9 +883,46 @@ fn sim_reproduce_across_seeds_and_into_a_closed_pipe() {
     drop(child.stdout.take());
     let closed = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&closed.stderr);
-    assert_eq!(closed.status.code(), Some(1), "{err}");
+    assert_eq!(closed.status.code(), Some(1), "{cmd:?}: {err}");
     assert!(
         err.contains("Broken pipe") && !err.contains("panicked"),
-        "{err}"
+        "{cmd:?}: {err}"
     );
+}
+
+/// Every command prints through a writer: conformance, an agent that
+/// prints its result, and the emulator's start line all meet a closed
+/// pipe with an error.
+#[test]
+fn commands_print_into_a_closed_pipe_as_an_error() {
+    assert_fails_into_a_closed_pipe(Command::new(INAGG).arg("conformance"));
+    let emu = Emu::start(&[]);
+    let bind = free_udp_port();
+    let out = emu.ctl(&[
+        "job",
+        "create",
+        "--id",
+        "3",
+        "--workers",
+        &bind.to_string(),
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_fails_into_a_closed_pipe(
+        Command::new(INAGG)
+            .args(["agent", "--switch", &emu.data.to_string()])
+            .args(["--bind", &bind.to_string(), "--job", "3", "--worker", "0"])
+            .args(["--workers", "1", "--pool-size", "8"])
+            .args(["--dtype", "i32", "--len", "1000"]),
+    );
+    assert_fails_into_a_closed_pipe(Command::new(INAGG).args([
+        "emu",
+        "--data",
+        "127.0.0.1:0",
+        "--control",
+        "127.0.0.1:0",
+    ]));
 }
