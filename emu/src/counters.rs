@@ -113,6 +113,11 @@ pub struct Counters {
     /// Detours forwarded by the relay table.
     #[serde(default)]
     pub relayed: u64,
+    /// Addresses the raw-Ethernet (DPDK) backend did not learn: its
+    /// neighbour table was full and the switch had not asked for them
+    /// (frames from many spoofed sources cannot push its workers out).
+    #[serde(default)]
+    pub neighbours_refused: u64,
 }
 
 impl Counters {

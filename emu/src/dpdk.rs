@@ -9,7 +9,6 @@
 //! learned yet is dropped and counted (`undeliverable`) while it asks for that
 //! address with ARP on every port; the worker's retransmission recovers it.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::ops::Range;
@@ -22,6 +21,7 @@ use inagg_wire::frame::{self, Endpoint, Frame, UdpFlow};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::counters::DropReason;
+use crate::neighbours::{Neighbours, MAX_NEIGHBOURS};
 use crate::pipeline::{Egress, Pipeline};
 use crate::server::{lock, validate, Emulator, EmulatorConfig, State};
 
@@ -128,8 +128,7 @@ impl DpdkPlane {
                 pool,
                 us,
                 macs,
-                neighbours: HashMap::new(),
-                asked: HashMap::new(),
+                neighbours: Neighbours::new(MAX_NEIGHBOURS),
                 staged: Vec::new(),
                 out: (0..n).map(|_| Vec::new()).collect(),
                 unresolved: Vec::new(),
@@ -180,18 +179,18 @@ impl DpdkPlane {
         let us = self.egress.us;
         match frame::parse(self.batch.data(i)) {
             Frame::Udp { src, dst, payload } if dst.addr == us => {
-                self.egress.learn(*src.addr.ip(), port, src.mac);
+                self.egress.learn(state, *src.addr.ip(), port, src.mac);
                 self.pipeline
                     .serve(state, payload, SocketAddr::V4(src.addr), &mut self.egress);
             }
             Frame::ArpRequest { sender, target } => {
-                self.egress.learn(sender.0, port, sender.1);
+                self.egress.learn(state, sender.0, port, sender.1);
                 if target == *us.ip() {
                     self.egress
                         .arp(port, |f, mac| frame::arp_reply((*us.ip(), mac), sender, f));
                 }
             }
-            Frame::ArpReply { sender } => self.egress.learn(sender.0, port, sender.1),
+            Frame::ArpReply { sender } => self.egress.learn(state, sender.0, port, sender.1),
             // A broken frame on the data port: counted like a broken datagram.
             Frame::Bad(_) => state.switch.counters_mut().drop(DropReason::Malformed),
             // Not for the aggregation switch (it has no forwarding table).
@@ -239,18 +238,17 @@ struct FrameEgress {
     us: SocketAddrV4,
     macs: Vec<[u8; 6]>,
     /// Worker address -> (port index, MAC), learned from received frames.
-    neighbours: HashMap<Ipv4Addr, (usize, [u8; 6])>,
-    /// When each unresolved address was last asked for.
-    asked: HashMap<Ipv4Addr, Instant>,
+    neighbours: Neighbours,
     staged: Vec<u8>,
     out: Vec<Vec<Mbuf>>,
     unresolved: Vec<Ipv4Addr>,
 }
 
 impl FrameEgress {
-    fn learn(&mut self, ip: Ipv4Addr, port: usize, mac: [u8; 6]) {
-        if !ip.is_unspecified() {
-            self.neighbours.insert(ip, (port, mac));
+    /// Learns where `ip` is; a refusal (the table is full) is counted.
+    fn learn(&mut self, state: &mut State, ip: Ipv4Addr, port: usize, mac: [u8; 6]) {
+        if !self.neighbours.learn(ip, (port, mac)) {
+            state.switch.counters_mut().neighbours_refused += 1;
         }
     }
 
@@ -266,18 +264,14 @@ impl FrameEgress {
     }
 
     /// ARP requests, on every port, for addresses results could not reach
-    /// (at most every 100 ms per address).
+    /// (at most every [`ASK_INTERVAL`](crate::neighbours::ASK_INTERVAL) per
+    /// address).
     fn ask_unresolved(&mut self) {
         let now = Instant::now();
         for ip in std::mem::take(&mut self.unresolved) {
-            if self.neighbours.contains_key(&ip) {
+            if !self.neighbours.should_ask(ip, now) {
                 continue;
             }
-            let last = self.asked.get(&ip).copied();
-            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100)) {
-                continue;
-            }
-            self.asked.insert(ip, now);
             let us = *self.us.ip();
             for p in 0..self.macs.len() {
                 self.arp(p, |f, mac| frame::arp_request((us, mac), ip, f));
@@ -291,7 +285,7 @@ impl FrameEgress {
         let SocketAddr::V4(to) = to else {
             return false;
         };
-        let Some(&(port, mac)) = self.neighbours.get(to.ip()) else {
+        let Some((port, mac)) = self.neighbours.get(*to.ip()) else {
             self.unresolved.push(*to.ip());
             return false;
         };

@@ -23,6 +23,7 @@ pub mod detour;
 pub mod dpdk;
 pub mod egress;
 pub mod faults;
+pub mod neighbours;
 mod pipeline;
 pub mod server;
 pub mod switch;

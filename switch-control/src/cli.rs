@@ -691,7 +691,7 @@ fn counters_json(c: &Counters) -> serde_json::Value {
         "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes,
         "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
         "injected_duplicates": c.injected_duplicates, "injected_reorders": c.injected_reorders,
-        "relayed": c.relayed,
+        "relayed": c.relayed, "neighbours_refused": c.neighbours_refused,
         "drops": drops,
     })
 }
@@ -792,8 +792,8 @@ fn write_counters(o: &mut dyn Write, c: &Counters, jobs: &[JobInfo]) -> std::io:
     )?;
     writeln!(
         o,
-        "injected: {} duplicates, {} reorders; relayed {} detours",
-        c.injected_duplicates, c.injected_reorders, c.relayed
+        "injected: {} duplicates, {} reorders; relayed {} detours; {} neighbours refused",
+        c.injected_duplicates, c.injected_reorders, c.relayed, c.neighbours_refused
     )?;
     writeln!(o, "drops:")?;
     for r in DropReason::ALL {
