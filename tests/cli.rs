@@ -51,6 +51,28 @@ impl Emu {
         }
     }
 
+    /// Creates job `id` of one worker (pool 0..8) and returns the address
+    /// that worker must bind.
+    fn one_worker_job(&self, id: u16) -> SocketAddr {
+        let bind = free_udp_port();
+        let workers = bind.to_string();
+        let id = id.to_string();
+        let out = self.ctl(&[
+            "job",
+            "create",
+            "--id",
+            &id,
+            "--workers",
+            &workers,
+            "--pool-base",
+            "0",
+            "--pool-size",
+            "8",
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        bind
+    }
+
     fn ctl(&self, args: &[&str]) -> Output {
         Command::new(INAGG)
             .arg("ctl")
@@ -708,20 +730,7 @@ fn logs_have_levels_and_a_bad_filter_is_refused() {
 #[test]
 fn the_agent_serves_its_counters_to_prometheus() {
     let emu = Emu::start(&[]);
-    let bind = free_udp_port();
-    let ok = emu.ctl(&[
-        "job",
-        "create",
-        "--id",
-        "4",
-        "--workers",
-        &bind.to_string(),
-        "--pool-base",
-        "0",
-        "--pool-size",
-        "8",
-    ]);
-    assert!(ok.status.success(), "{}", text(&ok));
+    let bind = emu.one_worker_job(4);
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -897,20 +906,7 @@ fn assert_fails_into_a_closed_pipe(cmd: &mut Command) {
 fn commands_print_into_a_closed_pipe_as_an_error() {
     assert_fails_into_a_closed_pipe(Command::new(INAGG).arg("conformance"));
     let emu = Emu::start(&[]);
-    let bind = free_udp_port();
-    let out = emu.ctl(&[
-        "job",
-        "create",
-        "--id",
-        "3",
-        "--workers",
-        &bind.to_string(),
-        "--pool-base",
-        "0",
-        "--pool-size",
-        "8",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    let bind = emu.one_worker_job(3);
     assert_fails_into_a_closed_pipe(
         Command::new(INAGG)
             .args(["agent", "--switch", &emu.data.to_string()])
