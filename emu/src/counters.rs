@@ -43,9 +43,10 @@ pub enum DropReason {
     /// A detour (kind 4) that no relay entry matches and no job admits
     /// from its sender for the member it names.
     UnknownRelay,
-    /// At a job that takes detours: a contribution of a round that already
-    /// completed (a copy overtaken by the member's later rounds on the
-    /// other path), or of another round than the one its set is summing.
+    /// A late copy of a round that already completed, from a member that
+    /// has moved on (its next round overtook the copy) while others have
+    /// not. At a job that takes detours also a copy of another round than
+    /// the one its set is summing, or one that would start a bogus round.
     StaleRound,
 }
 

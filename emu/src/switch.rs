@@ -620,7 +620,12 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
-        if !self.spec.detours.is_empty() && is_stale(set, repr, n) {
+        let stale = if self.spec.detours.is_empty() {
+            left_behind(set, n)
+        } else {
+            is_stale(set, repr, n)
+        };
+        if stale {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
         }
@@ -707,6 +712,18 @@ impl Job {
         emit_result(&local, set, acc, out);
         Action::Multicast { job: self.spec.id }
     }
+}
+
+/// Whether a contribution from a member whose bit is clear in `set` is a
+/// late copy of the complete round the set holds, at any job
+/// (docs/PROTOCOL.md, "Slot state machine", late copies): a new round
+/// starts in a set only once every member has left it, so while some have
+/// not, a member that left sends nothing there but a copy that its next
+/// round overtook. Added, it would corrupt the stored result that the
+/// others may still ask for, and take the member's place in the round it
+/// moved on to: the job hangs.
+fn left_behind(set: &SetState, n: u16) -> bool {
+    set.count == n && set.bitmap != 0
 }
 
 /// Whether a contribution from a member whose bit is clear in `set` is a
@@ -888,6 +905,47 @@ mod tests {
         );
         assert_eq!(result(&out).1, [3, 3]);
         assert_eq!(sw.counters().dropped(DropReason::DuplicatePending), 1);
+    }
+
+    /// CI (stop 32), ten per cent loss with duplication and reordering: a
+    /// worker's last contribution of round 0 completed it, and the
+    /// duplicate of that packet, held back one place by the reorder fault,
+    /// arrived right after the same worker's round 1.
+    #[test]
+    fn a_copy_overtaken_by_its_workers_next_round_is_dropped() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        send(&mut sw, 1, 1, 0, [10, 10], &mut out);
+        send(&mut sw, 2, 1, 0, [100, 100], &mut out);
+        assert_eq!(
+            send(&mut sw, 0, 1, 0, [1, 1], &mut out),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(send(&mut sw, 0, 1, 1, [2, 2], &mut out), Action::Absorbed);
+        assert_eq!(
+            send(&mut sw, 0, 1, 0, [1, 1], &mut out),
+            Action::Drop(DropReason::StaleRound)
+        );
+        // Worker 1 lost round 0's result: the stored one is intact.
+        out.clear();
+        assert_eq!(
+            send(&mut sw, 1, 1, 0, [10, 10], &mut out),
+            Action::Unicast { to: addr(1001) }
+        );
+        assert_eq!(result(&out).1, [111, 111]);
+        // Round 1 still holds worker 0: its retransmission is a duplicate.
+        assert_eq!(
+            send(&mut sw, 0, 1, 1, [2, 2], &mut out),
+            Action::Drop(DropReason::DuplicatePending)
+        );
+        send(&mut sw, 1, 1, 1, [20, 20], &mut out);
+        out.clear();
+        assert_eq!(
+            send(&mut sw, 2, 1, 1, [200, 200], &mut out),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(result(&out).1, [222, 222]);
+        assert_eq!(sw.counters().dropped(DropReason::StaleRound), 1);
     }
 
     #[test]
