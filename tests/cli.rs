@@ -788,20 +788,24 @@ fn the_agent_serves_its_counters_to_prometheus() {
     assert!(sent >= 157, "{body}");
 }
 
+/// `inagg sim reproduce ARGS --json --out OUT`, which must succeed: its
+/// reports.
+fn sim_json(args: &[&str], out: &std::path::Path) -> serde_json::Value {
+    let run = Command::new(INAGG)
+        .args(["sim", "reproduce"])
+        .args(args)
+        .args(["--json", "--out"])
+        .arg(out)
+        .output()
+        .expect("run inagg");
+    assert!(run.status.success(), "{}", text(&run));
+    serde_json::from_slice(&run.stdout).expect("JSON")
+}
+
 #[test]
 fn sim_reproduce_prints_json_and_writes_plots() {
     let out = std::env::temp_dir().join(format!("inagg-sim-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_inagg"))
-        .args(["sim", "reproduce", "priority", "--json", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run inagg");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let reports: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    let reports = sim_json(&["priority"], &out);
     let rows = reports[0]["rows"].as_array().expect("rows");
     assert!(rows.len() >= 4);
     for row in rows {
@@ -834,18 +838,12 @@ fn sim_reproduce_prints_json_and_writes_plots() {
 #[test]
 fn sim_reproduce_across_seeds_and_into_a_closed_pipe() {
     let out = std::env::temp_dir().join(format!("inagg-sim-seeds-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_inagg"))
-        .args(["sim", "reproduce", "dsyncps", "--quick", "--trials", "1"])
-        .args(["--seed", "5", "--seeds", "3", "--json", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run inagg");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let reports = sim_json(
+        &[
+            "dsyncps", "--quick", "--trials", "1", "--seed", "5", "--seeds", "3",
+        ],
+        &out,
     );
-    let reports: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
     assert_eq!(reports[0]["seeds"], serde_json::json!([5, 6, 7]));
     let rows = reports[0]["rows"].as_array().expect("rows");
     assert!(rows.len() >= 4);

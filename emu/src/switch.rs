@@ -620,12 +620,8 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
-        let stale = if self.spec.detours.is_empty() {
-            left_behind(set, n)
-        } else {
-            is_stale(set, repr, n)
-        };
-        if stale {
+        let detours = !self.spec.detours.is_empty();
+        if left_behind(set, n) || (detours && out_of_order(set, repr, n)) {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
         }
@@ -726,20 +722,19 @@ fn left_behind(set: &SetState, n: u16) -> bool {
     set.count == n && set.bitmap != 0
 }
 
-/// Whether a contribution from a member whose bit is clear in `set` is a
-/// late copy of an earlier round (docs/PROTOCOL.md, "Auxiliary paths"). A
-/// member's packets stop arriving in order once some take a detour, and a
-/// late copy of round r reaching its set after the member moved on would
-/// otherwise be added to the stored result, or start a bogus round that
-/// round r+2 is then added to. Three cases, each impossible in order:
-/// - the set still holds a complete round some members have not left: a
-///   new round starts there only once every member has left it;
+/// Whether a contribution from a member whose bit is clear in `set`, and
+/// not [`left_behind`], is a late copy of an earlier round at a job that
+/// takes detours (docs/PROTOCOL.md, "Auxiliary paths"). A member's packets
+/// stop arriving in order once some take a detour, so a copy may come
+/// later still than one round: it would start a bogus round that round
+/// r+2 is then added to, or join a round it is not of. Two more cases,
+/// each impossible in order:
 /// - the set is empty and its last round had this packet id (rounds r and
 ///   r + 2 of a slot have different ids);
 /// - the set is summing a round with another packet id.
-fn is_stale(set: &SetState, repr: &Repr, n: u16) -> bool {
+fn out_of_order(set: &SetState, repr: &Repr, n: u16) -> bool {
     if set.count == n {
-        set.bitmap != 0 || set.packet_id == repr.packet_id
+        set.packet_id == repr.packet_id
     } else {
         set.bitmap != 0 && set.packet_id != repr.packet_id
     }
