@@ -63,6 +63,7 @@ fn generate_bindings(cflags: &[String]) {
         .allowlist_function("rte_mempool_(free|avail_count)")
         .allowlist_function("rte_strerror")
         .allowlist_function("rte_socket_id")
+        .allowlist_function("rte_thread_(register|unregister)")
         .allowlist_function("inagg_.*")
         .allowlist_type("rte_eth_conf|rte_eth_dev_info|rte_ether_addr|rte_eth_stats|rte_eth_link")
         .opaque_type("rte_mbuf")

@@ -2,6 +2,7 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_lcore.h>
 
 #include "shim.h"
 
@@ -74,4 +75,9 @@ void inagg_pktmbuf_reset(struct rte_mbuf *m)
 int inagg_errno(void)
 {
 	return rte_errno;
+}
+
+unsigned inagg_lcore_id(void)
+{
+	return rte_lcore_id();
 }

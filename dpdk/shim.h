@@ -22,5 +22,6 @@ uint16_t inagg_pktmbuf_tailroom(const struct rte_mbuf *m);
 uint16_t inagg_mbuf_nb_segs(const struct rte_mbuf *m);
 void inagg_pktmbuf_reset(struct rte_mbuf *m);
 int inagg_errno(void);
+unsigned inagg_lcore_id(void);
 
 #endif

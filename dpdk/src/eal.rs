@@ -103,3 +103,53 @@ fn init_once<S: AsRef<str>>(args: &[S]) -> Result<(), String> {
     }
     Ok(())
 }
+
+impl Eal {
+    /// Makes the calling thread an EAL thread until the guard drops.
+    ///
+    /// Why: a thread the EAL did not start has no lcore id, and a mempool
+    /// serves such a thread from its shared ring alone (a compare-and-swap
+    /// per allocation and per free). A registered thread gets an lcore id
+    /// and with it the pool's per-core cache. The main thread is an lcore
+    /// already; a data-plane thread of its own must register.
+    pub fn register_thread(self) -> Result<LcoreThread, Error> {
+        // SAFETY: the EAL is up (self proves it); registration touches only
+        // this thread's per-lcore variables and the EAL's lcore table.
+        let ret = unsafe { crate::sys::rte_thread_register() };
+        if ret < 0 {
+            return Err(Error::Call {
+                call: "rte_thread_register".into(),
+                reason: format!(
+                    "{} (every lcore id is taken: start fewer data-path threads or give the EAL fewer cores with -l)",
+                    strerror(errno())
+                ),
+            });
+        }
+        Ok(LcoreThread {
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// The calling thread's lcore id, or `None` on a thread the EAL does not
+    /// know.
+    pub fn lcore_id(self) -> Option<u32> {
+        // SAFETY: reads a per-thread variable.
+        let id = unsafe { crate::sys::inagg_lcore_id() };
+        (id != u32::MAX).then_some(id)
+    }
+}
+
+/// A thread registered with the EAL ([`Eal::register_thread`]); dropping it
+/// gives the lcore id back. Not `Send`: it belongs to the thread it
+/// registered.
+#[derive(Debug)]
+pub struct LcoreThread {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for LcoreThread {
+    fn drop(&mut self) {
+        // SAFETY: this thread registered itself (LcoreThread is not Send).
+        unsafe { crate::sys::rte_thread_unregister() }
+    }
+}

@@ -15,7 +15,7 @@ mod mempool;
 mod port;
 pub mod sys;
 
-pub use eal::Eal;
+pub use eal::{Eal, LcoreThread};
 pub use error::{errno, strerror, Error};
 pub use mbuf::{Mbuf, RxBatch, BURST};
 pub use mempool::{Mempool, HEADROOM};

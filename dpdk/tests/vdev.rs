@@ -127,3 +127,29 @@ fn a_second_init_with_other_arguments_is_refused() {
     assert!(matches!(err, Error::EalAgain { .. }), "{err}");
     assert!(err.to_string().contains("one EAL per process"), "{err}");
 }
+
+#[test]
+fn a_registered_thread_is_an_lcore_until_its_guard_drops() {
+    let eal = eal();
+    std::thread::spawn(move || {
+        assert_eq!(eal.lcore_id(), None, "a thread of our own is no lcore");
+        let guard = eal.register_thread().expect("a free lcore id");
+        let id = eal.lcore_id().expect("registered: an lcore id");
+        // A second thread gets an id of its own while this one holds it.
+        let other = std::thread::spawn(move || {
+            let _g = eal.register_thread().expect("another free lcore id");
+            eal.lcore_id()
+        })
+        .join()
+        .expect("second thread");
+        assert!(other.is_some_and(|o| o != id), "{other:?} vs {id}");
+        // Mbufs move through the registered thread as through any other.
+        let m = frame(7, 64);
+        assert_eq!(m.data()[1], 8);
+        drop(m);
+        drop(guard);
+        assert_eq!(eal.lcore_id(), None, "unregistered");
+    })
+    .join()
+    .expect("registered thread");
+}

@@ -140,6 +140,12 @@ impl DpdkPlane {
 
     /// Polls every port until stopped.
     fn run(mut self, state: Arc<Mutex<State>>, stop: &AtomicBool) {
+        // This thread allocates an mbuf per result and the port frees what
+        // it sent: as an lcore, both go through the pool's per-core cache.
+        let _lcore = Eal::get()
+            .and_then(Eal::register_thread)
+            .inspect_err(|e| tracing::warn!("data plane without a mempool cache: {e}"))
+            .ok();
         let mut idle_since = Instant::now();
         let mut spins = 0u32;
         while !stop.load(Ordering::Relaxed) {

@@ -75,6 +75,22 @@ impl DpdkOptions {
     }
 }
 
+/// Runs `f` with this thread an EAL lcore, registering it for the call if
+/// it is not one already (a lane's thread, or a thread of the async API's
+/// blocking pool): an lcore frees the received mbufs and allocates through
+/// the pool's per-core cache instead of its shared ring. A thread that
+/// cannot register runs `f` all the same, only slower.
+pub(crate) fn on_lcore<T>(f: impl FnOnce() -> T) -> T {
+    let _guard = match Eal::get() {
+        Ok(eal) if eal.lcore_id().is_none() => eal
+            .register_thread()
+            .inspect_err(|e| tracing::warn!("DPDK lane without a mempool cache: {e}"))
+            .ok(),
+        _ => None,
+    };
+    f()
+}
+
 fn dpdk_err(e: inagg_dpdk::Error) -> Error {
     Error::Dpdk(e.to_string())
 }

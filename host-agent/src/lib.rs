@@ -373,7 +373,9 @@ impl Worker {
             Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => match port.lanes_mut() {
-                [link] => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
+                [link] => {
+                    dpdk::on_lcore(|| shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)))
+                }
                 links => shared.run_lanes(links, codecs, epochs, rtt),
             },
         };
@@ -492,15 +494,22 @@ impl Shared<'_> {
                 .map(|(lane, (link, mut codec))| {
                     let (mut epochs, mut rtt) = (epochs.to_vec(), *rtt);
                     scope.spawn(move || {
-                        let r =
-                            self.run_lane(link, &mut codec, &mut epochs, &mut rtt, (lane, lanes));
-                        running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                        while running.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                            if link.forward() == 0 {
-                                std::thread::yield_now();
+                        dpdk::on_lcore(|| {
+                            let r = self.run_lane(
+                                link,
+                                &mut codec,
+                                &mut epochs,
+                                &mut rtt,
+                                (lane, lanes),
+                            );
+                            running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                            while running.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                                if link.forward() == 0 {
+                                    std::thread::yield_now();
+                                }
                             }
-                        }
-                        (r, epochs, rtt)
+                            (r, epochs, rtt)
+                        })
                     })
                 })
                 .collect();
