@@ -41,7 +41,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Data path: sockets (the default figures) or DPDK (the agent's fast
-    /// path against the vdev's raw burst rate, and an all-reduce over memif).
+    /// path against the vdev's raw burst rate, and an all-reduce over memif;
+    /// both at K = 64 and a window of 64, whatever -k and --window say).
     #[arg(long, value_enum, default_value_t = Backend::Socket)]
     pub backend: Backend,
     /// Measure priorities instead: an urgent job next to a bulk one on
