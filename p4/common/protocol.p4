@@ -48,7 +48,9 @@ const drop_reason_t DROP_DUPLICATE_PENDING = 7;  /* retransmission to an incompl
 /* 10 undeliverable and 11 queue_full are the emulator's egress; 12
  * unknown_group is the group datagrams (kind 3) that the programs do not
  * relay yet: they count them as malformed (docs/PROTOCOL.md, "Multicast
- * groups"). */
-#define INAGG_DROP_REASONS 10
+ * groups"). 13 unexpected_result and 14 unknown_relay belong to trees and
+ * detours, which the programs do not have. */
+const drop_reason_t DROP_STALE_ROUND       = 15; /* a late copy of a complete round (v1model) */
+#define INAGG_DROP_REASONS 16
 
 #endif /* _INAGG_PROTOCOL_P4_ */

@@ -14,7 +14,7 @@
  * one application keeps each pair register at one access per packet.
  *
  * Counters (PACKETS_AND_BYTES), the same as the v1model program's:
- *   rx [1], drops [10] by drop reason (common/protocol.p4), and per job id
+ *   rx [1], drops [16] by drop reason (common/protocol.p4), and per job id
  *   job_contributions, job_results, job_resent_results, job_duplicates,
  *   job_dropped [INAGG_MAX_JOBS]. Results and resends are counted in pass 1.
  */

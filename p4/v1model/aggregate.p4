@@ -16,12 +16,20 @@
  *     yes: nothing changes; complete = (count[here] == n):
  *            complete -> the stored result goes back to w alone (resend)
  *            else     -> dropped, duplicate_pending
+ *     no:  count[here] == n and bitmap[here] != 0 (a late copy)?
+ *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
  *            yes: acc = values, exponent = e, count = 1, id, priority stored
  *            no:  acc += values (wrapping), exponent = max, count += 1
  *          bitmap[here] |= bit; bitmap[there] &= ~bit
  *          complete = (count == n): the result goes to every worker, else
  *          the contribution is absorbed
+ *
+ * The late copy (PROTOCOL.md, "Slot state machine", "Late copies"): set s
+ * holds a complete round that some members have not left, and w's bit is
+ * clear. w left it, so this is a copy of w's contribution that w's next
+ * round overtook; added, it would corrupt the stored result and clear w's
+ * bit in the round w moved on to. emu/src/switch.rs, left_behind.
  *
  * The packet's header and payload leave the action holding the set's state
  * after the update (count, max exponent, round id and priority, the sums), so
@@ -53,13 +61,14 @@
 
 /*
  * One element of the update: `sum` is the accumulator after this packet,
- * written back and left in the payload. On a retransmission it is the stored
- * value (the result to resend); on the first contribution of a round it is
- * the packet's value; otherwise the wrapping sum.
+ * written back and left in the payload. On a retransmission (or a late copy,
+ * which is dropped) it is the stored value (the result to resend); on the
+ * first contribution of a round it is the packet's value; otherwise the
+ * wrapping sum.
  */
 #define INAGG_ACCUMULATE(n)                                                  \
     acc_##n.read(sum, here);                                                 \
-    sum = seen ? sum : (first ? hdr.payload.e##n : sum + hdr.payload.e##n); \
+    sum = keep ? sum : (first ? hdr.payload.e##n : sum + hdr.payload.e##n); \
     acc_##n.write(here, sum);                                                \
     hdr.payload.e##n = sum;
 
@@ -102,20 +111,23 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
 
         bool seen = (live_here & me) != 64w0;   /* a retransmission */
         bool first = live_here == 64w0;         /* first of a round (never seen) */
+        /* A late copy: w left this set's complete round, others have not. */
+        bool late = !seen && !first && count_here == meta.job.worker_count;
+        bool keep = seen || late;               /* no register changes */
 
-        bit<16> count_now = seen ? count_here : (first ? 16w1 : count_here + 16w1);
-        bit<8> exponent_now = seen ? exponent_here
+        bit<16> count_now = keep ? count_here : (first ? 16w1 : count_here + 16w1);
+        bit<8> exponent_now = keep ? exponent_here
                             : ((first || hdr.inagg.exponent > exponent_here) ? hdr.inagg.exponent
                                                                              : exponent_here);
         bit<32> packet_id_now = first ? hdr.inagg.packet_id : packet_id_here;
         bit<8> priority_now = first ? hdr.inagg.priority : priority_here;
 
-        /* A retransmission writes back what it read: no change anywhere,
-         * the other set included. */
-        incarnation.write(here, seen ? incarnation_here : meta.job.incarnation);
-        incarnation.write(there, seen ? incarnation_there : meta.job.incarnation);
-        bitmap.write(here, seen ? bitmap_here : (live_here | me));
-        bitmap.write(there, seen ? bitmap_there : (live_there & ~me));
+        /* A retransmission or a late copy writes back what it read: no
+         * change anywhere, the other set included. */
+        incarnation.write(here, keep ? incarnation_here : meta.job.incarnation);
+        incarnation.write(there, keep ? incarnation_there : meta.job.incarnation);
+        bitmap.write(here, keep ? bitmap_here : (live_here | me));
+        bitmap.write(there, keep ? bitmap_there : (live_there & ~me));
         contributors.write(here, count_now);
         max_exponent.write(here, exponent_now);
         round_packet_id.write(here, packet_id_now);
@@ -129,7 +141,8 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         hdr.inagg.packet_id = packet_id_now;
         hdr.inagg.priority = priority_now;
         meta.inagg.retransmission = seen ? 1w1 : 1w0;
-        meta.inagg.complete = (count_now == meta.job.worker_count) ? 1w1 : 1w0;
+        meta.inagg.late = late ? 1w1 : 1w0;
+        meta.inagg.complete = (count_now == meta.job.worker_count && !late) ? 1w1 : 1w0;
     }
 
     apply {

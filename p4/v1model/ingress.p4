@@ -9,13 +9,14 @@
  * here are whole frames):
  *   rx                   [1]               inagg packets reaching the switch
  *                                          logic (emulator: rx_packets)
- *   drops                [10]              by drop reason, common/protocol.p4
+ *   drops                [16]              by drop reason, common/protocol.p4
  *   job_contributions    [INAGG_MAX_JOBS]  admitted contributions, by job id
  *   job_results          [INAGG_MAX_JOBS]  sets completed (results multicast)
  *   job_resent_results   [INAGG_MAX_JOBS]  stored results unicast again
  *   job_duplicates       [INAGG_MAX_JOBS]  retransmissions to incomplete sets
  *   job_dropped          [INAGG_MAX_JOBS]  dropped by the job's checks
  *                                          (unknown_worker .. stale_generation)
+ *                                          and late copies (stale_round)
  * They are the emulator's Counters and JobCounters (emu/src/counters.rs).
  */
 #ifndef _INAGG_V1MODEL_INGRESS_P4_
@@ -46,7 +47,13 @@ control InaggIngress(inout headers_t hdr,
             if (meta.inagg.drop == 0) {
                 aggregate.apply(hdr, meta);
                 job_contributions.count((bit<32>)hdr.inagg.job);
-                if (meta.inagg.complete == 1) {
+                if (meta.inagg.late == 1) {
+                    /* Counted as the emulator does: a contribution of the
+                     * job, and a drop by its checks. */
+                    job_dropped.count((bit<32>)hdr.inagg.job);
+                    meta.inagg.drop = 1;
+                    meta.inagg.drop_reason = DROP_STALE_ROUND;
+                } else if (meta.inagg.complete == 1) {
                     if (meta.inagg.retransmission == 1) {
                         job_resent_results.count((bit<32>)hdr.inagg.job);
                     } else {

@@ -32,6 +32,7 @@ struct inagg_md_t {
     drop_reason_t drop_reason;
     bit<1>        retransmission;  /* the worker's bit was already set in the set */
     bit<1>        complete;        /* the set holds n contributions */
+    bit<1>        late;            /* a late copy of a complete round: stale_round */
     bit<1>        is_result;       /* leaves the switch as a result */
     bit<1>        multicast;       /* ... to every worker: egress rewrites each copy */
     bit<1>        copy_dropped;    /* egress: no endpoint for this copy's replication id */

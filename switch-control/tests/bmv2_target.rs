@@ -1169,6 +1169,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         set("InaggEgress.tx", 0, 4, 1368);
         set("InaggIngress.drops", 2, 3, 0);
         set("InaggIngress.drops", 7, 1, 0);
+        set("InaggIngress.drops", 15, 2, 0); // stale_round, the last reason
         set("InaggIngress.job_contributions", 1, 7, 0);
         set("InaggIngress.job_results", 1, 2, 0);
         set("InaggIngress.job_resent_results", 1, 1, 0);
@@ -1181,7 +1182,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         (c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes),
         (10, 3420, 4, 1368)
     );
-    assert_eq!(c.drops, [0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(c.drops, [0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
     assert_eq!((c.injected_duplicates, c.injected_reorders), (0, 0));
     let j = &t.jobs().unwrap()[0].counters;
     assert_eq!(
@@ -1202,7 +1203,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         upd(Modify, ids.counter_cell("InaggIngress.rx", 0, Some((0, 0)))),
         upd(Modify, ids.counter_cell("InaggEgress.tx", 0, Some((0, 0)))),
     ];
-    for i in 0..10 {
+    for i in 0..16 {
         expected.push(upd(
             Modify,
             ids.counter_cell("InaggIngress.drops", i, Some((0, 0))),

@@ -540,7 +540,7 @@ mod tests {
         assert_eq!(s.worker_table.src_addr.bitwidth, 32);
         assert_eq!(s.result_receivers.set_receiver.dst_mac.bitwidth, 48);
         assert_eq!(s.job_table.set_job.incarnation.bitwidth, 32);
-        assert_eq!(s.counters.drops.size, 10);
+        assert_eq!(s.counters.drops.size, 16);
         assert_eq!((s.job_table.size, s.worker_table.size), (1024, 8192));
         assert_eq!(s.counters.job_results.size, 65_536);
         // Ids are p4c's: the kind in the top byte.

@@ -27,7 +27,7 @@ use std::time::Duration;
 use inagg_emu::api::{
     validate_job, ApiError, GroupInfo, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
-use inagg_emu::counters::{Counters, JobCounters};
+use inagg_emu::counters::{Counters, DropReason, JobCounters};
 use inagg_emu::switch::SwitchConfig;
 use prost::Message;
 
@@ -1059,7 +1059,9 @@ impl Target for Bmv2Target {
 
     fn counters(&mut self) -> Result<Counters> {
         let c = &self.schema.counters;
-        let drops = c.drops.size.min(10);
+        // A program may count fewer reasons than the emulator (an older
+        // build counted 10); never more are read.
+        let drops = c.drops.size.min(DropReason::ALL.len() as i64);
         let mut entities = vec![
             counter_entity(c.rx.id, 0, None),
             counter_entity(c.tx.id, 0, None),

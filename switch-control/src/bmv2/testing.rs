@@ -183,7 +183,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
 
     let counters: [(&str, i64); 8] = [
         ("InaggIngress.rx", 1),
-        ("InaggIngress.drops", 10),
+        ("InaggIngress.drops", 16),
         ("InaggIngress.job_contributions", 65_536),
         ("InaggIngress.job_results", 65_536),
         ("InaggIngress.job_resent_results", 65_536),
