@@ -112,20 +112,37 @@ impl Eal {
     /// per allocation and per free). A registered thread gets an lcore id
     /// and with it the pool's per-core cache. The main thread is an lcore
     /// already; a data-plane thread of its own must register.
+    ///
+    /// On a thread that is an lcore already this changes nothing, and
+    /// neither does dropping its guard (DPDK would give it a second id and
+    /// take both away). DPDK refuses registration while a secondary process
+    /// is attached, and allows none to attach afterwards.
     pub fn register_thread(self) -> Result<LcoreThread, Error> {
+        if self.lcore_id().is_some() {
+            return Ok(LcoreThread {
+                registered: false,
+                _not_send: std::marker::PhantomData,
+            });
+        }
         // SAFETY: the EAL is up (self proves it); registration touches only
         // this thread's per-lcore variables and the EAL's lcore table.
         let ret = unsafe { crate::sys::rte_thread_register() };
         if ret < 0 {
+            let code = errno();
+            let hint = match code {
+                libc::ENOMEM => " (every lcore id is taken: start fewer data-path threads)",
+                libc::EINVAL => {
+                    " (DPDK's multi-process channel is in use: a secondary process is attached)"
+                }
+                _ => "",
+            };
             return Err(Error::Call {
                 call: "rte_thread_register".into(),
-                reason: format!(
-                    "{} (every lcore id is taken: start fewer data-path threads or give the EAL fewer cores with -l)",
-                    strerror(errno())
-                ),
+                reason: format!("{}{hint}", strerror(code)),
             });
         }
         Ok(LcoreThread {
+            registered: true,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -144,12 +161,16 @@ impl Eal {
 /// registered.
 #[derive(Debug)]
 pub struct LcoreThread {
+    /// False on a thread that was an lcore before: nothing to give back.
+    registered: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for LcoreThread {
     fn drop(&mut self) {
-        // SAFETY: this thread registered itself (LcoreThread is not Send).
-        unsafe { crate::sys::rte_thread_unregister() }
+        if self.registered {
+            // SAFETY: this thread registered itself (LcoreThread is not Send).
+            unsafe { crate::sys::rte_thread_unregister() }
+        }
     }
 }

@@ -135,6 +135,9 @@ fn a_registered_thread_is_an_lcore_until_its_guard_drops() {
         assert_eq!(eal.lcore_id(), None, "a thread of our own is no lcore");
         let guard = eal.register_thread().expect("a free lcore id");
         let id = eal.lcore_id().expect("registered: an lcore id");
+        // Registering again keeps the id, and so does dropping that guard.
+        drop(eal.register_thread().expect("already an lcore"));
+        assert_eq!(eal.lcore_id(), Some(id));
         // A second thread gets an id of its own while this one holds it.
         let other = std::thread::spawn(move || {
             let _g = eal.register_thread().expect("another free lcore id");

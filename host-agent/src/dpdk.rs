@@ -81,13 +81,10 @@ impl DpdkOptions {
 /// the pool's per-core cache instead of its shared ring. A thread that
 /// cannot register runs `f` all the same, only slower.
 pub(crate) fn on_lcore<T>(f: impl FnOnce() -> T) -> T {
-    let _guard = match Eal::get() {
-        Ok(eal) if eal.lcore_id().is_none() => eal
-            .register_thread()
-            .inspect_err(|e| tracing::warn!("DPDK lane without a mempool cache: {e}"))
-            .ok(),
-        _ => None,
-    };
+    let _guard = Eal::get()
+        .and_then(Eal::register_thread)
+        .inspect_err(|e| tracing::warn!("DPDK lane without a mempool cache: {e}"))
+        .ok();
     f()
 }
 
