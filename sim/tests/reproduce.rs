@@ -103,6 +103,35 @@ fn selective_reduce_tries_the_periods_the_paper_leaves_open() {
         .contains("\nnote: full all-reduce every c = 20 syncs"));
 }
 
+/// The cause REPRODUCTION.md gives for selective reduce's sync time not
+/// rising with p / n: at p / n = 0.5 BPAWR holds the slowest workers' groups
+/// (smaller than p) until the full all-reduce, so they leave the partial
+/// groups' mean. Partial reduce, first come first served, leaves nobody
+/// out at the same p, and neither scheme does at p / n = 0.1.
+#[test]
+fn a_large_p_leaves_selective_reduces_slowest_workers_to_the_full_all_reduce() {
+    use inagg_sim::cost::CostModel;
+    use inagg_sim::dist::{self, Compute};
+    use inagg_sim::scenario::selective_reduce::{run, Scheme, Setup};
+    let only_full = |p_frac: f64, scheme: Scheme| {
+        let setup = Setup {
+            p_frac,
+            c: 1000,
+            cost: CostModel::Ring { alpha: 0.0 },
+            ..Setup::paper(120, Compute::TRANSFORMER)
+        };
+        run(&setup, scheme, &mut dist::rng(1, 0)).only_full
+    };
+    let selective = Scheme::Selective { cold: false };
+    assert!(
+        only_full(0.5, selective) > 0.2,
+        "{}",
+        only_full(0.5, selective)
+    );
+    assert_eq!(only_full(0.5, Scheme::PartialReduce), 0.0);
+    assert_eq!(only_full(0.1, selective), 0.0);
+}
+
 #[test]
 fn selmcast_balances_receivers() {
     let r = reproduce("selmcast", &quick()).expect("known");

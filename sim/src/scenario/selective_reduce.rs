@@ -93,6 +93,12 @@ pub struct Metrics {
     /// faster workers when, in the end, none of them joined it (the
     /// paper's Fig. 7 metric).
     pub wasted: f64,
+    /// Share of the workers that synchronised only in full all-reduces,
+    /// never in a partial group. BPAWR holds every group smaller than p,
+    /// so when the slowest workers cannot make up p among themselves they
+    /// wait for the periodic full all-reduce, and their slow links drop
+    /// out of the partial groups' mean sync time.
+    pub only_full: f64,
 }
 
 enum Ev {
@@ -117,6 +123,8 @@ struct Run<'a> {
     /// Since when a launchable group has been held, if one is.
     held_since: Option<f64>,
     wasted: f64,
+    /// Per worker: synchronised in a group smaller than n.
+    in_partial: Vec<bool>,
     m: Metrics,
     total_sync: f64,
 }
@@ -146,6 +154,7 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
         waits: (0.0, 0),
         held_since: None,
         wasted: 0.0,
+        in_partial: vec![false; setup.n],
         m: Metrics::default(),
         total_sync: 0.0,
     };
@@ -175,6 +184,9 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
                 r.m.iterations += members.len() as u64;
                 r.m.sync_scale += members.len() as f64;
                 r.total_sync += took;
+                if members.len() < setup.n {
+                    members.iter().for_each(|&w| r.in_partial[w] = true);
+                }
                 for w in members {
                     r.start_round(w, now, rng);
                 }
@@ -200,6 +212,7 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
         r.m.sync_scale /= r.m.syncs as f64;
     }
     r.m.wasted = r.wasted / setup.n as f64;
+    r.m.only_full = r.in_partial.iter().filter(|&&p| !p).count() as f64 / setup.n as f64;
     r.m.wait = if r.waits.1 > 0 {
         r.waits.0 / r.waits.1 as f64
     } else {
@@ -341,6 +354,7 @@ fn median_metrics(runs: &[Metrics]) -> Metrics {
         iterations: of(|m| m.iterations as f64) as u64,
         wait: of(|m| m.wait),
         wasted: of(|m| m.wasted),
+        only_full: of(|m| m.only_full),
     }
 }
 
@@ -505,7 +519,10 @@ pub fn reproduce(opts: &Options) -> Report {
         notes: if opts.quick {
             Vec::new()
         } else {
-            period_notes(opts, &ns)
+            let mut notes = period_notes(opts, &ns);
+            notes.push(trend_note(opts, &ns));
+            notes.push(p_frac_note(opts));
+            notes
         },
     }
 }
@@ -544,6 +561,66 @@ fn period_notes(opts: &Options, ns: &[usize]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Selective reduce's own sync time from the smallest n to the largest
+/// with neither of the terms that grow with n in this model: no full
+/// all-reduce (c = 1000: only the first sync), which waits for the slowest
+/// of all n, and no latency (a = 0), whose `2(|g| - 1) a` grows with the
+/// groups. What is left is the partial groups' bandwidth term.
+fn trend_note(opts: &Options, ns: &[usize]) -> String {
+    let at = |n: usize| {
+        let setup = Setup {
+            c: 1000,
+            cost: CostModel::Ring { alpha: 0.0 },
+            ..Setup::paper(n, Compute::TRANSFORMER)
+        };
+        medians(opts, &setup, SCHEMES[0].1).sync_time
+    };
+    let times: Vec<f64> = ns.iter().map(|&n| at(n)).collect();
+    let shown: Vec<String> = times.iter().map(|t| format!("{t:.3}")).collect();
+    let ns_shown: Vec<String> = ns.iter().map(usize::to_string).collect();
+    format!(
+        "no full all-reduce (c = 1000) and a = 0 (transformer): selective sync time {} s at \
+         n = {}; n={} / n={}: {:.3}; n={} / n={}: {:.3}",
+        shown.join(" / "),
+        ns_shown.join(" / "),
+        ns[ns.len() - 1],
+        ns[0],
+        times[times.len() - 1] / times[0],
+        ns[ns.len() - 1],
+        ns[1.min(ns.len() - 1)],
+        times[times.len() - 1] / times[1.min(ns.len() - 1)],
+    )
+}
+
+/// Why selective reduce's sync time does not rise with p / n here: the
+/// larger p is, the more of the slowest workers are left to the full
+/// all-reduce (`Metrics::only_full`), at c = 10 and at c = 1000.
+fn p_frac_note(opts: &Options) -> String {
+    let cells: Vec<String> = [10, 1000]
+        .iter()
+        .flat_map(|&c| {
+            [0.1, 0.3, 0.5].into_iter().map(move |p_frac| {
+                let setup = Setup {
+                    c,
+                    p_frac,
+                    ..Setup::paper(120, Compute::TRANSFORMER)
+                };
+                let m = medians(opts, &setup, SCHEMES[0].1);
+                format!(
+                    "c = {c}, p/n {p_frac}: {:.3} s, {:.0}%",
+                    m.sync_time,
+                    m.only_full * 100.0
+                )
+            })
+        })
+        .collect();
+    format!(
+        "p/n (transformer, n = 120): selective sync time, and the share of workers synchronised \
+         only by full all-reduces: {}",
+        cells.join("; ")
+    )
 }
 
 /// Medians of one scheme over the trials at one setting.
