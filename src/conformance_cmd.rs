@@ -115,7 +115,7 @@ fn print_topology(files: &[PathBuf], out: &mut dyn Write) -> Result<()> {
     let mut ports = std::collections::BTreeSet::new();
     for path in files {
         let case = conformance::load(path).map_err(|e| anyhow!(e))?;
-        for w in case.jobs.iter().flat_map(|j| &j.workers) {
+        for w in case.endpoints() {
             let ip = w.addr.ip();
             if let Some((port, mac)) = workers.insert(ip, (w.port, w.mac.clone())) {
                 if (port, &mac) != (w.port, &w.mac) {
@@ -235,8 +235,17 @@ impl Wire {
         for job in self.target.jobs()? {
             self.target.delete_job(job.spec.id)?;
         }
+        // Groups made by hand for an earlier case (a job's went with it).
+        for group in self.target.groups()? {
+            if group.job.is_none() {
+                self.target.delete_group(group.id)?;
+            }
+        }
         for j in &case.jobs {
             self.target.create_job(&j.spec())?;
+        }
+        for g in &case.groups {
+            self.target.create_group(&g.spec())?;
         }
         self.target.reset_counters()?;
         // Nothing from an earlier case may be taken for this one's output.
@@ -288,13 +297,18 @@ impl Wire {
             return Ok(());
         };
         let counters = self.target.counters()?;
-        conformance::check_drops(&counters, want).map_err(|e| anyhow!(e))
+        conformance::check_drops(&counters, want).map_err(|e| anyhow!(e))?;
+        if want.groups.is_empty() {
+            return Ok(());
+        }
+        let groups = self.target.groups()?;
+        conformance::check_groups(&groups, want).map_err(|e| anyhow!(e))
     }
 }
 
 fn worker_macs(case: &Case) -> Result<BTreeMap<SocketAddr, [u8; 6]>> {
     let mut macs = BTreeMap::new();
-    for w in case.jobs.iter().flat_map(|j| &j.workers) {
+    for w in case.endpoints() {
         macs.insert(w.addr, parse_mac(&w.mac).map_err(|e| anyhow!(e))?);
     }
     Ok(macs)

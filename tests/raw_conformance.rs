@@ -48,7 +48,7 @@ fn endpoints() -> BTreeMap<u16, Vec<(String, String)>> {
     let mut ports: BTreeMap<u16, Vec<(String, String)>> = BTreeMap::new();
     for path in conformance::files(&vector_dir()).unwrap() {
         let case = conformance::load(&path).unwrap();
-        for w in case.jobs.iter().flat_map(|j| &j.workers) {
+        for w in case.endpoints() {
             let SocketAddr::V4(a) = w.addr else { continue };
             let e = (a.ip().to_string(), w.mac.clone());
             let list = ports.entry(w.port).or_default();

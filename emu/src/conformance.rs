@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::api::JobSpec;
+use crate::api::{GroupInfo, GroupSpec, JobSpec};
 use crate::counters::{Counters, DropReason};
 use crate::switch::{Action, Switch, SwitchConfig};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
@@ -22,6 +22,9 @@ pub struct Case {
     pub protocol: String,
     pub switch: SwitchSpec,
     pub jobs: Vec<JobVector>,
+    /// Multicast groups made by hand (`inagg ctl group create`).
+    #[serde(default)]
+    pub groups: Vec<GroupVector>,
     #[serde(default)]
     pub priority_queues: BTreeMap<u8, u8>,
     pub packets: Vec<Step>,
@@ -45,7 +48,19 @@ pub struct JobVector {
     pub elements: u16,
     #[serde(default)]
     pub generation: u16,
+    /// The job's result group id, where the case sets one (it then also
+    /// relays group datagrams among the job's workers).
+    #[serde(default)]
+    pub group: Option<u16>,
     pub workers: Vec<Endpoint>,
+}
+
+/// A multicast group made by hand: member id = position.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupVector {
+    pub id: u16,
+    pub members: Vec<Endpoint>,
 }
 
 /// A worker as every target identifies it: switch port, MAC, IPv4 address
@@ -128,6 +143,9 @@ pub struct CounterVector {
     pub drops: BTreeMap<String, u64>,
     #[serde(default)]
     pub jobs: BTreeMap<u16, BTreeMap<String, u64>>,
+    /// Per group id: `packets` (datagrams admitted), `copies`.
+    #[serde(default)]
+    pub groups: BTreeMap<u16, BTreeMap<String, u64>>,
 }
 
 impl JobVector {
@@ -142,9 +160,27 @@ impl JobVector {
             elements: self.elements,
             generation: self.generation,
             queues: Vec::new(),
-            group: None,
+            group: self.group,
             detours: Vec::new(),
         }
+    }
+}
+
+impl GroupVector {
+    /// The group as the control plane installs it.
+    pub fn spec(&self) -> GroupSpec {
+        GroupSpec {
+            id: self.id,
+            members: self.members.iter().map(|m| m.addr).collect(),
+        }
+    }
+}
+
+impl Case {
+    /// Every endpoint the case names, jobs' workers and groups' members.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        let workers = self.jobs.iter().flat_map(|j| &j.workers);
+        workers.chain(self.groups.iter().flat_map(|g| &g.members))
     }
 }
 
@@ -218,13 +254,17 @@ pub fn run(case: &Case) -> Result<(), String> {
         max_elements: case.switch.elements,
     });
     let mut ports: BTreeMap<SocketAddr, u16> = BTreeMap::new();
+    for w in case.endpoints() {
+        ports.insert(w.addr, w.port);
+        parse_mac(&w.mac)?;
+    }
     for j in &case.jobs {
-        for w in &j.workers {
-            ports.insert(w.addr, w.port);
-            parse_mac(&w.mac)?;
-        }
         sw.create_job(j.spec())
             .map_err(|e| format!("job {}: {e}", j.id))?;
+    }
+    for g in &case.groups {
+        sw.create_group(g.spec())
+            .map_err(|e| format!("group {}: {e}", g.id))?;
     }
     for (&class, &queue) in &case.priority_queues {
         sw.set_queue(class, queue).map_err(|e| e.to_string())?;
@@ -351,6 +391,28 @@ pub fn check_counters(sw: &Switch, want: Option<&CounterVector>) -> Result<(), S
             let got = c.get(field).and_then(|v| v.as_u64());
             if got != Some(expected) {
                 return Err(format!("job {id} {field}: got {got:?}, want {expected}"));
+            }
+        }
+    }
+    check_groups(&sw.groups(), want)
+}
+
+/// Checks group counters against a vector (`packets`, `copies` by group
+/// id). Any target's group listing can be checked.
+pub fn check_groups(groups: &[GroupInfo], want: &CounterVector) -> Result<(), String> {
+    for (&id, fields) in &want.groups {
+        let g = groups
+            .iter()
+            .find(|g| g.id == id)
+            .ok_or_else(|| format!("group {id}: not installed"))?;
+        for (field, &expected) in fields {
+            let got = match field.as_str() {
+                "packets" => g.packets,
+                "copies" => g.copies,
+                other => return Err(format!("unknown group counter {other:?} in the vector")),
+            };
+            if got != expected {
+                return Err(format!("group {id} {field}: got {got}, want {expected}"));
             }
         }
     }
