@@ -66,6 +66,12 @@
 #ifndef INAGG_WORKER_TABLE_SIZE
 #define INAGG_WORKER_TABLE_SIZE 8192   /* workers of all jobs (64 x 128) */
 #endif
+#ifndef INAGG_GROUP_TABLE_SIZE
+#define INAGG_GROUP_TABLE_SIZE 1024    /* multicast groups: jobs' and made by hand */
+#endif
+#ifndef INAGG_MEMBER_TABLE_SIZE
+#define INAGG_MEMBER_TABLE_SIZE 8192   /* members of all groups */
+#endif
 #ifndef INAGG_L2_TABLE_SIZE
 #define INAGG_L2_TABLE_SIZE 1024       /* MAC addresses for plain forwarding */
 #endif

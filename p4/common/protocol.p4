@@ -20,6 +20,7 @@ const bit<16> INAGG_PORT        = INAGG_UDP_PORT;
 const bit<8>  INAGG_VERSION     = 1;
 const bit<8>  KIND_CONTRIBUTION = 1;
 const bit<8>  KIND_RESULT       = 2;
+const bit<8>  KIND_GROUP        = 3;   /* group datagram ("Multicast groups") */
 const bit<8>  FLAG_SET          = 8w0x01;  /* bit 0: shadow set */
 const bit<8>  FLAGS_RESERVED    = 8w0xfe;  /* bits 1-7: must be 0 */
 
@@ -45,11 +46,10 @@ const drop_reason_t DROP_SLOT_OUT_OF_POOL  = 4;  /* slot >= pool size */
 const drop_reason_t DROP_WRONG_ELEMENTS    = 5;  /* elements != the job's K */
 const drop_reason_t DROP_STALE_GENERATION  = 6;  /* generation != the job's */
 const drop_reason_t DROP_DUPLICATE_PENDING = 7;  /* retransmission to an incomplete set */
-/* 10 undeliverable and 11 queue_full are the emulator's egress; 12
- * unknown_group is the group datagrams (kind 3) that the programs do not
- * relay yet: they count them as malformed (docs/PROTOCOL.md, "Multicast
- * groups"). 13 unexpected_result and 14 unknown_relay belong to trees and
- * detours, which the programs do not have. */
+/* 10 undeliverable and 11 queue_full are the emulator's egress. */
+const drop_reason_t DROP_UNKNOWN_GROUP     = 12; /* group datagram: no group_table entry (v1model) */
+/* 13 unexpected_result and 14 unknown_relay belong to trees and detours,
+ * which the programs do not have. */
 const drop_reason_t DROP_STALE_ROUND       = 15; /* a late copy of a complete round (v1model) */
 #define INAGG_DROP_REASONS 16
 

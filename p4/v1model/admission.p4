@@ -7,6 +7,8 @@
  *   1 malformed          parser or IPv4 checksum error, version, kind code,
  *                        reserved bits, UDP length != 32 + 4 * elements, or a
  *                        frame shorter than its lengths announce
+ *     (a well-formed group datagram, kind 3, stops here: meta.inagg.group,
+ *      and GroupRelay makes its own checks)
  *   2 not_contribution   a result
  *   3 unknown_job        no job_table entry for the job id
  *   4 unknown_worker     no worker_table entry for (job, ingress port, source
@@ -87,11 +89,13 @@ control Admission(in headers_t hdr,
 
     apply {
         meta.inagg.drop = 0;
+        meta.inagg.group = 0;
         if (!hdr.inagg.isValid()
             || standard_metadata.parser_error != error.NoError
             || standard_metadata.checksum_error == 1
             || hdr.inagg.version != INAGG_VERSION
-            || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT)
+            || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT
+                && hdr.inagg.kind != KIND_GROUP)
             || (hdr.inagg.flags & FLAGS_RESERVED) != 0
             || hdr.inagg.reserved0 != 0
             || hdr.inagg.reserved1 != 0
@@ -100,6 +104,8 @@ control Admission(in headers_t hdr,
             || (bit<32>)hdr.ipv4.total_len < IPV4_BYTES + (bit<32>)hdr.udp.length
             || standard_metadata.packet_length < ETHERNET_BYTES + (bit<32>)hdr.ipv4.total_len) {
             refuse(DROP_MALFORMED);
+        } else if (hdr.inagg.kind == KIND_GROUP) {
+            meta.inagg.group = 1;
         } else if (hdr.inagg.kind != KIND_CONTRIBUTION) {
             refuse(DROP_NOT_CONTRIBUTION);
         } else if (!job_table.apply().hit) {

@@ -22,7 +22,7 @@ control InaggVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 control InaggComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(
-            meta.inagg.is_result == 1 && hdr.ipv4.isValid(),
+            (meta.inagg.is_result == 1 || meta.inagg.is_group_copy == 1) && hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset,
               hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },

@@ -2,11 +2,16 @@
  * InaggEgress: per-copy work after the packet replication engine.
  *
  *   multicast result copy  -> ResultRewrite (receiver from the replication id)
+ *   group datagram copy    -> GroupRewrite (member from the replication id;
+ *                             the sender's copy is dropped)
  *   flooded plain traffic  -> the copy for the ingress port is dropped
  *
  * Counter:
- *   tx  [1]  results sent, every multicast copy and every unicast resend
- *            (emulator: tx_packets)
+ *   tx            [1]               results sent, every multicast copy and
+ *                                   every unicast resend, and group datagram
+ *                                   copies (emulator: tx_packets)
+ *   group_copies  [INAGG_MAX_JOBS]  group datagram copies sent, by group id
+ *                                   (the emulator's GroupInfo copies)
  */
 #ifndef _INAGG_V1MODEL_EGRESS_P4_
 #define _INAGG_V1MODEL_EGRESS_P4_
@@ -16,8 +21,10 @@ control InaggEgress(inout headers_t hdr,
                     inout standard_metadata_t standard_metadata) {
 
     counter(1, CounterType.packets_and_bytes) tx;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) group_copies;
 
     ResultRewrite() result_rewrite;
+    GroupRewrite() group_rewrite;
 
     apply {
         if (meta.inagg.is_result == 1) {
@@ -26,6 +33,12 @@ control InaggEgress(inout headers_t hdr,
             }
             if (meta.inagg.copy_dropped == 0) {
                 tx.count(0);
+            }
+        } else if (meta.inagg.is_group_copy == 1) {
+            group_rewrite.apply(hdr, meta, standard_metadata);
+            if (meta.inagg.copy_dropped == 0) {
+                tx.count(0);
+                group_copies.count((bit<32>)hdr.inagg.job);
             }
         } else if (meta.fwd.flood == 1
                    && standard_metadata.egress_port == standard_metadata.ingress_port) {

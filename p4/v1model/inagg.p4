@@ -26,10 +26,12 @@
 #include "admission.p4"
 #include "aggregate.p4"
 #include "result.p4"
+#include "group_relay.p4"
 #include "queue_select.p4"
 #include "forwarding.p4"
 #include "ingress.p4"
 #include "result_rewrite.p4"
+#include "group_rewrite.p4"
 #include "egress.p4"
 #include "deparser.p4"
 

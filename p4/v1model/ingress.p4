@@ -3,6 +3,7 @@
  *
  *   UDP to the inagg port:  Admission -> Aggregate -> ResultDispatch +
  *                           QueueSelect, or a drop counted by reason
+ *   ... a group datagram:   Admission -> GroupRelay + QueueSelect
  *   anything else:          L2Forwarding
  *
  * Counters (all packets_and_bytes; the emulator's are packets, and bytes
@@ -17,7 +18,10 @@
  *   job_dropped          [INAGG_MAX_JOBS]  dropped by the job's checks
  *                                          (unknown_worker .. stale_generation)
  *                                          and late copies (stale_round)
- * They are the emulator's Counters and JobCounters (emu/src/counters.rs).
+ *   group_packets        [INAGG_MAX_JOBS]  group datagrams admitted, by group
+ *                                          id (copies: InaggEgress)
+ * They are the emulator's Counters and JobCounters (emu/src/counters.rs),
+ * and its groups' `packets` (GroupInfo).
  */
 #ifndef _INAGG_V1MODEL_INGRESS_P4_
 #define _INAGG_V1MODEL_INGRESS_P4_
@@ -33,10 +37,12 @@ control InaggIngress(inout headers_t hdr,
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_resent_results;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_duplicates;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_dropped;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) group_packets;
 
     Admission() admission;
     Aggregate() aggregate;
     ResultDispatch() result_dispatch;
+    GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
 
@@ -44,7 +50,13 @@ control InaggIngress(inout headers_t hdr,
         if (hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT) {
             rx.count(0);
             admission.apply(hdr, meta, standard_metadata);
-            if (meta.inagg.drop == 0) {
+            if (meta.inagg.drop == 0 && meta.inagg.group == 1) {
+                group_relay.apply(hdr, meta, standard_metadata);
+                if (meta.inagg.drop == 0) {
+                    group_packets.count((bit<32>)hdr.inagg.job);
+                    queue_select.apply(hdr, standard_metadata);
+                }
+            } else if (meta.inagg.drop == 0) {
                 aggregate.apply(hdr, meta);
                 job_contributions.count((bit<32>)hdr.inagg.job);
                 if (meta.inagg.late == 1) {

@@ -36,6 +36,9 @@ struct inagg_md_t {
     bit<1>        is_result;       /* leaves the switch as a result */
     bit<1>        multicast;       /* ... to every worker: egress rewrites each copy */
     bit<1>        copy_dropped;    /* egress: no endpoint for this copy's replication id */
+    bit<1>        group;           /* a group datagram (kind 3): GroupRelay, not a job */
+    bit<16>       member;          /* group datagram: member id installed for the sender */
+    bit<1>        is_group_copy;   /* leaves the switch as a group datagram's copy */
 }
 
 /* Plain forwarding. */

@@ -739,6 +739,61 @@ const PER_JOB: [&str; 5] = [
     "InaggIngress.job_dropped",
 ];
 
+const GROUP_TABLE: &str = "InaggIngress.group_relay.group_table";
+const SET_GROUP: &str = "InaggIngress.group_relay.set_group";
+const MEMBER_TABLE: &str = "InaggIngress.group_relay.member_table";
+const SET_MEMBER: &str = "InaggIngress.group_relay.set_member";
+const GROUP_RECEIVERS: &str = "InaggEgress.group_rewrite.group_receivers";
+const SET_MEMBER_ADDRESS: &str = "InaggEgress.group_rewrite.set_member_address";
+const GROUP_COUNTERS: [&str; 2] = ["InaggIngress.group_packets", "InaggEgress.group_copies"];
+
+/// A member in the entries' encoding: switch port, MAC, IPv4 address, UDP
+/// port (big-endian, no padding).
+type Member<'a> = (u8, [u8; 6], [u8; 4], &'a [u8]);
+
+/// The inserts that make group `g` (encoded) relay among `members`, in the
+/// documented order: group_receivers, member_table, group_table.
+fn relay_inserts(ids: &Ids, g: &[u8], members: &[Member]) -> Vec<p4::Update> {
+    let mut out = Vec::new();
+    for (i, (_, mac, addr, port)) in members.iter().enumerate() {
+        out.push(upd(
+            Insert,
+            ids.entry(
+                GROUP_RECEIVERS,
+                &[("group", g), ("rid", &[i as u8])],
+                Some((
+                    SET_MEMBER_ADDRESS,
+                    &[("dst_mac", mac), ("dst_addr", addr), ("dst_port", port)],
+                )),
+            ),
+        ));
+    }
+    for (i, (switch_port, _, addr, port)) in members.iter().enumerate() {
+        out.push(upd(
+            Insert,
+            ids.entry(
+                MEMBER_TABLE,
+                &[
+                    ("group", g),
+                    ("ingress_port", &[*switch_port]),
+                    ("src_addr", addr),
+                    ("src_port", port),
+                ],
+                Some((SET_MEMBER, &[("member", &[i as u8])])),
+            ),
+        ));
+    }
+    out.push(upd(
+        Insert,
+        ids.entry(
+            GROUP_TABLE,
+            &[("group", g)],
+            Some((SET_GROUP, &[("mcast_grp", g)])),
+        ),
+    ));
+    out
+}
+
 /// The incarnation of the last job_table insert in the log.
 fn last_incarnation(sw: &Switch, ids: &Ids) -> Vec<u8> {
     let param = ids.param(SET_JOB, "incarnation");
@@ -908,6 +963,9 @@ fn create_job_writes_the_documented_entries_in_order() {
     for c in PER_JOB {
         expected.push(upd(Modify, ids.counter_cell(c, 1, Some((0, 0)))));
     }
+    for c in GROUP_COUNTERS {
+        expected.push(upd(Modify, ids.counter_cell(c, 2, Some((0, 0)))));
+    }
     expected.push(upd(
         Insert,
         ids.entry(
@@ -926,6 +984,15 @@ fn create_job_writes_the_documented_entries_in_order() {
                 ],
             )),
         ),
+    ));
+    // Then the job's result group relays group datagrams among its workers.
+    expected.extend(relay_inserts(
+        &ids,
+        &[2],
+        &[
+            (1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], &[0x13, 0x88]),
+            (2, [2, 0, 0, 0, 0, 2], [10, 0, 0, 2], &[0x13, 0x89]),
+        ],
     ));
     let writes = sw.writes();
     assert_eq!(writes.len(), expected.len(), "{writes:#?}");
@@ -954,7 +1021,6 @@ fn create_job_writes_the_documented_entries_in_order() {
     let wide = spec(300, &["10.0.0.3:47000"], 4096, 4096);
     install_job(&mut other, &wide).unwrap();
     let writes = sw.writes();
-    let last = writes.last().unwrap();
     let want = ids.entry(
         JOB_TABLE,
         &[("job", &[0x01, 0x2c])],
@@ -971,8 +1037,12 @@ fn create_job_writes_the_documented_entries_in_order() {
             ],
         )),
     );
-    assert_eq!(last, &upd(Insert, want));
-    assert_eq!(writes[writes.len() - 9], upd(Insert, group(301, &[(3, 0)])));
+    // The job_table entry, then the relay's three entries.
+    assert_eq!(writes[writes.len() - 4], upd(Insert, want));
+    assert_eq!(
+        writes[writes.len() - 14],
+        upd(Insert, group(301, &[(3, 0)]))
+    );
     assert_eq!(other.jobs().unwrap().len(), 2);
 }
 
@@ -1078,7 +1148,31 @@ fn delete_job_removes_everything_in_reverse_order() {
 
     t.delete_job(1).unwrap();
     let writes = sw.writes()[before..].to_vec();
+    let member_key = |port: u8, addr: [u8; 4], udp: &[u8]| {
+        ids.entry(
+            MEMBER_TABLE,
+            &[
+                ("group", &[2]),
+                ("ingress_port", &[port]),
+                ("src_addr", &addr),
+                ("src_port", udp),
+            ],
+            None,
+        )
+    };
     let expected = vec![
+        // The job's result group stops relaying first: group_table leads.
+        upd(Delete, ids.entry(GROUP_TABLE, &[("group", &[2])], None)),
+        upd(Delete, member_key(1, [10, 0, 0, 1], &[0x13, 0x88])),
+        upd(Delete, member_key(2, [10, 0, 0, 2], &[0x13, 0x89])),
+        upd(
+            Delete,
+            ids.entry(GROUP_RECEIVERS, &[("group", &[2]), ("rid", &[0])], None),
+        ),
+        upd(
+            Delete,
+            ids.entry(GROUP_RECEIVERS, &[("group", &[2]), ("rid", &[1])], None),
+        ),
         upd(Delete, ids.entry(JOB_TABLE, &[("job", &[1])], None)),
         upd(
             Delete,
@@ -1122,7 +1216,11 @@ fn delete_job_removes_everything_in_reverse_order() {
     assert_eq!(jobs.iter().map(|j| j.spec.id).collect::<Vec<_>>(), [7]);
     {
         let s = sw.state();
-        assert_eq!(s.tables.len(), 3, "job 7's three entries remain");
+        assert_eq!(
+            s.tables.len(),
+            6,
+            "job 7's six entries remain: job, worker, receiver, and its group's relay"
+        );
         assert_eq!(s.groups.keys().copied().collect::<Vec<_>>(), [8]);
     }
     let err = t.delete_job(1).unwrap_err();
@@ -1145,6 +1243,174 @@ fn delete_job_removes_everything_in_reverse_order() {
     let second = last_incarnation(&sw, &ids);
     assert_ne!(first, second);
     assert_ne!(last_incarnation(&sw, &ids), [0]);
+}
+
+/// A group made by hand is what p4/README.md says: its multicast group
+/// (replication id = member id), group_receivers, member_table, its
+/// counters zeroed, group_table last; it reads back with its members and
+/// counters, shares no id with a job's result group, and goes in reverse.
+#[test]
+fn groups_made_by_hand_write_the_documented_entries_and_read_back() {
+    use inagg_emu::api::GroupSpec;
+    let sw = Switch::with_pipeline();
+    let ids = Ids::new();
+    let mut t = sw.connect();
+    install_job(&mut t, &spec(1, &["10.0.0.1:5000"], 0, 128)).unwrap();
+    let before = sw.writes().len();
+    let members: Vec<SocketAddr> = vec![
+        "10.0.0.2:5001".parse().unwrap(),
+        "10.0.0.3:47000".parse().unwrap(),
+    ];
+    let g9 = GroupSpec {
+        id: 9,
+        members: members.clone(),
+    };
+    t.create_group(&g9).unwrap();
+
+    let mut expected = vec![upd(Insert, group(9, &[(2, 0), (3, 1)]))];
+    let mut relay = relay_inserts(
+        &ids,
+        &[9],
+        &[
+            (2, [2, 0, 0, 0, 0, 2], [10, 0, 0, 2], &[0x13, 0x89]),
+            (3, [2, 0, 0, 0, 0, 3], [10, 0, 0, 3], &[0xb7, 0x98]),
+        ],
+    );
+    let group_table = relay.pop().unwrap();
+    expected.extend(relay);
+    for c in GROUP_COUNTERS {
+        expected.push(upd(Modify, ids.counter_cell(c, 9, Some((0, 0)))));
+    }
+    expected.push(group_table);
+    assert_eq!(sw.writes()[before..].to_vec(), expected);
+
+    // Read back, beside job 1's result group (2), with its counters.
+    for (name, packets) in [(GROUP_COUNTERS[0], 3), (GROUP_COUNTERS[1], 3)] {
+        sw.state().counters.insert(
+            (ids.counter(name), 9),
+            p4::CounterData {
+                byte_count: 0,
+                packet_count: packets,
+            },
+        );
+    }
+    let groups = t.groups().unwrap();
+    assert_eq!(
+        groups.iter().map(|g| (g.id, g.job)).collect::<Vec<_>>(),
+        [(2, Some(1)), (9, None)]
+    );
+    assert_eq!(groups[1].members, members);
+    assert_eq!((groups[1].packets, groups[1].copies), (3, 3));
+
+    // Ids are shared with the jobs' result groups, both ways.
+    let err = t
+        .create_group(&GroupSpec {
+            id: 2,
+            members: members.clone(),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::Job(JobError::GroupInUse { group: 2, .. })
+        ),
+        "{err}"
+    );
+    let err = install_job(&mut t, &spec(8, &["10.0.0.2:5001"], 128, 8)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::Job(JobError::GroupInUse { group: 9, .. })
+        ),
+        "{err}"
+    );
+    let err = t
+        .create_group(&GroupSpec {
+            id: 9,
+            members: members.clone(),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::Job(JobError::GroupInUse { group: 9, .. })
+        ),
+        "{err}"
+    );
+    // A member the topology does not place, and bad specs, write nothing.
+    let n = sw.writes().len();
+    let err = t
+        .create_group(&GroupSpec {
+            id: 10,
+            members: vec!["10.9.9.9:1".parse().unwrap()],
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("group 10 member 0"), "{err}");
+    let err = t
+        .create_group(&GroupSpec {
+            id: 0,
+            members: members.clone(),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, ControlError::Job(JobError::GroupZero)),
+        "{err}"
+    );
+    assert_eq!(sw.writes().len(), n);
+
+    // A job's group goes with its job; an unknown group is an error.
+    let err = t.delete_group(2).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::Job(JobError::GroupOfJob { group: 2, job: 1 })
+        ),
+        "{err}"
+    );
+    let err = t.delete_group(11).unwrap_err();
+    assert!(
+        matches!(err, ControlError::Job(JobError::UnknownGroup { group: 11 })),
+        "{err}"
+    );
+
+    // Deleted in reverse: group_table first, the multicast group last.
+    let before = sw.writes().len();
+    t.delete_group(9).unwrap();
+    let member_key = |port: u8, addr: [u8; 4], udp: &[u8]| {
+        ids.entry(
+            MEMBER_TABLE,
+            &[
+                ("group", &[9]),
+                ("ingress_port", &[port]),
+                ("src_addr", &addr),
+                ("src_port", udp),
+            ],
+            None,
+        )
+    };
+    assert_eq!(
+        sw.writes()[before..].to_vec(),
+        vec![
+            upd(Delete, ids.entry(GROUP_TABLE, &[("group", &[9])], None)),
+            upd(Delete, member_key(2, [10, 0, 0, 2], &[0x13, 0x89])),
+            upd(Delete, member_key(3, [10, 0, 0, 3], &[0xb7, 0x98])),
+            upd(
+                Delete,
+                ids.entry(GROUP_RECEIVERS, &[("group", &[9]), ("rid", &[0])], None)
+            ),
+            upd(
+                Delete,
+                ids.entry(GROUP_RECEIVERS, &[("group", &[9]), ("rid", &[1])], None)
+            ),
+            upd(Delete, group(9, &[])),
+        ]
+    );
+    assert_eq!(
+        t.groups().unwrap().iter().map(|g| g.id).collect::<Vec<_>>(),
+        [2]
+    );
+    // Job 8 (default group 9) now installs.
+    install_job(&mut t, &spec(8, &["10.0.0.2:5001"], 128, 8)).unwrap();
 }
 
 #[test]
@@ -1211,6 +1477,10 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
     }
     for name in PER_JOB {
         expected.push(upd(Modify, ids.counter_cell(name, 1, Some((0, 0)))));
+    }
+    // The job's result group (2) counts group datagrams.
+    for name in GROUP_COUNTERS {
+        expected.push(upd(Modify, ids.counter_cell(name, 2, Some((0, 0)))));
     }
     assert_eq!(writes, expected);
     assert_eq!(t.counters().unwrap(), Default::default());

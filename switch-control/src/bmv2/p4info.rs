@@ -31,6 +31,18 @@ pub mod names {
     pub const RESULT_RECEIVERS: &str = "InaggEgress.result_rewrite.result_receivers";
     /// result_receivers' action.
     pub const SET_RECEIVER: &str = "InaggEgress.result_rewrite.set_receiver";
+    /// Per multicast group (a job's or one made by hand): group id -> set_group.
+    pub const GROUP_TABLE: &str = "InaggIngress.group_relay.group_table";
+    /// group_table's action.
+    pub const SET_GROUP: &str = "InaggIngress.group_relay.set_group";
+    /// Per member: (group, ingress port, source address, source port) -> set_member.
+    pub const MEMBER_TABLE: &str = "InaggIngress.group_relay.member_table";
+    /// member_table's action.
+    pub const SET_MEMBER: &str = "InaggIngress.group_relay.set_member";
+    /// Per member, in egress: (group, replication id) -> set_member_address.
+    pub const GROUP_RECEIVERS: &str = "InaggEgress.group_rewrite.group_receivers";
+    /// group_receivers' action.
+    pub const SET_MEMBER_ADDRESS: &str = "InaggEgress.group_rewrite.set_member_address";
 
     /// Match fields.
     pub mod key {
@@ -42,8 +54,11 @@ pub mod names {
         pub const SRC_ADDR: &str = "src_addr";
         /// worker_table: UDP source port.
         pub const SRC_PORT: &str = "src_port";
-        /// result_receivers: the replication id (= worker id).
+        /// result_receivers, group_receivers: the replication id (= worker
+        /// or member id).
         pub const RID: &str = "rid";
+        /// The group id (group_table, member_table, group_receivers).
+        pub const GROUP: &str = "group";
     }
 
     /// Action parameters.
@@ -70,6 +85,8 @@ pub mod names {
         pub const DST_ADDR: &str = "dst_addr";
         /// set_receiver: the worker's UDP port.
         pub const DST_PORT: &str = "dst_port";
+        /// set_member: member id.
+        pub const MEMBER: &str = "member";
     }
 
     /// inagg packets reaching the switch logic, index 0.
@@ -86,8 +103,12 @@ pub mod names {
     pub const JOB_DUPLICATES: &str = "InaggIngress.job_duplicates";
     /// Per job id: packets dropped by the job's checks.
     pub const JOB_DROPPED: &str = "InaggIngress.job_dropped";
-    /// Results sent, index 0.
+    /// Results and group datagram copies sent, index 0.
     pub const TX: &str = "InaggEgress.tx";
+    /// Per group id: group datagrams admitted.
+    pub const GROUP_PACKETS: &str = "InaggIngress.group_packets";
+    /// Per group id: copies of them sent.
+    pub const GROUP_COPIES: &str = "InaggEgress.group_copies";
 
     /// Worker bitmap per shadow set: 2 * SLOTS cells.
     pub const BITMAP: &str = "InaggIngress.aggregate.bitmap";
@@ -173,14 +194,16 @@ pub struct SetJob {
     pub incarnation: Field,
 }
 
-/// `InaggIngress.admission.worker_table`.
+/// `InaggIngress.admission.worker_table`, and
+/// `InaggIngress.group_relay.member_table`, which has its shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerTable {
     /// Table id.
     pub id: u32,
     /// Entries it holds at most.
     pub size: i64,
-    /// Key `job`.
+    /// Key `job` (worker_table) or `group` (member_table): who the
+    /// endpoint belongs to.
     pub job: Field,
     /// Key `ingress_port`.
     pub ingress_port: Field,
@@ -192,23 +215,24 @@ pub struct WorkerTable {
     pub set_worker: SetWorker,
 }
 
-/// `InaggIngress.admission.set_worker`.
+/// `InaggIngress.admission.set_worker` (and `group_relay.set_member`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetWorker {
     /// Action id.
     pub id: u32,
-    /// Worker id.
+    /// Worker (or member) id.
     pub worker: Field,
 }
 
-/// `InaggEgress.result_rewrite.result_receivers`.
+/// `InaggEgress.result_rewrite.result_receivers`, and
+/// `InaggEgress.group_rewrite.group_receivers`, which has its shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultReceivers {
     /// Table id.
     pub id: u32,
     /// Entries it holds at most.
     pub size: i64,
-    /// Key `job`.
+    /// Key `job` (result_receivers) or `group` (group_receivers).
     pub job: Field,
     /// Key `rid`.
     pub rid: Field,
@@ -216,7 +240,8 @@ pub struct ResultReceivers {
     pub set_receiver: SetReceiver,
 }
 
-/// `InaggEgress.result_rewrite.set_receiver`.
+/// `InaggEgress.result_rewrite.set_receiver` (and
+/// `group_rewrite.set_member_address`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetReceiver {
     /// Action id.
@@ -227,6 +252,21 @@ pub struct SetReceiver {
     pub dst_addr: Field,
     /// UDP port.
     pub dst_port: Field,
+}
+
+/// `InaggIngress.group_relay.group_table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupTable {
+    /// Table id.
+    pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
+    /// Key `group`.
+    pub group: Field,
+    /// Action `set_group`: its id.
+    pub set_group: u32,
+    /// set_group's `mcast_grp`: the PRE group.
+    pub mcast_grp: Field,
 }
 
 /// An indexed counter array.
@@ -257,6 +297,10 @@ pub struct Counters {
     pub job_dropped: Counter,
     /// `InaggEgress.tx`.
     pub tx: Counter,
+    /// `InaggIngress.group_packets`.
+    pub group_packets: Counter,
+    /// `InaggEgress.group_copies`.
+    pub group_copies: Counter,
 }
 
 impl Counters {
@@ -281,6 +325,12 @@ pub struct Schema {
     pub worker_table: WorkerTable,
     /// Receivers of multicast copies (egress).
     pub result_receivers: ResultReceivers,
+    /// Groups that relay group datagrams.
+    pub group_table: GroupTable,
+    /// Their members (ingress).
+    pub member_table: WorkerTable,
+    /// Receivers of group datagram copies (egress).
+    pub group_receivers: ResultReceivers,
     /// Counters.
     pub counters: Counters,
     /// Compiled SLOTS: the size of the bitmap register / 2.
@@ -314,35 +364,35 @@ impl Schema {
             },
         };
 
-        let t = l.table(names::WORKER_TABLE)?;
-        let a = l.action(t, names::SET_WORKER)?;
-        let worker_table = WorkerTable {
-            id: l.table_id(t),
-            size: t.size,
-            job: l.exact(t, key::JOB)?,
-            ingress_port: l.exact(t, key::INGRESS_PORT)?,
-            src_addr: l.exact(t, key::SRC_ADDR)?,
-            src_port: l.exact(t, key::SRC_PORT)?,
-            set_worker: SetWorker {
-                id: l.action_id(a),
-                worker: l.param(a, param::WORKER)?,
-            },
-        };
+        let worker_table = l.endpoint_table(
+            names::WORKER_TABLE,
+            key::JOB,
+            names::SET_WORKER,
+            param::WORKER,
+        )?;
+        let result_receivers =
+            l.receivers_table(names::RESULT_RECEIVERS, key::JOB, names::SET_RECEIVER)?;
 
-        let t = l.table(names::RESULT_RECEIVERS)?;
-        let a = l.action(t, names::SET_RECEIVER)?;
-        let result_receivers = ResultReceivers {
+        let t = l.table(names::GROUP_TABLE)?;
+        let a = l.action(t, names::SET_GROUP)?;
+        let group_table = GroupTable {
             id: l.table_id(t),
             size: t.size,
-            job: l.exact(t, key::JOB)?,
-            rid: l.exact(t, key::RID)?,
-            set_receiver: SetReceiver {
-                id: l.action_id(a),
-                dst_mac: l.param(a, param::DST_MAC)?,
-                dst_addr: l.param(a, param::DST_ADDR)?,
-                dst_port: l.param(a, param::DST_PORT)?,
-            },
+            group: l.exact(t, key::GROUP)?,
+            set_group: l.action_id(a),
+            mcast_grp: l.param(a, param::MCAST_GRP)?,
         };
+        let member_table = l.endpoint_table(
+            names::MEMBER_TABLE,
+            key::GROUP,
+            names::SET_MEMBER,
+            param::MEMBER,
+        )?;
+        let group_receivers = l.receivers_table(
+            names::GROUP_RECEIVERS,
+            key::GROUP,
+            names::SET_MEMBER_ADDRESS,
+        )?;
 
         let counters = Counters {
             rx: l.counter(names::RX)?,
@@ -353,6 +403,8 @@ impl Schema {
             job_duplicates: l.counter(names::JOB_DUPLICATES)?,
             job_dropped: l.counter(names::JOB_DROPPED)?,
             tx: l.counter(names::TX)?,
+            group_packets: l.counter(names::GROUP_PACKETS)?,
+            group_copies: l.counter(names::GROUP_COPIES)?,
         };
 
         let bitmap = info
@@ -389,6 +441,9 @@ impl Schema {
             job_table,
             worker_table,
             result_receivers,
+            group_table,
+            member_table,
+            group_receivers,
             counters,
             slots,
             elements,
@@ -428,6 +483,52 @@ impl Lookup<'_> {
                     "table {name} not in P4Info; is the pipeline inagg's p4/v1model?"
                 ))
             })
+    }
+
+    /// A table keyed on (owner, ingress port, source address, source port)
+    /// whose action gives the endpoint's id: worker_table, member_table.
+    fn endpoint_table(
+        &self,
+        table: &str,
+        owner: &str,
+        action: &str,
+        id_param: &str,
+    ) -> Result<WorkerTable> {
+        use names::key;
+        let t = self.table(table)?;
+        let a = self.action(t, action)?;
+        Ok(WorkerTable {
+            id: self.table_id(t),
+            size: t.size,
+            job: self.exact(t, owner)?,
+            ingress_port: self.exact(t, key::INGRESS_PORT)?,
+            src_addr: self.exact(t, key::SRC_ADDR)?,
+            src_port: self.exact(t, key::SRC_PORT)?,
+            set_worker: SetWorker {
+                id: self.action_id(a),
+                worker: self.param(a, id_param)?,
+            },
+        })
+    }
+
+    /// An egress table keyed on (owner, replication id) whose action gives
+    /// the copy's destination: result_receivers, group_receivers.
+    fn receivers_table(&self, table: &str, owner: &str, action: &str) -> Result<ResultReceivers> {
+        use names::{key, param};
+        let t = self.table(table)?;
+        let a = self.action(t, action)?;
+        Ok(ResultReceivers {
+            id: self.table_id(t),
+            size: t.size,
+            job: self.exact(t, owner)?,
+            rid: self.exact(t, key::RID)?,
+            set_receiver: SetReceiver {
+                id: self.action_id(a),
+                dst_mac: self.param(a, param::DST_MAC)?,
+                dst_addr: self.param(a, param::DST_ADDR)?,
+                dst_port: self.param(a, param::DST_PORT)?,
+            },
+        })
     }
 
     fn table_id(&self, t: &cfg::Table) -> u32 {

@@ -9,12 +9,15 @@
 //!    replication id = worker id);
 //! 2. result_receivers (job, worker id) -> set_receiver(MAC, address, port);
 //! 3. worker_table (job, port, address, UDP port) -> set_worker(worker id);
-//! 4. the job's per-job counters zeroed;
+//! 4. the job's per-job counters, and its group's, zeroed;
 //! 5. job_table (job) -> set_job(n, base, size, K, generation, group,
-//!    incarnation), with an incarnation never used before.
+//!    incarnation), with an incarnation never used before;
+//! 6. the result group's relay entries, so that the workers can send each
+//!    other group datagrams (target/relay.rs, which also installs groups
+//!    made by hand).
 //!
 //! A failed write undoes the ones before it. Deleting goes the other way,
-//! job_table first. Nothing is remembered between calls: jobs, pools and
+//! the relay's group_table entry first. Nothing is remembered between calls: jobs, pools and
 //! the job count are read back from the switch's tables every time, so
 //! several `inagg ctl` runs (or a restarted one) see the same state.
 
@@ -25,7 +28,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use inagg_emu::api::{
-    validate_job, ApiError, GroupInfo, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
+    validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
 use inagg_emu::counters::{Counters, DropReason, JobCounters};
 use inagg_emu::switch::SwitchConfig;
@@ -33,10 +36,13 @@ use prost::Message;
 
 use super::bytestring;
 use super::client::{rpc_code, Client};
-use super::p4info::{self, Field, Schema};
+use super::p4info::{self, Field, ResultReceivers, Schema, WorkerTable};
 use super::proto::p4::v1 as p4;
 use super::topology::{Host, Topology};
 use crate::target::{ControlError, Result, Target};
+
+mod relay;
+use relay::GroupEntry;
 
 /// gRPC canonical codes the target reacts to.
 const NOT_FOUND: i32 = 5;
@@ -244,11 +250,14 @@ impl Bmv2Target {
             })),
         };
         let entities = self.client.read(
-            "job_table, worker_table, result_receivers",
+            "job_table, worker_table, result_receivers, group_table, member_table, group_receivers",
             vec![
                 whole(s.job_table.id),
                 whole(s.worker_table.id),
                 whole(s.result_receivers.id),
+                whole(s.group_table.id),
+                whole(s.member_table.id),
+                whole(s.group_receivers.id),
             ],
         )?;
         let mut state = SwitchState::default();
@@ -260,9 +269,28 @@ impl Bmv2Target {
                 let j = JobEntry::parse(s, &e)?;
                 state.jobs.insert(j.job, j);
             } else if e.table_id == s.worker_table.id {
-                state.workers.push(WorkerEntry::parse(s, &e)?);
+                state
+                    .workers
+                    .push(WorkerEntry::parse(&s.worker_table, &WORKERS, &e)?);
             } else if e.table_id == s.result_receivers.id {
-                state.receivers.push(ReceiverEntry::parse(s, &e)?);
+                state.receivers.push(ReceiverEntry::parse(
+                    &s.result_receivers,
+                    &RESULT_RECEIVERS,
+                    &e,
+                )?);
+            } else if e.table_id == s.group_table.id {
+                let g = GroupEntry::parse(s, &e)?;
+                state.groups.insert(g.group, g);
+            } else if e.table_id == s.member_table.id {
+                state
+                    .members
+                    .push(WorkerEntry::parse(&s.member_table, &MEMBERS, &e)?);
+            } else if e.table_id == s.group_receivers.id {
+                state.group_receivers.push(ReceiverEntry::parse(
+                    &s.group_receivers,
+                    &GROUP_RECEIVERS,
+                    &e,
+                )?);
             }
         }
         Ok(state)
@@ -413,17 +441,7 @@ impl Bmv2Target {
         let group = job_group(spec);
         let mut steps = vec![Step {
             what: format!("insert multicast group {group}"),
-            entity: group_entity(
-                group,
-                hosts
-                    .iter()
-                    .zip(0u32..)
-                    .map(|(h, w)| p4::Replica {
-                        port_kind: Some(p4::replica::PortKind::EgressPort(u32::from(h.port))),
-                        instance: w,
-                    })
-                    .collect(),
-            ),
+            entity: group_entity(group, replicas(hosts)),
             replace_existing: true,
         }];
         let endpoints: Vec<SocketAddrV4> = spec
@@ -439,47 +457,23 @@ impl Bmv2Target {
                 })),
             })
             .collect::<Result<_>>()?;
-        let r = &s.result_receivers;
-        for (w, (ep, host)) in endpoints.iter().zip(hosts).enumerate() {
-            let what = format!("result_receivers entry for job {} worker {w}", spec.id);
-            steps.push(Step {
-                entity: table_entity(
-                    r.id,
-                    vec![exact(r.job, job, &what)?, exact(r.rid, w as u64, &what)?],
-                    Some(action(
-                        r.set_receiver.id,
-                        vec![
-                            param(r.set_receiver.dst_mac, host.mac.to_u64(), &what)?,
-                            param(r.set_receiver.dst_addr, u32::from(*ep.ip()).into(), &what)?,
-                            param(r.set_receiver.dst_port, ep.port().into(), &what)?,
-                        ],
-                    )),
-                ),
-                what: format!("insert {what}"),
-                replace_existing: false,
-            });
-        }
-        let t = &s.worker_table;
-        for (w, (ep, host)) in endpoints.iter().zip(hosts).enumerate() {
-            let what = format!("worker_table entry for job {} worker {w}", spec.id);
-            steps.push(Step {
-                entity: table_entity(
-                    t.id,
-                    vec![
-                        exact(t.job, job, &what)?,
-                        exact(t.ingress_port, host.port.into(), &what)?,
-                        exact(t.src_addr, u32::from(*ep.ip()).into(), &what)?,
-                        exact(t.src_port, ep.port().into(), &what)?,
-                    ],
-                    Some(action(
-                        t.set_worker.id,
-                        vec![param(t.set_worker.worker, w as u64, &what)?],
-                    )),
-                ),
-                what: format!("insert {what}"),
-                replace_existing: false,
-            });
-        }
+        let owner = format!("job {}", spec.id);
+        steps.extend(receiver_steps(
+            &s.result_receivers,
+            &RESULT_RECEIVERS,
+            job,
+            &owner,
+            &endpoints,
+            hosts,
+        )?);
+        steps.extend(endpoint_steps(
+            &s.worker_table,
+            &WORKERS,
+            job,
+            &owner,
+            &endpoints,
+            hosts,
+        )?);
         let t = &s.job_table;
         let a = &t.set_job;
         let what = format!("job_table entry for job {}", spec.id);
@@ -548,6 +542,83 @@ impl Bmv2Target {
     }
 }
 
+/// The entries of a receivers table (result_receivers or group_receivers)
+/// for `owner`'s endpoints: (owner, replication id = index) -> address.
+fn receiver_steps(
+    r: &ResultReceivers,
+    n: &ReceiverNames,
+    owner_id: u64,
+    owner: &str,
+    endpoints: &[SocketAddrV4],
+    hosts: &[Host],
+) -> Result<Vec<Step>> {
+    endpoints
+        .iter()
+        .zip(hosts)
+        .enumerate()
+        .map(|(i, (ep, host))| {
+            let what = format!("{} entry for {owner} {} {i}", n.table, n.member);
+            let a = &r.set_receiver;
+            Ok(Step {
+                entity: table_entity(
+                    r.id,
+                    vec![
+                        exact(r.job, owner_id, &what)?,
+                        exact(r.rid, i as u64, &what)?,
+                    ],
+                    Some(action(
+                        a.id,
+                        vec![
+                            param(a.dst_mac, host.mac.to_u64(), &what)?,
+                            param(a.dst_addr, u32::from(*ep.ip()).into(), &what)?,
+                            param(a.dst_port, ep.port().into(), &what)?,
+                        ],
+                    )),
+                ),
+                what: format!("insert {what}"),
+                replace_existing: false,
+            })
+        })
+        .collect()
+}
+
+/// The entries of an endpoint table (worker_table or member_table) for
+/// `owner`'s endpoints: (owner, port, address, UDP port) -> index.
+fn endpoint_steps(
+    t: &WorkerTable,
+    n: &EndpointNames,
+    owner_id: u64,
+    owner: &str,
+    endpoints: &[SocketAddrV4],
+    hosts: &[Host],
+) -> Result<Vec<Step>> {
+    endpoints
+        .iter()
+        .zip(hosts)
+        .enumerate()
+        .map(|(i, (ep, host))| {
+            let what = format!("{} entry for {owner} {} {i}", n.table, n.member);
+            Ok(Step {
+                entity: table_entity(
+                    t.id,
+                    vec![
+                        exact(t.job, owner_id, &what)?,
+                        exact(t.ingress_port, host.port.into(), &what)?,
+                        exact(t.src_addr, u32::from(*ep.ip()).into(), &what)?,
+                        exact(t.src_port, ep.port().into(), &what)?,
+                    ],
+                    Some(action(
+                        t.set_worker.id,
+                        vec![param(t.set_worker.worker, i as u64, &what)?],
+                    )),
+                ),
+                what: format!("insert {what}"),
+                replace_existing: false,
+            })
+        })
+        .collect()
+}
+
 /// One write of an install.
 struct Step {
     what: String,
@@ -585,6 +656,19 @@ fn counter_entity(counter_id: u32, index: i64, data: Option<p4::CounterData>) ->
 /// The multicast group carrying a job's results: the spec's, or id + 1.
 fn job_group(spec: &JobSpec) -> u32 {
     spec.group.map_or(u32::from(spec.id) + 1, u32::from)
+}
+
+/// One replica per endpoint: its switch port, replication id = its index
+/// (the worker or member id).
+fn replicas(hosts: &[Host]) -> Vec<p4::Replica> {
+    hosts
+        .iter()
+        .zip(0u32..)
+        .map(|(h, i)| p4::Replica {
+            port_kind: Some(p4::replica::PortKind::EgressPort(u32::from(h.port))),
+            instance: i,
+        })
+        .collect()
 }
 
 fn group_entity(multicast_group_id: u32, replicas: Vec<p4::Replica>) -> p4::Entity {
@@ -749,12 +833,39 @@ struct WorkerEntry {
     key: p4::Entity,
 }
 
+/// The names of a table shaped like worker_table, for errors.
+struct EndpointNames {
+    table: &'static str,
+    /// What an endpoint is called: worker or member.
+    member: &'static str,
+    owner: &'static str,
+    action: &'static str,
+    id: &'static str,
+}
+
+const WORKERS: EndpointNames = EndpointNames {
+    table: "worker_table",
+    member: "worker",
+    owner: p4info::names::key::JOB,
+    action: p4info::names::SET_WORKER,
+    id: p4info::names::param::WORKER,
+};
+
+const MEMBERS: EndpointNames = EndpointNames {
+    table: "member_table",
+    member: "member",
+    owner: p4info::names::key::GROUP,
+    action: p4info::names::SET_MEMBER,
+    id: p4info::names::param::MEMBER,
+};
+
 impl WorkerEntry {
-    fn parse(s: &Schema, e: &p4::TableEntry) -> Result<WorkerEntry> {
-        use p4info::names::{key, param as p, SET_WORKER};
-        let t = "worker_table";
-        let w = &s.worker_table;
-        let a = entry_action(t, e, w.set_worker.id, SET_WORKER)?;
+    /// An entry of `w`, worker_table (`WORKERS`) or member_table
+    /// (`MEMBERS`): `job` is then the group id and `worker` the member id.
+    fn parse(w: &WorkerTable, n: &EndpointNames, e: &p4::TableEntry) -> Result<WorkerEntry> {
+        use p4info::names::key;
+        let t = n.table;
+        let a = entry_action(t, e, w.set_worker.id, n.action)?;
         let addr: u32 = narrow(
             t,
             key::SRC_ADDR,
@@ -766,13 +877,9 @@ impl WorkerEntry {
             match_value(t, e, w.src_port, key::SRC_PORT)?,
         )?;
         Ok(WorkerEntry {
-            job: narrow(t, key::JOB, match_value(t, e, w.job, key::JOB)?)?,
+            job: narrow(t, n.owner, match_value(t, e, w.job, n.owner)?)?,
             endpoint: SocketAddrV4::new(Ipv4Addr::from(addr), port),
-            worker: narrow(
-                t,
-                p::WORKER,
-                param_value(t, a, w.set_worker.worker, p::WORKER)?,
-            )?,
+            worker: narrow(t, n.id, param_value(t, a, w.set_worker.worker, n.id)?)?,
             key: key_of(e),
         })
     }
@@ -787,12 +894,36 @@ struct ReceiverEntry {
     key: p4::Entity,
 }
 
+/// The names of a table shaped like result_receivers, for errors.
+struct ReceiverNames {
+    table: &'static str,
+    /// What a receiver is called: worker or member.
+    member: &'static str,
+    owner: &'static str,
+    action: &'static str,
+}
+
+const RESULT_RECEIVERS: ReceiverNames = ReceiverNames {
+    table: "result_receivers",
+    member: "worker",
+    owner: p4info::names::key::JOB,
+    action: p4info::names::SET_RECEIVER,
+};
+
+const GROUP_RECEIVERS: ReceiverNames = ReceiverNames {
+    table: "group_receivers",
+    member: "member",
+    owner: p4info::names::key::GROUP,
+    action: p4info::names::SET_MEMBER_ADDRESS,
+};
+
 impl ReceiverEntry {
-    fn parse(s: &Schema, e: &p4::TableEntry) -> Result<ReceiverEntry> {
-        use p4info::names::{key, param as p, SET_RECEIVER};
-        let t = "result_receivers";
-        let r = &s.result_receivers;
-        let a = entry_action(t, e, r.set_receiver.id, SET_RECEIVER)?;
+    /// An entry of `r`, result_receivers or group_receivers (`job` is then
+    /// the group id).
+    fn parse(r: &ResultReceivers, n: &ReceiverNames, e: &p4::TableEntry) -> Result<ReceiverEntry> {
+        use p4info::names::{key, param as p};
+        let t = n.table;
+        let a = entry_action(t, e, r.set_receiver.id, n.action)?;
         // Checked (it must decode and fit), not kept: jobs are reported by
         // endpoint.
         param_value(t, a, r.set_receiver.dst_mac, p::DST_MAC)?;
@@ -807,7 +938,7 @@ impl ReceiverEntry {
             param_value(t, a, r.set_receiver.dst_port, p::DST_PORT)?,
         )?;
         Ok(ReceiverEntry {
-            job: narrow(t, key::JOB, match_value(t, e, r.job, key::JOB)?)?,
+            job: narrow(t, n.owner, match_value(t, e, r.job, n.owner)?)?,
             rid: narrow(t, key::RID, match_value(t, e, r.rid, key::RID)?)?,
             endpoint: SocketAddrV4::new(Ipv4Addr::from(addr), port),
             key: key_of(e),
@@ -833,6 +964,12 @@ struct SwitchState {
     jobs: BTreeMap<u16, JobEntry>,
     workers: Vec<WorkerEntry>,
     receivers: Vec<ReceiverEntry>,
+    /// group_table, by group id: jobs' groups and groups made by hand.
+    groups: BTreeMap<u16, GroupEntry>,
+    /// member_table (`job` is the group id).
+    members: Vec<WorkerEntry>,
+    /// group_receivers (`job` is the group id).
+    group_receivers: Vec<ReceiverEntry>,
 }
 
 impl SwitchState {
@@ -923,6 +1060,16 @@ impl Target for Bmv2Target {
         validate_job(spec, installed.iter().map(|(s, _)| s), config)?;
         self.check_compiled(spec)?;
         self.check_room(&state, spec)?;
+        let group = job_group(spec) as u16;
+        if state.groups.contains_key(&group) {
+            // Not a job's (validate_job checked those): one made by hand.
+            return Err(JobError::GroupInUse {
+                group,
+                owner: "made by hand".into(),
+            }
+            .into());
+        }
+        self.check_group_room(&state, group, spec.workers.len())?;
         let topology = self.topology.as_ref().ok_or_else(|| ControlError::Config {
             path: "--topology".into(),
             message: "creating a job on bmv2 needs the topology file: each worker's switch port \
@@ -938,28 +1085,26 @@ impl Target for Bmv2Target {
         let in_use: Vec<u32> = installed.iter().map(|(_, inc)| *inc).collect();
         let incarnation = self.fresh_incarnation(&in_use);
         let (steps, last) = self.install_plan(spec, &hosts, incarnation)?;
+        // The job's result group relays group datagrams among its workers;
+        // its entries go in after the job's (check_compiled: it fits 16 bits).
+        let group = job_group(spec) as u16;
+        let owner = format!("job {}", spec.id);
+        let endpoints = relay::ipv4_endpoints(&owner, &spec.workers)?;
+        let mut after = vec![last];
+        after.extend(self.relay_plan(group, &owner, &endpoints, &hosts)?);
 
         self.remove_leftovers(&state, spec.id)?;
-        let mut done: Vec<p4::Entity> = Vec::new();
-        let result = (|| {
-            for step in &steps {
-                self.write_step(step)?;
-                done.push(step.entity.clone());
-            }
-            self.zero_job_counters(spec.id)?;
-            self.write_step(&last)
-        })();
-        if let Err(e) = result {
-            // Undo, newest first; the first error is the one to report.
-            for entity in done.into_iter().rev() {
-                let _ = self.client.write(
-                    "undo a failed install",
-                    vec![update(p4::update::Type::Delete, entity)],
-                );
-            }
-            return Err(e);
+        if !state.groups.contains_key(&group) {
+            self.delete_group_entries(&state, group)?;
         }
-        Ok(())
+        self.run_install(
+            &steps,
+            |t| {
+                t.zero_job_counters(spec.id)?;
+                t.zero_group_counters(group)
+            },
+            &after,
+        )
     }
 
     fn delete_job(&mut self, id: u16) -> Result<()> {
@@ -970,6 +1115,15 @@ impl Target for Bmv2Target {
             state.receivers.iter().filter(|r| r.job == id).collect();
         if job.is_none() && workers.is_empty() && receivers.is_empty() {
             return Err(JobError::UnknownJob { id }.into());
+        }
+        let group = job.map_or(u32::from(id) + 1, |j| u32::from(j.group));
+        // The job's relay entries first (group_table leads). Without a
+        // job_table entry, a group_table entry under the default id is a
+        // group made by hand, not this job's.
+        if let Ok(g) = u16::try_from(group) {
+            if job.is_some() || !state.groups.contains_key(&g) {
+                self.delete_group_entries(&state, g)?;
+            }
         }
         let delete = |what: String, entity: p4::Entity| {
             self.client
@@ -996,8 +1150,9 @@ impl Target for Bmv2Target {
                 r.key.clone(),
             )?;
         }
-        let group = job.map_or(u32::from(id) + 1, |j| u32::from(j.group));
-        if group <= u32::from(u16::MAX) {
+        if group <= u32::from(u16::MAX)
+            && (job.is_some() || !state.groups.contains_key(&(group as u16)))
+        {
             match delete(
                 format!("delete multicast group {group}"),
                 group_entity(group, Vec::new()),
@@ -1029,24 +1184,17 @@ impl Target for Bmv2Target {
             .collect())
     }
 
-    /// The jobs' result groups (the program relays no hand-made groups:
-    /// creating one is Unsupported).
+    /// The jobs' result groups and the groups made by hand.
     fn groups(&mut self) -> Result<Vec<GroupInfo>> {
-        let (_, installed) = self.installed()?;
-        let mut groups: Vec<GroupInfo> = installed
-            .into_iter()
-            .filter_map(|(spec, _)| {
-                Some(GroupInfo {
-                    id: u16::try_from(job_group(&spec)).ok()?,
-                    job: Some(spec.id),
-                    members: spec.workers,
-                    packets: 0,
-                    copies: 0,
-                })
-            })
-            .collect();
-        groups.sort_by_key(|g| g.id);
-        Ok(groups)
+        self.all_groups()
+    }
+
+    fn create_group(&mut self, spec: &GroupSpec) -> Result<()> {
+        self.install_group(spec)
+    }
+
+    fn delete_group(&mut self, id: u16) -> Result<()> {
+        self.remove_group(id)
     }
 
     fn pools(&mut self) -> Result<PoolMap> {
@@ -1099,11 +1247,49 @@ impl Target for Bmv2Target {
                 updates.push(zero_cell(pc.id, id.into()));
             }
         }
+        for &g in state.groups.keys() {
+            updates.extend(
+                self.group_counter_cells(g, Some(zero()))
+                    .into_iter()
+                    .map(|e| update(p4::update::Type::Modify, e)),
+            );
+        }
         self.client.write("zero the counters", updates)
     }
 }
 
 impl Bmv2Target {
+    /// Writes `before`, runs `zero` (counters), writes `after`; a failure
+    /// undoes every write made, newest first, and is the error returned.
+    fn run_install(
+        &self,
+        before: &[Step],
+        zero: impl FnOnce(&Self) -> Result<()>,
+        after: &[Step],
+    ) -> Result<()> {
+        let mut done: Vec<p4::Entity> = Vec::new();
+        let mut write_all = |steps: &[Step]| -> Result<()> {
+            for step in steps {
+                self.write_step(step)?;
+                done.push(step.entity.clone());
+            }
+            Ok(())
+        };
+        let result = write_all(before)
+            .and_then(|()| zero(self))
+            .and_then(|()| write_all(after));
+        if let Err(e) = result {
+            for entity in done.into_iter().rev() {
+                let _ = self.client.write(
+                    "undo a failed install",
+                    vec![update(p4::update::Type::Delete, entity)],
+                );
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Inserts a step's entity; one that replaces existing entities turns
     /// into a MODIFY when the insert finds one.
     fn write_step(&self, step: &Step) -> Result<()> {

@@ -33,7 +33,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
     };
 
     // Actions, with their parameters (name, width).
-    let actions: [(&str, &[(&str, i32)]); 10] = [
+    let actions: [(&str, &[(&str, i32)]); 14] = [
         ("NoAction", &[]),
         (
             "InaggIngress.admission.set_job",
@@ -58,6 +58,13 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         ("InaggIngress.l2_forwarding.flood", &[("mcast_grp", 16)]),
         ("InaggIngress.l2_forwarding.discard", &[]),
         ("InaggIngress.admission.refuse", &[("reason", 8)]),
+        ("InaggIngress.group_relay.set_group", &[("mcast_grp", 16)]),
+        ("InaggIngress.group_relay.set_member", &[("member", 16)]),
+        (
+            "InaggEgress.group_rewrite.set_member_address",
+            &[("dst_mac", 48), ("dst_addr", 32), ("dst_port", 16)],
+        ),
+        ("InaggEgress.group_rewrite.drop_copy", &[]),
     ];
     for (name, params) in actions {
         info.actions.push(cfg::Action {
@@ -91,7 +98,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         Option<&'a str>,
         i64,
     );
-    let tables: [TableSpec; 5] = [
+    let tables: [TableSpec; 8] = [
         (
             "InaggIngress.admission.job_table",
             &[("job", 16)],
@@ -125,6 +132,41 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
                 ("InaggEgress.result_rewrite.drop_copy", true),
             ],
             Some("InaggEgress.result_rewrite.drop_copy"),
+            8192,
+        ),
+        (
+            "InaggIngress.group_relay.group_table",
+            &[("group", 16)],
+            &[
+                ("InaggIngress.group_relay.set_group", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
+        ),
+        (
+            "InaggIngress.group_relay.member_table",
+            &[
+                ("group", 16),
+                ("ingress_port", 9),
+                ("src_addr", 32),
+                ("src_port", 16),
+            ],
+            &[
+                ("InaggIngress.group_relay.set_member", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            8192,
+        ),
+        (
+            "InaggEgress.group_rewrite.group_receivers",
+            &[("group", 16), ("rid", 16)],
+            &[
+                ("InaggEgress.group_rewrite.set_member_address", false),
+                ("InaggEgress.group_rewrite.drop_copy", true),
+            ],
+            Some("InaggEgress.group_rewrite.drop_copy"),
             8192,
         ),
         (
@@ -181,7 +223,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         info.tables.push(table);
     }
 
-    let counters: [(&str, i64); 8] = [
+    let counters: [(&str, i64); 10] = [
         ("InaggIngress.rx", 1),
         ("InaggIngress.drops", 16),
         ("InaggIngress.job_contributions", 65_536),
@@ -189,7 +231,9 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         ("InaggIngress.job_resent_results", 65_536),
         ("InaggIngress.job_duplicates", 65_536),
         ("InaggIngress.job_dropped", 65_536),
+        ("InaggIngress.group_packets", 65_536),
         ("InaggEgress.tx", 1),
+        ("InaggEgress.group_copies", 65_536),
     ];
     for (name, size) in counters {
         info.counters.push(cfg::Counter {

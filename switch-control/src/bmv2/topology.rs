@@ -156,18 +156,24 @@ impl Topology {
 
     /// Where worker `index` of job `job`, at `addr`, is plugged in.
     pub fn host(&self, job: u16, index: usize, addr: SocketAddr) -> Result<Host> {
+        self.endpoint(&format!("job {job} worker {index}"), addr)
+    }
+
+    /// Where the endpoint `who` (a job's worker, a group's member), at
+    /// `addr`, is plugged in.
+    pub fn endpoint(&self, who: &str, addr: SocketAddr) -> Result<Host> {
         let err = |message: String| ControlError::Config {
             path: self.path.clone(),
             message,
         };
         let SocketAddr::V4(v4) = addr else {
             return Err(err(format!(
-                "job {job} worker {index} ({addr}): the bmv2 target handles IPv4 workers only"
+                "{who} ({addr}): the bmv2 target handles IPv4 workers only"
             )));
         };
         self.workers.get(v4.ip()).copied().ok_or_else(|| {
             err(format!(
-                "no entry for job {job} worker {index} ({addr}); add \
+                "no entry for {who} ({addr}); add \
                  \"{}\" = {{ port = N, mac = \"..\" }} under [workers]",
                 v4.ip()
             ))
