@@ -40,7 +40,7 @@ header udp_h {
 /* The 24-byte inagg header (docs/PROTOCOL.md, "Header"). */
 header inagg_h {
     bit<8>  version;      /*  0: 1 */
-    bit<8>  kind;         /*  1: 1 contribution, 2 result */
+    bit<8>  kind;         /*  1: 1 contribution, 2 result, 3 group datagram */
     bit<8>  flags;        /*  2: bit 0 shadow set, bits 1-7 reserved (0) */
     bit<8>  priority;     /*  3: priority class, echoed in results */
     bit<16> job;          /*  4 */
