@@ -1411,6 +1411,31 @@ fn groups_made_by_hand_write_the_documented_entries_and_read_back() {
     );
     // Job 8 (default group 9) now installs.
     install_job(&mut t, &spec(8, &["10.0.0.2:5001"], 128, 8)).unwrap();
+
+    // A group whose entries do not add up (another writer took one away)
+    // is reported as partly installed, and deleting it removes the rest.
+    t.create_group(&GroupSpec { id: 20, members }).unwrap();
+    let receivers = ids.table_id(GROUP_RECEIVERS);
+    let rid = ids.field(GROUP_RECEIVERS, "rid");
+    sw.state().tables.retain(|(table, _), e| {
+        let member_1 = e.r#match.iter().any(|m| {
+            m.field_id == rid
+                && matches!(&m.field_match_type,
+                    Some(p4::field_match::FieldMatchType::Exact(x)) if x.value == [1])
+        });
+        !(*table == receivers && member_1)
+    });
+    let err = t.groups().unwrap_err().to_string();
+    assert!(
+        err.contains("group 20 is only partly installed")
+            && err.contains("no group_receivers entry for member 1"),
+        "{err}"
+    );
+    t.delete_group(20).unwrap();
+    assert_eq!(
+        t.groups().unwrap().iter().map(|g| g.id).collect::<Vec<_>>(),
+        [2, 9]
+    );
 }
 
 #[test]
@@ -1826,6 +1851,30 @@ fn ctl_drives_the_bmv2_target() {
     assert!(out.contains("worker   0  10.0.0.3:6000"), "{out}");
     let out = ctl(&sw, &topo, &["job", "delete", "2"]).unwrap();
     assert_eq!(out, "deleted job 2\n");
+
+    // Groups made by hand, through the CLI.
+    let args = [
+        "group",
+        "create",
+        "--id",
+        "9",
+        "--members",
+        "10.0.0.1:7000,10.0.0.3:7000",
+    ];
+    let out = ctl(&sw, &topo, &args).unwrap();
+    assert_eq!(out, "created multicast group 9 with 2 members\n");
+    let out = ctl(&sw, &topo, &["group", "list"]).unwrap();
+    assert!(
+        out.lines()
+            .any(|l| l.contains("9  by hand") && l.ends_with("10.0.0.1:7000,10.0.0.3:7000")),
+        "{out}"
+    );
+    let err = ctl(&sw, &topo, &args).unwrap_err();
+    assert!(err.to_string().contains("group 9"), "{err}");
+    let out = ctl(&sw, &topo, &["group", "delete", "9"]).unwrap();
+    assert_eq!(out, "deleted multicast group 9\n");
+    let out = ctl(&sw, &topo, &["group", "list"]).unwrap();
+    assert!(out.contains("(no multicast groups)"), "{out}");
 
     let err = ctl(&sw, &topo, &["faults", "--seed", "3"]).unwrap_err();
     assert_eq!(
