@@ -70,23 +70,10 @@ control GroupRelay(inout headers_t hdr,
         standard_metadata.mcast_grp = 0;
     }
 
-    /* Addressed back the way it came, as ResultDispatch does for results:
-     * the copies come from the address the members send to. */
+    /* Addressed back the way it came, as results are (result.p4): the
+     * copies come from the address the members send to. */
     action make_copy() {
-        bit<48> mac = hdr.ethernet.dst_addr;
-        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = mac;
-
-        bit<32> addr = hdr.ipv4.dst_addr;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = addr;
-        hdr.ipv4.ttl = RESULT_TTL;
-
-        bit<16> port = hdr.udp.dst_port;
-        hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.udp.src_port = port;
-        hdr.udp.checksum = 0;
-
+        address_back(hdr);
         meta.inagg.is_group_copy = 1;
     }
 

@@ -21,27 +21,34 @@
 #ifndef _INAGG_V1MODEL_RESULT_P4_
 #define _INAGG_V1MODEL_RESULT_P4_
 
+/* Addresses a packet back the way it came: Ethernet, IPv4 and UDP source
+ * and destination swap, so what the switch sends comes from the address the
+ * workers send to. TTL as for a fresh packet; UDP checksum 0, since egress
+ * may rewrite the destination per copy. Results and group datagram copies
+ * (group_relay.p4) both leave this way. */
+action address_back(inout headers_t hdr) {
+    bit<48> mac = hdr.ethernet.dst_addr;
+    hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+    hdr.ethernet.src_addr = mac;
+
+    bit<32> addr = hdr.ipv4.dst_addr;
+    hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+    hdr.ipv4.src_addr = addr;
+    hdr.ipv4.ttl = RESULT_TTL;
+
+    bit<16> port = hdr.udp.dst_port;
+    hdr.udp.dst_port = hdr.udp.src_port;
+    hdr.udp.src_port = port;
+    hdr.udp.checksum = 0;
+}
+
 control ResultDispatch(inout headers_t hdr,
                        inout metadata_t meta,
                        inout standard_metadata_t standard_metadata) {
 
     action make_result() {
         hdr.inagg.kind = KIND_RESULT;
-
-        bit<48> mac = hdr.ethernet.dst_addr;
-        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = mac;
-
-        bit<32> addr = hdr.ipv4.dst_addr;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = addr;
-        hdr.ipv4.ttl = RESULT_TTL;
-
-        bit<16> port = hdr.udp.dst_port;
-        hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.udp.src_port = port;
-        hdr.udp.checksum = 0;
-
+        address_back(hdr);
         meta.inagg.is_result = 1;
     }
 

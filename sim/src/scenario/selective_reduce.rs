@@ -580,17 +580,19 @@ fn trend_note(opts: &Options, ns: &[usize]) -> String {
     let times: Vec<f64> = ns.iter().map(|&n| at(n)).collect();
     let shown: Vec<String> = times.iter().map(|t| format!("{t:.3}")).collect();
     let ns_shown: Vec<String> = ns.iter().map(usize::to_string).collect();
+    // The largest n over the smallest, and over the second smallest.
+    let (last, second) = (ns.len() - 1, 1.min(ns.len() - 1));
     format!(
         "no full all-reduce (c = 1000) and a = 0 (transformer): selective sync time {} s at \
          n = {}; n={} / n={}: {:.3}; n={} / n={}: {:.3}",
         shown.join(" / "),
         ns_shown.join(" / "),
-        ns[ns.len() - 1],
+        ns[last],
         ns[0],
-        times[times.len() - 1] / times[0],
-        ns[ns.len() - 1],
-        ns[1.min(ns.len() - 1)],
-        times[times.len() - 1] / times[1.min(ns.len() - 1)],
+        times[last] / times[0],
+        ns[last],
+        ns[second],
+        times[last] / times[second],
     )
 }
 

@@ -17,9 +17,10 @@
 //!    made by hand).
 //!
 //! A failed write undoes the ones before it. Deleting goes the other way,
-//! the relay's group_table entry first. Nothing is remembered between calls: jobs, pools and
-//! the job count are read back from the switch's tables every time, so
-//! several `inagg ctl` runs (or a restarted one) see the same state.
+//! the relay's group_table entry first. Nothing is remembered between
+//! calls: jobs, pools and the job count are read back from the switch's
+//! tables every time, so several `inagg ctl` runs (or a restarted one) see
+//! the same state.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
@@ -433,6 +434,7 @@ impl Bmv2Target {
     fn install_plan(
         &self,
         spec: &JobSpec,
+        endpoints: &[SocketAddrV4],
         hosts: &[Host],
         incarnation: u32,
     ) -> Result<(Vec<Step>, Step)> {
@@ -444,26 +446,13 @@ impl Bmv2Target {
             entity: group_entity(group, replicas(hosts)),
             replace_existing: true,
         }];
-        let endpoints: Vec<SocketAddrV4> = spec
-            .workers
-            .iter()
-            .map(|a| match a {
-                SocketAddr::V4(v4) => Ok(*v4),
-                SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
-                    message: format!(
-                        "job {}: worker {a} is IPv6; bmv2 handles IPv4 only",
-                        spec.id
-                    ),
-                })),
-            })
-            .collect::<Result<_>>()?;
         let owner = format!("job {}", spec.id);
         steps.extend(receiver_steps(
             &s.result_receivers,
             &RESULT_RECEIVERS,
             job,
             &owner,
-            &endpoints,
+            endpoints,
             hosts,
         )?);
         steps.extend(endpoint_steps(
@@ -471,7 +460,7 @@ impl Bmv2Target {
             &WORKERS,
             job,
             &owner,
-            &endpoints,
+            endpoints,
             hosts,
         )?);
         let t = &s.job_table;
@@ -540,6 +529,20 @@ impl Bmv2Target {
         }
         Ok(())
     }
+}
+
+/// The IPv4 endpoints of `owner`'s `member`s (workers of a job, members of
+/// a group); bmv2 handles IPv4 only.
+fn ipv4_endpoints(owner: &str, member: &str, addrs: &[SocketAddr]) -> Result<Vec<SocketAddrV4>> {
+    addrs
+        .iter()
+        .map(|a| match a {
+            SocketAddr::V4(v4) => Ok(*v4),
+            SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
+                message: format!("{owner}: {member} {a} is IPv6; bmv2 handles IPv4 only"),
+            })),
+        })
+        .collect()
 }
 
 /// The entries of a receivers table (result_receivers or group_receivers)
@@ -1060,15 +1063,10 @@ impl Target for Bmv2Target {
         validate_job(spec, installed.iter().map(|(s, _)| s), config)?;
         self.check_compiled(spec)?;
         self.check_room(&state, spec)?;
+        // The job's result group (check_compiled: it fits 16 bits) may not
+        // be a group made by hand (validate_job checked the jobs' groups).
         let group = job_group(spec) as u16;
-        if state.groups.contains_key(&group) {
-            // Not a job's (validate_job checked those): one made by hand.
-            return Err(JobError::GroupInUse {
-                group,
-                owner: "made by hand".into(),
-            }
-            .into());
-        }
+        self.check_group_free(&state, group)?;
         self.check_group_room(&state, group, spec.workers.len())?;
         let topology = self.topology.as_ref().ok_or_else(|| ControlError::Config {
             path: "--topology".into(),
@@ -1084,19 +1082,18 @@ impl Target for Bmv2Target {
             .collect::<Result<Vec<Host>>>()?;
         let in_use: Vec<u32> = installed.iter().map(|(_, inc)| *inc).collect();
         let incarnation = self.fresh_incarnation(&in_use);
-        let (steps, last) = self.install_plan(spec, &hosts, incarnation)?;
-        // The job's result group relays group datagrams among its workers;
-        // its entries go in after the job's (check_compiled: it fits 16 bits).
-        let group = job_group(spec) as u16;
         let owner = format!("job {}", spec.id);
-        let endpoints = relay::ipv4_endpoints(&owner, &spec.workers)?;
+        let endpoints = ipv4_endpoints(&owner, "worker", &spec.workers)?;
+        let (steps, last) = self.install_plan(spec, &endpoints, &hosts, incarnation)?;
+        // The job's result group relays group datagrams among its workers;
+        // its entries go in after the job's.
         let mut after = vec![last];
         after.extend(self.relay_plan(group, &owner, &endpoints, &hosts)?);
 
         self.remove_leftovers(&state, spec.id)?;
-        if !state.groups.contains_key(&group) {
-            self.delete_group_entries(&state, group)?;
-        }
+        // Leftover relay entries of the group (it has no group_table entry:
+        // check_group_free).
+        self.delete_group_entries(&state, group)?;
         self.run_install(
             &steps,
             |t| {
@@ -1117,13 +1114,14 @@ impl Target for Bmv2Target {
             return Err(JobError::UnknownJob { id }.into());
         }
         let group = job.map_or(u32::from(id) + 1, |j| u32::from(j.group));
-        // The job's relay entries first (group_table leads). Without a
-        // job_table entry, a group_table entry under the default id is a
-        // group made by hand, not this job's.
-        if let Ok(g) = u16::try_from(group) {
-            if job.is_some() || !state.groups.contains_key(&g) {
-                self.delete_group_entries(&state, g)?;
-            }
+        // Without a job_table entry, a group_table entry under the default
+        // id is a group made by hand, not this job's: it is left alone.
+        let ours = u16::try_from(group)
+            .ok()
+            .filter(|g| job.is_some() || !state.groups.contains_key(g));
+        // The job's relay entries first (group_table leads).
+        if let Some(g) = ours {
+            self.delete_group_entries(&state, g)?;
         }
         let delete = |what: String, entity: p4::Entity| {
             self.client
@@ -1150,9 +1148,7 @@ impl Target for Bmv2Target {
                 r.key.clone(),
             )?;
         }
-        if group <= u32::from(u16::MAX)
-            && (job.is_some() || !state.groups.contains_key(&(group as u16)))
-        {
+        if ours.is_some() {
             match delete(
                 format!("delete multicast group {group}"),
                 group_entity(group, Vec::new()),

@@ -59,19 +59,6 @@ impl GroupEntry {
     }
 }
 
-/// The IPv4 endpoints of `who`'s members; bmv2 handles IPv4 only.
-pub(super) fn ipv4_endpoints(who: &str, addrs: &[SocketAddr]) -> Result<Vec<SocketAddrV4>> {
-    addrs
-        .iter()
-        .map(|a| match a {
-            SocketAddr::V4(v4) => Ok(*v4),
-            SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
-                message: format!("{who}: member {a} is IPv6; bmv2 handles IPv4 only"),
-            })),
-        })
-        .collect()
-}
-
 impl SwitchState {
     /// The ids of the installed jobs' result groups, with their jobs.
     fn job_groups(&self) -> HashMap<u16, u16> {
@@ -356,7 +343,7 @@ impl Bmv2Target {
             .map(|(i, a)| topology.endpoint(&format!("group {} member {i}", spec.id), *a))
             .collect::<Result<Vec<Host>>>()?;
         let owner = format!("group {}", spec.id);
-        let endpoints = ipv4_endpoints(&owner, &spec.members)?;
+        let endpoints = super::ipv4_endpoints(&owner, "member", &spec.members)?;
         // Leftovers of an interrupted install (no group_table entry).
         self.delete_group_entries(&state, spec.id)?;
         let mut steps = vec![Step {
