@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::api::{GroupInfo, GroupSpec, JobSpec};
+use crate::api::{GroupInfo, GroupSpec, JobSpec, Upstream};
 use crate::counters::{Counters, DropReason};
 use crate::switch::{Action, Switch, SwitchConfig};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
@@ -52,7 +52,21 @@ pub struct JobVector {
     /// relays group datagrams among the job's workers).
     #[serde(default)]
     pub group: Option<u16>,
+    /// The parent switch, where the job is a node of an aggregation tree.
+    #[serde(default)]
+    pub upstream: Option<UpstreamVector>,
     pub workers: Vec<Endpoint>,
+}
+
+/// A tree job's parent (docs/PROTOCOL.md, "Aggregation trees"): the parent
+/// switch's data-plane endpoint, its job for the tree, and this switch's
+/// member id in that job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamVector {
+    pub switch: Endpoint,
+    pub job: u16,
+    pub member: u16,
 }
 
 /// A multicast group made by hand: member id = position.
@@ -152,7 +166,12 @@ impl JobVector {
     /// The job as the control plane installs it.
     pub fn spec(&self) -> JobSpec {
         JobSpec {
-            upstream: None,
+            upstream: self.upstream.as_ref().map(|u| Upstream {
+                switch: u.switch.addr,
+                job: u.job,
+                member: u.member,
+                aux: None,
+            }),
             id: self.id,
             workers: self.workers.iter().map(|w| w.addr).collect(),
             pool_base: self.pool_base,
@@ -177,10 +196,14 @@ impl GroupVector {
 }
 
 impl Case {
-    /// Every endpoint the case names, jobs' workers and groups' members.
+    /// Every endpoint the case names: jobs' workers and parent switches,
+    /// and groups' members.
     pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
         let workers = self.jobs.iter().flat_map(|j| &j.workers);
-        workers.chain(self.groups.iter().flat_map(|g| &g.members))
+        let parents = self.jobs.iter().filter_map(|j| j.upstream.as_ref());
+        workers
+            .chain(parents.map(|u| &u.switch))
+            .chain(self.groups.iter().flat_map(|g| &g.members))
     }
 }
 
