@@ -358,6 +358,19 @@ pub fn validate_job<'a>(
         if other.id == id {
             return Err(JobError::DuplicateId { id });
         }
+        if let (Some(up), Some(o)) = (spec.upstream, other.upstream) {
+            if (up.switch, up.job) == (o.switch, o.job) {
+                // The parent's results name its job only: they could not
+                // tell the two apart.
+                return Err(JobError::BadUpstream {
+                    id,
+                    reason: format!(
+                        "job {} already takes job {}'s results from {}; one job per parent job",
+                        other.id, up.job, up.switch
+                    ),
+                });
+            }
+        }
         if u64::from(base) < other.pool_end() && u64::from(other.pool_base) < end {
             return Err(JobError::PoolOverlap {
                 id,

@@ -1674,5 +1674,21 @@ mod tests {
             "{err}"
         );
         assert!(sw.create_job(spec(addr(2000), 63)).is_ok());
+        // A second job taking the same parent job's results from the same
+        // switch: the results could not tell which of the two they are for.
+        let mut second = spec(addr(2000), 62);
+        second.id = 2;
+        second.pool_base = 4;
+        let err = sw.create_job(second.clone()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "job 2: upstream job 1 already takes job 1's results from {}; \
+                 one job per parent job",
+                addr(2000)
+            )
+        );
+        second.upstream.as_mut().unwrap().job = 7;
+        assert!(sw.create_job(second).is_ok());
     }
 }
