@@ -39,7 +39,7 @@ const bit<8>  RESULT_TTL = 64;
  */
 typedef bit<8> drop_reason_t;
 const drop_reason_t DROP_MALFORMED         = 0;  /* length, version, kind, reserved bits */
-const drop_reason_t DROP_NOT_CONTRIBUTION  = 1;  /* a result */
+const drop_reason_t DROP_NOT_CONTRIBUTION  = 1;  /* a result not from a tree job's parent */
 const drop_reason_t DROP_UNKNOWN_JOB       = 2;  /* no job_table entry */
 const drop_reason_t DROP_UNKNOWN_WORKER    = 3;  /* sender is not the worker it names */
 const drop_reason_t DROP_SLOT_OUT_OF_POOL  = 4;  /* slot >= pool size */
@@ -48,8 +48,8 @@ const drop_reason_t DROP_STALE_GENERATION  = 6;  /* generation != the job's */
 const drop_reason_t DROP_DUPLICATE_PENDING = 7;  /* retransmission to an incomplete set */
 /* 10 undeliverable and 11 queue_full are the emulator's egress. */
 const drop_reason_t DROP_UNKNOWN_GROUP     = 12; /* group datagram: no group_table entry (v1model) */
-/* 13 unexpected_result and 14 unknown_relay belong to trees and detours,
- * which the programs do not have. */
+const drop_reason_t DROP_UNEXPECTED_RESULT = 13; /* a parent's result no set waits for (v1model) */
+/* 14 unknown_relay belongs to detours, which the programs do not have. */
 const drop_reason_t DROP_STALE_ROUND       = 15; /* a late copy of a complete round (v1model) */
 #define INAGG_DROP_REASONS 16
 

@@ -7,23 +7,41 @@
  *     here  = (pool_base + slot) * 2 + set      (the addressed shadow set)
  *     there = here ^ 1                          (the other set of the slot)
  * and holds, per set: the K accumulators (acc_00 ...), the worker bitmap, the
- * contributor count, the max exponent, the round's packet id and priority,
- * and the incarnation of the job that last wrote the set.
+ * contributor count, the weight (workers the sum holds: the result's count),
+ * whether a tree job's partial sum is away at its parent, the max exponent,
+ * the round's packet id and priority, and the incarnation of the job that
+ * last wrote the set.
  *
- * For an admitted contribution from worker w (bit = 1 << w), n workers:
+ * For an admitted contribution from worker w (bit = 1 << w), n workers,
+ * weighing c = max(count field, 1) (a child switch of a tree sends the
+ * workers its partial sum holds; a worker 0):
  *
  *   bitmap[here] has bit set?   (a retransmission)
  *     yes: nothing changes; complete = (count[here] == n):
- *            complete -> the stored result goes back to w alone (resend)
- *            else     -> dropped, duplicate_pending
+ *            complete, away -> the partial sum goes up again (tree jobs)
+ *            complete       -> the stored result goes back to w alone (resend)
+ *            else           -> dropped, duplicate_pending
  *     no:  count[here] == n and bitmap[here] != 0 (a late copy)?
  *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
- *            yes: acc = values, exponent = e, count = 1, id, priority stored
- *            no:  acc += values (wrapping), exponent = max, count += 1
+ *            yes: acc = values, exponent = e, count = 1, weight = c, id,
+ *                 priority stored
+ *            no:  acc += values (wrapping), exponent = max, count += 1,
+ *                 weight += c (saturating)
  *          bitmap[here] |= bit; bitmap[there] &= ~bit
- *          complete = (count == n): the result goes to every worker, else
- *          the contribution is absorbed
+ *          complete = (count == n):
+ *            a tree job (meta.upstream.valid): away = 1, and the partial sum
+ *              goes up to the parent as one contribution, count = weight
+ *            else: the result goes to every worker, count = weight
+ *          else the contribution is absorbed
+ *
+ * A result from a tree job's parent (meta.inagg.from_parent, admitted by
+ * Admission) goes to take_result instead:
+ *
+ *   away[here] == 1 and id[here] == the result's packet id?
+ *     yes: acc = its values, exponent = its exponent, weight = its count,
+ *          away = 0; multicast to every member as this job's result
+ *     no:  nothing changes; dropped, unexpected_result
  *
  * The late copy (PROTOCOL.md, "Slot state machine", "Late copies"): set s
  * holds a complete round that some members have not left, and w's bit is
@@ -32,8 +50,9 @@
  * bit in the round w moved on to. emu/src/switch.rs, left_behind.
  *
  * The packet's header and payload leave the action holding the set's state
- * after the update (count, max exponent, round id and priority, the sums), so
- * that ResultDispatch only has to turn it around.
+ * after the update (weight in count, max exponent, round id and priority,
+ * the sums), so that ResultDispatch or SendUpstream only has to turn it
+ * around.
  *
  * Atomicity. The read-modify-write of one packet must not interleave with
  * another's. It is written as one action, wrapped in @atomic: bmv2 ignores
@@ -72,6 +91,12 @@
     acc_##n.write(here, sum);                                                \
     hdr.payload.e##n = sum;
 
+/* One element of a parent's result: stored in place of the partial sum when
+ * the set waits for it, else the register is written back unchanged. */
+#define INAGG_STORE_RESULT(n)                                                \
+    acc_##n.read(sum, here);                                                 \
+    acc_##n.write(here, take ? hdr.payload.e##n : sum);
+
 control Aggregate(inout headers_t hdr, inout metadata_t meta) {
 
     register<bit<32>>(INAGG_SETS) incarnation;
@@ -80,12 +105,21 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
     register<bit<8>>(INAGG_SETS)  max_exponent;
     register<bit<32>>(INAGG_SETS) round_packet_id;
     register<bit<8>>(INAGG_SETS)  round_priority;
+    register<bit<16>>(INAGG_SETS) weight;
+    register<bit<1>>(INAGG_SETS)  away;
     INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATOR_REGISTER)
 
+    /* The set this packet addresses, and the other set of its slot. */
+    action set_indices(out bit<32> here, out bit<32> there) {
+        here = ((meta.job.pool_base + (bit<32>)hdr.inagg.slot) << 1)
+               | (bit<32>)(hdr.inagg.flags & FLAG_SET);
+        there = here ^ 32w1;
+    }
+
     action update_slot() {
-        bit<32> here = ((meta.job.pool_base + (bit<32>)hdr.inagg.slot) << 1)
-                       | (bit<32>)(hdr.inagg.flags & FLAG_SET);
-        bit<32> there = here ^ 32w1;
+        bit<32> here;
+        bit<32> there;
+        set_indices(here, there);
         bit<64> me = 64w1 << hdr.inagg.worker;
 
         bit<32> incarnation_here;
@@ -96,6 +130,8 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bit<8>  exponent_here;
         bit<32> packet_id_here;
         bit<8>  priority_here;
+        bit<16> weight_here;
+        bit<1>  away_here;
         incarnation.read(incarnation_here, here);
         incarnation.read(incarnation_there, there);
         bitmap.read(bitmap_here, here);
@@ -104,10 +140,13 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         max_exponent.read(exponent_here, here);
         round_packet_id.read(packet_id_here, here);
         round_priority.read(priority_here, here);
+        weight.read(weight_here, here);
+        away.read(away_here, here);
 
         /* A set last written by another installation of a job is empty. */
         bit<64> live_here = (incarnation_here == meta.job.incarnation) ? bitmap_here : 64w0;
         bit<64> live_there = (incarnation_there == meta.job.incarnation) ? bitmap_there : 64w0;
+        bit<1> away_live = (incarnation_here == meta.job.incarnation) ? away_here : 1w0;
 
         bool seen = (live_here & me) != 64w0;   /* a retransmission */
         bool first = live_here == 64w0;         /* first of a round (never seen) */
@@ -121,6 +160,15 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
                                                                              : exponent_here);
         bit<32> packet_id_now = first ? hdr.inagg.packet_id : packet_id_here;
         bit<8> priority_now = first ? hdr.inagg.priority : priority_here;
+        bit<16> c = (hdr.inagg.count == 0) ? 16w1 : hdr.inagg.count;
+        bit<16> added = weight_here + c;
+        bit<16> weight_now = keep ? weight_here
+                           : (first ? c : ((added < weight_here) ? 16w0xffff : added));
+        bool complete = count_now == meta.job.worker_count && !late;
+        /* A tree job's complete partial sum goes up and stays away until
+         * the parent's result replaces it. */
+        bit<1> away_now = keep ? away_live
+                        : ((complete && meta.upstream.valid == 1) ? 1w1 : 1w0);
 
         /* A retransmission or a late copy writes back what it read: no
          * change anywhere, the other set included. */
@@ -132,22 +180,67 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         max_exponent.write(here, exponent_now);
         round_packet_id.write(here, packet_id_now);
         round_priority.write(here, priority_now);
+        weight.write(here, weight_now);
+        away.write(here, away_now);
 
         bit<32> sum;
         INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATE)
 
-        hdr.inagg.count = count_now;
+        hdr.inagg.count = weight_now;
         hdr.inagg.exponent = exponent_now;
         hdr.inagg.packet_id = packet_id_now;
         hdr.inagg.priority = priority_now;
         meta.inagg.retransmission = seen ? 1w1 : 1w0;
         meta.inagg.late = late ? 1w1 : 1w0;
-        meta.inagg.complete = (count_now == meta.job.worker_count && !late) ? 1w1 : 1w0;
+        meta.inagg.complete = complete ? 1w1 : 1w0;
+        meta.inagg.away = away_live;
+    }
+
+    /* A parent's result (emu/src/switch.rs, Job::take_result): stored when
+     * the set's partial sum is away with the same packet id. The header
+     * leaves with the round's priority, as every result of the round. */
+    action take_result() {
+        bit<32> here;
+        bit<32> there;
+        set_indices(here, there);
+
+        bit<32> incarnation_here;
+        bit<1>  away_here;
+        bit<32> packet_id_here;
+        bit<8>  exponent_here;
+        bit<16> weight_here;
+        bit<8>  priority_here;
+        incarnation.read(incarnation_here, here);
+        away.read(away_here, here);
+        round_packet_id.read(packet_id_here, here);
+        max_exponent.read(exponent_here, here);
+        weight.read(weight_here, here);
+        round_priority.read(priority_here, here);
+
+        bool take = incarnation_here == meta.job.incarnation && away_here == 1
+                    && packet_id_here == hdr.inagg.packet_id;
+        away.write(here, take ? 1w0 : away_here);
+        max_exponent.write(here, take ? hdr.inagg.exponent : exponent_here);
+        weight.write(here, take ? hdr.inagg.count : weight_here);
+
+        bit<32> sum;
+        INAGG_FOR_EACH_ELEMENT(INAGG_STORE_RESULT)
+
+        hdr.inagg.priority = priority_here;
+        meta.inagg.unexpected = take ? 1w0 : 1w1;
+        meta.inagg.retransmission = 0;
+        meta.inagg.complete = take ? 1w1 : 1w0;
     }
 
     apply {
-        @atomic {
-            update_slot();
+        if (meta.inagg.from_parent == 1) {
+            @atomic {
+                take_result();
+            }
+        } else {
+            @atomic {
+                update_slot();
+            }
         }
     }
 }

@@ -8,8 +8,9 @@
  *
  * Counter:
  *   tx            [1]               results sent, every multicast copy and
- *                                   every unicast resend, and group datagram
- *                                   copies (emulator: tx_packets)
+ *                                   every unicast resend, partial sums sent
+ *                                   to a tree job's parent, and group
+ *                                   datagram copies (emulator: tx_packets)
  *   group_copies  [INAGG_MAX_JOBS]  group datagram copies sent, by group id
  *                                   (the emulator's GroupInfo copies)
  */
@@ -34,6 +35,8 @@ control InaggEgress(inout headers_t hdr,
             if (meta.inagg.copy_dropped == 0) {
                 tx.count(0);
             }
+        } else if (meta.inagg.is_upward == 1) {
+            tx.count(0);
         } else if (meta.inagg.is_group_copy == 1) {
             group_rewrite.apply(hdr, meta, standard_metadata);
             if (meta.inagg.copy_dropped == 0) {

@@ -3,8 +3,15 @@
  *
  *   UDP to the inagg port:  Admission -> Aggregate -> ResultDispatch +
  *                           QueueSelect, or a drop counted by reason
+ *   ... a tree job's set:   Admission -> Aggregate -> SendUpstream +
+ *                           QueueSelect (the partial sum to the parent)
+ *   ... a parent's result:  Admission -> Aggregate -> ResultDispatch +
+ *                           QueueSelect (down to the job's members)
  *   ... a group datagram:   Admission -> GroupRelay + QueueSelect
  *   anything else:          L2Forwarding
+ *
+ * The branches only decide; ResultDispatch, SendUpstream and QueueSelect
+ * are applied once each, at the end, so that no table is applied twice.
  *
  * Counters (all packets_and_bytes; the emulator's are packets, and bytes
  * here are whole frames):
@@ -12,12 +19,18 @@
  *                                          logic (emulator: rx_packets)
  *   drops                [16]              by drop reason, common/protocol.p4
  *   job_contributions    [INAGG_MAX_JOBS]  admitted contributions, by job id
- *   job_results          [INAGG_MAX_JOBS]  sets completed (results multicast)
+ *   job_results          [INAGG_MAX_JOBS]  results multicast (sets completed
+ *                                          at a root or alone; parents'
+ *                                          results taken at a tree job)
  *   job_resent_results   [INAGG_MAX_JOBS]  stored results unicast again
  *   job_duplicates       [INAGG_MAX_JOBS]  retransmissions to incomplete sets
  *   job_dropped          [INAGG_MAX_JOBS]  dropped by the job's checks
- *                                          (unknown_worker .. stale_generation)
- *                                          and late copies (stale_round)
+ *                                          (unknown_worker .. stale_generation),
+ *                                          late copies (stale_round) and
+ *                                          parents' results no set waits for
+ *                                          (unexpected_result)
+ *   job_upstream         [INAGG_MAX_JOBS]  partial sums sent to the parent
+ *   job_upstream_resent  [INAGG_MAX_JOBS]  ... sent again on a retransmission
  *   group_packets        [INAGG_MAX_JOBS]  group datagrams admitted, by group
  *                                          id (copies: InaggEgress)
  * They are the emulator's Counters and JobCounters (emu/src/counters.rs),
@@ -37,16 +50,30 @@ control InaggIngress(inout headers_t hdr,
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_resent_results;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_duplicates;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_dropped;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_upstream;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_upstream_resent;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) group_packets;
 
     Admission() admission;
     Aggregate() aggregate;
     ResultDispatch() result_dispatch;
+    SendUpstream() send_upstream;
     GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
 
+    /* Where an aggregation packet goes, decided by the branches below. */
+    bit<1> to_workers;          /* a result: ResultDispatch */
+    bit<1> to_parent;           /* a partial sum: SendUpstream */
+
+    action refuse(drop_reason_t reason) {
+        meta.inagg.drop = 1;
+        meta.inagg.drop_reason = reason;
+    }
+
     apply {
+        to_workers = 0;
+        to_parent = 0;
         if (hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT) {
             rx.count(0);
             admission.apply(hdr, meta, standard_metadata);
@@ -54,40 +81,66 @@ control InaggIngress(inout headers_t hdr,
                 group_relay.apply(hdr, meta, standard_metadata);
                 if (meta.inagg.drop == 0) {
                     group_packets.count((bit<32>)hdr.inagg.job);
-                    queue_select.apply(hdr, standard_metadata);
                 }
             } else if (meta.inagg.drop == 0) {
                 aggregate.apply(hdr, meta);
-                job_contributions.count((bit<32>)hdr.inagg.job);
-                if (meta.inagg.late == 1) {
-                    /* Counted as the emulator does: a contribution of the
-                     * job, and a drop by its checks. */
-                    job_dropped.count((bit<32>)hdr.inagg.job);
-                    meta.inagg.drop = 1;
-                    meta.inagg.drop_reason = DROP_STALE_ROUND;
-                } else if (meta.inagg.complete == 1) {
-                    if (meta.inagg.retransmission == 1) {
-                        job_resent_results.count((bit<32>)hdr.inagg.job);
+                if (meta.inagg.from_parent == 1) {
+                    /* A parent's result: taken, or no set waits for it. */
+                    if (meta.inagg.unexpected == 1) {
+                        job_dropped.count((bit<32>)hdr.inagg.job);
+                        refuse(DROP_UNEXPECTED_RESULT);
                     } else {
                         job_results.count((bit<32>)hdr.inagg.job);
+                        to_workers = 1;
                     }
-                    result_dispatch.apply(hdr, meta, standard_metadata);
-                    queue_select.apply(hdr, standard_metadata);
-                } else if (meta.inagg.retransmission == 1) {
-                    job_duplicates.count((bit<32>)hdr.inagg.job);
-                    meta.inagg.drop = 1;
-                    meta.inagg.drop_reason = DROP_DUPLICATE_PENDING;
                 } else {
-                    /* Absorbed: added to its set, nothing leaves. Not a drop. */
-                    mark_to_drop(standard_metadata);
+                    job_contributions.count((bit<32>)hdr.inagg.job);
+                    if (meta.inagg.late == 1) {
+                        /* Counted as the emulator does: a contribution of
+                         * the job, and a drop by its checks. */
+                        job_dropped.count((bit<32>)hdr.inagg.job);
+                        refuse(DROP_STALE_ROUND);
+                    } else if (meta.inagg.complete == 1 && meta.inagg.retransmission == 1) {
+                        if (meta.inagg.away == 1) {
+                            /* The tree's result is still on its way down:
+                             * ask the parent again. */
+                            job_upstream_resent.count((bit<32>)hdr.inagg.job);
+                            to_parent = 1;
+                        } else {
+                            job_resent_results.count((bit<32>)hdr.inagg.job);
+                            to_workers = 1;
+                        }
+                    } else if (meta.inagg.complete == 1) {
+                        if (meta.upstream.valid == 1) {
+                            job_upstream.count((bit<32>)hdr.inagg.job);
+                            to_parent = 1;
+                        } else {
+                            job_results.count((bit<32>)hdr.inagg.job);
+                            to_workers = 1;
+                        }
+                    } else if (meta.inagg.retransmission == 1) {
+                        job_duplicates.count((bit<32>)hdr.inagg.job);
+                        refuse(DROP_DUPLICATE_PENDING);
+                    } else {
+                        /* Absorbed: added to its set, nothing leaves. Not a
+                         * drop. */
+                        mark_to_drop(standard_metadata);
+                    }
                 }
             } else if (meta.inagg.drop_reason >= DROP_UNKNOWN_WORKER) {
                 /* The job exists and its checks refused the packet. */
                 job_dropped.count((bit<32>)hdr.inagg.job);
             }
+            if (to_workers == 1) {
+                result_dispatch.apply(hdr, meta, standard_metadata);
+            } else if (to_parent == 1) {
+                send_upstream.apply(hdr, meta, standard_metadata);
+            }
             if (meta.inagg.drop == 1) {
                 drops.count((bit<32>)meta.inagg.drop_reason);
                 mark_to_drop(standard_metadata);
+            } else if (to_workers == 1 || to_parent == 1 || meta.inagg.group == 1) {
+                queue_select.apply(hdr, standard_metadata);
             }
         } else {
             l2_forwarding.apply(hdr, meta, standard_metadata);

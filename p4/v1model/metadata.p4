@@ -25,6 +25,18 @@ struct job_md_t {
     bit<32> incarnation;    /* changes every time the job is installed */
 }
 
+/* What upstream_table installs for a tree job (docs/PROTOCOL.md,
+ * "Aggregation trees"): where its complete partial sums go. */
+struct upstream_md_t {
+    bit<1>  valid;          /* the job has a parent switch */
+    bit<16> job;            /* the parent's job for this tree */
+    bit<16> member;         /* this switch's member id in it */
+    bit<48> mac;            /* the parent's data-plane endpoint */
+    bit<32> addr;
+    bit<16> port;
+    bit<9>  egress_port;    /* the switch port towards it */
+}
+
 /* The aggregation path's decisions, ingress to egress. */
 struct inagg_md_t {
     bit<16>       worker;          /* worker id installed for the sender's endpoint */
@@ -39,6 +51,10 @@ struct inagg_md_t {
     bit<1>        group;           /* a group datagram (kind 3): GroupRelay, not a job */
     bit<16>       member;          /* group datagram: member id installed for the sender */
     bit<1>        is_group_copy;   /* leaves the switch as a group datagram's copy */
+    bit<1>        from_parent;     /* a result from the job's parent switch (trees) */
+    bit<1>        away;            /* the set's partial sum is at the parent */
+    bit<1>        unexpected;      /* a parent's result no set waits for */
+    bit<1>        is_upward;       /* leaves the switch as a partial sum to the parent */
 }
 
 /* Plain forwarding. */
@@ -47,9 +63,10 @@ struct forward_md_t {
 }
 
 struct metadata_t {
-    job_md_t     job;
-    inagg_md_t   inagg;
-    forward_md_t fwd;
+    job_md_t      job;
+    upstream_md_t upstream;
+    inagg_md_t    inagg;
+    forward_md_t  fwd;
 }
 
 #endif /* _INAGG_V1MODEL_METADATA_P4_ */

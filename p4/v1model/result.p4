@@ -1,9 +1,11 @@
 /*
  * ResultDispatch: turns a contribution that completed its set, or a
- * retransmission to a complete set, into the set's result and sends it
- * (docs/PROTOCOL.md, end of "Slot state machine"). Aggregate has already put
- * the set's count (= n), max exponent, round packet id and priority, and sums
- * into the packet. The result also carries, unchanged from the packet: the
+ * retransmission to a complete set, or a tree job's result from its parent,
+ * into the set's result and sends it (docs/PROTOCOL.md, end of "Slot state
+ * machine", and "Aggregation trees"). Aggregate has already put the set's
+ * weight (count: the workers the sum holds), max exponent, round packet id
+ * and priority, and sums into the packet; Admission has put the local job id
+ * into a parent's result. The result also carries, unchanged from the packet: the
  * job, slot, set, generation (= the job's: admission checked it), K and the
  * sender's worker id.
  *

@@ -568,6 +568,7 @@ const TOPOLOGY: &str = r#"
 "10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }
 "10.0.0.2" = { port = 2, mac = "02:00:00:00:00:02" }
 "10.0.0.3" = { port = 3, mac = "02:00:00:00:00:03" }
+"10.0.9.1" = { port = 9, mac = "02:00:00:00:00:09" }
 "#;
 
 fn topology() -> Topology {
@@ -731,12 +732,14 @@ const WORKER_TABLE: &str = "InaggIngress.admission.worker_table";
 const SET_WORKER: &str = "InaggIngress.admission.set_worker";
 const RECEIVERS: &str = "InaggEgress.result_rewrite.result_receivers";
 const SET_RECEIVER: &str = "InaggEgress.result_rewrite.set_receiver";
-const PER_JOB: [&str; 5] = [
+const PER_JOB: [&str; 7] = [
     "InaggIngress.job_contributions",
     "InaggIngress.job_results",
     "InaggIngress.job_resent_results",
     "InaggIngress.job_duplicates",
     "InaggIngress.job_dropped",
+    "InaggIngress.job_upstream",
+    "InaggIngress.job_upstream_resent",
 ];
 
 const GROUP_TABLE: &str = "InaggIngress.group_relay.group_table";
@@ -1040,7 +1043,7 @@ fn create_job_writes_the_documented_entries_in_order() {
     // The job_table entry, then the relay's three entries.
     assert_eq!(writes[writes.len() - 4], upd(Insert, want));
     assert_eq!(
-        writes[writes.len() - 14],
+        writes[writes.len() - 16],
         upd(Insert, group(301, &[(3, 0)]))
     );
     assert_eq!(other.jobs().unwrap().len(), 2);
@@ -1438,6 +1441,160 @@ fn groups_made_by_hand_write_the_documented_entries_and_read_back() {
     );
 }
 
+const UPSTREAM_TABLE: &str = "InaggIngress.admission.upstream_table";
+const SET_UPSTREAM: &str = "InaggIngress.admission.set_upstream";
+const PARENT_TABLE: &str = "InaggIngress.admission.parent_table";
+const FROM_PARENT: &str = "InaggIngress.admission.from_parent";
+
+/// Job 4 on 10.0.0.1:5000 and 10.0.0.2:5001, a leaf whose parent is job 30
+/// of the switch at 10.0.9.1:47000 (port 9), as its member 1.
+fn tree_job() -> JobSpec {
+    JobSpec {
+        upstream: Some("10.0.9.1:47000/30/1".parse().unwrap()),
+        ..spec(4, &["10.0.0.1:5000", "10.0.0.2:5001"], 0, 16)
+    }
+}
+
+#[test]
+fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
+    let sw = Switch::with_pipeline();
+    let ids = Ids::new();
+    let mut t = sw.connect();
+    let job = tree_job();
+    install_job(&mut t, &job).unwrap();
+
+    let upstream = upd(
+        Insert,
+        ids.entry(
+            UPSTREAM_TABLE,
+            &[("job", &[4])],
+            Some((
+                SET_UPSTREAM,
+                &[
+                    ("parent_job", &[30]),
+                    ("member", &[1]),
+                    ("parent_mac", &[2, 0, 0, 0, 0, 9]),
+                    ("parent_addr", &[10, 0, 9, 1]),
+                    ("parent_port", &[0xb7, 0x98]),
+                    ("egress_port", &[9]),
+                ],
+            )),
+        ),
+    );
+    let parent = upd(
+        Insert,
+        ids.entry(
+            PARENT_TABLE,
+            &[
+                ("parent_job", &[30]),
+                ("ingress_port", &[9]),
+                ("src_addr", &[10, 0, 9, 1]),
+                ("src_port", &[0xb7, 0x98]),
+            ],
+            Some((FROM_PARENT, &[("job", &[4])])),
+        ),
+    );
+    let writes = sw.writes();
+    let at = |u: &p4::Update| writes.iter().position(|w| w == u);
+    let job_table = writes
+        .iter()
+        .position(|w| {
+            matches!(&w.entity.as_ref().unwrap().entity,
+                Some(p4::entity::Entity::TableEntry(e)) if e.table_id == ids.table_id(JOB_TABLE))
+        })
+        .unwrap();
+    let (u, p) = (at(&upstream).unwrap(), at(&parent).unwrap());
+    // Both before job_table: no set completes before the switch knows where
+    // its partial sum goes.
+    assert!(u < p && p < job_table, "{u} {p} {job_table}");
+
+    // Read back: the same job, upstream included.
+    assert_eq!(t.jobs().unwrap()[0].spec, job);
+    // Another connection (another `inagg ctl` run) sees it too.
+    drop(t);
+    let mut t = sw.connect();
+    assert_eq!(t.job(4).unwrap().spec, job);
+
+    // Refusals, before anything is written.
+    let before = sw.writes().len();
+    let mut same_parent = tree_job();
+    same_parent.id = 5;
+    same_parent.pool_base = 16;
+    same_parent.workers = vec!["10.0.0.3:5000".parse().unwrap()];
+    let msg = t.create_job(&same_parent).unwrap_err().to_string();
+    assert!(
+        msg.contains("job 4 already takes job 30's results from 10.0.9.1:47000"),
+        "{msg}"
+    );
+    let mut aux = same_parent.clone();
+    aux.upstream = Some("10.0.9.1:47000/31/1".parse().unwrap());
+    aux.upstream.as_mut().unwrap().aux = Some("10.0.0.3:47000/2/1".parse().unwrap());
+    let msg = t.create_job(&aux).unwrap_err().to_string();
+    assert!(msg.contains("auxiliary paths"), "{msg}");
+    let mut stranger = same_parent.clone();
+    stranger.upstream = Some("10.0.8.8:47000/31/1".parse().unwrap());
+    let msg = t.create_job(&stranger).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "topology.toml: no entry for job 5's parent switch (10.0.8.8:47000); add \
+         \"10.0.8.8\" = { port = N, mac = \"..\" } under [workers]"
+    );
+    assert_eq!(sw.writes().len(), before, "nothing written");
+
+    // Counters of a tree job read back.
+    sw.state().counters.insert(
+        (ids.counter("InaggIngress.job_upstream"), 4),
+        p4::CounterData {
+            byte_count: 0,
+            packet_count: 6,
+        },
+    );
+    assert_eq!(t.job(4).unwrap().counters.upstream, 6);
+
+    // Deleting: job_table first, then the tree entries; nothing is left.
+    let before = sw.writes().len();
+    t.delete_job(4).unwrap();
+    let writes = sw.writes()[before..].to_vec();
+    let delete_of = |u: &p4::Update| {
+        let mut key = u.entity.clone().unwrap();
+        if let Some(p4::entity::Entity::TableEntry(e)) = &mut key.entity {
+            e.action = None;
+        }
+        upd(Delete, key)
+    };
+    let job_deleted = writes
+        .iter()
+        .position(|w| *w == upd(Delete, ids.entry(JOB_TABLE, &[("job", &[4])], None)))
+        .unwrap();
+    assert_eq!(writes[job_deleted + 1], delete_of(&upstream));
+    assert_eq!(writes[job_deleted + 2], delete_of(&parent));
+    assert!(sw.state().tables.is_empty());
+}
+
+#[test]
+fn a_tree_job_missing_half_its_tree_entries_is_reported_and_can_be_deleted() {
+    let sw = Switch::with_pipeline();
+    let ids = Ids::new();
+    let mut t = sw.connect();
+    install_job(&mut t, &tree_job()).unwrap();
+    {
+        let mut s = sw.state();
+        let parents = ids.table_id(PARENT_TABLE);
+        s.tables.retain(|k, _| k.0 != parents);
+    }
+    let msg = t.jobs().unwrap_err().to_string();
+    assert!(
+        msg.contains(
+            "job 4 is only partly installed on the switch (an upstream_table entry without \
+             parent_table's)"
+        ),
+        "{msg}"
+    );
+    t.delete_job(4).unwrap();
+    assert!(t.jobs().unwrap().is_empty());
+    assert!(sw.state().tables.is_empty());
+}
+
 #[test]
 fn counters_map_to_the_emulators_and_reset_to_zero() {
     let sw = Switch::with_pipeline();
@@ -1466,6 +1623,8 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         set("InaggIngress.job_resent_results", 1, 1, 0);
         set("InaggIngress.job_duplicates", 1, 1, 0);
         set("InaggIngress.job_dropped", 1, 5, 0);
+        set("InaggIngress.job_upstream", 1, 3, 0);
+        set("InaggIngress.job_upstream_resent", 1, 2, 0);
         set("InaggIngress.job_results", 2, 99, 0); // no job 2: not reported
     }
     let c = t.counters().unwrap();
@@ -1482,9 +1641,11 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
             j.results,
             j.resent_results,
             j.duplicates,
-            j.dropped
+            j.dropped,
+            j.upstream,
+            j.upstream_resent
         ),
-        (7, 2, 1, 1, 5)
+        (7, 2, 1, 1, 5, 3, 2)
     );
 
     let before = sw.writes().len();

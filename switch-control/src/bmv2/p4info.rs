@@ -43,6 +43,15 @@ pub mod names {
     pub const GROUP_RECEIVERS: &str = "InaggEgress.group_rewrite.group_receivers";
     /// group_receivers' action.
     pub const SET_MEMBER_ADDRESS: &str = "InaggEgress.group_rewrite.set_member_address";
+    /// Per tree job: (parent job, ingress port, source address, source
+    /// port) -> from_parent.
+    pub const PARENT_TABLE: &str = "InaggIngress.admission.parent_table";
+    /// parent_table's action.
+    pub const FROM_PARENT: &str = "InaggIngress.admission.from_parent";
+    /// Per tree job: job id -> set_upstream.
+    pub const UPSTREAM_TABLE: &str = "InaggIngress.admission.upstream_table";
+    /// upstream_table's action.
+    pub const SET_UPSTREAM: &str = "InaggIngress.admission.set_upstream";
 
     /// Match fields.
     pub mod key {
@@ -59,6 +68,8 @@ pub mod names {
         pub const RID: &str = "rid";
         /// The group id (group_table, member_table, group_receivers).
         pub const GROUP: &str = "group";
+        /// parent_table: the parent's job id, as its results carry it.
+        pub const PARENT_JOB: &str = "parent_job";
     }
 
     /// Action parameters.
@@ -85,8 +96,21 @@ pub mod names {
         pub const DST_ADDR: &str = "dst_addr";
         /// set_receiver: the worker's UDP port.
         pub const DST_PORT: &str = "dst_port";
-        /// set_member: member id.
+        /// set_member: member id; set_upstream: this switch's member id in
+        /// the parent's job.
         pub const MEMBER: &str = "member";
+        /// from_parent: the local job the parent's result is for.
+        pub const JOB: &str = "job";
+        /// set_upstream: the parent's job id.
+        pub const PARENT_JOB: &str = "parent_job";
+        /// set_upstream: the parent's data-plane MAC.
+        pub const PARENT_MAC: &str = "parent_mac";
+        /// set_upstream: the parent's data-plane IPv4 address.
+        pub const PARENT_ADDR: &str = "parent_addr";
+        /// set_upstream: the parent's data-plane UDP port.
+        pub const PARENT_PORT: &str = "parent_port";
+        /// set_upstream: the switch port towards the parent.
+        pub const EGRESS_PORT: &str = "egress_port";
     }
 
     /// inagg packets reaching the switch logic, index 0.
@@ -103,6 +127,10 @@ pub mod names {
     pub const JOB_DUPLICATES: &str = "InaggIngress.job_duplicates";
     /// Per job id: packets dropped by the job's checks.
     pub const JOB_DROPPED: &str = "InaggIngress.job_dropped";
+    /// Per job id: partial sums sent to the parent switch.
+    pub const JOB_UPSTREAM: &str = "InaggIngress.job_upstream";
+    /// Per job id: partial sums sent to the parent again.
+    pub const JOB_UPSTREAM_RESENT: &str = "InaggIngress.job_upstream_resent";
     /// Results and group datagram copies sent, index 0.
     pub const TX: &str = "InaggEgress.tx";
     /// Per group id: group datagrams admitted.
@@ -269,6 +297,38 @@ pub struct GroupTable {
     pub mcast_grp: Field,
 }
 
+/// `InaggIngress.admission.upstream_table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTable {
+    /// Table id.
+    pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
+    /// Key `job`.
+    pub job: Field,
+    /// Action `set_upstream`.
+    pub set_upstream: SetUpstream,
+}
+
+/// `InaggIngress.admission.set_upstream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetUpstream {
+    /// Action id.
+    pub id: u32,
+    /// The parent's job id.
+    pub parent_job: Field,
+    /// This switch's member id in it.
+    pub member: Field,
+    /// The parent's MAC.
+    pub parent_mac: Field,
+    /// The parent's IPv4 address.
+    pub parent_addr: Field,
+    /// The parent's UDP port.
+    pub parent_port: Field,
+    /// The switch port towards the parent.
+    pub egress_port: Field,
+}
+
 /// An indexed counter array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counter {
@@ -295,6 +355,10 @@ pub struct Counters {
     pub job_duplicates: Counter,
     /// `InaggIngress.job_dropped`.
     pub job_dropped: Counter,
+    /// `InaggIngress.job_upstream`.
+    pub job_upstream: Counter,
+    /// `InaggIngress.job_upstream_resent`.
+    pub job_upstream_resent: Counter,
     /// `InaggEgress.tx`.
     pub tx: Counter,
     /// `InaggIngress.group_packets`.
@@ -305,13 +369,15 @@ pub struct Counters {
 
 impl Counters {
     /// The per-job counters, in `JobCounters` field order.
-    pub fn per_job(&self) -> [Counter; 5] {
+    pub fn per_job(&self) -> [Counter; 7] {
         [
             self.job_contributions,
             self.job_results,
             self.job_resent_results,
             self.job_duplicates,
             self.job_dropped,
+            self.job_upstream,
+            self.job_upstream_resent,
         ]
     }
 }
@@ -331,6 +397,11 @@ pub struct Schema {
     pub member_table: WorkerTable,
     /// Receivers of group datagram copies (egress).
     pub group_receivers: ResultReceivers,
+    /// Tree jobs' parents, as their results arrive: (parent job, ingress
+    /// port, address, UDP port) -> the local job (worker_table's shape).
+    pub parent_table: WorkerTable,
+    /// Tree jobs' parents, as their partial sums leave.
+    pub upstream_table: UpstreamTable,
     /// Counters.
     pub counters: Counters,
     /// Compiled SLOTS: the size of the bitmap register / 2.
@@ -394,6 +465,29 @@ impl Schema {
             names::SET_MEMBER_ADDRESS,
         )?;
 
+        let parent_table = l.endpoint_table(
+            names::PARENT_TABLE,
+            key::PARENT_JOB,
+            names::FROM_PARENT,
+            param::JOB,
+        )?;
+        let t = l.table(names::UPSTREAM_TABLE)?;
+        let a = l.action(t, names::SET_UPSTREAM)?;
+        let upstream_table = UpstreamTable {
+            id: l.table_id(t),
+            size: t.size,
+            job: l.exact(t, key::JOB)?,
+            set_upstream: SetUpstream {
+                id: l.action_id(a),
+                parent_job: l.param(a, param::PARENT_JOB)?,
+                member: l.param(a, param::MEMBER)?,
+                parent_mac: l.param(a, param::PARENT_MAC)?,
+                parent_addr: l.param(a, param::PARENT_ADDR)?,
+                parent_port: l.param(a, param::PARENT_PORT)?,
+                egress_port: l.param(a, param::EGRESS_PORT)?,
+            },
+        };
+
         let counters = Counters {
             rx: l.counter(names::RX)?,
             drops: l.counter(names::DROPS)?,
@@ -402,6 +496,8 @@ impl Schema {
             job_resent_results: l.counter(names::JOB_RESENT_RESULTS)?,
             job_duplicates: l.counter(names::JOB_DUPLICATES)?,
             job_dropped: l.counter(names::JOB_DROPPED)?,
+            job_upstream: l.counter(names::JOB_UPSTREAM)?,
+            job_upstream_resent: l.counter(names::JOB_UPSTREAM_RESENT)?,
             tx: l.counter(names::TX)?,
             group_packets: l.counter(names::GROUP_PACKETS)?,
             group_copies: l.counter(names::GROUP_COPIES)?,
@@ -444,6 +540,8 @@ impl Schema {
             group_table,
             member_table,
             group_receivers,
+            parent_table,
+            upstream_table,
             counters,
             slots,
             elements,
@@ -820,7 +918,13 @@ mod tests {
             names::JOB_RESENT_RESULTS,
             names::JOB_DUPLICATES,
             names::JOB_DROPPED,
+            names::JOB_UPSTREAM,
+            names::JOB_UPSTREAM_RESENT,
             names::TX,
+            names::PARENT_TABLE,
+            names::FROM_PARENT,
+            names::UPSTREAM_TABLE,
+            names::SET_UPSTREAM,
         ] {
             assert!(
                 readme.contains(&format!("`{name}`")),
@@ -835,6 +939,7 @@ mod tests {
             key::SRC_ADDR,
             key::SRC_PORT,
             key::RID,
+            key::PARENT_JOB,
         ] {
             assert!(sources.contains(&format!("@name(\"{k}\")")), "key {k}");
         }
@@ -850,6 +955,11 @@ mod tests {
             param::DST_MAC,
             param::DST_ADDR,
             param::DST_PORT,
+            param::PARENT_JOB,
+            param::PARENT_MAC,
+            param::PARENT_ADDR,
+            param::PARENT_PORT,
+            param::EGRESS_PORT,
         ] {
             assert!(
                 readme.contains(&format!("`{p}`")),

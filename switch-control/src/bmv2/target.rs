@@ -16,6 +16,10 @@
 //!    other group datagrams (target/relay.rs, which also installs groups
 //!    made by hand).
 //!
+//! A job with an upstream (a node of an aggregation tree) also gets its
+//! upstream_table and parent_table entries, before its job_table entry
+//! (target/tree.rs).
+//!
 //! A failed write undoes the ones before it. Deleting goes the other way,
 //! the relay's group_table entry first. Nothing is remembered between
 //! calls: jobs, pools and the job count are read back from the switch's
@@ -43,7 +47,9 @@ use super::topology::{Host, Topology};
 use crate::target::{ControlError, Result, Target};
 
 mod relay;
+mod tree;
 use relay::GroupEntry;
+use tree::UpstreamEntry;
 
 /// gRPC canonical codes the target reacts to.
 const NOT_FOUND: i32 = 5;
@@ -251,7 +257,8 @@ impl Bmv2Target {
             })),
         };
         let entities = self.client.read(
-            "job_table, worker_table, result_receivers, group_table, member_table, group_receivers",
+            "job_table, worker_table, result_receivers, group_table, member_table, \
+             group_receivers, upstream_table, parent_table",
             vec![
                 whole(s.job_table.id),
                 whole(s.worker_table.id),
@@ -259,6 +266,8 @@ impl Bmv2Target {
                 whole(s.group_table.id),
                 whole(s.member_table.id),
                 whole(s.group_receivers.id),
+                whole(s.upstream_table.id),
+                whole(s.parent_table.id),
             ],
         )?;
         let mut state = SwitchState::default();
@@ -292,6 +301,11 @@ impl Bmv2Target {
                     &GROUP_RECEIVERS,
                     &e,
                 )?);
+            } else if e.table_id == s.upstream_table.id {
+                let u = UpstreamEntry::parse(s, &e)?;
+                state.upstreams.insert(u.job, u);
+            } else if e.table_id == s.parent_table.id {
+                state.parents.push(tree::parse_parent(s, &e)?);
             }
         }
         Ok(state)
@@ -319,7 +333,8 @@ impl Bmv2Target {
         Ok(ids
             .iter()
             .map(|&id| {
-                let [contributions, results, resent, duplicates, dropped] = &per_job;
+                let [contributions, results, resent, duplicates, dropped, upstream, upstream_resent] =
+                    &per_job;
                 (
                     id,
                     JobCounters {
@@ -328,9 +343,9 @@ impl Bmv2Target {
                         resent_results: cell(resent, id),
                         duplicates: cell(duplicates, id),
                         dropped: cell(dropped, id),
-                        // The P4 programs have no aggregation trees.
-                        upstream: 0,
-                        upstream_resent: 0,
+                        upstream: cell(upstream, id),
+                        upstream_resent: cell(upstream_resent, id),
+                        // The P4 programs have no auxiliary paths.
                         detours_sent: 0,
                         detours_taken: 0,
                     },
@@ -382,11 +397,11 @@ impl Bmv2Target {
                        alone; map classes switch-wide instead)",
             });
         }
-        if spec.upstream.is_some() || !spec.detours.is_empty() {
+        if spec.upstream.is_some_and(|u| u.aux.is_some()) || !spec.detours.is_empty() {
             return Err(ControlError::Unsupported {
                 target: "bmv2",
-                what: "aggregation trees (a job with an upstream switch): the P4 programs \
-                       multicast every complete slot; only the emulator forwards partial sums up",
+                what: "auxiliary paths (a job with --aux-path or --detour): p4/v1model sends \
+                       every partial sum to the parent directly; only the emulator detours",
             });
         }
         if spec.group == Some(0) {
@@ -404,10 +419,19 @@ impl Bmv2Target {
     /// Refuses a job the tables have no room for, before writing anything.
     fn check_room(&self, state: &SwitchState, spec: &JobSpec) -> Result<()> {
         use p4info::names::{JOB_TABLE, RESULT_RECEIVERS, WORKER_TABLE};
+        use p4info::names::{PARENT_TABLE, UPSTREAM_TABLE};
         let s = &self.schema;
         let n = spec.workers.len();
+        let tree = usize::from(spec.upstream.is_some());
         for (name, used, more, size) in [
             (JOB_TABLE, state.jobs.len(), 1, s.job_table.size),
+            (
+                UPSTREAM_TABLE,
+                state.upstreams.len(),
+                tree,
+                s.upstream_table.size,
+            ),
+            (PARENT_TABLE, state.parents.len(), tree, s.parent_table.size),
             (WORKER_TABLE, state.workers.len(), n, s.worker_table.size),
             (
                 RESULT_RECEIVERS,
@@ -527,7 +551,23 @@ impl Bmv2Target {
                 vec![update(p4::update::Type::Delete, e.key.clone())],
             )?;
         }
+        for (what, key) in Self::tree_entries(state, id) {
+            self.client.write(
+                &what.replacen("delete", "delete leftover", 1),
+                vec![update(p4::update::Type::Delete, key)],
+            )?;
+        }
         Ok(())
+    }
+
+    /// The topology file, which every endpoint's port and MAC come from.
+    fn topology(&self) -> Result<&Topology> {
+        self.topology.as_ref().ok_or_else(|| ControlError::Config {
+            path: "--topology".into(),
+            message: "creating a job on bmv2 needs the topology file: each worker's switch port \
+                      and MAC (see `inagg ctl --help`)"
+                .into(),
+        })
     }
 }
 
@@ -973,6 +1013,10 @@ struct SwitchState {
     members: Vec<WorkerEntry>,
     /// group_receivers (`job` is the group id).
     group_receivers: Vec<ReceiverEntry>,
+    /// upstream_table, by job id.
+    upstreams: BTreeMap<u16, UpstreamEntry>,
+    /// parent_table (`job` is the parent's job, `worker` the local job).
+    parents: Vec<WorkerEntry>,
 }
 
 impl SwitchState {
@@ -1023,9 +1067,10 @@ impl SwitchState {
                 )));
             }
         }
+        let upstream = self.upstream_of(j.job, partly)?;
         Ok(JobSpec {
             detours: Vec::new(),
-            upstream: None,
+            upstream,
             id: j.job,
             workers: workers.into_iter().map(SocketAddr::V4).collect(),
             pool_base: j.pool_base,
@@ -1068,12 +1113,7 @@ impl Target for Bmv2Target {
         let group = job_group(spec) as u16;
         self.check_group_free(&state, group)?;
         self.check_group_room(&state, group, spec.workers.len())?;
-        let topology = self.topology.as_ref().ok_or_else(|| ControlError::Config {
-            path: "--topology".into(),
-            message: "creating a job on bmv2 needs the topology file: each worker's switch port \
-                      and MAC (see `inagg ctl --help`)"
-                .into(),
-        })?;
+        let topology = self.topology()?;
         let hosts = spec
             .workers
             .iter()
@@ -1084,7 +1124,9 @@ impl Target for Bmv2Target {
         let incarnation = self.fresh_incarnation(&in_use);
         let owner = format!("job {}", spec.id);
         let endpoints = ipv4_endpoints(&owner, "worker", &spec.workers)?;
-        let (steps, last) = self.install_plan(spec, &endpoints, &hosts, incarnation)?;
+        let (mut steps, last) = self.install_plan(spec, &endpoints, &hosts, incarnation)?;
+        // A tree node's entries go in before its job_table entry.
+        steps.extend(self.tree_plan(spec)?);
         // The job's result group relays group datagrams among its workers;
         // its entries go in after the job's.
         let mut after = vec![last];
@@ -1110,7 +1152,8 @@ impl Target for Bmv2Target {
         let workers: Vec<&WorkerEntry> = state.workers.iter().filter(|w| w.job == id).collect();
         let receivers: Vec<&ReceiverEntry> =
             state.receivers.iter().filter(|r| r.job == id).collect();
-        if job.is_none() && workers.is_empty() && receivers.is_empty() {
+        let tree = Self::tree_entries(&state, id);
+        if job.is_none() && workers.is_empty() && receivers.is_empty() && tree.is_empty() {
             return Err(JobError::UnknownJob { id }.into());
         }
         let group = job.map_or(u32::from(id) + 1, |j| u32::from(j.group));
@@ -1132,6 +1175,9 @@ impl Target for Bmv2Target {
                 format!("delete job_table entry for job {id}"),
                 j.key.clone(),
             )?;
+        }
+        for (what, key) in tree {
+            delete(what, key)?;
         }
         for w in workers {
             delete(

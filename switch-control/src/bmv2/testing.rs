@@ -33,7 +33,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
     };
 
     // Actions, with their parameters (name, width).
-    let actions: [(&str, &[(&str, i32)]); 14] = [
+    let actions: [(&str, &[(&str, i32)]); 16] = [
         ("NoAction", &[]),
         (
             "InaggIngress.admission.set_job",
@@ -65,6 +65,18 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
             &[("dst_mac", 48), ("dst_addr", 32), ("dst_port", 16)],
         ),
         ("InaggEgress.group_rewrite.drop_copy", &[]),
+        ("InaggIngress.admission.from_parent", &[("job", 16)]),
+        (
+            "InaggIngress.admission.set_upstream",
+            &[
+                ("parent_job", 16),
+                ("member", 16),
+                ("parent_mac", 48),
+                ("parent_addr", 32),
+                ("parent_port", 16),
+                ("egress_port", 9),
+            ],
+        ),
     ];
     for (name, params) in actions {
         info.actions.push(cfg::Action {
@@ -98,7 +110,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         Option<&'a str>,
         i64,
     );
-    let tables: [TableSpec; 8] = [
+    let tables: [TableSpec; 10] = [
         (
             "InaggIngress.admission.job_table",
             &[("job", 16)],
@@ -123,6 +135,31 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
             ],
             Some("NoAction"),
             8192,
+        ),
+        (
+            "InaggIngress.admission.parent_table",
+            &[
+                ("parent_job", 16),
+                ("ingress_port", 9),
+                ("src_addr", 32),
+                ("src_port", 16),
+            ],
+            &[
+                ("InaggIngress.admission.from_parent", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
+        ),
+        (
+            "InaggIngress.admission.upstream_table",
+            &[("job", 16)],
+            &[
+                ("InaggIngress.admission.set_upstream", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
         ),
         (
             "InaggEgress.result_rewrite.result_receivers",
@@ -223,7 +260,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         info.tables.push(table);
     }
 
-    let counters: [(&str, i64); 10] = [
+    let counters: [(&str, i64); 12] = [
         ("InaggIngress.rx", 1),
         ("InaggIngress.drops", 16),
         ("InaggIngress.job_contributions", 65_536),
@@ -231,6 +268,8 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         ("InaggIngress.job_resent_results", 65_536),
         ("InaggIngress.job_duplicates", 65_536),
         ("InaggIngress.job_dropped", 65_536),
+        ("InaggIngress.job_upstream", 65_536),
+        ("InaggIngress.job_upstream_resent", 65_536),
         ("InaggIngress.group_packets", 65_536),
         ("InaggEgress.tx", 1),
         ("InaggEgress.group_copies", 65_536),
@@ -253,6 +292,8 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         "max_exponent",
         "round_packet_id",
         "round_priority",
+        "weight",
+        "away",
     ]
     .iter()
     .map(|r| format!("InaggIngress.aggregate.{r}"))
