@@ -132,6 +132,49 @@ fn a_large_p_leaves_selective_reduces_slowest_workers_to_the_full_all_reduce() {
     assert_eq!(only_full(0.1, selective), 0.0);
 }
 
+/// Why selective reduce's sync time is flat from p / n = 0.1 to 0.3 at
+/// c = 10 while it rises at c = 1000: a full all-reduce every ten syncs
+/// restarts all n workers together, and at p / n = 0.1 the nine partial
+/// groups between two of them hold about one sync per worker. Each group is
+/// then drawn from one wave of workers that became ready together, whatever
+/// their links, and its slowest link is slower than when the workers run
+/// free (c = 1000), where the fast-link workers, back sooner, meet each
+/// other. At p / n = 0.3 the groups are large either way and the two agree.
+#[test]
+fn frequent_full_all_reduces_put_slow_links_into_selective_reduces_small_groups() {
+    use inagg_sim::dist::{self, Compute};
+    use inagg_sim::scenario::selective_reduce::{run, Metrics, Scheme, Setup};
+    let mean = |c: u64, p_frac: f64, f: fn(&Metrics) -> f64| {
+        let setup = Setup {
+            c,
+            p_frac,
+            ..Setup::paper(120, Compute::TRANSFORMER)
+        };
+        let runs = (0..5).map(|t| {
+            run(
+                &setup,
+                Scheme::Selective { cold: false },
+                &mut dist::rng(1, t),
+            )
+        });
+        runs.map(|m| f(&m)).sum::<f64>() / 5.0
+    };
+    let slowest = |m: &Metrics| m.partial_slowest;
+    let time = |m: &Metrics| m.partial_time;
+    let (slow_free, slow_reset) = (mean(1000, 0.1, slowest), mean(10, 0.1, slowest));
+    assert!(
+        slow_reset < 0.85 * slow_free,
+        "slowest link, c = 10: {slow_reset:.2}, c = 1000: {slow_free:.2} Gbit/s"
+    );
+    let (time_free, time_reset) = (mean(1000, 0.1, time), mean(10, 0.1, time));
+    assert!(
+        time_reset > 1.2 * time_free,
+        "partial sync time, c = 10: {time_reset:.3}, c = 1000: {time_free:.3} s"
+    );
+    let ratio = mean(10, 0.3, time) / mean(1000, 0.3, time);
+    assert!((0.9..1.1).contains(&ratio), "p/n 0.3: {ratio:.3}");
+}
+
 #[test]
 fn selmcast_balances_receivers() {
     let r = reproduce("selmcast", &quick()).expect("known");

@@ -99,6 +99,18 @@ pub struct Metrics {
     /// wait for the periodic full all-reduce, and their slow links drop
     /// out of the partial groups' mean sync time.
     pub only_full: f64,
+    /// Mean seconds per partial group (a group smaller than n).
+    pub partial_time: f64,
+    /// Mean seconds per full all-reduce (a group of all n).
+    pub full_time: f64,
+    /// Share of the synchronisations that were full all-reduces.
+    pub full_share: f64,
+    /// Mean size of the partial groups.
+    pub partial_scale: f64,
+    /// Harmonic mean over the partial groups of their slowest member's
+    /// link, Gbit/s: Eq. 2's bandwidth term runs at a group's slowest link,
+    /// so the mean partial sync time goes as its inverse.
+    pub partial_slowest: f64,
 }
 
 enum Ev {
@@ -127,6 +139,10 @@ struct Run<'a> {
     in_partial: Vec<bool>,
     m: Metrics,
     total_sync: f64,
+    /// Seconds and count of the full all-reduces.
+    full: (f64, u64),
+    /// Summed over the partial groups: members, 1 / slowest link (Gbit/s).
+    partial: (f64, f64),
 }
 
 /// Runs one scheme once.
@@ -157,6 +173,8 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
         in_partial: vec![false; setup.n],
         m: Metrics::default(),
         total_sync: 0.0,
+        full: (0.0, 0),
+        partial: (0.0, 0.0),
     };
     let params = Params {
         c: setup.c,
@@ -186,6 +204,15 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
                 r.total_sync += took;
                 if members.len() < setup.n {
                     members.iter().for_each(|&w| r.in_partial[w] = true);
+                    let slowest = members
+                        .iter()
+                        .map(|&w| r.bandwidth[w])
+                        .fold(f64::INFINITY, f64::min);
+                    r.partial.0 += members.len() as f64;
+                    r.partial.1 += 1e9 / (slowest * 8.0);
+                } else {
+                    r.full.0 += took;
+                    r.full.1 += 1;
                 }
                 for w in members {
                     r.start_round(w, now, rng);
@@ -210,6 +237,16 @@ pub fn run(setup: &Setup, scheme: Scheme, rng: &mut SimRng) -> Metrics {
     if r.m.syncs > 0 {
         r.m.sync_time = r.total_sync / r.m.syncs as f64;
         r.m.sync_scale /= r.m.syncs as f64;
+        r.m.full_share = r.full.1 as f64 / r.m.syncs as f64;
+    }
+    let partials = r.m.syncs - r.full.1;
+    if partials > 0 {
+        r.m.partial_time = (r.total_sync - r.full.0) / partials as f64;
+        r.m.partial_scale = r.partial.0 / partials as f64;
+        r.m.partial_slowest = partials as f64 / r.partial.1;
+    }
+    if r.full.1 > 0 {
+        r.m.full_time = r.full.0 / r.full.1 as f64;
     }
     r.m.wasted = r.wasted / setup.n as f64;
     r.m.only_full = r.in_partial.iter().filter(|&&p| !p).count() as f64 / setup.n as f64;
@@ -355,6 +392,11 @@ fn median_metrics(runs: &[Metrics]) -> Metrics {
         wait: of(|m| m.wait),
         wasted: of(|m| m.wasted),
         only_full: of(|m| m.only_full),
+        partial_time: of(|m| m.partial_time),
+        full_time: of(|m| m.full_time),
+        full_share: of(|m| m.full_share),
+        partial_scale: of(|m| m.partial_scale),
+        partial_slowest: of(|m| m.partial_slowest),
     }
 }
 
@@ -598,7 +640,12 @@ fn trend_note(opts: &Options, ns: &[usize]) -> String {
 
 /// Why selective reduce's sync time does not rise with p / n here: the
 /// larger p is, the more of the slowest workers are left to the full
-/// all-reduce (`Metrics::only_full`), at c = 10 and at c = 1000.
+/// all-reduce (`Metrics::only_full`); and at c = 10 the partial groups at a
+/// small p are as slow as at a large one (`partial_time`), their slowest
+/// links as slow (`partial_slowest`), because a full all-reduce every ten
+/// syncs restarts every worker together. Each cell: c, p/n, sync time,
+/// share left to full all-reduces, partial groups' time, size and slowest
+/// link.
 fn p_frac_note(opts: &Options) -> String {
     let cells: Vec<String> = [10, 1000]
         .iter()
@@ -611,16 +658,21 @@ fn p_frac_note(opts: &Options) -> String {
                 };
                 let m = medians(opts, &setup, SCHEMES[0].1);
                 format!(
-                    "c = {c}, p/n {p_frac}: {:.3} s, {:.0}%",
+                    "c = {c}, p/n {p_frac}: {:.3} s, {:.0}%, partial groups {:.3} s of {:.1} \
+                     workers, slowest link {:.2} Gbit/s",
                     m.sync_time,
-                    m.only_full * 100.0
+                    m.only_full * 100.0,
+                    m.partial_time,
+                    m.partial_scale,
+                    m.partial_slowest
                 )
             })
         })
         .collect();
     format!(
-        "p/n (transformer, n = 120): selective sync time, and the share of workers synchronised \
-         only by full all-reduces: {}",
+        "p/n (transformer, n = 120): selective sync time, the share of workers synchronised \
+         only by full all-reduces, and the partial groups' mean sync time, mean size and \
+         harmonic mean slowest link: {}",
         cells.join("; ")
     )
 }
