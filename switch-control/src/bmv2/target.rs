@@ -418,8 +418,9 @@ impl Bmv2Target {
 
     /// Refuses a job the tables have no room for, before writing anything.
     fn check_room(&self, state: &SwitchState, spec: &JobSpec) -> Result<()> {
-        use p4info::names::{JOB_TABLE, RESULT_RECEIVERS, WORKER_TABLE};
-        use p4info::names::{PARENT_TABLE, UPSTREAM_TABLE};
+        use p4info::names::{
+            JOB_TABLE, PARENT_TABLE, RESULT_RECEIVERS, UPSTREAM_TABLE, WORKER_TABLE,
+        };
         let s = &self.schema;
         let n = spec.workers.len();
         let tree = usize::from(spec.upstream.is_some());
