@@ -232,18 +232,18 @@ pub enum JobCommand {
         /// controller allocates one) [default: the target's pick].
         #[arg(long)]
         group: Option<u16>,
-        /// Make the job a node of an aggregation tree (direct only,
-        /// emulator only): complete slots' partial sums go up to job JOB
+        /// Make the job a node of an aggregation tree (direct only; the
+        /// emulator and bmv2): complete slots' partial sums go up to job JOB
         /// of the switch at SWITCH, as its member MEMBER, and the results
         /// it sends back go down to the workers (docs/PROTOCOL.md,
         /// "Aggregation trees").
         #[arg(long, value_name = "SWITCH/JOB/MEMBER")]
         upstream: Option<Upstream>,
-        /// With --upstream: when more than BUSY_BOUND packets wait on the
-        /// port to the parent, send partial sums as detours to the switch
-        /// at VIA while fewer than QUEUE_LENGTH wait on its port
-        /// (NetStorm's PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH)
-        /// [default bounds: 2/1].
+        /// With --upstream (emulator only): when more than BUSY_BOUND
+        /// packets wait on the port to the parent, send partial sums as
+        /// detours to the switch at VIA while fewer than QUEUE_LENGTH wait
+        /// on its port (NetStorm's PRIMARY_BUSY_BOUND and
+        /// AUXILIARY_QUEUE_LENGTH) [default bounds: 2/1].
         #[arg(
             long,
             value_name = "VIA[/BUSY_BOUND/QUEUE_LENGTH]",

@@ -2013,6 +2013,42 @@ fn ctl_drives_the_bmv2_target() {
     let out = ctl(&sw, &topo, &["job", "delete", "2"]).unwrap();
     assert_eq!(out, "deleted job 2\n");
 
+    // A tree node: its parent's endpoint is in the topology as a worker's.
+    let tree = [
+        "job",
+        "create",
+        "--id",
+        "3",
+        "--workers",
+        "10.0.0.3:6000",
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+        "--upstream",
+        "10.0.9.1:47000/30/1",
+    ];
+    assert_eq!(
+        ctl(&sw, &topo, &tree).unwrap(),
+        "created job 3: pool [0, 8) k=64\n"
+    );
+    let out = ctl(&sw, &topo, &["job", "show", "3"]).unwrap();
+    assert!(
+        out.contains("upstream  switch 10.0.9.1:47000  job 30  as member 1"),
+        "{out}"
+    );
+    let mut aux = tree.to_vec();
+    aux[3] = "4";
+    aux[7] = "16";
+    aux[11] = "10.0.9.1:47000/31/1";
+    aux.extend(["--aux-path", "10.0.0.2:47000"]);
+    let msg = ctl(&sw, &topo, &aux).unwrap_err().to_string();
+    assert!(msg.contains("auxiliary paths"), "{msg}");
+    assert_eq!(
+        ctl(&sw, &topo, &["job", "delete", "3"]).unwrap(),
+        "deleted job 3\n"
+    );
+
     // Groups made by hand, through the CLI.
     let args = [
         "group",
