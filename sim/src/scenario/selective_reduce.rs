@@ -645,7 +645,7 @@ fn trend_note(opts: &Options, ns: &[usize]) -> String {
 /// links as slow (`partial_slowest`), because a full all-reduce every ten
 /// syncs restarts every worker together. Each cell: c, p/n, sync time,
 /// share left to full all-reduces, partial groups' time, size and slowest
-/// link.
+/// link, full all-reduces' time and share of the syncs.
 fn p_frac_note(opts: &Options) -> String {
     let cells: Vec<String> = [10, 1000]
         .iter()
@@ -659,20 +659,23 @@ fn p_frac_note(opts: &Options) -> String {
                 let m = medians(opts, &setup, SCHEMES[0].1);
                 format!(
                     "c = {c}, p/n {p_frac}: {:.3} s, {:.0}%, partial groups {:.3} s of {:.1} \
-                     workers, slowest link {:.2} Gbit/s",
+                     workers, slowest link {:.2} Gbit/s, full all-reduces {:.3} s, {:.0}% of \
+                     syncs",
                     m.sync_time,
                     m.only_full * 100.0,
                     m.partial_time,
                     m.partial_scale,
-                    m.partial_slowest
+                    m.partial_slowest,
+                    m.full_time,
+                    m.full_share * 100.0
                 )
             })
         })
         .collect();
     format!(
         "p/n (transformer, n = 120): selective sync time, the share of workers synchronised \
-         only by full all-reduces, and the partial groups' mean sync time, mean size and \
-         harmonic mean slowest link: {}",
+         only by full all-reduces, the partial groups' mean sync time, mean size and harmonic \
+         mean slowest link, and the full all-reduces' mean sync time and share of the syncs: {}",
         cells.join("; ")
     )
 }

@@ -424,34 +424,27 @@ impl Bmv2Target {
         let s = &self.schema;
         let n = spec.workers.len();
         let tree = usize::from(spec.upstream.is_some());
-        for (name, used, more, size) in [
-            (JOB_TABLE, state.jobs.len(), 1, s.job_table.size),
-            (
-                UPSTREAM_TABLE,
-                state.upstreams.len(),
-                tree,
-                s.upstream_table.size,
-            ),
-            (PARENT_TABLE, state.parents.len(), tree, s.parent_table.size),
-            (WORKER_TABLE, state.workers.len(), n, s.worker_table.size),
-            (
-                RESULT_RECEIVERS,
-                state.receivers.len(),
-                n,
-                s.result_receivers.size,
-            ),
-        ] {
-            if size > 0 && (used + more) as i64 > size {
-                return Err(ControlError::Api(ApiError::Invalid {
-                    message: format!(
-                        "job {}: {name} holds {used} of its {size} entries and the job needs \
-                         {more} more; delete a job or rebuild the program with larger tables",
-                        spec.id
-                    ),
-                }));
-            }
-        }
-        Ok(())
+        room(
+            &format!("job {}", spec.id),
+            "job",
+            [
+                (JOB_TABLE, state.jobs.len(), 1, s.job_table.size),
+                (
+                    UPSTREAM_TABLE,
+                    state.upstreams.len(),
+                    tree,
+                    s.upstream_table.size,
+                ),
+                (PARENT_TABLE, state.parents.len(), tree, s.parent_table.size),
+                (WORKER_TABLE, state.workers.len(), n, s.worker_table.size),
+                (
+                    RESULT_RECEIVERS,
+                    state.receivers.len(),
+                    n,
+                    s.result_receivers.size,
+                ),
+            ],
+        )
     }
 
     /// The writes that install `spec`: the group and the per-worker entries
@@ -552,7 +545,7 @@ impl Bmv2Target {
                 vec![update(p4::update::Type::Delete, e.key.clone())],
             )?;
         }
-        for (what, key) in Self::tree_entries(state, id) {
+        for (what, key) in state.tree_entries(id) {
             self.client.write(
                 &what.replacen("delete", "delete leftover", 1),
                 vec![update(p4::update::Type::Delete, key)],
@@ -570,6 +563,27 @@ impl Bmv2Target {
                 .into(),
         })
     }
+}
+
+/// Refuses `owner` (a job, a group: `kind`) when a table lacks room: each
+/// row is (table, entries used, entries it needs, the table's size; 0 for
+/// unknown).
+fn room<const N: usize>(
+    owner: &str,
+    kind: &str,
+    tables: [(&str, usize, usize, i64); N],
+) -> Result<()> {
+    for (name, used, more, size) in tables {
+        if size > 0 && (used + more) as i64 > size {
+            return Err(ControlError::Api(ApiError::Invalid {
+                message: format!(
+                    "{owner}: {name} holds {used} of its {size} entries and the {kind} needs \
+                     {more} more; delete a {kind} or rebuild the program with larger tables"
+                ),
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// The IPv4 endpoints of `owner`'s `member`s (workers of a job, members of
@@ -1153,7 +1167,7 @@ impl Target for Bmv2Target {
         let workers: Vec<&WorkerEntry> = state.workers.iter().filter(|w| w.job == id).collect();
         let receivers: Vec<&ReceiverEntry> =
             state.receivers.iter().filter(|r| r.job == id).collect();
-        let tree = Self::tree_entries(&state, id);
+        let tree = state.tree_entries(id);
         if job.is_none() && workers.is_empty() && receivers.is_empty() && tree.is_empty() {
             return Err(JobError::UnknownJob { id }.into());
         }

@@ -20,12 +20,12 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
 
-use inagg_emu::api::{check_group, ApiError, GroupInfo, GroupSpec, JobError};
+use inagg_emu::api::{check_group, GroupInfo, GroupSpec, JobError};
 
 use super::{
     action, endpoint_steps, entry_action, exact, group_entity, job_group, key_of, match_value,
-    narrow, param, param_value, receiver_steps, rpc_code, table_entity, update, zero, Bmv2Target,
-    Host, Step, SwitchState, GROUP_RECEIVERS, MEMBERS, NOT_FOUND,
+    narrow, param, param_value, receiver_steps, room, rpc_code, table_entity, update, zero,
+    Bmv2Target, Host, Step, SwitchState, GROUP_RECEIVERS, MEMBERS, NOT_FOUND,
 };
 use crate::bmv2::p4info::{self, Schema};
 use crate::bmv2::proto::p4::v1 as p4;
@@ -295,31 +295,25 @@ impl Bmv2Target {
     ) -> Result<()> {
         use p4info::names::{GROUP_RECEIVERS as RECEIVERS, GROUP_TABLE, MEMBER_TABLE};
         let s = &self.schema;
-        for (name, used, more, size) in [
-            (GROUP_TABLE, state.groups.len(), 1, s.group_table.size),
-            (
-                MEMBER_TABLE,
-                state.members.len(),
-                members,
-                s.member_table.size,
-            ),
-            (
-                RECEIVERS,
-                state.group_receivers.len(),
-                members,
-                s.group_receivers.size,
-            ),
-        ] {
-            if size > 0 && (used + more) as i64 > size {
-                return Err(ControlError::Api(ApiError::Invalid {
-                    message: format!(
-                        "group {g}: {name} holds {used} of its {size} entries and the group needs \
-                         {more} more; delete a group or rebuild the program with larger tables"
-                    ),
-                }));
-            }
-        }
-        Ok(())
+        room(
+            &format!("group {g}"),
+            "group",
+            [
+                (GROUP_TABLE, state.groups.len(), 1, s.group_table.size),
+                (
+                    MEMBER_TABLE,
+                    state.members.len(),
+                    members,
+                    s.member_table.size,
+                ),
+                (
+                    RECEIVERS,
+                    state.group_receivers.len(),
+                    members,
+                    s.group_receivers.size,
+                ),
+            ],
+        )
     }
 
     /// Installs a group made by hand: multicast group, receivers, members,

@@ -63,6 +63,24 @@ impl UpstreamEntry {
 }
 
 impl SwitchState {
+    /// The tree entries of job `id`, upstream_table first, with what to
+    /// call them: for deleting.
+    pub(super) fn tree_entries(&self, id: u16) -> Vec<(String, p4::Entity)> {
+        let up = self.upstreams.get(&id).map(|u| {
+            (
+                format!("delete upstream_table entry for job {id}"),
+                u.key.clone(),
+            )
+        });
+        let parents = self.parents.iter().filter(|p| p.worker == id).map(|p| {
+            (
+                format!("delete parent_table entry for job {id}"),
+                p.key.clone(),
+            )
+        });
+        up.into_iter().chain(parents).collect()
+    }
+
     /// Job `job`'s upstream, from its upstream_table and parent_table
     /// entries (`None`: neither exists); `partly` words the error when they
     /// do not add up.
@@ -182,24 +200,6 @@ impl Bmv2Target {
             what: format!("insert {what}"),
             replace_existing: false,
         })
-    }
-
-    /// The tree entries of job `id` in `state`, upstream_table first, with
-    /// what to call them: for deleting.
-    pub(super) fn tree_entries(state: &SwitchState, id: u16) -> Vec<(String, p4::Entity)> {
-        let up = state.upstreams.get(&id).map(|u| {
-            (
-                format!("delete upstream_table entry for job {id}"),
-                u.key.clone(),
-            )
-        });
-        let parents = state.parents.iter().filter(|p| p.worker == id).map(|p| {
-            (
-                format!("delete parent_table entry for job {id}"),
-                p.key.clone(),
-            )
-        });
-        up.into_iter().chain(parents).collect()
     }
 }
 
