@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use inagg_emu::conformance::{self, parse_mac, Case, Sent};
 use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
-use inagg_switch_control::target::Target;
+use inagg_switch_control::target::{ControlError, Target};
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
 
 use crate::report::error_text;
@@ -247,9 +247,27 @@ impl Wire {
         for g in &case.groups {
             self.target.create_group(&g.spec())?;
         }
+        self.replace_relays(case)?;
         self.target.reset_counters()?;
         // Nothing from an earlier case may be taken for this one's output.
         while self.captured.try_recv().is_ok() {}
+        Ok(())
+    }
+
+    /// Removes an earlier case's relay entries and installs this one's. A
+    /// target without relays is asked only when a case has some.
+    fn replace_relays(&mut self, case: &Case) -> Result<()> {
+        let installed = match self.target.relays() {
+            Ok(relays) => relays,
+            Err(ControlError::Unsupported { .. }) if case.relays.is_empty() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for r in installed {
+            self.target.delete_relay(r.spec.key())?;
+        }
+        for r in &case.relays {
+            self.target.create_relay(&r.spec())?;
+        }
         Ok(())
     }
 
@@ -298,6 +316,7 @@ impl Wire {
         };
         let counters = self.target.counters()?;
         conformance::check_drops(&counters, want).map_err(|e| anyhow!(e))?;
+        conformance::check_relayed(&counters, want).map_err(|e| anyhow!(e))?;
         if want.groups.is_empty() {
             return Ok(());
         }

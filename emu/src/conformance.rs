@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::api::{GroupInfo, GroupSpec, JobSpec, Upstream};
 use crate::counters::{Counters, DropReason};
+use crate::detour::{Detour, RelaySpec};
 use crate::switch::{Action, Switch, SwitchConfig};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
 use serde::Deserialize;
@@ -25,6 +26,10 @@ pub struct Case {
     /// Multicast groups made by hand (`inagg ctl group create`).
     #[serde(default)]
     pub groups: Vec<GroupVector>,
+    /// Relay entries (`inagg ctl relay create`): detours this switch
+    /// forwards unchanged (docs/PROTOCOL.md, "Auxiliary paths").
+    #[serde(default)]
+    pub relays: Vec<RelayVector>,
     #[serde(default)]
     pub priority_queues: BTreeMap<u8, u8>,
     pub packets: Vec<Step>,
@@ -55,7 +60,42 @@ pub struct JobVector {
     /// The parent switch, where the job is a node of an aggregation tree.
     #[serde(default)]
     pub upstream: Option<UpstreamVector>,
+    /// The relays the job takes detours from, by member.
+    #[serde(default)]
+    pub detours: Vec<DetourVector>,
     pub workers: Vec<Endpoint>,
+}
+
+/// A job's detours for one member: they arrive from `relay`, the last
+/// switch of the member's auxiliary path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetourVector {
+    pub member: u16,
+    pub relay: Endpoint,
+}
+
+/// A relay entry: detours of `job` naming `member` that arrive from `from`
+/// go on unchanged to `to`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayVector {
+    pub job: u16,
+    pub from: Endpoint,
+    pub member: u16,
+    pub to: Endpoint,
+}
+
+impl RelayVector {
+    /// The entry as the control plane installs it.
+    pub fn spec(&self) -> RelaySpec {
+        RelaySpec {
+            job: self.job,
+            from: self.from.addr,
+            member: self.member,
+            to: self.to.addr,
+        }
+    }
 }
 
 /// A tree job's parent (docs/PROTOCOL.md, "Aggregation trees"): the parent
@@ -160,6 +200,9 @@ pub struct CounterVector {
     /// Per group id: `packets` (datagrams admitted), `copies`.
     #[serde(default)]
     pub groups: BTreeMap<u16, BTreeMap<String, u64>>,
+    /// Detours forwarded by relay entries (the switch's `relayed`).
+    #[serde(default)]
+    pub relayed: Option<u64>,
 }
 
 impl JobVector {
@@ -180,7 +223,14 @@ impl JobVector {
             generation: self.generation,
             queues: Vec::new(),
             group: self.group,
-            detours: Vec::new(),
+            detours: self
+                .detours
+                .iter()
+                .map(|d| Detour {
+                    member: d.member,
+                    relay: d.relay.addr,
+                })
+                .collect(),
         }
     }
 }
@@ -196,14 +246,18 @@ impl GroupVector {
 }
 
 impl Case {
-    /// Every endpoint the case names: jobs' workers and parent switches,
-    /// and groups' members.
+    /// Every endpoint the case names: jobs' workers, parent switches and
+    /// detours' relays, groups' members, and relay entries' hops.
     pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
         let workers = self.jobs.iter().flat_map(|j| &j.workers);
         let parents = self.jobs.iter().filter_map(|j| j.upstream.as_ref());
+        let detours = self.jobs.iter().flat_map(|j| &j.detours);
+        let hops = self.relays.iter().flat_map(|r| [&r.from, &r.to]);
         workers
             .chain(parents.map(|u| &u.switch))
+            .chain(detours.map(|d| &d.relay))
             .chain(self.groups.iter().flat_map(|g| &g.members))
+            .chain(hops)
     }
 }
 
@@ -224,6 +278,7 @@ impl Fields {
             "contribution" => Kind::Contribution,
             "result" => Kind::Result,
             "multicast" => Kind::Multicast,
+            "detour" => Kind::Detour,
             other => return Err(format!("unknown kind {other:?}")),
         };
         let repr = Repr {
@@ -288,6 +343,10 @@ pub fn run(case: &Case) -> Result<(), String> {
     for g in &case.groups {
         sw.create_group(g.spec())
             .map_err(|e| format!("group {}: {e}", g.id))?;
+    }
+    for r in &case.relays {
+        sw.create_relay(r.spec())
+            .map_err(|e| format!("relay {}: {e}", r.spec().key()))?;
     }
     for (&class, &queue) in &case.priority_queues {
         sw.set_queue(class, queue).map_err(|e| e.to_string())?;
@@ -407,6 +466,7 @@ fn egress(
 pub fn check_counters(sw: &Switch, want: Option<&CounterVector>) -> Result<(), String> {
     let Some(want) = want else { return Ok(()) };
     check_drops(sw.counters(), want)?;
+    check_relayed(sw.counters(), want)?;
     for (&id, fields) in &want.jobs {
         let info = sw.job(id).map_err(|e| e.to_string())?;
         let c = serde_json::to_value(&info.counters).map_err(|e| e.to_string())?;
@@ -418,6 +478,17 @@ pub fn check_counters(sw: &Switch, want: Option<&CounterVector>) -> Result<(), S
         }
     }
     check_groups(&sw.groups(), want)
+}
+
+/// Checks the switch's `relayed` counter, where the vector gives it. Any
+/// target's counters can be checked.
+pub fn check_relayed(counters: &Counters, want: &CounterVector) -> Result<(), String> {
+    match want.relayed {
+        Some(n) if counters.relayed != n => {
+            Err(format!("relayed: got {}, want {n}", counters.relayed))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks group counters against a vector (`packets`, `copies` by group
