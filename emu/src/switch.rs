@@ -13,7 +13,9 @@ use crate::api::{
     SwitchInfo, Upstream,
 };
 use crate::counters::{Counters, DropReason, JobCounters};
-use crate::detour::{check_relay, AuxPath, RelayInfo, RelayKey, RelaySpec};
+use crate::detour::{
+    check_relay, detours_unrelayed, relay_meets_no_detour, AuxPath, RelayInfo, RelayKey, RelaySpec,
+};
 
 /// Size of the switch's aggregator memory and the packets it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,46 +322,14 @@ impl Switch {
         Ok(())
     }
 
-    /// One meaning per match (docs/PROTOCOL.md): the relay table is looked
-    /// up before the jobs, so an entry with the fields under which a job
-    /// here takes a detour would carry that member's detours past it.
+    /// One meaning per match, from the relay's side ([`relay_meets_no_detour`]).
     fn check_relay_meets_no_detour(&self, spec: &RelaySpec) -> Result<(), JobError> {
-        let Some(job) = self.jobs.get(&spec.job) else {
-            return Ok(());
-        };
-        if !job
-            .spec
-            .detours
-            .iter()
-            .any(|d| d.key(spec.job) == spec.key())
-        {
-            return Ok(());
-        }
-        Err(JobError::BadRelay {
-            key: spec.key().to_string(),
-            reason: format!(
-                "job {} here takes member {}'s detours from {}; the entry would carry them past it",
-                spec.job, spec.member, spec.from
-            ),
-        })
+        relay_meets_no_detour(spec, self.jobs.get(&spec.job).map(|j| &j.spec))
     }
 
-    /// The same rule from the job's side: none of its detours may arrive
-    /// under the fields of a relay entry already installed.
+    /// One meaning per match, from the job's side ([`detours_unrelayed`]).
     fn check_detours_unrelayed(&self, spec: &JobSpec) -> Result<(), JobError> {
-        for d in &spec.detours {
-            let key = d.key(spec.id);
-            if self.relays.contains_key(&key) {
-                return Err(JobError::BadDetour {
-                    id: spec.id,
-                    reason: format!(
-                        "member {}'s detours from {} would be carried on by relay {key}; delete the relay first",
-                        d.member, d.relay
-                    ),
-                });
-            }
-        }
-        Ok(())
+        detours_unrelayed(spec, |key| self.relays.contains_key(key))
     }
 
     /// Removes a relay entry.

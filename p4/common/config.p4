@@ -72,6 +72,12 @@
 #ifndef INAGG_MEMBER_TABLE_SIZE
 #define INAGG_MEMBER_TABLE_SIZE 8192   /* members of all groups */
 #endif
+#ifndef INAGG_RELAY_TABLE_SIZE
+#define INAGG_RELAY_TABLE_SIZE 1024    /* relay entries, and jobs' detours (auxiliary paths) */
+#endif
+#ifndef INAGG_PORTS
+#define INAGG_PORTS 512                /* bmv2 port numbers (9 bits) */
+#endif
 #ifndef INAGG_L2_TABLE_SIZE
 #define INAGG_L2_TABLE_SIZE 1024       /* MAC addresses for plain forwarding */
 #endif

@@ -21,6 +21,7 @@ const bit<8>  INAGG_VERSION     = 1;
 const bit<8>  KIND_CONTRIBUTION = 1;
 const bit<8>  KIND_RESULT       = 2;
 const bit<8>  KIND_GROUP        = 3;   /* group datagram ("Multicast groups") */
+const bit<8>  KIND_DETOUR       = 4;   /* a partial sum on an auxiliary path ("Auxiliary paths") */
 const bit<8>  FLAG_SET          = 8w0x01;  /* bit 0: shadow set */
 const bit<8>  FLAGS_RESERVED    = 8w0xfe;  /* bits 1-7: must be 0 */
 
@@ -49,7 +50,7 @@ const drop_reason_t DROP_DUPLICATE_PENDING = 7;  /* retransmission to an incompl
 /* 10 undeliverable and 11 queue_full are the emulator's egress. */
 const drop_reason_t DROP_UNKNOWN_GROUP     = 12; /* group datagram: no group_table entry (v1model) */
 const drop_reason_t DROP_UNEXPECTED_RESULT = 13; /* a parent's result no set waits for (v1model) */
-/* 14 unknown_relay belongs to detours, which the programs do not have. */
+const drop_reason_t DROP_UNKNOWN_RELAY     = 14; /* a detour no relay entry and no job takes (v1model) */
 const drop_reason_t DROP_STALE_ROUND       = 15; /* a late copy of a complete round (v1model) */
 #define INAGG_DROP_REASONS 16
 

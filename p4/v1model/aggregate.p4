@@ -21,7 +21,9 @@
  *            complete, away -> the partial sum goes up again (tree jobs)
  *            complete       -> the stored result goes back to w alone (resend)
  *            else           -> dropped, duplicate_pending
- *     no:  count[here] == n and bitmap[here] != 0 (a late copy)?
+ *     no:  count[here] == n and bitmap[here] != 0 (a late copy), or, at a
+ *          job with detours, count[here] == n and id[here] == packet id, or
+ *          bitmap[here] != 0 and id[here] != packet id?
  *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
  *            yes: acc = values, exponent = e, count = 1, weight = c, id,
@@ -48,6 +50,12 @@
  * clear. w left it, so this is a copy of w's contribution that w's next
  * round overtook; added, it would corrupt the stored result and clear w's
  * bit in the round w moved on to. emu/src/switch.rs, left_behind.
+ *
+ * A job that takes detours (job_table's `detours`; PROTOCOL.md, "Auxiliary
+ * paths", stale rounds) no longer sees each member's packets in order, so
+ * two more cases with w's bit clear are late copies too: the set holds a
+ * complete round every member has left and the packet carries that round's
+ * id, or the set is summing a round with another id.
  *
  * The packet's header and payload leave the action holding the set's state
  * after the update (weight in count, max exponent, round id and priority,
@@ -151,7 +159,17 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bool seen = (live_here & me) != 64w0;   /* a retransmission */
         bool first = live_here == 64w0;         /* first of a round (never seen) */
         /* A late copy: w left this set's complete round, others have not. */
-        bool late = !seen && !first && count_here == meta.job.worker_count;
+        bool left_behind = !seen && !first && count_here == meta.job.worker_count;
+        /* At a job that takes detours, also a copy of the last round after
+         * every member left it, or of another round than the one summed
+         * (emu/src/switch.rs, out_of_order). */
+        bool again = incarnation_here == meta.job.incarnation
+                     && count_here == meta.job.worker_count
+                     && packet_id_here == hdr.inagg.packet_id;
+        bool other_round = !first && count_here != meta.job.worker_count
+                           && packet_id_here != hdr.inagg.packet_id;
+        bool out_of_order = meta.job.detours == 1 && !seen && (again || other_round);
+        bool late = left_behind || out_of_order;
         bool keep = seen || late;               /* no register changes */
 
         bit<16> count_now = keep ? count_here : (first ? 16w1 : count_here + 16w1);

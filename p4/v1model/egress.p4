@@ -6,11 +6,16 @@
  *                             the sender's copy is dropped)
  *   flooded plain traffic  -> the copy for the ingress port is dropped
  *
+ * Every packet leaving a port also records the depth of its queue
+ * (queue_depth, detour.p4): what SendUpstream's sender rule reads.
+ *
  * Counter:
  *   tx            [1]               results sent, every multicast copy and
  *                                   every unicast resend, partial sums sent
- *                                   to a tree job's parent, and group
- *                                   datagram copies (emulator: tx_packets)
+ *                                   to a tree job's parent or by its
+ *                                   auxiliary path, relayed detours, and
+ *                                   group datagram copies (emulator:
+ *                                   tx_packets)
  *   group_copies  [INAGG_MAX_JOBS]  group datagram copies sent, by group id
  *                                   (the emulator's GroupInfo copies)
  */
@@ -28,6 +33,9 @@ control InaggEgress(inout headers_t hdr,
     GroupRewrite() group_rewrite;
 
     apply {
+        queue_depth.write(((bit<32>)standard_metadata.egress_port << 3)
+                          | (bit<32>)standard_metadata.priority,
+                          (bit<32>)standard_metadata.deq_qdepth);
         if (meta.inagg.is_result == 1) {
             if (meta.inagg.multicast == 1) {
                 result_rewrite.apply(hdr, meta, standard_metadata);

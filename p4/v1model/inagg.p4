@@ -26,6 +26,7 @@
 #include "admission.p4"
 #include "aggregate.p4"
 #include "result.p4"
+#include "detour.p4"
 #include "upstream.p4"
 #include "group_relay.p4"
 #include "queue_select.p4"

@@ -8,10 +8,14 @@
  *   ... a parent's result:  Admission -> Aggregate -> ResultDispatch +
  *                           QueueSelect (down to the job's members)
  *   ... a group datagram:   Admission -> GroupRelay + QueueSelect
+ *   ... a relayed detour:   Admission (relay_table) -> RelayDetour +
+ *                           QueueSelect (on to the next hop, unchanged)
+ *   ... a detour taken:     as a contribution, from the member it names
  *   anything else:          L2Forwarding
  *
- * The branches only decide; ResultDispatch, SendUpstream and QueueSelect
- * are applied once each, at the end, so that no table is applied twice.
+ * The branches only decide; ResultDispatch, SendUpstream, RelayDetour and
+ * QueueSelect are applied once each, at the end, so that no table is
+ * applied twice.
  *
  * Counters (all packets_and_bytes; the emulator's are packets, and bytes
  * here are whole frames):
@@ -31,10 +35,18 @@
  *                                          (unexpected_result)
  *   job_upstream         [INAGG_MAX_JOBS]  partial sums sent to the parent
  *   job_upstream_resent  [INAGG_MAX_JOBS]  ... sent again on a retransmission
+ *   job_detours_sent     [INAGG_MAX_JOBS]  ... of those, sent by the auxiliary
+ *                                          path
+ *   job_detours_taken    [INAGG_MAX_JOBS]  detours admitted as a member's
+ *                                          contribution
+ *   relayed              [1]               detours forwarded by relay entries
+ *   relay_packets        [INAGG_RELAY_TABLE_SIZE]
+ *                                          ... by entry (relay_to's index)
  *   group_packets        [INAGG_MAX_JOBS]  group datagrams admitted, by group
  *                                          id (copies: InaggEgress)
  * They are the emulator's Counters and JobCounters (emu/src/counters.rs),
- * and its groups' `packets` (GroupInfo).
+ * its groups' `packets` (GroupInfo) and its relay entries' `packets`
+ * (RelayInfo).
  */
 #ifndef _INAGG_V1MODEL_INGRESS_P4_
 #define _INAGG_V1MODEL_INGRESS_P4_
@@ -52,12 +64,17 @@ control InaggIngress(inout headers_t hdr,
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_dropped;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_upstream;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_upstream_resent;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_detours_sent;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_detours_taken;
+    counter(1, CounterType.packets_and_bytes) relayed;
+    counter(INAGG_RELAY_TABLE_SIZE, CounterType.packets_and_bytes) relay_packets;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) group_packets;
 
     Admission() admission;
     Aggregate() aggregate;
     ResultDispatch() result_dispatch;
     SendUpstream() send_upstream;
+    RelayDetour() relay_detour;
     GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
@@ -74,15 +91,23 @@ control InaggIngress(inout headers_t hdr,
     apply {
         to_workers = 0;
         to_parent = 0;
+        bit<16> local_job = 0;    /* the job, before SendUpstream renames it */
         if (hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT) {
             rx.count(0);
             admission.apply(hdr, meta, standard_metadata);
-            if (meta.inagg.drop == 0 && meta.inagg.group == 1) {
+            local_job = hdr.inagg.job;
+            if (meta.inagg.drop == 0 && meta.inagg.relay == 1) {
+                relayed.count(0);
+                relay_packets.count((bit<32>)meta.inagg.relay_index);
+            } else if (meta.inagg.drop == 0 && meta.inagg.group == 1) {
                 group_relay.apply(hdr, meta, standard_metadata);
                 if (meta.inagg.drop == 0) {
                     group_packets.count((bit<32>)hdr.inagg.job);
                 }
             } else if (meta.inagg.drop == 0) {
+                if (meta.inagg.detour == 1) {
+                    job_detours_taken.count((bit<32>)hdr.inagg.job);
+                }
                 aggregate.apply(hdr, meta);
                 if (meta.inagg.from_parent == 1) {
                     /* A parent's result: taken, or no set waits for it. */
@@ -127,7 +152,7 @@ control InaggIngress(inout headers_t hdr,
                         mark_to_drop(standard_metadata);
                     }
                 }
-            } else if (meta.inagg.drop_reason >= DROP_UNKNOWN_WORKER) {
+            } else if (meta.job.known == 1) {
                 /* The job exists and its checks refused the packet. */
                 job_dropped.count((bit<32>)hdr.inagg.job);
             }
@@ -135,11 +160,17 @@ control InaggIngress(inout headers_t hdr,
                 result_dispatch.apply(hdr, meta, standard_metadata);
             } else if (to_parent == 1) {
                 send_upstream.apply(hdr, meta, standard_metadata);
+                if (meta.inagg.detour_sent == 1) {
+                    job_detours_sent.count((bit<32>)local_job);
+                }
+            } else if (meta.inagg.drop == 0 && meta.inagg.relay == 1) {
+                relay_detour.apply(hdr, meta, standard_metadata);
             }
             if (meta.inagg.drop == 1) {
                 drops.count((bit<32>)meta.inagg.drop_reason);
                 mark_to_drop(standard_metadata);
-            } else if (to_workers == 1 || to_parent == 1 || meta.inagg.group == 1) {
+            } else if (to_workers == 1 || to_parent == 1 || meta.inagg.group == 1
+                       || meta.inagg.relay == 1) {
                 queue_select.apply(hdr, standard_metadata);
             }
         } else {

@@ -23,6 +23,8 @@ struct job_md_t {
     bit<16> generation;
     bit<16> mcast_grp;      /* PRE group holding one replica per worker */
     bit<32> incarnation;    /* changes every time the job is installed */
+    bit<1>  known;          /* job_table has the job */
+    bit<1>  detours;        /* the job takes detours: packets may come out of order */
 }
 
 /* What upstream_table installs for a tree job (docs/PROTOCOL.md,
@@ -35,6 +37,24 @@ struct upstream_md_t {
     bit<32> addr;
     bit<16> port;
     bit<9>  egress_port;    /* the switch port towards it */
+    /* The auxiliary path, when aux == 1 (docs/PROTOCOL.md, "Auxiliary
+     * paths"): its first switch, and NetStorm's two bounds. */
+    bit<1>  aux;
+    bit<48> via_mac;
+    bit<32> via_addr;
+    bit<16> via_port;
+    bit<9>  via_egress_port;
+    bit<16> busy_bound;     /* PRIMARY_BUSY_BOUND */
+    bit<16> queue_length;   /* AUXILIARY_QUEUE_LENGTH */
+}
+
+/* A data-plane endpoint the packet is sent to: a relay entry's next hop, or
+ * the member a detour names (a resend goes to the member, not the relay). */
+struct endpoint_md_t {
+    bit<48> mac;
+    bit<32> addr;
+    bit<16> port;
+    bit<9>  egress_port;
 }
 
 /* The aggregation path's decisions, ingress to egress. */
@@ -54,7 +74,11 @@ struct inagg_md_t {
     bit<1>        from_parent;     /* a result from the job's parent switch (trees) */
     bit<1>        away;            /* the set's partial sum is at the parent */
     bit<1>        unexpected;      /* a parent's result no set waits for */
-    bit<1>        is_upward;       /* leaves the switch as a partial sum to the parent */
+    bit<1>        is_upward;       /* leaves as a partial sum: to the parent, by a detour, or relayed */
+    bit<1>        relay;           /* a detour a relay entry matched: forwarded unchanged */
+    bit<16>       relay_index;     /* ... the entry's relay_packets cell */
+    bit<1>        detour;          /* a detour taken as its member's contribution */
+    bit<1>        detour_sent;     /* a partial sum sent by the auxiliary path */
 }
 
 /* Plain forwarding. */
@@ -65,6 +89,8 @@ struct forward_md_t {
 struct metadata_t {
     job_md_t      job;
     upstream_md_t upstream;
+    endpoint_md_t next_hop;     /* relay entry: where the detour goes on to */
+    endpoint_md_t member_endpoint;  /* detour: the member's own endpoint */
     inagg_md_t    inagg;
     forward_md_t  fwd;
 }

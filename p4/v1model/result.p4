@@ -14,7 +14,8 @@
  *                            destination and worker id from its replication
  *                            id (ResultRewrite)
  *   retransmission        -> unicast back to the sender, out of the port it
- *                            came in on (the emulator's `resent`)
+ *                            came in on (the emulator's `resent`); by a
+ *                            detour, to the member it names instead
  *
  * Either way the packet is addressed back the way it came: Ethernet, IPv4
  * and UDP source and destination swap, so the result comes from the address
@@ -64,9 +65,22 @@ control ResultDispatch(inout headers_t hdr,
         meta.inagg.multicast = 0;
     }
 
+    /* A retransmission that came by a detour: the sender is a relay, so
+     * the result goes to the member's own endpoint (detour_table's entry),
+     * as the emulator's resend does. */
+    action unicast_to_member() {
+        hdr.ethernet.dst_addr = meta.member_endpoint.mac;
+        hdr.ipv4.dst_addr = meta.member_endpoint.addr;
+        hdr.udp.dst_port = meta.member_endpoint.port;
+        standard_metadata.egress_spec = meta.member_endpoint.egress_port;
+        meta.inagg.multicast = 0;
+    }
+
     apply {
         make_result();
-        if (meta.inagg.retransmission == 1) {
+        if (meta.inagg.retransmission == 1 && meta.inagg.detour == 1) {
+            unicast_to_member();
+        } else if (meta.inagg.retransmission == 1) {
             unicast_to_sender();
         } else {
             multicast_to_job();

@@ -11,6 +11,17 @@
  *
  * Used for the first send (the set completes here) and for every resend (a
  * worker's retransmission finds the partial sum still away).
+ *
+ * A job with an auxiliary path (upstream_table's `aux`) applies NetStorm's
+ * sender rule first (docs/PROTOCOL.md, "Auxiliary paths"; emu/src/pipeline.rs,
+ * choose_path), with the egress queues standing for the chunks in flight:
+ *
+ *   waiting(port to parent) > busy_bound and waiting(port to via) < queue_length ?
+ *     yes: kind = 4 (a detour), to the auxiliary path's first switch
+ *          (meta.inagg.detour_sent: counted as job_detours_sent)
+ *     no:  a contribution (kind 1) to the parent
+ *
+ * `waiting` is what egress last saw on the port (detour.p4, waiting_on).
  */
 #ifndef _INAGG_V1MODEL_UPSTREAM_P4_
 #define _INAGG_V1MODEL_UPSTREAM_P4_
@@ -19,26 +30,43 @@ control SendUpstream(inout headers_t hdr,
                      inout metadata_t meta,
                      inout standard_metadata_t standard_metadata) {
 
-    action send_up() {
-        hdr.inagg.kind = KIND_CONTRIBUTION;
+    /* What the partial sum is, whichever way it goes. */
+    action as_member() {
         hdr.inagg.job = meta.upstream.job;
         hdr.inagg.worker = meta.upstream.member;
-
-        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
-        hdr.ethernet.dst_addr = meta.upstream.mac;
-        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
-        hdr.ipv4.dst_addr = meta.upstream.addr;
-        hdr.ipv4.ttl = RESULT_TTL;
-        hdr.udp.src_port = hdr.udp.dst_port;
-        hdr.udp.dst_port = meta.upstream.port;
-        hdr.udp.checksum = 0;
-
-        standard_metadata.egress_spec = meta.upstream.egress_port;
         meta.inagg.is_upward = 1;
     }
 
+    action send_up() {
+        as_member();
+        hdr.inagg.kind = KIND_CONTRIBUTION;
+        address_to(hdr, standard_metadata, meta.upstream.mac, meta.upstream.addr,
+                   meta.upstream.port, meta.upstream.egress_port);
+    }
+
+    action send_detour() {
+        as_member();
+        hdr.inagg.kind = KIND_DETOUR;
+        address_to(hdr, standard_metadata, meta.upstream.via_mac, meta.upstream.via_addr,
+                   meta.upstream.via_port, meta.upstream.via_egress_port);
+        meta.inagg.detour_sent = 1;
+    }
+
     apply {
-        send_up();
+        meta.inagg.detour_sent = 0;
+        bit<32> primary = 0;
+        bit<32> via = 0;
+        if (meta.upstream.aux == 1) {
+            waiting_on(meta.upstream.egress_port, primary);
+            waiting_on(meta.upstream.via_egress_port, via);
+        }
+        if (meta.upstream.aux == 1
+            && primary > (bit<32>)meta.upstream.busy_bound
+            && via < (bit<32>)meta.upstream.queue_length) {
+            send_detour();
+        } else {
+            send_up();
+        }
     }
 }
 

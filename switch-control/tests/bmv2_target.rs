@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use inagg_emu::detour::RelaySpec;
 use inagg_emu::JobError;
 use inagg_switch_control::bmv2::p4info::P4Info;
 use inagg_switch_control::bmv2::proto::google::rpc;
@@ -732,7 +733,7 @@ const WORKER_TABLE: &str = "InaggIngress.admission.worker_table";
 const SET_WORKER: &str = "InaggIngress.admission.set_worker";
 const RECEIVERS: &str = "InaggEgress.result_rewrite.result_receivers";
 const SET_RECEIVER: &str = "InaggEgress.result_rewrite.set_receiver";
-const PER_JOB: [&str; 7] = [
+const PER_JOB: [&str; 9] = [
     "InaggIngress.job_contributions",
     "InaggIngress.job_results",
     "InaggIngress.job_resent_results",
@@ -740,6 +741,8 @@ const PER_JOB: [&str; 7] = [
     "InaggIngress.job_dropped",
     "InaggIngress.job_upstream",
     "InaggIngress.job_upstream_resent",
+    "InaggIngress.job_detours_sent",
+    "InaggIngress.job_detours_taken",
 ];
 
 const GROUP_TABLE: &str = "InaggIngress.group_relay.group_table";
@@ -984,6 +987,7 @@ fn create_job_writes_the_documented_entries_in_order() {
                     ("generation", &[0]),
                     ("mcast_grp", &[2]),
                     ("incarnation", &incarnation),
+                    ("detours", &[0]),
                 ],
             )),
         ),
@@ -1037,13 +1041,14 @@ fn create_job_writes_the_documented_entries_in_order() {
                 ("generation", &[0]),
                 ("mcast_grp", &[0x01, 0x2d]),
                 ("incarnation", &last_incarnation(&sw, &ids)),
+                ("detours", &[0]),
             ],
         )),
     );
     // The job_table entry, then the relay's three entries.
     assert_eq!(writes[writes.len() - 4], upd(Insert, want));
     assert_eq!(
-        writes[writes.len() - 16],
+        writes[writes.len() - 18],
         upd(Insert, group(301, &[(3, 0)]))
     );
     assert_eq!(other.jobs().unwrap().len(), 2);
@@ -1477,6 +1482,14 @@ fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
                     ("parent_addr", &[10, 0, 9, 1]),
                     ("parent_port", &[0xb7, 0x98]),
                     ("egress_port", &[9]),
+                    // No auxiliary path: its parameters are 0.
+                    ("aux", &[0]),
+                    ("via_mac", &[0]),
+                    ("via_addr", &[0]),
+                    ("via_port", &[0]),
+                    ("via_egress_port", &[0]),
+                    ("busy_bound", &[0]),
+                    ("queue_length", &[0]),
                 ],
             )),
         ),
@@ -1528,9 +1541,12 @@ fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
     );
     let mut aux = same_parent.clone();
     aux.upstream = Some("10.0.9.1:47000/31/1".parse().unwrap());
-    aux.upstream.as_mut().unwrap().aux = Some("10.0.0.3:47000/2/1".parse().unwrap());
+    aux.upstream.as_mut().unwrap().aux = Some("10.0.7.7:47000/2/1".parse().unwrap());
     let msg = t.create_job(&aux).unwrap_err().to_string();
-    assert!(msg.contains("auxiliary paths"), "{msg}");
+    assert!(
+        msg.contains("no entry for job 5's auxiliary path (10.0.7.7:47000)"),
+        "{msg}"
+    );
     let mut stranger = same_parent.clone();
     stranger.upstream = Some("10.0.8.8:47000/31/1".parse().unwrap());
     let msg = t.create_job(&stranger).unwrap_err().to_string();
@@ -1568,6 +1584,296 @@ fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
         .unwrap();
     assert_eq!(writes[job_deleted + 1], delete_of(&upstream));
     assert_eq!(writes[job_deleted + 2], delete_of(&parent));
+    assert!(sw.state().tables.is_empty());
+}
+
+const DETOUR_TABLE: &str = "InaggIngress.admission.detour_table";
+const TAKE_DETOUR: &str = "InaggIngress.admission.take_detour";
+const RELAY_TABLE: &str = "InaggIngress.admission.relay_table";
+const RELAY_TO: &str = "InaggIngress.admission.relay_to";
+
+/// Job 5, a parent whose member 1 (the child switch at 10.0.9.1:47000)
+/// also sends by a detour arriving from the relay at 10.0.0.2:47000.
+fn parent_job() -> JobSpec {
+    JobSpec {
+        detours: vec!["1=10.0.0.2:47000".parse().unwrap()],
+        ..spec(5, &["10.0.0.1:6000", "10.0.9.1:47000"], 32, 8)
+    }
+}
+
+/// A relay entry for job `job`'s member `member` from `from` to `to`.
+fn relay_spec(job: u16, from: &str, member: u16, to: &str) -> RelaySpec {
+    RelaySpec {
+        job,
+        from: from.parse().unwrap(),
+        member,
+        to: to.parse().unwrap(),
+    }
+}
+
+#[test]
+fn auxiliary_paths_write_their_entries_and_read_back() {
+    let sw = Switch::with_pipeline();
+    let ids = Ids::new();
+    let mut t = sw.connect();
+
+    // A child with an auxiliary path: set_upstream carries it.
+    let mut child = tree_job();
+    child.upstream.as_mut().unwrap().aux = Some("10.0.0.3:47000/3/2".parse().unwrap());
+    install_job(&mut t, &child).unwrap();
+    let upstream = upd(
+        Insert,
+        ids.entry(
+            UPSTREAM_TABLE,
+            &[("job", &[4])],
+            Some((
+                SET_UPSTREAM,
+                &[
+                    ("parent_job", &[30]),
+                    ("member", &[1]),
+                    ("parent_mac", &[2, 0, 0, 0, 0, 9]),
+                    ("parent_addr", &[10, 0, 9, 1]),
+                    ("parent_port", &[0xb7, 0x98]),
+                    ("egress_port", &[9]),
+                    ("aux", &[1]),
+                    ("via_mac", &[2, 0, 0, 0, 0, 3]),
+                    ("via_addr", &[10, 0, 0, 3]),
+                    ("via_port", &[0xb7, 0x98]),
+                    ("via_egress_port", &[3]),
+                    ("busy_bound", &[3]),
+                    ("queue_length", &[2]),
+                ],
+            )),
+        ),
+    );
+    assert!(sw.writes().contains(&upstream), "{:#?}", sw.writes());
+
+    // A parent that takes member 1's detours from 10.0.0.2: its
+    // detour_table entry goes in before job_table, which says it detours.
+    let before = sw.writes().len();
+    install_job(&mut t, &parent_job()).unwrap();
+    let writes = sw.writes()[before..].to_vec();
+    let detour = upd(
+        Insert,
+        ids.entry(
+            DETOUR_TABLE,
+            &[
+                ("job", &[5]),
+                ("ingress_port", &[2]),
+                ("src_addr", &[10, 0, 0, 2]),
+                ("src_port", &[0xb7, 0x98]),
+                ("member", &[1]),
+            ],
+            Some((
+                TAKE_DETOUR,
+                &[
+                    ("member_mac", &[2, 0, 0, 0, 0, 9]),
+                    ("member_addr", &[10, 0, 9, 1]),
+                    ("member_port", &[0xb7, 0x98]),
+                    ("egress_port", &[9]),
+                ],
+            )),
+        ),
+    );
+    let at_detour = writes
+        .iter()
+        .position(|w| *w == detour)
+        .expect("detour_table entry");
+    let job_insert = upd(
+        Insert,
+        ids.entry(
+            JOB_TABLE,
+            &[("job", &[5])],
+            Some((
+                SET_JOB,
+                &[
+                    ("worker_count", &[2]),
+                    ("pool_base", &[32]),
+                    ("pool_size", &[8]),
+                    ("elements", &[0x40]),
+                    ("generation", &[0]),
+                    ("mcast_grp", &[6]),
+                    ("incarnation", &last_incarnation(&sw, &ids)),
+                    ("detours", &[1]),
+                ],
+            )),
+        ),
+    );
+    let at_job = writes
+        .iter()
+        .position(|w| *w == job_insert)
+        .expect("job_table entry");
+    assert!(at_detour < at_job, "{at_detour} {at_job}");
+
+    // Both read back through another connection, as installed.
+    let mut other = sw.connect();
+    assert_eq!(other.job(4).unwrap().spec, child);
+    assert_eq!(other.job(5).unwrap().spec, parent_job());
+
+    // Relay entries: a counter cell each, zeroed before the entry; the
+    // lowest free cell is reused.
+    let before = sw.writes().len();
+    t.create_relay(&relay_spec(7, "10.0.0.1:47000", 2, "10.0.9.1:47000"))
+        .unwrap();
+    let relay_entry = |job: u8, index: u8| {
+        ids.entry(
+            RELAY_TABLE,
+            &[
+                ("job", &[job]),
+                ("ingress_port", &[1]),
+                ("src_addr", &[10, 0, 0, 1]),
+                ("src_port", &[0xb7, 0x98]),
+                ("member", &[2]),
+            ],
+            Some((
+                RELAY_TO,
+                &[
+                    ("index", &[index]),
+                    ("next_mac", &[2, 0, 0, 0, 0, 9]),
+                    ("next_addr", &[10, 0, 9, 1]),
+                    ("next_port", &[0xb7, 0x98]),
+                    ("egress_port", &[9]),
+                ],
+            )),
+        )
+    };
+    assert_eq!(
+        sw.writes()[before..].to_vec(),
+        vec![
+            upd(
+                Modify,
+                ids.counter_cell("InaggIngress.relay_packets", 0, Some((0, 0)))
+            ),
+            upd(Insert, relay_entry(7, 0)),
+        ]
+    );
+    t.create_relay(&relay_spec(8, "10.0.0.1:47000", 2, "10.0.9.1:47000"))
+        .unwrap();
+    t.delete_relay(relay_spec(7, "10.0.0.1:47000", 2, "10.0.9.1:47000").key())
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.create_relay(&relay_spec(9, "10.0.0.1:47000", 2, "10.0.9.1:47000"))
+        .unwrap();
+    assert_eq!(sw.writes().last().unwrap(), &upd(Insert, relay_entry(9, 0)));
+    sw.state().counters.insert(
+        (ids.counter("InaggIngress.relay_packets"), 1),
+        p4::CounterData {
+            byte_count: 0,
+            packet_count: 12,
+        },
+    );
+    let relays = other.relays().unwrap();
+    let listed: Vec<(u16, u64)> = relays.iter().map(|r| (r.spec.job, r.packets)).collect();
+    assert_eq!(listed, [(8, 12), (9, 0)]);
+    assert_eq!(
+        relays[0].spec,
+        relay_spec(8, "10.0.0.1:47000", 2, "10.0.9.1:47000")
+    );
+
+    // Refusals, before anything is written: the same key twice; an entry
+    // that would carry job 5's detours past it; a job whose detours an
+    // entry would carry on; an unknown relay; a hop not in the topology.
+    let before = sw.writes().len();
+    let err = t
+        .create_relay(&relay_spec(8, "10.0.0.1:47000", 2, "10.0.0.3:47000"))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "relay job 8 member 2 from 10.0.0.1:47000 is already installed; delete it first"
+    );
+    let err = t
+        .create_relay(&relay_spec(5, "10.0.0.2:47000", 1, "10.0.9.1:47000"))
+        .unwrap_err();
+    assert!(err.to_string().contains("carry them past it"), "{err}");
+    let mut relayed = parent_job();
+    relayed.id = 8;
+    relayed.pool_base = 64;
+    relayed.detours = vec!["2=10.0.0.1:47000".parse().unwrap()];
+    relayed.workers.push("10.0.0.3:6000".parse().unwrap());
+    let err = t.create_job(&relayed).unwrap_err();
+    assert!(
+        err.to_string().contains("would be carried on by relay"),
+        "{err}"
+    );
+    let err = t
+        .delete_relay(relay_spec(7, "10.0.0.1:47000", 2, "10.0.9.1:47000").key())
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no relay job 7 member 2 from 10.0.0.1:47000 is installed"
+    );
+    let err = t
+        .create_relay(&relay_spec(7, "10.0.7.7:47000", 2, "10.0.9.1:47000"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no entry for relay_table entry"),
+        "{err}"
+    );
+    assert_eq!(sw.writes().len(), before, "nothing written");
+
+    // The counters of auxiliary paths read back, and reset.
+    {
+        let mut st = sw.state();
+        let mut set = |name: &str, index: i64, packets: i64| {
+            st.counters.insert(
+                (ids.counter(name), index),
+                p4::CounterData {
+                    byte_count: 0,
+                    packet_count: packets,
+                },
+            );
+        };
+        set("InaggIngress.job_detours_sent", 4, 3);
+        set("InaggIngress.job_detours_taken", 5, 2);
+        set("InaggIngress.relayed", 0, 12);
+    }
+    assert_eq!(t.job(4).unwrap().counters.detours_sent, 3);
+    assert_eq!(t.job(5).unwrap().counters.detours_taken, 2);
+    assert_eq!(t.counters().unwrap().relayed, 12);
+    t.reset_counters().unwrap();
+    assert_eq!(t.counters().unwrap().relayed, 0);
+    assert!(t.relays().unwrap().iter().all(|r| r.packets == 0));
+
+    // Deleting the parent: job_table, then its detour_table entry.
+    let before = sw.writes().len();
+    t.delete_job(5).unwrap();
+    let writes = sw.writes()[before..].to_vec();
+    let job_deleted = writes
+        .iter()
+        .position(|w| *w == upd(Delete, ids.entry(JOB_TABLE, &[("job", &[5])], None)))
+        .unwrap();
+    let mut key = detour.entity.clone().unwrap();
+    if let Some(p4::entity::Entity::TableEntry(e)) = &mut key.entity {
+        e.action = None;
+    }
+    assert_eq!(writes[job_deleted + 1], upd(Delete, key));
+    t.delete_job(4).unwrap();
+    for r in t.relays().unwrap() {
+        t.delete_relay(r.spec.key()).unwrap();
+    }
+    assert!(sw.state().tables.is_empty());
+}
+
+#[test]
+fn a_job_whose_detour_entries_are_missing_is_reported_and_can_be_deleted() {
+    let sw = Switch::with_pipeline();
+    let ids = Ids::new();
+    let mut t = sw.connect();
+    install_job(&mut t, &parent_job()).unwrap();
+    {
+        let mut s = sw.state();
+        let detours = ids.table_id(DETOUR_TABLE);
+        s.tables.retain(|k, _| k.0 != detours);
+    }
+    let msg = t.jobs().unwrap_err().to_string();
+    assert!(
+        msg.contains(
+            "job 5 is only partly installed on the switch (job_table says the job takes \
+             detours, detour_table has 0 entries for it)"
+        ),
+        "{msg}"
+    );
+    t.delete_job(5).unwrap();
+    assert!(t.jobs().unwrap().is_empty());
     assert!(sw.state().tables.is_empty());
 }
 
@@ -1625,6 +1931,9 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         set("InaggIngress.job_dropped", 1, 5, 0);
         set("InaggIngress.job_upstream", 1, 3, 0);
         set("InaggIngress.job_upstream_resent", 1, 2, 0);
+        set("InaggIngress.job_detours_sent", 1, 4, 0);
+        set("InaggIngress.job_detours_taken", 1, 8, 0);
+        set("InaggIngress.relayed", 0, 11, 0);
         set("InaggIngress.job_results", 2, 99, 0); // no job 2: not reported
     }
     let c = t.counters().unwrap();
@@ -1634,6 +1943,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
     );
     assert_eq!(c.drops, [0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
     assert_eq!((c.injected_duplicates, c.injected_reorders), (0, 0));
+    assert_eq!(c.relayed, 11);
     let j = &t.jobs().unwrap()[0].counters;
     assert_eq!(
         (
@@ -1643,9 +1953,11 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
             j.duplicates,
             j.dropped,
             j.upstream,
-            j.upstream_resent
+            j.upstream_resent,
+            j.detours_sent,
+            j.detours_taken
         ),
-        (7, 2, 1, 1, 5, 3, 2)
+        (7, 2, 1, 1, 5, 3, 2, 4, 8)
     );
 
     let before = sw.writes().len();
@@ -1654,6 +1966,10 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
     let mut expected = vec![
         upd(Modify, ids.counter_cell("InaggIngress.rx", 0, Some((0, 0)))),
         upd(Modify, ids.counter_cell("InaggEgress.tx", 0, Some((0, 0)))),
+        upd(
+            Modify,
+            ids.counter_cell("InaggIngress.relayed", 0, Some((0, 0))),
+        ),
     ];
     for i in 0..16 {
         expected.push(upd(
@@ -2037,17 +2353,110 @@ fn ctl_drives_the_bmv2_target() {
         out.contains("upstream  switch 10.0.9.1:47000  job 30  as member 1"),
         "{out}"
     );
+    // Another tree node with an auxiliary path, and a parent that takes
+    // its detours from a relay.
     let mut aux = tree.to_vec();
     aux[3] = "4";
     aux[7] = "16";
     aux[11] = "10.0.9.1:47000/31/1";
-    aux.extend(["--aux-path", "10.0.0.2:47000"]);
-    let msg = ctl(&sw, &topo, &aux).unwrap_err().to_string();
-    assert!(msg.contains("auxiliary paths"), "{msg}");
+    aux.extend(["--aux-path", "10.0.0.2:47000/3/2"]);
     assert_eq!(
-        ctl(&sw, &topo, &["job", "delete", "3"]).unwrap(),
-        "deleted job 3\n"
+        ctl(&sw, &topo, &aux).unwrap(),
+        "created job 4: pool [16, 24) k=64\n"
     );
+    let out = ctl(&sw, &topo, &["job", "show", "4"]).unwrap();
+    assert!(
+        out.contains("auxiliary path  via 10.0.0.2:47000  busy bound 3  queue length 2"),
+        "{out}"
+    );
+    let parent = [
+        "job",
+        "create",
+        "--id",
+        "5",
+        "--workers",
+        "10.0.0.1:6000,10.0.9.1:47000",
+        "--pool-base",
+        "32",
+        "--pool-size",
+        "8",
+        "--detour",
+        "1=10.0.0.2:47000",
+    ];
+    assert_eq!(
+        ctl(&sw, &topo, &parent).unwrap(),
+        "created job 5: pool [32, 40) k=64\n"
+    );
+    let out = ctl(&sw, &topo, &["job", "show", "5"]).unwrap();
+    assert!(
+        out.contains("detours of member 1 from relay 10.0.0.2:47000")
+            && out.contains("detours taken 0"),
+        "{out}"
+    );
+    // A relay entry, listed with its packets, and deleted.
+    let relay = [
+        "relay",
+        "create",
+        "--job",
+        "7",
+        "--from",
+        "10.0.0.1:47000",
+        "--member",
+        "2",
+        "--to",
+        "10.0.9.1:47000",
+    ];
+    assert_eq!(
+        ctl(&sw, &topo, &relay).unwrap(),
+        "created relay job 7 member 2 from 10.0.0.1:47000 -> 10.0.9.1:47000\n"
+    );
+    let out = ctl(&sw, &topo, &["relay", "list"]).unwrap();
+    assert!(
+        out.contains("    7       2  10.0.0.1:47000         10.0.9.1:47000                  0"),
+        "{out}"
+    );
+    // The relay entry may not carry job 5's detours past it.
+    let clash = [
+        "relay",
+        "create",
+        "--job",
+        "5",
+        "--from",
+        "10.0.0.2:47000",
+        "--member",
+        "1",
+        "--to",
+        "10.0.9.1:47000",
+    ];
+    let msg = ctl(&sw, &topo, &clash).unwrap_err().to_string();
+    assert!(msg.contains("carry them past it"), "{msg}");
+    assert_eq!(
+        ctl(
+            &sw,
+            &topo,
+            &[
+                "relay",
+                "delete",
+                "--job",
+                "7",
+                "--from",
+                "10.0.0.1:47000",
+                "--member",
+                "2"
+            ]
+        )
+        .unwrap(),
+        "deleted relay job 7 member 2 from 10.0.0.1:47000\n"
+    );
+    assert!(ctl(&sw, &topo, &["relay", "list"])
+        .unwrap()
+        .contains("(no relay entries)"));
+    for id in ["3", "4", "5"] {
+        assert_eq!(
+            ctl(&sw, &topo, &["job", "delete", id]).unwrap(),
+            format!("deleted job {id}\n")
+        );
+    }
 
     // Groups made by hand, through the CLI.
     let args = [

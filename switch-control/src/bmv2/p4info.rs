@@ -52,6 +52,16 @@ pub mod names {
     pub const UPSTREAM_TABLE: &str = "InaggIngress.admission.upstream_table";
     /// upstream_table's action.
     pub const SET_UPSTREAM: &str = "InaggIngress.admission.set_upstream";
+    /// Per relay entry: (job, ingress port, source address, source port,
+    /// member) -> relay_to.
+    pub const RELAY_TABLE: &str = "InaggIngress.admission.relay_table";
+    /// relay_table's action.
+    pub const RELAY_TO: &str = "InaggIngress.admission.relay_to";
+    /// Per detour a job lists: (job, ingress port, source address, source
+    /// port, member) -> take_detour.
+    pub const DETOUR_TABLE: &str = "InaggIngress.admission.detour_table";
+    /// detour_table's action.
+    pub const TAKE_DETOUR: &str = "InaggIngress.admission.take_detour";
 
     /// Match fields.
     pub mod key {
@@ -70,6 +80,8 @@ pub mod names {
         pub const GROUP: &str = "group";
         /// parent_table: the parent's job id, as its results carry it.
         pub const PARENT_JOB: &str = "parent_job";
+        /// relay_table, detour_table: the member id a detour carries.
+        pub const MEMBER: &str = "member";
     }
 
     /// Action parameters.
@@ -109,8 +121,33 @@ pub mod names {
         pub const PARENT_ADDR: &str = "parent_addr";
         /// set_upstream: the parent's data-plane UDP port.
         pub const PARENT_PORT: &str = "parent_port";
-        /// set_upstream: the switch port towards the parent.
+        /// set_upstream, relay_to, take_detour: the switch port the packet
+        /// leaves by.
         pub const EGRESS_PORT: &str = "egress_port";
+        /// set_job: the job takes detours (1) or not (0).
+        pub const DETOURS: &str = "detours";
+        /// set_upstream: the job has an auxiliary path (1) or not (0).
+        pub const AUX: &str = "aux";
+        /// set_upstream: the auxiliary path's first switch's MAC.
+        pub const VIA_MAC: &str = "via_mac";
+        /// set_upstream: ... its IPv4 address.
+        pub const VIA_ADDR: &str = "via_addr";
+        /// set_upstream: ... its UDP port.
+        pub const VIA_PORT: &str = "via_port";
+        /// set_upstream: the switch port towards it.
+        pub const VIA_EGRESS_PORT: &str = "via_egress_port";
+        /// set_upstream: PRIMARY_BUSY_BOUND.
+        pub const BUSY_BOUND: &str = "busy_bound";
+        /// set_upstream: AUXILIARY_QUEUE_LENGTH.
+        pub const QUEUE_LENGTH: &str = "queue_length";
+        /// relay_to: the entry's relay_packets cell.
+        pub const INDEX: &str = "index";
+        /// relay_to's endpoint parameters' prefix: next_mac, next_addr,
+        /// next_port (the next hop).
+        pub const NEXT: &str = "next";
+        /// take_detour's: member_mac, member_addr, member_port (the
+        /// member's own endpoint).
+        pub const MEMBER_ENDPOINT: &str = "member";
     }
 
     /// inagg packets reaching the switch logic, index 0.
@@ -131,6 +168,14 @@ pub mod names {
     pub const JOB_UPSTREAM: &str = "InaggIngress.job_upstream";
     /// Per job id: partial sums sent to the parent again.
     pub const JOB_UPSTREAM_RESENT: &str = "InaggIngress.job_upstream_resent";
+    /// Per job id: partial sums sent by the auxiliary path.
+    pub const JOB_DETOURS_SENT: &str = "InaggIngress.job_detours_sent";
+    /// Per job id: detours admitted as a member's contribution.
+    pub const JOB_DETOURS_TAKEN: &str = "InaggIngress.job_detours_taken";
+    /// Detours forwarded by relay entries, index 0.
+    pub const RELAYED: &str = "InaggIngress.relayed";
+    /// ... by relay entry (relay_to's `index`).
+    pub const RELAY_PACKETS: &str = "InaggIngress.relay_packets";
     /// Results and group datagram copies sent, index 0.
     pub const TX: &str = "InaggEgress.tx";
     /// Per group id: group datagrams admitted.
@@ -220,6 +265,8 @@ pub struct SetJob {
     pub mcast_grp: Field,
     /// Incarnation.
     pub incarnation: Field,
+    /// Whether the job takes detours.
+    pub detours: Field,
 }
 
 /// `InaggIngress.admission.worker_table`, and
@@ -327,6 +374,60 @@ pub struct SetUpstream {
     pub parent_port: Field,
     /// The switch port towards the parent.
     pub egress_port: Field,
+    /// Whether there is an auxiliary path.
+    pub aux: Field,
+    /// Its first switch: MAC, IPv4 address, UDP port, the port towards it.
+    pub via_mac: Field,
+    /// See `via_mac`.
+    pub via_addr: Field,
+    /// See `via_mac`.
+    pub via_port: Field,
+    /// See `via_mac`.
+    pub via_egress_port: Field,
+    /// PRIMARY_BUSY_BOUND.
+    pub busy_bound: Field,
+    /// AUXILIARY_QUEUE_LENGTH.
+    pub queue_length: Field,
+}
+
+/// `InaggIngress.admission.relay_table` and `detour_table`: keyed on (job,
+/// ingress port, source address, source port, member id); the action names
+/// an endpoint (the next hop, or the member's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HopTable {
+    /// Table id.
+    pub id: u32,
+    /// Entries it holds at most.
+    pub size: i64,
+    /// Key `job`.
+    pub job: Field,
+    /// Key `ingress_port`.
+    pub ingress_port: Field,
+    /// Key `src_addr`.
+    pub src_addr: Field,
+    /// Key `src_port`.
+    pub src_port: Field,
+    /// Key `member`.
+    pub member: Field,
+    /// Action `relay_to` or `take_detour`.
+    pub action: HopAction,
+}
+
+/// `relay_to` (PREFIX next) and `take_detour` (PREFIX member).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HopAction {
+    /// Action id.
+    pub id: u32,
+    /// relay_to's `index`, its relay_packets cell; none for take_detour.
+    pub index: Option<Field>,
+    /// `PREFIX_mac`.
+    pub mac: Field,
+    /// `PREFIX_addr`.
+    pub addr: Field,
+    /// `PREFIX_port`.
+    pub port: Field,
+    /// `egress_port`.
+    pub egress_port: Field,
 }
 
 /// An indexed counter array.
@@ -359,6 +460,14 @@ pub struct Counters {
     pub job_upstream: Counter,
     /// `InaggIngress.job_upstream_resent`.
     pub job_upstream_resent: Counter,
+    /// `InaggIngress.job_detours_sent`.
+    pub job_detours_sent: Counter,
+    /// `InaggIngress.job_detours_taken`.
+    pub job_detours_taken: Counter,
+    /// `InaggIngress.relayed`.
+    pub relayed: Counter,
+    /// `InaggIngress.relay_packets`.
+    pub relay_packets: Counter,
     /// `InaggEgress.tx`.
     pub tx: Counter,
     /// `InaggIngress.group_packets`.
@@ -369,7 +478,7 @@ pub struct Counters {
 
 impl Counters {
     /// The per-job counters, in `JobCounters` field order.
-    pub fn per_job(&self) -> [Counter; 7] {
+    pub fn per_job(&self) -> [Counter; 9] {
         [
             self.job_contributions,
             self.job_results,
@@ -378,6 +487,8 @@ impl Counters {
             self.job_dropped,
             self.job_upstream,
             self.job_upstream_resent,
+            self.job_detours_sent,
+            self.job_detours_taken,
         ]
     }
 }
@@ -402,6 +513,10 @@ pub struct Schema {
     pub parent_table: WorkerTable,
     /// Tree jobs' parents, as their partial sums leave.
     pub upstream_table: UpstreamTable,
+    /// Relay entries: detours forwarded to the next hop.
+    pub relay_table: HopTable,
+    /// Jobs' detours: taken as a member's contribution.
+    pub detour_table: HopTable,
     /// Counters.
     pub counters: Counters,
     /// Compiled SLOTS: the size of the bitmap register / 2.
@@ -432,6 +547,7 @@ impl Schema {
                 generation: l.param(a, param::GENERATION)?,
                 mcast_grp: l.param(a, param::MCAST_GRP)?,
                 incarnation: l.param(a, param::INCARNATION)?,
+                detours: l.param(a, param::DETOURS)?,
             },
         };
 
@@ -485,8 +601,22 @@ impl Schema {
                 parent_addr: l.param(a, param::PARENT_ADDR)?,
                 parent_port: l.param(a, param::PARENT_PORT)?,
                 egress_port: l.param(a, param::EGRESS_PORT)?,
+                aux: l.param(a, param::AUX)?,
+                via_mac: l.param(a, param::VIA_MAC)?,
+                via_addr: l.param(a, param::VIA_ADDR)?,
+                via_port: l.param(a, param::VIA_PORT)?,
+                via_egress_port: l.param(a, param::VIA_EGRESS_PORT)?,
+                busy_bound: l.param(a, param::BUSY_BOUND)?,
+                queue_length: l.param(a, param::QUEUE_LENGTH)?,
             },
         };
+        let relay_table = l.hop_table(names::RELAY_TABLE, names::RELAY_TO, param::NEXT, true)?;
+        let detour_table = l.hop_table(
+            names::DETOUR_TABLE,
+            names::TAKE_DETOUR,
+            param::MEMBER_ENDPOINT,
+            false,
+        )?;
 
         let counters = Counters {
             rx: l.counter(names::RX)?,
@@ -498,6 +628,10 @@ impl Schema {
             job_dropped: l.counter(names::JOB_DROPPED)?,
             job_upstream: l.counter(names::JOB_UPSTREAM)?,
             job_upstream_resent: l.counter(names::JOB_UPSTREAM_RESENT)?,
+            job_detours_sent: l.counter(names::JOB_DETOURS_SENT)?,
+            job_detours_taken: l.counter(names::JOB_DETOURS_TAKEN)?,
+            relayed: l.counter(names::RELAYED)?,
+            relay_packets: l.counter(names::RELAY_PACKETS)?,
             tx: l.counter(names::TX)?,
             group_packets: l.counter(names::GROUP_PACKETS)?,
             group_copies: l.counter(names::GROUP_COPIES)?,
@@ -542,6 +676,8 @@ impl Schema {
             group_receivers,
             parent_table,
             upstream_table,
+            relay_table,
+            detour_table,
             counters,
             slots,
             elements,
@@ -605,6 +741,44 @@ impl Lookup<'_> {
             set_worker: SetWorker {
                 id: self.action_id(a),
                 worker: self.param(a, id_param)?,
+            },
+        })
+    }
+
+    /// relay_table or detour_table: keyed on (job, port, address, UDP port,
+    /// member); the action's endpoint parameters are `PREFIX_mac`,
+    /// `PREFIX_addr`, `PREFIX_port` and `egress_port`, and relay_to's also
+    /// `index`.
+    fn hop_table(
+        &self,
+        table: &str,
+        action: &str,
+        prefix: &str,
+        indexed: bool,
+    ) -> Result<HopTable> {
+        use names::{key, param};
+        let t = self.table(table)?;
+        let a = self.action(t, action)?;
+        let p = |suffix: &str| self.param(a, &format!("{prefix}_{suffix}"));
+        Ok(HopTable {
+            id: self.table_id(t),
+            size: t.size,
+            job: self.exact(t, key::JOB)?,
+            ingress_port: self.exact(t, key::INGRESS_PORT)?,
+            src_addr: self.exact(t, key::SRC_ADDR)?,
+            src_port: self.exact(t, key::SRC_PORT)?,
+            member: self.exact(t, key::MEMBER)?,
+            action: HopAction {
+                id: self.action_id(a),
+                index: if indexed {
+                    Some(self.param(a, param::INDEX)?)
+                } else {
+                    None
+                },
+                mac: p("mac")?,
+                addr: p("addr")?,
+                port: p("port")?,
+                egress_port: self.param(a, param::EGRESS_PORT)?,
             },
         })
     }

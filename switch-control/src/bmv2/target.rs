@@ -17,8 +17,9 @@
 //!    made by hand).
 //!
 //! A job with an upstream (a node of an aggregation tree) also gets its
-//! upstream_table and parent_table entries, before its job_table entry
-//! (target/tree.rs).
+//! upstream_table and parent_table entries, and a job that takes detours
+//! its detour_table entries, before its job_table entry (target/tree.rs,
+//! target/detour.rs, which also installs relay entries).
 //!
 //! A failed write undoes the ones before it. Deleting goes the other way,
 //! the relay's group_table entry first. Nothing is remembered between
@@ -36,6 +37,7 @@ use inagg_emu::api::{
     validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
 use inagg_emu::counters::{Counters, DropReason, JobCounters};
+use inagg_emu::detour::{detours_unrelayed, RelayInfo, RelayKey, RelaySpec};
 use inagg_emu::switch::SwitchConfig;
 use prost::Message;
 
@@ -46,8 +48,10 @@ use super::proto::p4::v1 as p4;
 use super::topology::{Host, Topology};
 use crate::target::{ControlError, Result, Target};
 
+mod detour;
 mod relay;
 mod tree;
+use detour::{HopEntry, DETOURS, RELAYS};
 use relay::GroupEntry;
 use tree::UpstreamEntry;
 
@@ -258,7 +262,7 @@ impl Bmv2Target {
         };
         let entities = self.client.read(
             "job_table, worker_table, result_receivers, group_table, member_table, \
-             group_receivers, upstream_table, parent_table",
+             group_receivers, upstream_table, parent_table, relay_table, detour_table",
             vec![
                 whole(s.job_table.id),
                 whole(s.worker_table.id),
@@ -268,6 +272,8 @@ impl Bmv2Target {
                 whole(s.group_receivers.id),
                 whole(s.upstream_table.id),
                 whole(s.parent_table.id),
+                whole(s.relay_table.id),
+                whole(s.detour_table.id),
             ],
         )?;
         let mut state = SwitchState::default();
@@ -306,6 +312,14 @@ impl Bmv2Target {
                 state.upstreams.insert(u.job, u);
             } else if e.table_id == s.parent_table.id {
                 state.parents.push(tree::parse_parent(s, &e)?);
+            } else if e.table_id == s.relay_table.id {
+                state
+                    .relays
+                    .push(HopEntry::parse(&s.relay_table, &RELAYS, &e)?);
+            } else if e.table_id == s.detour_table.id {
+                state
+                    .detours
+                    .push(HopEntry::parse(&s.detour_table, &DETOURS, &e)?);
             }
         }
         Ok(state)
@@ -333,7 +347,7 @@ impl Bmv2Target {
         Ok(ids
             .iter()
             .map(|&id| {
-                let [contributions, results, resent, duplicates, dropped, upstream, upstream_resent] =
+                let [contributions, results, resent, duplicates, dropped, upstream, upstream_resent, detours_sent, detours_taken] =
                     &per_job;
                 (
                     id,
@@ -345,9 +359,8 @@ impl Bmv2Target {
                         dropped: cell(dropped, id),
                         upstream: cell(upstream, id),
                         upstream_resent: cell(upstream_resent, id),
-                        // The P4 programs have no auxiliary paths.
-                        detours_sent: 0,
-                        detours_taken: 0,
+                        detours_sent: cell(detours_sent, id),
+                        detours_taken: cell(detours_taken, id),
                     },
                 )
             })
@@ -397,13 +410,6 @@ impl Bmv2Target {
                        alone; map classes switch-wide instead)",
             });
         }
-        if spec.upstream.is_some_and(|u| u.aux.is_some()) || !spec.detours.is_empty() {
-            return Err(ControlError::Unsupported {
-                target: "bmv2",
-                what: "auxiliary paths (a job with --aux-path or --detour): p4/v1model sends \
-                       every partial sum to the parent directly; only the emulator detours",
-            });
-        }
         if spec.group == Some(0) {
             return Err(JobError::GroupZero.into());
         }
@@ -419,7 +425,7 @@ impl Bmv2Target {
     /// Refuses a job the tables have no room for, before writing anything.
     fn check_room(&self, state: &SwitchState, spec: &JobSpec) -> Result<()> {
         use p4info::names::{
-            JOB_TABLE, PARENT_TABLE, RESULT_RECEIVERS, UPSTREAM_TABLE, WORKER_TABLE,
+            DETOUR_TABLE, JOB_TABLE, PARENT_TABLE, RESULT_RECEIVERS, UPSTREAM_TABLE, WORKER_TABLE,
         };
         let s = &self.schema;
         let n = spec.workers.len();
@@ -436,6 +442,12 @@ impl Bmv2Target {
                     s.upstream_table.size,
                 ),
                 (PARENT_TABLE, state.parents.len(), tree, s.parent_table.size),
+                (
+                    DETOUR_TABLE,
+                    state.detours.len(),
+                    spec.detours.len(),
+                    s.detour_table.size,
+                ),
                 (WORKER_TABLE, state.workers.len(), n, s.worker_table.size),
                 (
                     RESULT_RECEIVERS,
@@ -498,6 +510,7 @@ impl Bmv2Target {
                         param(a.generation, spec.generation.into(), &what)?,
                         param(a.mcast_grp, group.into(), &what)?,
                         param(a.incarnation, incarnation.into(), &what)?,
+                        param(a.detours, u64::from(!spec.detours.is_empty()), &what)?,
                     ],
                 )),
             ),
@@ -850,6 +863,8 @@ struct JobEntry {
     elements: u16,
     generation: u16,
     incarnation: u32,
+    /// The job takes detours.
+    detours: bool,
     /// The job's result multicast group.
     group: u16,
     /// The key, for deleting it.
@@ -876,6 +891,7 @@ impl JobEntry {
             elements: narrow(t, p::ELEMENTS, v(j.set_job.elements, p::ELEMENTS)?)?,
             generation: narrow(t, p::GENERATION, v(j.set_job.generation, p::GENERATION)?)?,
             incarnation: narrow(t, p::INCARNATION, v(j.set_job.incarnation, p::INCARNATION)?)?,
+            detours: v(j.set_job.detours, p::DETOURS)? == 1,
             group: narrow(t, p::MCAST_GRP, v(j.set_job.mcast_grp, p::MCAST_GRP)?)?,
             key: key_of(e),
         })
@@ -1032,6 +1048,10 @@ struct SwitchState {
     upstreams: BTreeMap<u16, UpstreamEntry>,
     /// parent_table (`job` is the parent's job, `worker` the local job).
     parents: Vec<WorkerEntry>,
+    /// relay_table.
+    relays: Vec<HopEntry>,
+    /// detour_table (`from` is the relay, `to` the member).
+    detours: Vec<HopEntry>,
 }
 
 impl SwitchState {
@@ -1083,8 +1103,16 @@ impl SwitchState {
             }
         }
         let upstream = self.upstream_of(j.job, partly)?;
+        let detours = self.detours_of(j.job);
+        if j.detours == detours.is_empty() {
+            return Err(partly(format!(
+                "job_table says the job {} detours, detour_table has {} entries for it",
+                if j.detours { "takes" } else { "takes no" },
+                detours.len()
+            )));
+        }
         Ok(JobSpec {
-            detours: Vec::new(),
+            detours,
             upstream,
             id: j.job,
             workers: workers.into_iter().map(SocketAddr::V4).collect(),
@@ -1121,6 +1149,7 @@ impl Target for Bmv2Target {
             max_elements: self.schema.elements,
         };
         validate_job(spec, installed.iter().map(|(s, _)| s), config)?;
+        detours_unrelayed(spec, |key| state.relayed(key))?;
         self.check_compiled(spec)?;
         self.check_room(&state, spec)?;
         // The job's result group (check_compiled: it fits 16 bits) may not
@@ -1140,8 +1169,10 @@ impl Target for Bmv2Target {
         let owner = format!("job {}", spec.id);
         let endpoints = ipv4_endpoints(&owner, "worker", &spec.workers)?;
         let (mut steps, last) = self.install_plan(spec, &endpoints, &hosts, incarnation)?;
-        // A tree node's entries go in before its job_table entry.
+        // A tree node's entries and the detours it takes go in before its
+        // job_table entry.
         steps.extend(self.tree_plan(spec)?);
+        steps.extend(self.detour_steps(spec)?);
         // The job's result group relays group datagrams among its workers;
         // its entries go in after the job's.
         let mut after = vec![last];
@@ -1254,6 +1285,18 @@ impl Target for Bmv2Target {
         self.remove_group(id)
     }
 
+    fn relays(&mut self) -> Result<Vec<RelayInfo>> {
+        self.relay_infos()
+    }
+
+    fn create_relay(&mut self, relay: &RelaySpec) -> Result<()> {
+        self.install_relay(relay)
+    }
+
+    fn delete_relay(&mut self, key: RelayKey) -> Result<()> {
+        self.remove_relay(key)
+    }
+
     fn pools(&mut self) -> Result<PoolMap> {
         let (_, installed) = self.installed()?;
         Ok(PoolMap::new(
@@ -1270,6 +1313,7 @@ impl Target for Bmv2Target {
         let mut entities = vec![
             counter_entity(c.rx.id, 0, None),
             counter_entity(c.tx.id, 0, None),
+            counter_entity(c.relayed.id, 0, None),
         ];
         entities.extend((0..drops).map(|i| counter_entity(c.drops.id, i, None)));
         let cells = self.read_counters("switch counters", entities)?;
@@ -1280,6 +1324,7 @@ impl Target for Bmv2Target {
             rx_bytes: rx.byte_count.max(0) as u64,
             tx_packets: tx.packet_count.max(0) as u64,
             tx_bytes: tx.byte_count.max(0) as u64,
+            relayed: cell(c.relayed.id, 0).packet_count.max(0) as u64,
             ..Counters::default()
         };
         for i in 0..drops {
@@ -1297,7 +1342,14 @@ impl Target for Bmv2Target {
                 counter_entity(id, index, Some(zero())),
             )
         };
-        let mut updates = vec![zero_cell(c.rx.id, 0), zero_cell(c.tx.id, 0)];
+        let mut updates = vec![
+            zero_cell(c.rx.id, 0),
+            zero_cell(c.tx.id, 0),
+            zero_cell(c.relayed.id, 0),
+        ];
+        for i in state.relays.iter().filter_map(|r| r.index) {
+            updates.push(zero_cell(c.relay_packets.id, i.into()));
+        }
         updates.extend((0..c.drops.size).map(|i| zero_cell(c.drops.id, i)));
         for &id in state.jobs.keys() {
             for pc in c.per_job().iter().filter(|pc| i64::from(id) < pc.size) {

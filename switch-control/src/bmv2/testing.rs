@@ -33,7 +33,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
     };
 
     // Actions, with their parameters (name, width).
-    let actions: [(&str, &[(&str, i32)]); 16] = [
+    let actions: [(&str, &[(&str, i32)]); 18] = [
         ("NoAction", &[]),
         (
             "InaggIngress.admission.set_job",
@@ -45,6 +45,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
                 ("generation", 16),
                 ("mcast_grp", 16),
                 ("incarnation", 32),
+                ("detours", 1),
             ],
         ),
         ("InaggIngress.admission.set_worker", &[("worker", 16)]),
@@ -74,6 +75,32 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
                 ("parent_mac", 48),
                 ("parent_addr", 32),
                 ("parent_port", 16),
+                ("egress_port", 9),
+                ("aux", 1),
+                ("via_mac", 48),
+                ("via_addr", 32),
+                ("via_port", 16),
+                ("via_egress_port", 9),
+                ("busy_bound", 16),
+                ("queue_length", 16),
+            ],
+        ),
+        (
+            "InaggIngress.admission.relay_to",
+            &[
+                ("index", 16),
+                ("next_mac", 48),
+                ("next_addr", 32),
+                ("next_port", 16),
+                ("egress_port", 9),
+            ],
+        ),
+        (
+            "InaggIngress.admission.take_detour",
+            &[
+                ("member_mac", 48),
+                ("member_addr", 32),
+                ("member_port", 16),
                 ("egress_port", 9),
             ],
         ),
@@ -110,7 +137,14 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         Option<&'a str>,
         i64,
     );
-    let tables: [TableSpec; 10] = [
+    let hop_key: &[(&str, i32)] = &[
+        ("job", 16),
+        ("ingress_port", 9),
+        ("src_addr", 32),
+        ("src_port", 16),
+        ("member", 16),
+    ];
+    let tables: [TableSpec; 12] = [
         (
             "InaggIngress.admission.job_table",
             &[("job", 16)],
@@ -156,6 +190,26 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
             &[("job", 16)],
             &[
                 ("InaggIngress.admission.set_upstream", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
+        ),
+        (
+            "InaggIngress.admission.relay_table",
+            hop_key,
+            &[
+                ("InaggIngress.admission.relay_to", false),
+                ("NoAction", true),
+            ],
+            Some("NoAction"),
+            1024,
+        ),
+        (
+            "InaggIngress.admission.detour_table",
+            hop_key,
+            &[
+                ("InaggIngress.admission.take_detour", false),
                 ("NoAction", true),
             ],
             Some("NoAction"),
@@ -260,7 +314,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         info.tables.push(table);
     }
 
-    let counters: [(&str, i64); 12] = [
+    let counters: [(&str, i64); 16] = [
         ("InaggIngress.rx", 1),
         ("InaggIngress.drops", 16),
         ("InaggIngress.job_contributions", 65_536),
@@ -270,6 +324,10 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         ("InaggIngress.job_dropped", 65_536),
         ("InaggIngress.job_upstream", 65_536),
         ("InaggIngress.job_upstream_resent", 65_536),
+        ("InaggIngress.job_detours_sent", 65_536),
+        ("InaggIngress.job_detours_taken", 65_536),
+        ("InaggIngress.relayed", 1),
+        ("InaggIngress.relay_packets", 1024),
         ("InaggIngress.group_packets", 65_536),
         ("InaggEgress.tx", 1),
         ("InaggEgress.group_copies", 65_536),
@@ -305,5 +363,10 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
             size: sets,
         });
     }
+    // Declared at the top level (detour.p4): one cell per (port, queue).
+    info.registers.push(cfg::Register {
+        preamble: preamble(0x16, &mut n, "queue_depth"),
+        size: 512 * 8,
+    });
     info
 }

@@ -11,13 +11,15 @@
 //! 2. parent_table (parent job, port, parent's address, UDP port) ->
 //!    from_parent(job): the parent's results come down as this job's.
 //!
-//! The parent's port and MAC come from the topology file, as a worker's do.
-//! Auxiliary paths and detours are not in the program: a job with either
-//! is refused (Unsupported).
+//! The parent's port and MAC come from the topology file, as a worker's do,
+//! and so do those of the auxiliary path's first switch, when the job has
+//! one (`set_upstream`'s `aux` parameters; target/detour.rs has the rest of
+//! auxiliary paths).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use inagg_emu::api::{ApiError, JobSpec, Upstream};
+use inagg_emu::detour::AuxPath;
 
 use super::{
     action, entry_action, exact, key_of, match_value, narrow, param, param_value, table_entity,
@@ -34,6 +36,7 @@ pub(super) struct UpstreamEntry {
     pub(super) parent: SocketAddrV4,
     pub(super) parent_job: u16,
     pub(super) member: u16,
+    pub(super) aux: Option<AuxPath>,
     /// The key, for deleting it.
     pub(super) key: p4::Entity,
 }
@@ -52,7 +55,21 @@ impl UpstreamEntry {
         v(up.egress_port, p::EGRESS_PORT)?;
         let addr: u32 = narrow(t, p::PARENT_ADDR, v(up.parent_addr, p::PARENT_ADDR)?)?;
         let port: u16 = narrow(t, p::PARENT_PORT, v(up.parent_port, p::PARENT_PORT)?)?;
+        v(up.via_mac, p::VIA_MAC)?;
+        v(up.via_egress_port, p::VIA_EGRESS_PORT)?;
+        let via_addr: u32 = narrow(t, p::VIA_ADDR, v(up.via_addr, p::VIA_ADDR)?)?;
+        let via_port: u16 = narrow(t, p::VIA_PORT, v(up.via_port, p::VIA_PORT)?)?;
+        let aux = if v(up.aux, p::AUX)? == 1 {
+            Some(AuxPath {
+                via: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(via_addr), via_port)),
+                busy_bound: narrow(t, p::BUSY_BOUND, v(up.busy_bound, p::BUSY_BOUND)?)?,
+                queue_length: narrow(t, p::QUEUE_LENGTH, v(up.queue_length, p::QUEUE_LENGTH)?)?,
+            })
+        } else {
+            None
+        };
         Ok(UpstreamEntry {
+            aux,
             job: narrow(t, key::JOB, match_value(t, e, u.job, key::JOB)?)?,
             parent: SocketAddrV4::new(Ipv4Addr::from(addr), port),
             parent_job: narrow(t, p::PARENT_JOB, v(up.parent_job, p::PARENT_JOB)?)?,
@@ -63,8 +80,8 @@ impl UpstreamEntry {
 }
 
 impl SwitchState {
-    /// The tree entries of job `id`, upstream_table first, with what to
-    /// call them: for deleting.
+    /// The tree entries of job `id`, upstream_table first, then
+    /// parent_table and detour_table, with what to call them: for deleting.
     pub(super) fn tree_entries(&self, id: u16) -> Vec<(String, p4::Entity)> {
         let up = self.upstreams.get(&id).map(|u| {
             (
@@ -78,7 +95,16 @@ impl SwitchState {
                 p.key.clone(),
             )
         });
-        up.into_iter().chain(parents).collect()
+        let detours = self.detours.iter().filter(|d| d.job == id).map(|d| {
+            (
+                format!(
+                    "delete detour_table entry for job {id} member {} from {}",
+                    d.member, d.from
+                ),
+                d.key.clone(),
+            )
+        });
+        up.into_iter().chain(parents).chain(detours).collect()
     }
 
     /// Job `job`'s upstream, from its upstream_table and parent_table
@@ -110,7 +136,7 @@ impl SwitchState {
                 switch: SocketAddr::V4(u.parent),
                 job: u.parent_job,
                 member: u.member,
-                aux: None,
+                aux: u.aux,
             })),
         }
     }
@@ -153,6 +179,39 @@ impl Bmv2Target {
         let t = &self.schema.upstream_table;
         let a = &t.set_upstream;
         let what = format!("upstream_table entry for job {job}");
+        // Without an auxiliary path its parameters are 0, as the program
+        // never reads them.
+        let (via, via_host) = match up.aux {
+            Some(aux) => {
+                let via = match aux.via {
+                    SocketAddr::V4(v4) => v4,
+                    SocketAddr::V6(_) => {
+                        return Err(ControlError::Api(ApiError::Invalid {
+                            message: format!(
+                                "job {job}: auxiliary path {} is IPv6; bmv2 handles IPv4 only",
+                                aux.via
+                            ),
+                        }))
+                    }
+                };
+                let host = self
+                    .topology()?
+                    .endpoint(&format!("job {job}'s auxiliary path"), aux.via)?;
+                (via, host)
+            }
+            None => (
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                Host {
+                    port: 0,
+                    mac: crate::bmv2::topology::Mac([0; 6]),
+                },
+            ),
+        };
+        let aux = up.aux.unwrap_or(AuxPath {
+            via: SocketAddr::V4(via),
+            busy_bound: 0,
+            queue_length: 0,
+        });
         Ok(Step {
             entity: table_entity(
                 t.id,
@@ -166,6 +225,13 @@ impl Bmv2Target {
                         param(a.parent_addr, u32::from(*parent.ip()).into(), &what)?,
                         param(a.parent_port, parent.port().into(), &what)?,
                         param(a.egress_port, host.port.into(), &what)?,
+                        param(a.aux, u64::from(up.aux.is_some()), &what)?,
+                        param(a.via_mac, via_host.mac.to_u64(), &what)?,
+                        param(a.via_addr, u32::from(*via.ip()).into(), &what)?,
+                        param(a.via_port, via.port().into(), &what)?,
+                        param(a.via_egress_port, via_host.port.into(), &what)?,
+                        param(a.busy_bound, aux.busy_bound.into(), &what)?,
+                        param(a.queue_length, aux.queue_length.into(), &what)?,
                     ],
                 )),
             ),
