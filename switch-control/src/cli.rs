@@ -110,7 +110,7 @@ pub enum CtlCommand {
     #[command(subcommand, alias = "groups")]
     Group(GroupCommand),
     /// Relay entries of a switch on an auxiliary path: detours (partial
-    /// sums sent the long way round) forwarded unchanged (emulator only).
+    /// sums sent the long way round) forwarded unchanged.
     #[command(subcommand, alias = "relays")]
     Relay(relay::RelayCommand),
     /// Aggregator memory: which slots each job's pool holds, what is free.
@@ -239,7 +239,7 @@ pub enum JobCommand {
         /// "Aggregation trees").
         #[arg(long, value_name = "SWITCH/JOB/MEMBER")]
         upstream: Option<Upstream>,
-        /// With --upstream (emulator only): when more than BUSY_BOUND
+        /// With --upstream (emulator and bmv2): when more than BUSY_BOUND
         /// packets wait on the port to the parent, send partial sums as
         /// detours to the switch at VIA while fewer than QUEUE_LENGTH wait
         /// on its port (NetStorm's PRIMARY_BUSY_BOUND and
