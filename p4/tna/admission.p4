@@ -4,7 +4,10 @@
  * The first that fails sets ig_md.drop and the reason; InaggIngress counts
  * and drops. Same tables, keys and order as p4/v1model/admission.p4, except
  * that job_table has no `incarnation` parameter (the Tofino control plane
- * clears a pool's bitmaps through BFRuntime instead, p4/README.md).
+ * clears a pool's bitmaps through BFRuntime instead, p4/README.md), and that
+ * there are no tree or detour tables (a result is not_contribution, a
+ * detour, kind 4, malformed). A well-formed group datagram (kind 3) stops
+ * here with ig_md.group set; GroupRelay makes its own checks.
  *
  * Tofino's ALUs do one operation per field per stage, so the arithmetic is
  * written one operation per statement, and comparisons against the pool size
@@ -83,13 +86,17 @@ control Admission(inout ingress_headers_t hdr,
             || ig_prsr_md.parser_err != 0
             || ig_md.checksum_error
             || hdr.inagg.version != INAGG_VERSION
-            || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT)
+            || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT
+                && hdr.inagg.kind != KIND_GROUP)
             || (hdr.inagg.flags & FLAGS_RESERVED) != 0
             || hdr.inagg.reserved0 != 0
             || hdr.inagg.reserved1 != 0
             || (bit<32>)hdr.udp.length != ig_md.udp_expected
             || ig_md.udp_excess != 0) {
             refuse(DROP_MALFORMED);
+        } else if (hdr.inagg.kind == KIND_GROUP) {
+            /* A well-formed group datagram: GroupRelay's business. */
+            ig_md.group = 1;
         } else if (hdr.inagg.kind != KIND_CONTRIBUTION) {
             refuse(DROP_NOT_CONTRIBUTION);
         } else if (!job_table.apply().hit) {

@@ -2,11 +2,15 @@
  * InaggEgress: per-copy work after the packet replication engine.
  *
  *   multicast result copy      -> ResultRewrite (receiver from egress_rid)
+ *   group datagram copy        -> GroupRewrite (member from egress_rid; the
+ *                                 sender's copy is dropped)
  *   flooded plain traffic      -> the copy for the ingress port is dropped
  *   pass 1 of a result         -> nothing (it goes out of the recirculation
  *                                 port as ingress built it)
  *
- * Counter: tx [1], results sent (every multicast copy, every resend).
+ * Counters: tx [1], results sent (every multicast copy, every resend) and
+ * group datagram copies; group_copies [INAGG_MAX_JOBS], the copies by
+ * group id (the emulator's GroupInfo copies).
  */
 #ifndef _INAGG_TNA_EGRESS_P4_
 #define _INAGG_TNA_EGRESS_P4_
@@ -19,8 +23,10 @@ control InaggEgress(inout egress_headers_t hdr,
                     inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
 
     Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS_AND_BYTES) tx;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) group_copies;
 
     ResultRewrite() result_rewrite;
+    GroupRewrite() group_rewrite;
 
     apply {
         if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST) {
@@ -29,6 +35,12 @@ control InaggEgress(inout egress_headers_t hdr,
         if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST || hdr.bridged.kind == BRIDGE_RESULT_UNICAST) {
             if (eg_md.copy_dropped == 0) {
                 tx.count(0);
+            }
+        } else if (hdr.bridged.kind == BRIDGE_GROUP_COPY) {
+            group_rewrite.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
+            if (eg_md.copy_dropped == 0) {
+                tx.count(0);
+                group_copies.count(hdr.inagg.job);
             }
         } else if (hdr.bridged.kind == BRIDGE_FLOOD
                    && eg_intr_md.egress_port == hdr.bridged.ingress_port) {

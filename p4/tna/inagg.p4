@@ -37,10 +37,12 @@
 #include "value_pair.p4"
 #include "accumulators.p4"
 #include "result.p4"
+#include "group_relay.p4"
 #include "queue_select.p4"
 #include "forwarding.p4"
 #include "ingress.p4"
 #include "result_rewrite.p4"
+#include "group_rewrite.p4"
 #include "egress.p4"
 #include "deparser.p4"
 

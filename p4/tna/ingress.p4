@@ -6,6 +6,8 @@
  *   UDP to the inagg port:
  *       Admission -> SlotState -> Accumulators -> ResultHarvest (complete),
  *       or absorbed, or a drop counted by reason
+ *   ... a group datagram (kind 3):
+ *       Admission -> GroupRelay + QueueSelect (one pass, no register)
  *   anything else:
  *       L2Forwarding
  *
@@ -13,10 +15,15 @@
  * branch chose (VALUES_NONE for everything that does not touch the sums):
  * one application keeps each pair register at one access per packet.
  *
+ * QueueSelect is applied once, at the end, for a result's second pass and
+ * for a group datagram.
+ *
  * Counters (PACKETS_AND_BYTES), the same as the v1model program's:
  *   rx [1], drops [16] by drop reason (common/protocol.p4), and per job id
  *   job_contributions, job_results, job_resent_results, job_duplicates,
  *   job_dropped [INAGG_MAX_JOBS]. Results and resends are counted in pass 1.
+ *   group_packets [INAGG_MAX_JOBS] counts group datagrams admitted, by
+ *   group id (copies: InaggEgress).
  */
 #ifndef _INAGG_TNA_INGRESS_P4_
 #define _INAGG_TNA_INGRESS_P4_
@@ -35,12 +42,14 @@ control InaggIngress(inout ingress_headers_t hdr,
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_resent_results;
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_duplicates;
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_dropped;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) group_packets;
 
     Admission() admission;
     SlotState() slot_state;
     Accumulators() accumulators;
     ResultHarvest() result_harvest;
     ResultDelivery() result_delivery;
+    GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
 
@@ -49,6 +58,7 @@ control InaggIngress(inout ingress_headers_t hdr,
         hdr.bridged.kind = BRIDGE_FORWARD;
         hdr.bridged.pad0 = 0;
         hdr.bridged.ingress_port = ig_intr_md.ingress_port;
+        hdr.bridged.member = 0;
 
         bool second_pass = hdr.harvest.isValid();
         bool inagg = !second_pass && hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT;
@@ -58,7 +68,9 @@ control InaggIngress(inout ingress_headers_t hdr,
         } else if (inagg) {
             rx.count(0);
             admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
-            if (ig_md.drop == 0) {
+            if (ig_md.drop == 0 && ig_md.group == 1) {
+                group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+            } else if (ig_md.drop == 0) {
                 slot_state.apply(hdr, ig_md);
             }
         }
@@ -67,9 +79,10 @@ control InaggIngress(inout ingress_headers_t hdr,
 
         if (second_pass) {
             result_delivery.apply(hdr, ig_tm_md);
-            queue_select.apply(hdr, ig_tm_md);
         } else if (inagg) {
-            if (ig_md.drop == 0) {
+            if (ig_md.drop == 0 && ig_md.group == 1) {
+                group_packets.count(hdr.inagg.job);
+            } else if (ig_md.drop == 0) {
                 job_contributions.count(hdr.inagg.job);
                 if (ig_md.remaining == 0) {
                     if (ig_md.retransmission == 1) {
@@ -86,7 +99,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                     /* Absorbed: added to its set, nothing leaves. Not a drop. */
                     ig_dprsr_md.drop_ctl = 1;
                 }
-            } else if (ig_md.drop_reason >= DROP_UNKNOWN_WORKER) {
+            } else if (ig_md.group == 0 && ig_md.drop_reason >= DROP_UNKNOWN_WORKER) {
                 /* The job exists and its checks refused the packet. */
                 job_dropped.count(hdr.inagg.job);
             }
@@ -96,6 +109,10 @@ control InaggIngress(inout ingress_headers_t hdr,
             }
         } else {
             l2_forwarding.apply(hdr, ig_dprsr_md, ig_tm_md);
+        }
+
+        if (second_pass || (inagg && ig_md.drop == 0 && ig_md.group == 1)) {
+            queue_select.apply(hdr, ig_tm_md);
         }
     }
 }

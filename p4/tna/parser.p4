@@ -9,8 +9,9 @@
  * shorter than its headers) is left to admission, which reads
  * ig_intr_md_from_prsr.parser_err and counts the packet as malformed.
  *
- * Egress: the bridged header, then for results the headers up to inagg (the
- * payload is not needed in egress and passes through unparsed).
+ * Egress: the bridged header, then for results and group datagrams' copies
+ * the headers up to inagg (the payload is not needed in egress and passes
+ * through unparsed).
  */
 #ifndef _INAGG_TNA_PARSER_P4_
 #define _INAGG_TNA_PARSER_P4_
@@ -29,6 +30,7 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.drop = 0;
         ig_md.drop_reason = 0;
         ig_md.retransmission = 0;
+        ig_md.group = 0;
         ig_md.values_op = VALUES_NONE;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_harvest;
@@ -94,14 +96,16 @@ parser InaggEgressParser(packet_in pkt,
         pkt.extract(hdr.bridged);
         eg_md.copy_dropped = 0;
         transition select(hdr.bridged.kind) {
-            BRIDGE_RESULT_UNICAST: parse_result;
-            BRIDGE_RESULT_MULTICAST: parse_result;
+            BRIDGE_RESULT_UNICAST: parse_inagg_headers;
+            BRIDGE_RESULT_MULTICAST: parse_inagg_headers;
+            BRIDGE_GROUP_COPY: parse_inagg_headers;
             default: accept;
         }
     }
 
-    /* A result is always Ethernet / IPv4 / UDP / inagg: ingress parsed it so. */
-    state parse_result {
+    /* A result or a group datagram's copy is always Ethernet / IPv4 / UDP /
+     * inagg: ingress parsed it so. */
+    state parse_inagg_headers {
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);

@@ -18,6 +18,27 @@
 #ifndef _INAGG_TNA_RESULT_P4_
 #define _INAGG_TNA_RESULT_P4_
 
+/* Addresses a packet back the way it came: Ethernet, IPv4 and UDP source
+ * and destination swap, so what the switch sends comes from the address the
+ * workers send to. TTL as for a fresh packet; UDP checksum 0, since egress
+ * may rewrite the destination per copy. Results and group datagrams' copies
+ * (group_relay.p4) both leave this way. */
+action address_back(inout ingress_headers_t hdr) {
+    bit<48> mac = hdr.ethernet.dst_addr;
+    hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+    hdr.ethernet.src_addr = mac;
+
+    bit<32> addr = hdr.ipv4.dst_addr;
+    hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+    hdr.ipv4.src_addr = addr;
+    hdr.ipv4.ttl = RESULT_TTL;
+
+    bit<16> port = hdr.udp.dst_port;
+    hdr.udp.dst_port = hdr.udp.src_port;
+    hdr.udp.src_port = port;
+    hdr.udp.checksum = 0;
+}
+
 control ResultHarvest(inout ingress_headers_t hdr,
                       inout ingress_metadata_t ig_md,
                       in ingress_intrinsic_metadata_t ig_intr_md,
@@ -27,20 +48,7 @@ control ResultHarvest(inout ingress_headers_t hdr,
         hdr.inagg.kind = KIND_RESULT;
         hdr.inagg.count = ig_md.job.worker_count;
         hdr.inagg.exponent = ig_md.exponent[7:0];
-
-        bit<48> mac = hdr.ethernet.dst_addr;
-        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = mac;
-
-        bit<32> addr = hdr.ipv4.dst_addr;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = addr;
-        hdr.ipv4.ttl = RESULT_TTL;
-
-        bit<16> port = hdr.udp.dst_port;
-        hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.udp.src_port = port;
-        hdr.udp.checksum = 0;
+        address_back(hdr);
     }
 
     action recirculate(bit<8> multicast) {

@@ -15,11 +15,13 @@ const bit<8> BRIDGE_FLOOD            = 1;  /* plain traffic, one copy per port *
 const bit<8> BRIDGE_RECIRCULATE      = 2;  /* pass 1 of a result, to the recirculation port */
 const bit<8> BRIDGE_RESULT_UNICAST   = 3;  /* a result resent to its sender */
 const bit<8> BRIDGE_RESULT_MULTICAST = 4;  /* a result copy for one worker */
+const bit<8> BRIDGE_GROUP_COPY       = 5;  /* a group datagram's copy for one member */
 
 header bridged_md_h {
     bit<8>   kind;
     bit<7>   pad0;
     PortId_t ingress_port;
+    bit<16>  member;        /* a group datagram's sender: its copy is dropped */
 }
 
 /*
@@ -76,6 +78,8 @@ struct ingress_metadata_t {
 
     /* Admission (admission.p4). */
     bit<16>       worker;           /* worker id installed for the sender */
+    bit<1>        group;            /* a group datagram (kind 3): GroupRelay, not a job */
+    bit<16>       member;           /* ... the member id installed for its sender */
     bit<1>        drop;
     drop_reason_t drop_reason;
     bit<32>       slot_addr;        /* pool_base + slot */
