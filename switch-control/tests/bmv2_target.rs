@@ -1460,6 +1460,38 @@ fn tree_job() -> JobSpec {
     }
 }
 
+/// tree_job()'s upstream_table insert, with the auxiliary path's
+/// parameters as given (aux, via_mac, via_addr, via_port, via_egress_port,
+/// busy_bound, queue_length).
+fn tree_job_upstream(ids: &Ids, aux: [&[u8]; 7]) -> p4::Update {
+    let names = [
+        "aux",
+        "via_mac",
+        "via_addr",
+        "via_port",
+        "via_egress_port",
+        "busy_bound",
+        "queue_length",
+    ];
+    let mut params: Vec<(&str, &[u8])> = vec![
+        ("parent_job", &[30]),
+        ("member", &[1]),
+        ("parent_mac", &[2, 0, 0, 0, 0, 9]),
+        ("parent_addr", &[10, 0, 9, 1]),
+        ("parent_port", &[0xb7, 0x98]),
+        ("egress_port", &[9]),
+    ];
+    params.extend(names.into_iter().zip(aux));
+    upd(
+        Insert,
+        ids.entry(
+            UPSTREAM_TABLE,
+            &[("job", &[4])],
+            Some((SET_UPSTREAM, &params)),
+        ),
+    )
+}
+
 #[test]
 fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
     let sw = Switch::with_pipeline();
@@ -1468,32 +1500,8 @@ fn tree_jobs_write_their_upstream_and_parent_entries_and_read_back() {
     let job = tree_job();
     install_job(&mut t, &job).unwrap();
 
-    let upstream = upd(
-        Insert,
-        ids.entry(
-            UPSTREAM_TABLE,
-            &[("job", &[4])],
-            Some((
-                SET_UPSTREAM,
-                &[
-                    ("parent_job", &[30]),
-                    ("member", &[1]),
-                    ("parent_mac", &[2, 0, 0, 0, 0, 9]),
-                    ("parent_addr", &[10, 0, 9, 1]),
-                    ("parent_port", &[0xb7, 0x98]),
-                    ("egress_port", &[9]),
-                    // No auxiliary path: its parameters are 0.
-                    ("aux", &[0]),
-                    ("via_mac", &[0]),
-                    ("via_addr", &[0]),
-                    ("via_port", &[0]),
-                    ("via_egress_port", &[0]),
-                    ("busy_bound", &[0]),
-                    ("queue_length", &[0]),
-                ],
-            )),
-        ),
-    );
+    // No auxiliary path: its parameters are 0.
+    let upstream = tree_job_upstream(&ids, [&[0], &[0], &[0], &[0], &[0], &[0], &[0]]);
     let parent = upd(
         Insert,
         ids.entry(
@@ -1621,30 +1629,17 @@ fn auxiliary_paths_write_their_entries_and_read_back() {
     let mut child = tree_job();
     child.upstream.as_mut().unwrap().aux = Some("10.0.0.3:47000/3/2".parse().unwrap());
     install_job(&mut t, &child).unwrap();
-    let upstream = upd(
-        Insert,
-        ids.entry(
-            UPSTREAM_TABLE,
-            &[("job", &[4])],
-            Some((
-                SET_UPSTREAM,
-                &[
-                    ("parent_job", &[30]),
-                    ("member", &[1]),
-                    ("parent_mac", &[2, 0, 0, 0, 0, 9]),
-                    ("parent_addr", &[10, 0, 9, 1]),
-                    ("parent_port", &[0xb7, 0x98]),
-                    ("egress_port", &[9]),
-                    ("aux", &[1]),
-                    ("via_mac", &[2, 0, 0, 0, 0, 3]),
-                    ("via_addr", &[10, 0, 0, 3]),
-                    ("via_port", &[0xb7, 0x98]),
-                    ("via_egress_port", &[3]),
-                    ("busy_bound", &[3]),
-                    ("queue_length", &[2]),
-                ],
-            )),
-        ),
+    let upstream = tree_job_upstream(
+        &ids,
+        [
+            &[1],
+            &[2, 0, 0, 0, 0, 3],
+            &[10, 0, 0, 3],
+            &[0xb7, 0x98],
+            &[3],
+            &[3],
+            &[2],
+        ],
     );
     assert!(sw.writes().contains(&upstream), "{:#?}", sw.writes());
 

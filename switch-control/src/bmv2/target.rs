@@ -599,18 +599,22 @@ fn room<const N: usize>(
     Ok(())
 }
 
+/// `addr` as IPv4: bmv2 handles IPv4 endpoints only. `what` names the
+/// endpoint in the error ("job 4: parent switch").
+fn ipv4(addr: SocketAddr, what: &str) -> Result<SocketAddrV4> {
+    match addr {
+        SocketAddr::V4(v4) => Ok(v4),
+        SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
+            message: format!("{what} {addr} is IPv6; bmv2 handles IPv4 only"),
+        })),
+    }
+}
+
 /// The IPv4 endpoints of `owner`'s `member`s (workers of a job, members of
-/// a group); bmv2 handles IPv4 only.
+/// a group).
 fn ipv4_endpoints(owner: &str, member: &str, addrs: &[SocketAddr]) -> Result<Vec<SocketAddrV4>> {
-    addrs
-        .iter()
-        .map(|a| match a {
-            SocketAddr::V4(v4) => Ok(*v4),
-            SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
-                message: format!("{owner}: {member} {a} is IPv6; bmv2 handles IPv4 only"),
-            })),
-        })
-        .collect()
+    let what = format!("{owner}: {member}");
+    addrs.iter().map(|a| ipv4(*a, &what)).collect()
 }
 
 /// The entries of a receivers table (result_receivers or group_receivers)

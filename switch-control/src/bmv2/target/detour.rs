@@ -32,8 +32,8 @@ use inagg_emu::detour::{
 };
 
 use super::{
-    action, counter_entity, entry_action, exact, key_of, match_value, narrow, param, param_value,
-    room, table_entity, update, zero, Bmv2Target, Host, Step, SwitchState,
+    action, counter_entity, entry_action, exact, ipv4, key_of, match_value, narrow, param,
+    param_value, room, table_entity, update, zero, Bmv2Target, Host, Step, SwitchState,
 };
 use crate::bmv2::p4info::{self, HopTable};
 use crate::bmv2::proto::p4::v1 as p4;
@@ -183,7 +183,8 @@ impl Bmv2Target {
         let topology = self.topology()?;
         let from_host = topology.endpoint(&format!("{what}: the previous hop"), from)?;
         let to_host: Host = topology.endpoint(&format!("{what}: where it goes"), to)?;
-        let (from, to) = (v4(from, &what)?, v4(to, &what)?);
+        let from = ipv4(from, &format!("{what}: the previous hop"))?;
+        let to = ipv4(to, &format!("{what}: where it goes"))?;
         let a = &t.action;
         let mut params = Vec::new();
         if let (Some(f), Some(i)) = (a.index, index) {
@@ -305,15 +306,5 @@ impl Bmv2Target {
             &format!("delete relay_table entry for {key}"),
             vec![update(p4::update::Type::Delete, entry.key.clone())],
         )
-    }
-}
-
-/// bmv2 handles IPv4 endpoints only.
-fn v4(addr: SocketAddr, what: &str) -> Result<SocketAddrV4> {
-    match addr {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(ControlError::Api(ApiError::Invalid {
-            message: format!("{what}: {addr} is IPv6; bmv2 handles IPv4 only"),
-        })),
     }
 }

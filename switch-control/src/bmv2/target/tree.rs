@@ -18,12 +18,12 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use inagg_emu::api::{ApiError, JobSpec, Upstream};
+use inagg_emu::api::{JobSpec, Upstream};
 use inagg_emu::detour::AuxPath;
 
 use super::{
-    action, entry_action, exact, key_of, match_value, narrow, param, param_value, table_entity,
-    Bmv2Target, Host, Step, SwitchState, WorkerEntry,
+    action, entry_action, exact, ipv4, key_of, match_value, narrow, param, param_value,
+    table_entity, Bmv2Target, Host, Step, SwitchState, WorkerEntry,
 };
 use crate::bmv2::p4info::{self, Schema};
 use crate::bmv2::proto::p4::v1 as p4;
@@ -149,17 +149,7 @@ impl Bmv2Target {
         let Some(up) = spec.upstream else {
             return Ok(Vec::new());
         };
-        let parent = match up.switch {
-            SocketAddr::V4(v4) => v4,
-            SocketAddr::V6(_) => {
-                return Err(ControlError::Api(ApiError::Invalid {
-                    message: format!(
-                        "job {}: parent switch {} is IPv6; bmv2 handles IPv4 only",
-                        spec.id, up.switch
-                    ),
-                }))
-            }
-        };
+        let parent = ipv4(up.switch, &format!("job {}: parent switch", spec.id))?;
         let host = self
             .topology()?
             .endpoint(&format!("job {}'s parent switch", spec.id), up.switch)?;
@@ -183,17 +173,7 @@ impl Bmv2Target {
         // never reads them.
         let (via, via_host) = match up.aux {
             Some(aux) => {
-                let via = match aux.via {
-                    SocketAddr::V4(v4) => v4,
-                    SocketAddr::V6(_) => {
-                        return Err(ControlError::Api(ApiError::Invalid {
-                            message: format!(
-                                "job {job}: auxiliary path {} is IPv6; bmv2 handles IPv4 only",
-                                aux.via
-                            ),
-                        }))
-                    }
-                };
+                let via = ipv4(aux.via, &format!("job {job}: auxiliary path"))?;
                 let host = self
                     .topology()?
                     .endpoint(&format!("job {job}'s auxiliary path"), aux.via)?;
