@@ -142,7 +142,7 @@ impl SwitchState {
 
     /// The lowest relay_packets cell no relay entry uses, below `cells`.
     fn free_relay_index(&self, cells: i64) -> Option<u16> {
-        (0..u16::try_from(cells.clamp(0, 65_536)).unwrap_or(u16::MAX))
+        (0..cells.clamp(0, i64::from(u16::MAX)) as u16)
             .find(|i| !self.relays.iter().any(|r| r.index == Some(*i)))
     }
 }

@@ -171,27 +171,24 @@ impl Bmv2Target {
         let what = format!("upstream_table entry for job {job}");
         // Without an auxiliary path its parameters are 0, as the program
         // never reads them.
-        let (via, via_host) = match up.aux {
-            Some(aux) => {
-                let via = ipv4(aux.via, &format!("job {job}: auxiliary path"))?;
-                let host = self
-                    .topology()?
-                    .endpoint(&format!("job {job}'s auxiliary path"), aux.via)?;
-                (via, host)
-            }
+        let (via, via_host, busy_bound, queue_length) = match up.aux {
+            Some(aux) => (
+                ipv4(aux.via, &format!("job {job}: auxiliary path"))?,
+                self.topology()?
+                    .endpoint(&format!("job {job}'s auxiliary path"), aux.via)?,
+                aux.busy_bound,
+                aux.queue_length,
+            ),
             None => (
                 SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
                 Host {
                     port: 0,
                     mac: crate::bmv2::topology::Mac([0; 6]),
                 },
+                0,
+                0,
             ),
         };
-        let aux = up.aux.unwrap_or(AuxPath {
-            via: SocketAddr::V4(via),
-            busy_bound: 0,
-            queue_length: 0,
-        });
         Ok(Step {
             entity: table_entity(
                 t.id,
@@ -210,8 +207,8 @@ impl Bmv2Target {
                         param(a.via_addr, u32::from(*via.ip()).into(), &what)?,
                         param(a.via_port, via.port().into(), &what)?,
                         param(a.via_egress_port, via_host.port.into(), &what)?,
-                        param(a.busy_bound, aux.busy_bound.into(), &what)?,
-                        param(a.queue_length, aux.queue_length.into(), &what)?,
+                        param(a.busy_bound, busy_bound.into(), &what)?,
+                        param(a.queue_length, queue_length.into(), &what)?,
                     ],
                 )),
             ),
