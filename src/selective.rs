@@ -45,7 +45,7 @@ use inagg_emu::api::validate_job;
 use inagg_emu::{JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_control::sched::selective_reduce::{
-    partial_reduce, Cdf, Controller, Params, Ready, Training,
+    all_reduce, partial_reduce, Cdf, Controller, Params, Ready, Training,
 };
 use inagg_switch_control::target::Target;
 use serde::{Deserialize, Serialize};
@@ -564,8 +564,7 @@ impl State {
         let mut groups = match &mut self.chooser {
             Chooser::Selective(c) => c.step(n, &ready, &training, &self.cdf),
             Chooser::Partial(p) => partial_reduce(&ready, *p),
-            Chooser::AllReduce if ready.len() == n => vec![ready.clone()],
-            Chooser::AllReduce => Vec::new(),
+            Chooser::AllReduce => all_reduce(&ready, n),
         };
         if groups.is_empty() && ready.len() == n {
             // Nobody left to wait for (see the module's doc).

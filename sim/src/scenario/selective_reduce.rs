@@ -290,10 +290,7 @@ impl Run<'_> {
                 .collect()
         };
         match scheme {
-            Scheme::AllReduce if ready.len() == self.setup.n => {
-                vec![ready.iter().map(|w| w.id).collect()]
-            }
-            Scheme::AllReduce => Vec::new(),
+            Scheme::AllReduce => ids(sr::all_reduce(&ready, self.setup.n)),
             Scheme::PartialReduce => ids(sr::partial_reduce(&ready, p)),
             Scheme::Selective { .. } => {
                 let training: Vec<Training> = (0..self.setup.n)

@@ -22,6 +22,12 @@
 //!   the group launches now.
 //! - **Loop-k**: k also counts the full all-reduce, or every later round
 //!   would be one.
+//! - **BAG-args**: Algorithm 3 calls BAG with its arguments in another
+//!   order than BAG's signature; they are matched by meaning (the ready
+//!   queue, p, eta, the bandwidths), as [`plan`] passes them.
+//! - **Launch-at-p**: the loop's `len(Q) >= p` is followed, not the prose's
+//!   "larger than p": p ready workers are enough to plan ([`plan`]), as
+//!   partial reduce launches at p.
 
 /// A worker as the controller sees it: its id and bandwidth (bytes/s,
 /// `min(uplink, downlink)`).
@@ -242,7 +248,8 @@ pub fn bpawr(g: &[Ready], training: &mut Vec<Training>, params: &Params, cdf: &C
 }
 
 /// One pass of Algorithm 3's partial branch: the groups to launch now
-/// (reading Loop-bool). `ready` is Q, `training` is S.
+/// (readings Loop-bool and Launch-at-p). `ready` is Q, `training` is S;
+/// BAG gets them in its own signature's order (reading BAG-args).
 pub fn plan(ready: &[Ready], training: &[Training], params: &Params, cdf: &Cdf) -> Vec<Vec<Ready>> {
     if ready.len() < params.p {
         return Vec::new();
@@ -289,16 +296,22 @@ impl Controller {
     ) -> Vec<Vec<Ready>> {
         let full_turn = self.params.c > 0 && self.k.is_multiple_of(self.params.c);
         let launch = if full_turn {
-            if ready.len() == n {
-                vec![ready.to_vec()]
-            } else {
-                Vec::new()
-            }
+            all_reduce(ready, n)
         } else {
             plan(ready, training, &self.params, cdf)
         };
         self.k += launch.len() as u64;
         launch
+    }
+}
+
+/// The baseline all-reduce, and the controller's periodic full round: all
+/// `n` workers together, once every one of them is ready; nothing before.
+pub fn all_reduce(ready: &[Ready], n: usize) -> Vec<Vec<Ready>> {
+    if ready.len() == n && n > 0 {
+        vec![ready.to_vec()]
+    } else {
+        Vec::new()
     }
 }
 
@@ -435,5 +448,19 @@ mod tests {
             [vec![0, 1, 2]]
         );
         assert_eq!(partial_reduce(&ready, 2).len(), 1);
+    }
+
+    #[test]
+    fn all_reduce_waits_for_every_worker() {
+        let ready = [w(3, 1.0), w(0, 5.0), w(1, 4.0)];
+        assert!(all_reduce(&ready[..2], 3).is_empty());
+        assert_eq!(
+            all_reduce(&ready, 3)
+                .iter()
+                .map(|g| ids(g))
+                .collect::<Vec<_>>(),
+            [vec![3, 0, 1]]
+        );
+        assert!(all_reduce(&[], 0).is_empty(), "no workers, no round");
     }
 }
