@@ -28,10 +28,34 @@ struct Flow {
 #[derive(Debug, Clone, Default)]
 pub struct FlowNet {
     capacity: Vec<f64>,
+    usage: Vec<LinkUsage>,
+    /// Scratch of [`FlowNet::advance_to`]: per link, the bytes moved and
+    /// the rates summed in this step, and the links that moved any.
+    step_bytes: Vec<f64>,
+    step_rate: Vec<f64>,
+    touched: Vec<usize>,
     flows: Vec<Option<Flow>>,
     free: Vec<FlowId>,
     now: f64,
     stale: bool,
+}
+
+/// What a link has carried since it was added: what a passive probe on it
+/// would see.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LinkUsage {
+    /// Bytes that crossed it.
+    pub bytes: f64,
+    /// Seconds during which at least one flow moved bytes over it.
+    pub busy: f64,
+    /// Bytes that crossed it while it was full (its flows' rates summing to
+    /// its capacity): a sender timing its back-to-back departures sees
+    /// these. A flow held back elsewhere leaves the link idle part of the
+    /// time; in a fluid model that shows as a link that is busy but not
+    /// full, and it is not counted here.
+    pub train_bytes: f64,
+    /// Seconds during which it was full.
+    pub train: f64,
 }
 
 /// A flow that finished: its handle and the caller's tag.
@@ -53,7 +77,15 @@ impl FlowNet {
     /// Adds a link of `capacity` bytes/s; returns its index.
     pub fn add_link(&mut self, capacity: f64) -> usize {
         self.capacity.push(capacity.max(0.0));
+        self.usage.push(LinkUsage::default());
+        self.step_bytes.push(0.0);
+        self.step_rate.push(0.0);
         self.capacity.len() - 1
+    }
+
+    /// What `link` has carried so far.
+    pub fn usage(&self, link: usize) -> LinkUsage {
+        self.usage[link]
     }
 
     /// Changes a link's capacity from now on (a WAN link's rate redrawn).
@@ -152,17 +184,44 @@ impl FlowNet {
         let mut done = Vec::new();
         for (id, slot) in self.flows.iter_mut().enumerate() {
             let Some(f) = slot else { continue };
+            let moved = (f.rate * dt).min(f.remaining);
+            if moved > 0.0 {
+                for &l in &f.links {
+                    if self.step_bytes[l] == 0.0 {
+                        self.touched.push(l);
+                    }
+                    self.step_bytes[l] += moved;
+                    self.step_rate[l] += f.rate;
+                }
+            }
             f.remaining -= f.rate * dt;
             if f.remaining <= EPS_BYTES || f.links.is_empty() {
                 done.push(Finished { id, tag: f.tag });
                 *slot = None;
             }
         }
+        self.account(dt);
         if !done.is_empty() {
             self.free.extend(done.iter().map(|d| d.id));
             self.stale = true;
         }
         done
+    }
+
+    /// Adds a step of `dt` seconds to the usage of the links that moved
+    /// bytes in it.
+    fn account(&mut self, dt: f64) {
+        for l in self.touched.drain(..) {
+            let u = &mut self.usage[l];
+            let bytes = std::mem::take(&mut self.step_bytes[l]);
+            let rate = std::mem::take(&mut self.step_rate[l]);
+            u.bytes += bytes;
+            u.busy += dt;
+            if rate >= self.capacity[l] * (1.0 - 1e-9) {
+                u.train_bytes += bytes;
+                u.train += dt;
+            }
+        }
     }
 
     /// Runs until every flow has finished; returns them in finishing order
@@ -303,6 +362,34 @@ mod tests {
         let done = net.drain();
         assert_eq!(done[0], (2.0, Finished { id: x, tag: 1 }));
         assert!((done[1].0 - 6.8).abs() < 1e-9, "{done:?}");
+        // What a probe on each link saw: a carried both flows for 6.8 s,
+        // full all the time; b carried x's 8 bytes in 2 s, full too.
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
+        let (ua, ub) = (net.usage(a), net.usage(b));
+        assert!(close(ua.bytes, 68.0) && close(ua.busy, 6.8), "{ua:?}");
+        assert!(
+            close(ua.train_bytes, 68.0) && close(ua.train, 6.8),
+            "{ua:?}"
+        );
+        assert!(close(ub.bytes, 8.0) && close(ub.busy, 2.0), "{ub:?}");
+        assert!(close(ub.train_bytes, 8.0) && close(ub.train, 2.0), "{ub:?}");
+    }
+
+    #[test]
+    fn a_link_held_back_by_another_is_busy_but_never_full() {
+        // A flow over a (10) and b (2) moves at 2: a carries it all the
+        // time at a fifth of its rate, so it gives no train; b is full.
+        let mut net = FlowNet::new();
+        let a = net.add_link(10.0);
+        let b = net.add_link(2.0);
+        let idle = net.add_link(5.0);
+        net.start(&[a, b], 4.0, 0, 0);
+        net.drain();
+        let (ua, ub) = (net.usage(a), net.usage(b));
+        assert!((ua.bytes / ua.busy - 2.0).abs() < 1e-9, "{ua:?}");
+        assert_eq!((ua.train_bytes, ua.train), (0.0, 0.0), "{ua:?}");
+        assert!((ub.train_bytes / ub.train - 2.0).abs() < 1e-9, "{ub:?}");
+        assert_eq!(net.usage(idle), LinkUsage::default());
     }
 
     #[test]

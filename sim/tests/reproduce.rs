@@ -64,6 +64,11 @@ fn selective_reduce_beats_partial_reduce() {
             "sensitivity: sync time added by alpha 50 ms, selective / all-reduce",
         ],
     );
+    // The claims' factor of two lets a gain of 1.0 pass for the paper's
+    // 1.89x; partial reduce in selective reduce's place gives 1.0 here.
+    pin_above(&r, "sync time, partial / selective (lowest)", 1.1);
+    pin_above(&r, "sync time, partial / selective (highest)", 2.0);
+    pin_above(&r, "sync scale, selective / partial (lowest)", 1.15);
     // 2 traces x 3 metrics plotted, each with the three schemes.
     assert_eq!(r.figures.len(), 6);
     assert!(r.figures.iter().all(|f| f.series.len() == 3));
@@ -198,6 +203,16 @@ fn selmcast_balances_receivers() {
             "SSP scale planned at admission, SELMCAST, ResNet-50",
         ],
     );
+    // The claim 0.30 -> 0.55 passes Orpheus's own 0.30 within its factor
+    // of two; SELMCAST must deliver well above Orpheus on every workload.
+    for workload in ["LSTM", "Transformer", "ResNet-50"] {
+        let orpheus = row(&r, &format!("SSP scale delivered, Orpheus, {workload}")).inagg;
+        let selmcast = row(&r, &format!("SSP scale delivered, SELMCAST, {workload}")).inagg;
+        assert!(
+            selmcast > 1.2 * orpheus,
+            "{workload}: SELMCAST delivers {selmcast}, Orpheus {orpheus}"
+        );
+    }
 }
 
 #[test]

@@ -8,21 +8,17 @@
 //! probe is the port's train counter: the bytes of the packets that left
 //! back to back, over the real time they took ([`PortStats::train_rate_bps`]).
 //!
-//! Readings, where the paper does not fit a switch:
+//! The estimation itself is the policy's
+//! ([`inagg_switch_control::sched::netstorm::awareness`], with its readings),
+//! the same code the simulator runs. Readings, where the paper does not fit
+//! a switch:
 //! - The paper's receiver computes B = sum s_i / sum (t_recv - t_send),
 //!   one-way, which needs clocks synchronised by NTP. The sending switch
 //!   times its own departures instead: the same quantity (the rate the
-//!   traffic got while there was traffic to send) on one clock.
-//! - PROBE_CHUNK_NUM chunks of PROBE_CHUNK_SIZE become a byte count: a
-//!   port's estimate is renewed once `probe_bytes` more have left back to
-//!   back since the last one.
-//! - REPORT_RATE: an estimate replaces the known rate only when it differs
-//!   by more than that fraction, as the paper's receivers report.
-//! - An edge's weight is its latency plus a chunk over the slower of its
-//!   two directions (a tree crosses each edge up in the push and down in
-//!   the pull).
-//! - Only links that carry tree traffic are measured (the avalanche
-//!   effect): the others keep the first guess, the nominal rate.
+//!   traffic got while there was traffic to send) on one clock. Each
+//!   reading of a port's train counters is one sample.
+//! - PROBE_CHUNK_NUM chunks of PROBE_CHUNK_SIZE become a byte count,
+//!   `probe_bytes`.
 //! - Roots are chosen once, from the first guess, and kept (parameter
 //!   shards never migrate); their trees and shares follow the estimates.
 
@@ -32,7 +28,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use inagg_emu::egress::PortStats;
-use inagg_switch_control::sched::netstorm::{self, Edge, Graph};
+use inagg_switch_control::sched::netstorm::awareness::{LinkRates, Probing};
+use inagg_switch_control::sched::netstorm::{self, Graph};
+
+pub use inagg_switch_control::sched::netstorm::awareness::Estimate;
 
 use super::{Detours, Forest, Site};
 
@@ -63,35 +62,13 @@ impl Default for AwarenessConfig {
     }
 }
 
-/// What the scheduler knows of one overlay link.
-#[derive(Debug, Clone, PartialEq)]
-struct Link {
-    a: usize,
-    b: usize,
-    /// Seconds, not measured (given with the overlay).
-    latency: f64,
-    /// Known rates, bit/s: a to b, then b to a.
-    rate: [f64; 2],
-}
-
-/// A new estimate of one direction of a link, as applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Estimate {
-    /// The sending site.
-    pub from: usize,
-    /// The receiving site.
-    pub to: usize,
-    /// The measured rate, bit/s.
-    pub rate_bps: f64,
-}
-
-/// The links' known rates, renewed from the switches' probes.
+/// The links' known rates, renewed from the switches' probes: the policy's
+/// passive estimation ([`LinkRates`]) fed with the ports' train counters.
 #[derive(Debug, Clone)]
 pub struct Awareness {
     config: AwarenessConfig,
-    nodes: usize,
-    links: Vec<Link>,
-    /// The train counters each (site, port) showed at its last estimate.
+    rates: LinkRates,
+    /// The train counters each (site, port) showed at its last reading.
     seen: HashMap<(usize, SocketAddr), (u64, u64)>,
 }
 
@@ -105,40 +82,18 @@ impl Awareness {
         config: AwarenessConfig,
     ) -> Result<Awareness> {
         ensure!(
-            nominal_bps.is_finite() && nominal_bps > 0.0,
-            "the nominal rate must be positive, not {nominal_bps}"
-        );
-        ensure!(
             config.chunk_bytes > 0 && config.probe_bytes > 0,
             "chunk and probe sizes must be at least one byte"
         );
-        ensure!(
-            config.report_rate.is_finite() && config.report_rate >= 0.0,
-            "REPORT_RATE must be a fraction of 0 or more, not {}",
-            config.report_rate
-        );
-        for &(a, b, latency) in links {
-            ensure!(
-                a < nodes && b < nodes && a != b,
-                "link {a}-{b} is not between two of the {nodes} sites"
-            );
-            ensure!(
-                latency.is_finite() && latency >= 0.0,
-                "link {a}-{b}: latency {latency} s"
-            );
-        }
+        let probing = Probing {
+            probe_bits: config.probe_bytes as f64 * 8.0,
+            report_rate: config.report_rate,
+        };
+        let rates =
+            LinkRates::new(nodes, links, nominal_bps, probing).map_err(anyhow::Error::msg)?;
         Ok(Awareness {
             config,
-            nodes,
-            links: links
-                .iter()
-                .map(|&(a, b, latency)| Link {
-                    a,
-                    b,
-                    latency,
-                    rate: [nominal_bps; 2],
-                })
-                .collect(),
+            rates,
             seen: HashMap::new(),
         })
     }
@@ -150,17 +105,7 @@ impl Awareness {
 
     /// The known rate from `from` to `to`, bit/s (`None`: no such link).
     pub fn rate(&self, from: usize, to: usize) -> Option<f64> {
-        let (link, way) = self.direction(from, to)?;
-        Some(self.links[link].rate[way])
-    }
-
-    /// The link from `from` to `to` and which way it is crossed (0: a to b).
-    fn direction(&self, from: usize, to: usize) -> Option<(usize, usize)> {
-        self.links.iter().enumerate().find_map(|(i, l)| match () {
-            _ if (l.a, l.b) == (from, to) => Some((i, 0)),
-            _ if (l.b, l.a) == (from, to) => Some((i, 1)),
-            _ => None,
-        })
+        self.rates.rate(from, to)
     }
 
     /// Reads site `site`'s port counters: a port toward another site's
@@ -177,61 +122,33 @@ impl Awareness {
             let Some(to) = datas.iter().position(|d| *d == port.port) else {
                 continue;
             };
-            let Some((link, way)) = self.direction(site, to) else {
+            if self.rates.rate(site, to).is_none() {
                 continue;
-            };
-            let Some(rate) = self.probe(site, port) else {
-                continue;
-            };
-            let threshold = self.config.report_rate;
-            let known = &mut self.links[link].rate[way];
-            if (rate - *known).abs() > threshold * *known {
-                *known = rate;
-                out.push(Estimate {
-                    from: site,
-                    to,
-                    rate_bps: rate,
-                });
             }
+            let (bytes, ns) = self.train_since_last(site, port);
+            out.extend(
+                self.rates
+                    .sample(site, to, bytes as f64 * 8.0, ns as f64 * 1e-9),
+            );
         }
         out
     }
 
-    /// A new estimate from `port`'s train counters, once enough has left
-    /// back to back since the last one. Counters that went back (reset)
-    /// start over from zero.
-    fn probe(&mut self, site: usize, port: &PortStats) -> Option<f64> {
+    /// What `port`'s train counters added since the last reading. Counters
+    /// that went back (reset) start over from zero.
+    fn train_since_last(&mut self, site: usize, port: &PortStats) -> (u64, u64) {
         let now = (port.train_bytes, port.train_ns);
-        let last = self.seen.get(&(site, port.port)).copied().unwrap_or((0, 0));
-        let last = if now.0 < last.0 || now.1 < last.1 {
-            (0, 0)
+        let last = self.seen.insert((site, port.port), now).unwrap_or((0, 0));
+        if now.0 < last.0 || now.1 < last.1 {
+            now
         } else {
-            last
-        };
-        let (bytes, ns) = (now.0 - last.0, now.1 - last.1);
-        if bytes < self.config.probe_bytes || ns == 0 {
-            return None;
+            (now.0 - last.0, now.1 - last.1)
         }
-        self.seen.insert((site, port.port), now);
-        Some(bytes as f64 * 8e9 / ns as f64)
     }
 
-    /// The overlay as the policy sees it: each edge's weight is its latency
-    /// plus one chunk over its slower direction.
+    /// The overlay as the policy sees it.
     pub fn graph(&self) -> Graph {
-        let chunk_bits = self.config.chunk_bytes as f64 * 8.0;
-        Graph {
-            nodes: self.nodes,
-            edges: self
-                .links
-                .iter()
-                .map(|l| Edge {
-                    a: l.a,
-                    b: l.b,
-                    weight: l.latency + chunk_bits / l.rate[0].min(l.rate[1]),
-                })
-                .collect(),
-        }
+        self.rates.graph(self.config.chunk_bytes as f64 * 8.0)
     }
 }
 

@@ -560,6 +560,7 @@ pub fn reproduce(opts: &Options) -> Report {
         } else {
             let mut notes = period_notes(opts, &ns);
             notes.push(trend_note(opts, &ns));
+            notes.push(ina_note(opts, &ns));
             notes.push(p_frac_note(opts));
             notes
         },
@@ -632,6 +633,41 @@ fn trend_note(opts: &Options, ns: &[usize]) -> String {
         ns[last],
         ns[second],
         times[last] / times[second],
+    )
+}
+
+/// The same policies over inagg's own transport: in-network aggregation
+/// (`CostModel::Ina`, whose time does not grow with the group; its round
+/// trip is the ring's two one-way latencies, 2 ms) instead of the ring's
+/// Eq. 2, on the Transformer stand-in at c = 10: the partial / selective
+/// gain at the smallest, middle and largest n, and each scheme's own sync
+/// time from the smallest n to the largest.
+fn ina_note(opts: &Options, ns: &[usize]) -> String {
+    let picked = [ns[0], ns[ns.len() / 2], ns[ns.len() - 1]];
+    let runs: Vec<(f64, f64)> = picked
+        .iter()
+        .map(|&n| {
+            let setup = Setup {
+                cost: CostModel::Ina { rtt: 0.002 },
+                ..Setup::paper(n, Compute::TRANSFORMER)
+            };
+            let sel = medians(opts, &setup, SCHEMES[0].1).sync_time;
+            let par = medians(opts, &setup, SCHEMES[1].1).sync_time;
+            (sel, par)
+        })
+        .collect();
+    let gains: Vec<String> = runs.iter().map(|(s, p)| format!("{:.2}", p / s)).collect();
+    let shown: Vec<String> = picked.iter().map(usize::to_string).collect();
+    let (first, last) = (runs[0], runs[2]);
+    format!(
+        "in-network aggregation instead of the ring (rtt 2 ms, c = 10, transformer): partial / \
+         selective sync time {} at n = {}; n={} / n={}: selective {:.3}, partial {:.3}",
+        gains.join(" / "),
+        shown.join(" / "),
+        picked[2],
+        picked[0],
+        last.0 / first.0,
+        last.1 / first.1,
     )
 }
 

@@ -23,6 +23,12 @@
 //! Baselines: [`star`] (MXNet's parameter server), [`kway_tree`] (MLNet's
 //! balanced tree, blind to the network), [`max_throughput_tree`]
 //! (TSEngine's maximum-throughput spanning tree).
+//!
+//! The edge weights come from passive throughput estimation
+//! ([`awareness::LinkRates`]), which the simulator and the live scheduler
+//! feed with what their links carried.
+
+pub mod awareness;
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
