@@ -5,7 +5,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -16,6 +15,7 @@ use inagg_switch_control::controller::Client;
 use inagg_switch_control::metrics::{self, MetricsServer};
 
 use crate::backend::{Backend, DpdkArgs};
+use crate::limits;
 
 /// Element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -127,21 +127,23 @@ fn pattern_f32(w: u16, i: usize) -> f32 {
 
 /// Runs one all-reduce and reports.
 pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
-    if !(a.timeout > 0.0 && a.timeout.is_finite()) {
-        bail!("--timeout must be a positive number of seconds");
+    let give_up_after = limits::seconds("--timeout", a.timeout, false)?;
+    let linger = limits::seconds("--metrics-linger", a.metrics_linger, true)?;
+    if let (None, Some(n)) = (&a.input, a.len) {
+        limits::ensure_memory(n as u128 * 4, &format!("--len {n}"))?;
     }
+    // Opened before joining, so that a path that cannot be written fails
+    // now, not after the peers have spent a whole all-reduce on it.
+    let mut output = open_output(&a.output)?;
     let mut config = configure(a)?;
     config.priority = a.priority;
-    config.give_up_after = Duration::from_secs_f64(a.timeout);
-    if !(a.metrics_linger >= 0.0 && a.metrics_linger.is_finite()) {
-        bail!("--metrics-linger must be zero or a positive number of seconds");
-    }
+    config.give_up_after = give_up_after;
     let (job, worker_id) = (config.job, config.worker);
     let mut worker = open(a, config)?;
     let metrics = serve_metrics(a, &mut worker, job, worker_id)?;
     let (stats, verified) = match a.dtype {
-        Dtype::I32 => run_i32(a, &mut worker)?,
-        Dtype::F32 => run_f32(a, &mut worker)?,
+        Dtype::I32 => run_i32(a, &mut worker, &mut output)?,
+        Dtype::F32 => run_f32(a, &mut worker, &mut output)?,
     };
     let config = worker.config().clone();
     let (lanes, handed_over) = lanes(&worker);
@@ -175,8 +177,8 @@ pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
             }
         )?;
     }
-    if metrics.is_some() && a.metrics_linger > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(a.metrics_linger));
+    if metrics.is_some() && !linger.is_zero() {
+        std::thread::sleep(linger);
     }
     if verified == Some(false) {
         bail!("the reduced tensor does not match the expected sum");
@@ -206,17 +208,10 @@ fn serve_metrics(
 /// from the command line.
 fn configure(a: &AgentArgs) -> Result<AgentConfig> {
     if let Some(addr) = a.controller {
-        if !(a.register_wait > 0.0 && a.register_wait.is_finite()) {
-            bail!("--register-wait must be a positive number of seconds");
-        }
+        let register_wait = limits::seconds("--register-wait", a.register_wait, false)?;
         let mut client = Client::connect(addr, a.token.clone())?;
         let admission = client
-            .register(
-                &a.job,
-                a.worker,
-                a.bind,
-                Duration::from_secs_f64(a.register_wait),
-            )
+            .register(&a.job, a.worker, a.bind, register_wait)
             .with_context(|| format!("register rank {} of job {:?}", a.worker, a.job))?;
         return Ok(admission.agent_config(a.bind));
     }
@@ -301,19 +296,50 @@ fn load<T>(
     }
 }
 
-fn save(path: &Option<String>, bytes: impl Iterator<Item = [u8; 4]>) -> Result<()> {
-    if let Some(p) = path {
+/// `--output`, opened for writing (created where missing) before the
+/// all-reduce; what it held is replaced only once there is a result.
+struct Output {
+    path: String,
+    file: std::fs::File,
+}
+
+fn open_output(path: &Option<String>) -> Result<Option<Output>> {
+    path.as_ref()
+        .map(|p| {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .with_context(|| format!("open --output {p} for writing"))?;
+            Ok(Output {
+                path: p.clone(),
+                file,
+            })
+        })
+        .transpose()
+}
+
+fn save(output: &mut Option<Output>, bytes: impl Iterator<Item = [u8; 4]>) -> Result<()> {
+    if let Some(o) = output {
         let out: Vec<u8> = bytes.flatten().collect();
-        std::fs::write(p, out).with_context(|| format!("write {p}"))?;
+        o.file
+            .set_len(0)
+            .and_then(|()| o.file.write_all(&out))
+            .with_context(|| format!("write {}", o.path))?;
     }
     Ok(())
 }
 
-fn run_i32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
+fn run_i32(
+    a: &AgentArgs,
+    worker: &mut Worker,
+    output: &mut Option<Output>,
+) -> Result<(Stats, Option<bool>)> {
     let (rank, workers) = (worker.config().worker, worker.config().workers);
     let mut data = load(a, rank, pattern_i32, i32::from_le_bytes)?;
     let stats = worker.allreduce_i32(&mut data)?;
-    save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
+    save(output, data.iter().map(|v| v.to_le_bytes()))?;
     let verified = a.verify.then(|| {
         data.iter()
             .enumerate()
@@ -322,12 +348,16 @@ fn run_i32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> 
     Ok((stats, verified))
 }
 
-fn run_f32(a: &AgentArgs, worker: &mut Worker) -> Result<(Stats, Option<bool>)> {
+fn run_f32(
+    a: &AgentArgs,
+    worker: &mut Worker,
+    output: &mut Option<Output>,
+) -> Result<(Stats, Option<bool>)> {
     let c = worker.config();
     let (rank, workers, k) = (c.worker, c.workers, usize::from(c.elements));
     let mut data = load(a, rank, pattern_f32, f32::from_le_bytes)?;
     let stats = worker.allreduce_f32(&mut data)?;
-    save(&a.output, data.iter().map(|v| v.to_le_bytes()))?;
+    save(output, data.iter().map(|v| v.to_le_bytes()))?;
     let verified = a.verify.then(|| {
         data.chunks(k).enumerate().all(|(c, chunk)| {
             let start = c * k;

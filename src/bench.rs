@@ -114,6 +114,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     if args.elements == 0 || args.pool.k == 0 || args.pool.window == 0 || args.repeat == 0 {
         anyhow::bail!("--elements, -k, --window and --repeat must be at least 1");
     }
+    // The largest run holds two tensors per worker, 4 bytes an element.
+    let most = args.workers.iter().copied().max().unwrap_or(1).max(1);
+    crate::limits::ensure_memory(
+        args.elements as u128 * 4 * 2 * u128::from(most),
+        &format!("--elements {} at {most} workers", args.elements),
+    )?;
     if let Some(n) = args
         .workers
         .iter()

@@ -88,6 +88,12 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     if !(0.0..1.0).contains(&args.loss) {
         bail!("--loss {} must be in [0, 1)", args.loss);
     }
+    // Each worker's gradient and its copy being reduced, 4 bytes an element.
+    let bytes = args.elements as u128 * 4 * 2 * u128::from(args.workers);
+    crate::limits::ensure_memory(
+        bytes,
+        &format!("--elements {} x --workers {}", args.elements, args.workers),
+    )?;
     let faults = FaultConfig {
         drop_ingress: args.loss,
         drop_egress: args.loss,

@@ -21,6 +21,7 @@ pub mod controller_cmd;
 pub mod demo;
 pub mod dsync;
 pub mod emu_cmd;
+pub mod limits;
 pub mod lines;
 pub mod local;
 pub mod netstorm;

@@ -198,7 +198,9 @@ fn timeout_advice(switch: SocketAddr, refusals: u64) -> String {
         )
     } else {
         "check that the job is installed with this worker's endpoint and that every worker is \
-         running"
+         running. The job's slots may now hold this worker's unfinished contributions: re-create \
+         the job (inagg ctl job delete, then create) or give it a new --generation before the \
+         next run, or that run may sum them in place of its own"
             .into()
     }
 }

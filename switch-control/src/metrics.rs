@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -313,24 +313,26 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Serves `render` (called at each scrape) on `addr`.
+    /// Serves `render` (called at each scrape) on `addr`. Each connection
+    /// is read on a thread of its own, at most [`MAX_READERS`] at once, so
+    /// a client that connects and sends nothing holds up no scrape.
     pub fn start(
         addr: SocketAddr,
-        render: impl Fn() -> Result<String, String> + Send + 'static,
+        render: impl Fn() -> Result<String, String> + Send + Sync + 'static,
     ) -> std::io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let render = Arc::new(render);
+        let readers = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("inagg-metrics".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     match listener.accept() {
-                        Ok((s, _)) => {
-                            let _ = answer(s, &render);
-                        }
+                        Ok((s, _)) => serve(s, &render, &readers),
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
                 }
@@ -354,6 +356,30 @@ impl Drop for MetricsServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Connections read at once; one more is closed unanswered.
+pub const MAX_READERS: usize = 32;
+
+/// Answers `s` on a thread of its own, unless [`MAX_READERS`] are busy.
+fn serve<R>(s: TcpStream, render: &Arc<R>, readers: &Arc<AtomicUsize>)
+where
+    R: Fn() -> Result<String, String> + Send + Sync + 'static,
+{
+    if readers.fetch_add(1, Ordering::AcqRel) >= MAX_READERS {
+        readers.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let (render, done) = (render.clone(), readers.clone());
+    let spawned = std::thread::Builder::new()
+        .name("inagg-metrics-conn".into())
+        .spawn(move || {
+            let _ = answer(s, &*render);
+            done.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        readers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -439,6 +465,20 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
         assert!(ok.ends_with("\r\n\r\ninagg_up 1\n"), "{ok}");
         assert!(get("/other").starts_with("HTTP/1.1 404"));
+        // Idle connections (each would hold a reader for its 2 s timeout)
+        // do not stand between a scrape and its answer: with five of them
+        // open, one reader at a time would answer after 10 s.
+        let idle: Vec<TcpStream> = (0..5)
+            .map(|_| TcpStream::connect(server.addr()).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        drop(idle);
         let failing = MetricsServer::start("127.0.0.1:0".parse().unwrap(), || {
             Err("switch down".to_string())
         })

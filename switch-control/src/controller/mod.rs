@@ -61,6 +61,9 @@ pub enum StartError {
     /// Off loopback without a token.
     #[error("the API would listen on {0}, off this host, without a token: pass --token (or listen on 127.0.0.1)")]
     NoToken(SocketAddr),
+    /// A token of no characters, which any client would present.
+    #[error("the token is empty: give a token of at least one character, or none")]
+    EmptyToken,
     /// The address is taken or not ours.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -135,6 +138,9 @@ pub struct Controller {
 impl Controller {
     /// Opens the state, binds the API, and starts serving and reconciling.
     pub fn start(config: ControllerConfig) -> Result<Controller, StartError> {
+        if config.token.as_deref() == Some("") {
+            return Err(StartError::EmptyToken);
+        }
         if !config.listen.ip().is_loopback() && config.token.is_none() {
             return Err(StartError::NoToken(config.listen));
         }

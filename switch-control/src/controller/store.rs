@@ -47,21 +47,49 @@ fn open_advice(e: redb::DatabaseError) -> String {
         {
             format!("cannot open: {io}")
         }
-        other => format!(
-            "not a controller database, or damaged ({other}): restore it, or move it aside \
-             to start with no jobs (the switch's jobs are then removed)"
-        ),
+        other => open_advice_damaged(&other.to_string()),
     }
+}
+
+fn open_advice_damaged(what: &str) -> String {
+    format!(
+        "not a controller database, or damaged ({what}): restore it, or move it aside to start \
+         with no jobs (the switch's jobs are then removed)"
+    )
+}
+
+/// `Database::create`, or None where redb panics instead of returning an
+/// error (it asserts on some truncated files). The default panic message
+/// is held back meanwhile: the caller reports the damage in its own words.
+fn create_quietly(path: &Path) -> Option<Result<Database, redb::DatabaseError>> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(|| Database::create(path));
+    std::panic::set_hook(hook);
+    result.ok()
 }
 
 impl Store {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let name = path.display().to_string();
-        let db = Database::create(path).map_err(|e| StoreError {
+        let refuse = |message: String| StoreError {
             path: name.clone(),
-            message: open_advice(e),
-        })?;
+            message,
+        };
+        // redb would take an empty file for a new database, and the
+        // controller would then remove every job from the switch: an empty
+        // file is a damaged one far more often than a wish to start over.
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            return Err(refuse(
+                "the file is empty, not a controller database: remove it to start with no \
+                 jobs (the switch's jobs are then removed)"
+                    .into(),
+            ));
+        }
+        let db = create_quietly(path)
+            .ok_or_else(|| refuse(open_advice_damaged("redb stopped on an inconsistent file")))?
+            .map_err(|e| refuse(open_advice(e)))?;
         let store = Store {
             db: Some(db),
             path: name,
@@ -204,7 +232,27 @@ mod tests {
             err.contains("cannot open: No such file or directory"),
             "{err}"
         );
-        for p in [held, garbage] {
+        // A database cut short (redb asserts on this one) and an empty
+        // file: refused with advice, not a panic or a fresh start.
+        let cut = scratch("cut");
+        drop(Store::open(&cut).unwrap());
+        let file = std::fs::OpenOptions::new().write(true).open(&cut).unwrap();
+        file.set_len(4096).unwrap();
+        let err = open_error(&cut);
+        assert!(
+            err.contains("not a controller database, or damaged"),
+            "{err}"
+        );
+        let empty = scratch("empty");
+        std::fs::write(&empty, b"").unwrap();
+        let err = open_error(&empty);
+        assert!(err.contains("the file is empty"), "{err}");
+        assert_eq!(
+            std::fs::metadata(&empty).unwrap().len(),
+            0,
+            "left as it was"
+        );
+        for p in [held, garbage, cut, empty] {
             let _ = std::fs::remove_file(p);
         }
     }
