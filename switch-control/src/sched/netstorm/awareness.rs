@@ -16,10 +16,12 @@
 //!   whatever the caller can time: a chunk, a train of packets that left a
 //!   port back to back (the live stack), a phase's bytes over the time the
 //!   link carried them (the simulator).
-//! - **Busy-time**: the denominator is the time the direction was busy with
-//!   those bytes, not the sum of each chunk's own transfer time (which
-//!   counts a chunk's wait behind earlier chunks of the same train as
-//!   transfer time, and so reads a pipelined link as slower than it is).
+//! - **Busy-time**: the denominator is the time those bytes took to cross
+//!   back to back (the live stack's train counters; in the simulator, the
+//!   time the link was full), not the sum of each chunk's own transfer
+//!   time (which counts a chunk's wait behind earlier chunks of the same
+//!   train as transfer time, and so reads a pipelined link as slower than
+//!   it is).
 //! - **Slower-direction**: an edge's weight is its latency plus a chunk
 //!   over the slower of its two directions, since a tree crosses each edge
 //!   up in the push and down in the pull.
