@@ -379,16 +379,17 @@ mod tests {
 
     #[test]
     fn bad_overlays_and_knobs_are_refused() {
+        // The overlay and REPORT_RATE are the estimator's to check
+        // (sched::netstorm::awareness has the cases); its words come
+        // through. Chunk and probe sizes in bytes are this side's.
         let c = AwarenessConfig::default();
         let err = |r: Result<Awareness>| r.unwrap_err().to_string();
         assert!(err(Awareness::new(2, &[(0, 2, 0.0)], 1e6, c)).contains("0-2"));
-        assert!(err(Awareness::new(2, &[(1, 1, 0.0)], 1e6, c)).contains("1-1"));
-        assert!(err(Awareness::new(2, &[(0, 1, -1.0)], 1e6, c)).contains("latency"));
-        assert!(err(Awareness::new(2, &[(0, 1, 0.0)], 0.0, c)).contains("nominal"));
-        let nan = AwarenessConfig {
-            report_rate: f64::NAN,
+        let no_probe = AwarenessConfig {
+            probe_bytes: 0,
             ..c
         };
-        assert!(err(Awareness::new(2, &[(0, 1, 0.0)], 1e6, nan)).contains("REPORT_RATE"));
+        let e = err(Awareness::new(2, &[(0, 1, 0.0)], 1e6, no_probe));
+        assert!(e.contains("at least one byte"), "{e}");
     }
 }
