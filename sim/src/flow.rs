@@ -29,6 +29,9 @@ struct Flow {
 pub struct FlowNet {
     capacity: Vec<f64>,
     usage: Vec<LinkUsage>,
+    /// Whether [`FlowNet::advance_to`] keeps `usage` (only the scenarios
+    /// that probe their links pay for it).
+    track_usage: bool,
     /// Scratch of [`FlowNet::advance_to`]: per link, the bytes moved and
     /// the rates summed in this step, and the links that moved any.
     step_bytes: Vec<f64>,
@@ -58,6 +61,15 @@ pub struct LinkUsage {
     pub train: f64,
 }
 
+impl std::ops::AddAssign for LinkUsage {
+    fn add_assign(&mut self, other: LinkUsage) {
+        self.bytes += other.bytes;
+        self.busy += other.busy;
+        self.train_bytes += other.train_bytes;
+        self.train += other.train;
+    }
+}
+
 /// A flow that finished: its handle and the caller's tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Finished {
@@ -83,7 +95,17 @@ impl FlowNet {
         self.capacity.len() - 1
     }
 
-    /// What `link` has carried so far.
+    /// A network like [`FlowNet::new`]'s that also keeps what each link
+    /// carries ([`FlowNet::usage`]).
+    pub fn tracking_usage() -> FlowNet {
+        FlowNet {
+            track_usage: true,
+            ..FlowNet::default()
+        }
+    }
+
+    /// What `link` has carried so far (all zero unless the network was
+    /// made by [`FlowNet::tracking_usage`]).
     pub fn usage(&self, link: usize) -> LinkUsage {
         self.usage[link]
     }
@@ -185,7 +207,7 @@ impl FlowNet {
         for (id, slot) in self.flows.iter_mut().enumerate() {
             let Some(f) = slot else { continue };
             let moved = (f.rate * dt).min(f.remaining);
-            if moved > 0.0 {
+            if self.track_usage && moved > 0.0 {
                 for &l in &f.links {
                     if self.step_bytes[l] == 0.0 {
                         self.touched.push(l);
@@ -351,7 +373,7 @@ mod tests {
     fn max_min_shares_the_bottleneck_and_gives_the_rest_away() {
         // Links: a (10), b (4). Flow x over a+b, y over a: x is held to 4 by
         // b, y takes the 6 left on a.
-        let mut net = FlowNet::new();
+        let mut net = FlowNet::tracking_usage();
         let a = net.add_link(10.0);
         let b = net.add_link(4.0);
         let x = net.start(&[a, b], 8.0, 0, 1);
@@ -379,7 +401,7 @@ mod tests {
     fn a_link_held_back_by_another_is_busy_but_never_full() {
         // A flow over a (10) and b (2) moves at 2: a carries it all the
         // time at a fifth of its rate, so it gives no train; b is full.
-        let mut net = FlowNet::new();
+        let mut net = FlowNet::tracking_usage();
         let a = net.add_link(10.0);
         let b = net.add_link(2.0);
         let idle = net.add_link(5.0);

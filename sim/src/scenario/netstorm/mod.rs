@@ -353,7 +353,7 @@ fn transfer(
     usage: &mut [LinkUsage],
     rng: &mut SimRng,
 ) -> f64 {
-    let mut net = FlowNet::new();
+    let mut net = FlowNet::tracking_usage();
     for &r in &wan.rate {
         net.add_link(r);
         net.add_link(r);
@@ -379,11 +379,7 @@ fn transfer(
         match net.next_finish() {
             _ if net.active() == 0 => {
                 for (l, u) in usage.iter_mut().enumerate() {
-                    let phase = net.usage(l);
-                    u.bytes += phase.bytes;
-                    u.busy += phase.busy;
-                    u.train_bytes += phase.train_bytes;
-                    u.train += phase.train;
+                    *u += net.usage(l);
                 }
                 return net.now();
             }

@@ -131,11 +131,6 @@ impl LinkRates {
         })
     }
 
-    /// The knobs.
-    pub fn probing(&self) -> Probing {
-        self.probing
-    }
-
     /// The known rate from `from` to `to`, bit/s (`None`: no such link).
     pub fn rate(&self, from: usize, to: usize) -> Option<f64> {
         let (link, way) = self.direction(from, to)?;
