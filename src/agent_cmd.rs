@@ -61,6 +61,13 @@ pub struct AgentArgs {
     /// This worker's id (its rank).
     #[arg(long, alias = "rank")]
     pub worker: u16,
+
+    /// In an aggregation tree: this worker's place among all --workers,
+    /// different for every worker of the tree (member ids repeat from
+    /// switch to switch; the session handshake gives each place a field of
+    /// the payload). Default: --worker
+    #[arg(long)]
+    pub tree_rank: Option<u16>,
     /// Workers in the job (without --controller).
     #[arg(
         long,
@@ -233,6 +240,7 @@ fn configure(a: &AgentArgs) -> Result<AgentConfig> {
     );
     config.bind = a.bind;
     config.generation = a.generation;
+    config.rank = a.tree_rank.unwrap_or(a.worker);
     Ok(config)
 }
 

@@ -568,13 +568,37 @@ pub fn bind_workers(
     let bind = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut out = Vec::new();
     for (site, &n) in sites.iter().zip(per_site) {
-        for w in 0..n {
+        for member in 0..n {
+            let seat = Seat {
+                member,
+                rank: out.len() as u16,
+                total,
+            };
             out.push(ForestWorker::bind(
-                site.data, bind, forest, config, w, total, &tune,
+                site.data, bind, forest, config, seat, &tune,
             )?);
         }
     }
     Ok(out)
+}
+
+/// Where a worker sits in a NetStorm run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seat {
+    /// Its member id at its own site's switch.
+    pub member: u16,
+    /// Its place among every site's workers, sites in order: member ids
+    /// repeat from site to site, and a session handshake needs a place
+    /// per worker in the sum (`AgentConfig::rank`).
+    pub rank: u16,
+    /// Every site's workers together.
+    pub total: u16,
+}
+
+/// The rank of member `member` of site `site`: the workers of the sites
+/// before it come first.
+pub(crate) fn rank_of(per_site: &[u16], site: usize, member: u16) -> u16 {
+    per_site[..site].iter().sum::<u16>() + member
 }
 
 /// Every site's workers together: the count each sum must reach.
@@ -628,19 +652,22 @@ pub struct ForestWorker {
 
 impl ForestWorker {
     /// Binds one socket per tree of `forest` on `bind`'s address (port 0:
-    /// any) for worker `worker` of its site, whose switch is at `switch`;
-    /// `total` is the number of workers at every site together (the sum's
-    /// count and the quantizer's divisor). `tune` adjusts each tree's
+    /// any) for the worker at `seat`, whose site's switch is at `switch`;
+    /// the seat's total is the sum's count and the quantizer's divisor. `tune` adjusts each tree's
     /// agent configuration (timeouts) before its socket is made.
     pub fn bind(
         switch: SocketAddr,
         bind: SocketAddr,
         forest: &Forest,
         config: &ForestConfig,
-        worker: u16,
-        total: u16,
+        seat: Seat,
         tune: impl Fn(&mut AgentConfig),
     ) -> Result<ForestWorker> {
+        let Seat {
+            member: worker,
+            rank,
+            total,
+        } = seat;
         let workers = (0..forest.trees.len())
             .map(|t| {
                 let mut agent = AgentConfig::new(
@@ -652,6 +679,7 @@ impl ForestWorker {
                     config.elements,
                 );
                 agent.bind = bind;
+                agent.rank = rank;
                 agent.generation = config.generation;
                 tune(&mut agent);
                 Worker::new(agent).with_context(|| format!("worker {worker}, tree {t}"))
@@ -680,6 +708,7 @@ impl ForestWorker {
         for w in &mut self.workers {
             let c = w.config().clone();
             w.retarget(c.job, c.worker, c.workers, generation)?;
+            w.rerank(c.rank)?;
         }
         self.forest = forest.clone();
         Ok(())

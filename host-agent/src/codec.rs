@@ -215,6 +215,11 @@ impl Codec for FloatCodec<'_> {
         }
     }
 
+    /// Round 0 carries only an exponent: it can be the slot's handshake.
+    fn carries_values(&self, _slot: usize, round: usize, _window: usize) -> bool {
+        round > 0
+    }
+
     /// Round r >= 1 carries chunk `slot + (r-1) * window`; round 0, the
     /// exponent of the slot's first chunk, goes with that chunk's class.
     fn class(&self, slot: usize, round: usize, window: usize) -> Option<u8> {

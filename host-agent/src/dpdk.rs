@@ -532,11 +532,13 @@ fn reflected_copy(pool: &Mempool, datagram: &[u8]) -> std::result::Result<Mbuf, 
     Ok(m)
 }
 
-/// Turns a contribution into the result a one-worker switch would send.
+/// Turns a contribution into the result a one-worker switch would send
+/// (its count is the contribution's weight: 1, or 2 for a handshake).
 fn as_result(datagram: &mut [u8]) {
     if let Ok(mut p) = Packet::new_checked(datagram) {
+        let weight = p.count().max(1);
         p.set_kind(Kind::Result);
-        p.set_count(1);
+        p.set_count(weight);
     }
 }
 

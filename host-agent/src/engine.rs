@@ -9,6 +9,10 @@
 //! each slot's timeout; a slot that times out again doubles its own timeout,
 //! up to the configured maximum.
 //!
+//! A slot's first round in a worker's session is a handshake
+//! ([`crate::session`]): the engine sends it, judges its result and, when
+//! the set held an earlier session's state, moves the slot on.
+//!
 //! What goes into each packet, and what to do with each result, is the
 //! [`Codec`]'s business: the same engine runs int32 and float all-reduces.
 //! Where packets go is the [`Link`]'s: the same engine runs over kernel
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant};
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::link::{Link, SlotBuf};
+use crate::session::{Found, SlotSession, Token, HANDSHAKE_WEIGHT};
 use crate::stats::Stats;
 use crate::{AgentConfig, Error};
 
@@ -33,6 +38,12 @@ pub(crate) trait Codec {
     fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> Encoded;
     /// Takes round `round`'s result.
     fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
+    /// Whether round `round` carries values. One that does not (a float
+    /// all-reduce's exponent round) can be the slot's handshake; before
+    /// one that does, the handshake is a round of its own.
+    fn carries_values(&self, _slot: usize, _round: usize, _window: usize) -> bool {
+        true
+    }
     /// The priority class round `round` is tagged with, when the codec's
     /// chunks carry their own (else the worker's).
     fn class(&self, _slot: usize, _round: usize, _window: usize) -> Option<u8> {
@@ -59,8 +70,18 @@ enum Verdict<'d> {
         payload: &'d [u8],
         exponent: u8,
     },
-    /// A previous session's complete result in the set this slot starts on.
-    LeftOver { slot: usize },
+    /// The result of the slot's handshake, with this worker's token in it:
+    /// the slot has joined the session.
+    Joined {
+        slot: usize,
+        payload: &'d [u8],
+        exponent: u8,
+        packet_id: u32,
+    },
+    /// A result that sends the slot to a handshake in the other set: one
+    /// for its handshake that is not its own (an earlier session's state),
+    /// or its first data round spoiled by another worker's handshake.
+    MoveOn { slot: usize, packet_id: u32 },
     /// Anything else.
     Ignore,
 }
@@ -79,6 +100,9 @@ struct Slot<B> {
     deadline: Nanos,
     rto: Nanos,
     retransmitted: bool,
+    /// Between a handshake and the first data round after it, the codec
+    /// round to go back to should that data round be spoiled.
+    rollback: Option<usize>,
     /// The packet in flight, kept for retransmission.
     packet: B,
 }
@@ -141,9 +165,12 @@ impl RttEstimator {
 pub(crate) struct Engine<'a, L: Link> {
     pub config: &'a AgentConfig,
     pub link: &'a mut L,
-    /// Per-slot round counters that persist across all-reduces, so that a
-    /// slot keeps alternating shadow sets and packet ids stay fresh.
-    pub epochs: &'a mut [u32],
+    /// Per-slot round counters and handshake state that persist across
+    /// all-reduces, so that a slot keeps alternating shadow sets, packet ids
+    /// stay fresh and a slot shakes hands once per session.
+    pub sessions: &'a mut [SlotSession],
+    /// This worker's session token.
+    pub token: Token,
     pub rtt: &'a mut RttEstimator,
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
@@ -207,37 +234,65 @@ impl<L: Link> Engine<'_, L> {
                 let data = self.link.received(i);
                 stats.packets_received += 1;
                 stats.bytes_received += data.len() as u64;
-                let (s, payload, exponent) = match self.accept(data, window, slots, &mut stats) {
-                    Verdict::Current {
-                        slot,
-                        payload,
-                        exponent,
-                    } => (slot, payload, exponent),
-                    Verdict::Ignore => continue,
-                    Verdict::LeftOver { slot } => {
-                        // A previous session ended this slot on the set we
-                        // started with: every worker sees the same, and all
-                        // move to the other set together.
-                        stats.stale_results += 1;
-                        self.epochs[slot] = self.epochs[slot].wrapping_add(1);
-                        self.send(
-                            codec,
-                            &mut slots[slot],
+                // `joined`: the result is a handshake's that was also the
+                // codec's round (it moved the slot's epoch already).
+                let (s, payload, exponent, joined) =
+                    match self.accept(data, window, slots, &mut stats) {
+                        Verdict::Current {
                             slot,
-                            window,
-                            now,
-                            &mut tx,
-                            &mut stats,
-                        )?;
-                        continue;
-                    }
-                };
+                            payload,
+                            exponent,
+                        } => (slot, payload, exponent, false),
+                        Verdict::Ignore => continue,
+                        Verdict::Joined {
+                            slot,
+                            payload,
+                            exponent,
+                            packet_id,
+                        } => {
+                            stats.handshakes += 1;
+                            let session = &mut self.sessions[slot];
+                            session.move_past(packet_id);
+                            session.joined = true;
+                            let entry = &mut slots[slot];
+                            entry.rollback = Some(entry.round);
+                            if codec.carries_values(slot, entry.round, window) {
+                                // A round of its own: the first data round is next.
+                                if !entry.retransmitted {
+                                    self.rtt.sample(now.saturating_sub(entry.sent_at));
+                                }
+                                last_progress = now;
+                                self.send(codec, entry, slot, window, now, &mut tx, &mut stats)?;
+                                continue;
+                            }
+                            // The handshake was the codec's round (a float
+                            // all-reduce's exponent round): taken as that below.
+                            (slot, payload, exponent, true)
+                        }
+                        Verdict::MoveOn { slot, packet_id } => {
+                            stats.handshake_retries += 1;
+                            let session = &mut self.sessions[slot];
+                            session.move_past(packet_id);
+                            session.joined = false;
+                            session.attempt = session.attempt.wrapping_add(1);
+                            let entry = &mut slots[slot];
+                            if let Some(round) = entry.rollback.take() {
+                                entry.round = round;
+                            }
+                            self.send(codec, entry, slot, window, now, &mut tx, &mut stats)?;
+                            continue;
+                        }
+                    };
                 let entry = &mut slots[s];
                 if !entry.retransmitted {
                     self.rtt.sample(now.saturating_sub(entry.sent_at));
                 }
                 codec.decode(s, entry.round, window, payload, exponent);
-                self.epochs[s] = self.epochs[s].wrapping_add(1);
+                if !joined {
+                    let session = &mut self.sessions[s];
+                    session.epoch = session.epoch.wrapping_add(1);
+                    entry.rollback = None;
+                }
                 entry.round += 1;
                 last_progress = now;
                 if let Some(p) = self.progress {
@@ -318,6 +373,7 @@ impl<L: Link> Engine<'_, L> {
                 deadline: 0,
                 rto: self.rtt.rto(self.config),
                 retransmitted: false,
+                rollback: None,
                 packet,
             });
         }
@@ -336,13 +392,17 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) -> Result<(), Error> {
-        let epoch = self.epochs[s];
-        slot.set = (epoch & 1) as u8;
+        let session = self.sessions[s];
+        slot.set = (session.epoch & 1) as u8;
         // Unique per (epoch, slot) for 65536 epochs: a late result from an
         // earlier round of the slot cannot be mistaken for the current one.
-        slot.packet_id = epoch.wrapping_shl(16) | s as u32;
+        slot.packet_id = session.epoch.wrapping_shl(16) | s as u32;
         let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
-        let encoded = codec.encode(s, slot.round, window, payload);
+        let encoded = if session.joined {
+            codec.encode(s, slot.round, window, payload)
+        } else {
+            self.encode_handshake(codec, s, slot.round, window, payload, session.attempt)
+        };
         let priority = codec
             .class(s, slot.round, window)
             .unwrap_or(self.config.priority);
@@ -355,7 +415,7 @@ impl<L: Link> Engine<'_, L> {
             worker: self.config.worker,
             generation: self.config.generation,
             exponent: encoded.exponent,
-            count: 0,
+            count: if session.joined { 0 } else { HANDSHAKE_WEIGHT },
             elements: self.config.elements,
             packet_id: slot.packet_id,
         }
@@ -371,8 +431,33 @@ impl<L: Link> Engine<'_, L> {
         Ok(())
     }
 
-    /// Classifies a datagram: the result a slot is waiting for, a complete
-    /// result left in our starting set by a previous session, or something to
+    /// Writes a handshake's payload: this worker's token, in round `round`
+    /// when that round carries no values (with the round's exponent), else
+    /// in zeros (exponent 0).
+    fn encode_handshake<C: Codec>(
+        &self,
+        codec: &mut C,
+        s: usize,
+        round: usize,
+        window: usize,
+        payload: &mut [u8],
+        attempt: u32,
+    ) -> Encoded {
+        let exponent = if codec.carries_values(s, round, window) {
+            payload.fill(0);
+            0
+        } else {
+            codec.encode(s, round, window, payload).exponent
+        };
+        self.token.write(payload, attempt);
+        Encoded {
+            exponent,
+            sum: inagg_wire::frame::ones_sum_native(payload),
+        }
+    }
+
+    /// Classifies a datagram: the result a slot is waiting for, its
+    /// handshake's, one that moves it on to the other set, or something to
     /// count and ignore (malformed, another job or generation, a stale or
     /// duplicate result).
     fn accept<'d>(
@@ -396,19 +481,47 @@ impl<L: Link> Engine<'_, L> {
         }
         let s = usize::from(repr.slot);
         let waiting = s < window && slots[s].round < slots[s].rounds && repr.set == slots[s].set;
-        let complete = usize::from(repr.count) == usize::from(self.config.workers);
-        if waiting && complete && repr.packet_id == slots[s].packet_id {
+        if !waiting {
+            stats.stale_results += 1;
+            return Verdict::Ignore;
+        }
+        let payload = &data[HEADER_LEN..];
+        let (n, count) = (u32::from(self.config.workers), u32::from(repr.count));
+        let session = self.sessions[s];
+        if !session.joined {
+            return match self.token.find(payload, session.attempt) {
+                Found::Current if count == 2 * n => Verdict::Joined {
+                    slot: s,
+                    payload,
+                    exponent: repr.exponent,
+                    packet_id: repr.packet_id,
+                },
+                Found::Earlier => {
+                    stats.stale_results += 1;
+                    Verdict::Ignore
+                }
+                _ => Verdict::MoveOn {
+                    slot: s,
+                    packet_id: repr.packet_id,
+                },
+            };
+        }
+        if repr.packet_id == slots[s].packet_id && count == n {
             return Verdict::Current {
                 slot: s,
-                payload: &data[HEADER_LEN..],
+                payload,
                 exponent: repr.exponent,
             };
         }
-        // Only a worker that has never completed a round on this slot can
-        // meet a foreign complete result in its set: within a session the
-        // set would have been freed by this worker's own contributions.
-        if waiting && complete && self.epochs[s] == 0 && slots[s].round == 0 {
-            return Verdict::LeftOver { slot: s };
+        // Handshakes in the slot's first data round (each weighs 2): a
+        // worker whose own handshake failed has come to this set, and every
+        // worker in it sees the same result. Its packet id may be that
+        // worker's (whose count of rounds is its own until it joins).
+        if count > n && count < 2 * n && slots[s].rollback.is_some() {
+            return Verdict::MoveOn {
+                slot: s,
+                packet_id: repr.packet_id,
+            };
         }
         stats.stale_results += 1;
         Verdict::Ignore

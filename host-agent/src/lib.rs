@@ -24,6 +24,7 @@ pub mod group;
 mod link;
 pub mod quant;
 pub mod sched;
+mod session;
 pub mod stats;
 
 use std::net::SocketAddr;
@@ -34,6 +35,8 @@ use std::time::Duration;
 use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
 use crate::engine::{Codec, Engine, RttEstimator};
 use crate::link::{Link, SocketLink};
+pub use crate::session::HANDSHAKE_WEIGHT;
+use crate::session::{SlotSession, Token};
 pub use crate::stats::Stats;
 
 /// How a worker reaches its job on the switch.
@@ -53,6 +56,13 @@ pub struct AgentConfig {
     /// it). Up to 65535, while `worker` is this worker's member id at its
     /// own switch (below 64, the width of a slot's bitmap).
     pub workers: u16,
+    /// This worker's place among all `workers` (below it): where its token
+    /// goes in a session handshake (docs/PROTOCOL.md, "Sessions"), so it
+    /// must differ between any two workers whose values one result sums.
+    /// [`AgentConfig::new`] makes it `worker`, which is right on one switch;
+    /// across an aggregation tree, member ids repeat from site to site and
+    /// each worker needs a rank of its own.
+    pub rank: u16,
     /// Slots in the job's pool: the window.
     pub pool_size: u32,
     /// Elements per packet, K (the job's).
@@ -92,6 +102,7 @@ impl AgentConfig {
             job,
             worker,
             workers,
+            rank: worker,
             pool_size,
             elements,
             generation: 0,
@@ -138,6 +149,19 @@ impl AgentConfig {
                 "elements per packet {} must be 1 to {}",
                 self.elements,
                 inagg_wire::MAX_ELEMENTS
+            ));
+        }
+        if self.rank >= self.workers {
+            return fail(format!(
+                "rank {} is not below the worker count {}",
+                self.rank, self.workers
+            ));
+        }
+        if Token::new(self.rank, self.workers, self.elements).is_none() {
+            return fail(format!(
+                "{} workers with K = {}: a session handshake gives each worker at least one bit \
+                 of the payload, so K must be at least workers / 32",
+                self.workers, self.elements
             ));
         }
         if self.min_rto.is_zero() || self.min_rto > self.max_rto || self.initial_rto.is_zero() {
@@ -197,10 +221,9 @@ fn timeout_advice(switch: SocketAddr, refusals: u64) -> String {
              there; is the switch running, at that address?"
         )
     } else {
-        "check that the job is installed with this worker's endpoint and that every worker is \
-         running. The job's slots may now hold this worker's unfinished contributions: re-create \
-         the job (inagg ctl job delete, then create) or give it a new --generation before the \
-         next run, or that run may sum them in place of its own"
+        "check that the job is installed with this worker's endpoint, that every worker is \
+         running with the same worker count, K and pool size, and, in an aggregation tree, that \
+         each worker has a rank of its own"
             .into()
     }
 }
@@ -227,7 +250,10 @@ enum Backend {
 pub struct Worker {
     config: AgentConfig,
     backend: Backend,
-    epochs: Vec<u32>,
+    /// Each slot's round counter and handshake state in this session.
+    sessions: Vec<SlotSession>,
+    /// This session's token (docs/PROTOCOL.md, "Sessions").
+    token: Token,
     rtt: RttEstimator,
     progress: Option<Arc<AtomicU64>>,
     live: Option<Arc<stats::Live>>,
@@ -251,8 +277,10 @@ impl Worker {
     }
 
     fn with_backend(config: AgentConfig, backend: Backend) -> Worker {
+        let token = new_token(&config);
         Worker {
-            epochs: vec![0; config.pool_size as usize],
+            sessions: vec![SlotSession::default(); config.pool_size as usize],
+            token,
             config,
             backend,
             rtt: RttEstimator::new(),
@@ -303,23 +331,39 @@ impl Worker {
     }
 
     /// Moves this worker, socket or port and all, to another job on the
-    /// same switch with the same pool size and packet size: a fresh job
-    /// (clean slots), as a controller that installs a job per group launch
-    /// hands out (selective reduce's partial groups). The slots' round
-    /// counters start again at 0; the measured round trip is kept (same
-    /// path). An invalid rank or worker count is refused and leaves the
-    /// worker as it was.
+    /// same switch with the same pool size and packet size, as a controller
+    /// that installs a job per group launch hands out (selective reduce's
+    /// partial groups). The rank becomes the member id (one switch; see
+    /// [`Worker::rerank`] for a tree). A new session: the slots' round
+    /// counters start again at 0 and each slot shakes hands again; the
+    /// measured round trip is kept (same path). An invalid rank or worker
+    /// count is refused and leaves the worker as it was.
     pub fn retarget(&mut self, job: u16, worker: u16, workers: u16, generation: u16) -> Result<()> {
-        let config = AgentConfig {
+        self.reconfigure(AgentConfig {
             job,
             worker,
             workers,
+            rank: worker,
             generation,
             ..self.config.clone()
-        };
+        })
+    }
+
+    /// Gives the worker another rank ([`AgentConfig::rank`]: its place in
+    /// the sums of an aggregation tree) and starts a new session.
+    pub fn rerank(&mut self, rank: u16) -> Result<()> {
+        self.reconfigure(AgentConfig {
+            rank,
+            ..self.config.clone()
+        })
+    }
+
+    /// Takes `config`, if valid, as a new session's.
+    fn reconfigure(&mut self, config: AgentConfig) -> Result<()> {
         config.validate()?;
+        self.token = new_token(&config);
         self.config = config;
-        self.epochs.fill(0);
+        self.sessions.fill(SlotSession::default());
         Ok(())
     }
 
@@ -336,7 +380,9 @@ impl Worker {
     }
 
     /// Packets (rounds) an all-reduce of `len` elements takes per worker:
-    /// one per chunk, plus one exponent round per slot for floats.
+    /// one per chunk, plus one exponent round per slot for floats. An int32
+    /// all-reduce also sends a handshake per slot the session has not used
+    /// yet (docs/PROTOCOL.md, "Sessions"), which is not counted here.
     pub fn rounds(&self, len: usize, float: bool) -> u64 {
         let chunks = chunk_count(len, usize::from(self.config.elements));
         let extra = if float {
@@ -361,24 +407,25 @@ impl Worker {
         chunks: usize,
         bytes: u64,
     ) -> Result<Stats> {
-        let (config, epochs, rtt) = (&self.config, &mut self.epochs[..], &mut self.rtt);
+        let (config, sessions, rtt) = (&self.config, &mut self.sessions[..], &mut self.rtt);
         let progress = self.progress.as_deref();
         let live = self.live.as_deref();
         let shared = Shared {
             config,
+            token: self.token,
             progress,
             live,
             chunks,
             bytes,
         };
         let result = match &mut self.backend {
-            Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)),
+            Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], sessions, rtt, (0, 1)),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => match port.lanes_mut() {
                 [link] => {
-                    dpdk::on_lcore(|| shared.run_lane(link, &mut codecs[0], epochs, rtt, (0, 1)))
+                    dpdk::on_lcore(|| shared.run_lane(link, &mut codecs[0], sessions, rtt, (0, 1)))
                 }
-                links => shared.run_lanes(links, codecs, epochs, rtt),
+                links => shared.run_lanes(links, codecs, sessions, rtt),
             },
         };
         if let Some(live) = live {
@@ -443,6 +490,7 @@ impl Worker {
 #[derive(Clone, Copy)]
 struct Shared<'a> {
     config: &'a AgentConfig,
+    token: Token,
     progress: Option<&'a AtomicU64>,
     live: Option<&'a stats::Live>,
     chunks: usize,
@@ -455,14 +503,15 @@ impl Shared<'_> {
         self,
         link: &mut L,
         codec: &mut C,
-        epochs: &mut [u32],
+        sessions: &mut [SlotSession],
         rtt: &mut RttEstimator,
         lane: (usize, usize),
     ) -> Result<Stats> {
         Engine {
             config: self.config,
             link,
-            epochs,
+            sessions,
+            token: self.token,
             rtt,
             switch: self.config.switch,
             progress: self.progress,
@@ -472,14 +521,14 @@ impl Shared<'_> {
         .run(codec, self.chunks, self.bytes)
     }
 
-    /// One thread per lane; each lane's slots' epochs come back from it,
+    /// One thread per lane; each lane's slots' sessions come back from it,
     /// the statistics are summed and the first error is returned.
     #[cfg(feature = "dpdk")]
     fn run_lanes<L: Link + Send, C: Codec + Send>(
         self,
         links: &mut [L],
         codecs: Vec<C>,
-        epochs: &mut [u32],
+        sessions: &mut [SlotSession],
         rtt: &mut RttEstimator,
     ) -> Result<Stats> {
         let lanes = links.len();
@@ -494,13 +543,13 @@ impl Shared<'_> {
                 .zip(codecs)
                 .enumerate()
                 .map(|(lane, (link, mut codec))| {
-                    let (mut epochs, mut rtt) = (epochs.to_vec(), *rtt);
+                    let (mut sessions, mut rtt) = (sessions.to_vec(), *rtt);
                     scope.spawn(move || {
                         dpdk::on_lcore(|| {
                             let r = self.run_lane(
                                 link,
                                 &mut codec,
-                                &mut epochs,
+                                &mut sessions,
                                 &mut rtt,
                                 (lane, lanes),
                             );
@@ -510,7 +559,7 @@ impl Shared<'_> {
                                     std::thread::yield_now();
                                 }
                             }
-                            (r, epochs, rtt)
+                            (r, sessions, rtt)
                         })
                     })
                 })
@@ -522,9 +571,9 @@ impl Shared<'_> {
         });
         let mut total: Option<Stats> = None;
         let mut error = None;
-        for (lane, (r, lane_epochs, lane_rtt)) in outcomes.into_iter().enumerate() {
-            for s in (lane..epochs.len()).step_by(lanes) {
-                epochs[s] = lane_epochs[s];
+        for (lane, (r, lane_sessions, lane_rtt)) in outcomes.into_iter().enumerate() {
+            for s in (lane..sessions.len()).step_by(lanes) {
+                sessions[s] = lane_sessions[s];
             }
             if lane == 0 {
                 *rtt = lane_rtt;
@@ -544,6 +593,12 @@ impl Shared<'_> {
             None => Ok(total.unwrap_or_default()),
         }
     }
+}
+
+/// The session token of a worker with a validated `config`.
+fn new_token(config: &AgentConfig) -> Token {
+    Token::new(config.rank, config.workers, config.elements)
+        .expect("AgentConfig::validate checks that the token has room")
 }
 
 /// A [`Worker`] for async code: each all-reduce runs on tokio's blocking

@@ -17,6 +17,12 @@ pub struct Stats {
     pub timeouts: u64,
     /// Results that were not the one awaited (duplicates, late copies).
     pub stale_results: u64,
+    /// Slots whose session handshake succeeded (docs/PROTOCOL.md,
+    /// "Sessions"): once per slot per session.
+    pub handshakes: u64,
+    /// Handshakes sent again in a slot's other set: the set held an earlier
+    /// session's state, or another worker's handshake spoiled the round.
+    pub handshake_retries: u64,
     /// Datagrams that did not parse.
     pub malformed: u64,
     /// Valid packets for another job or of the wrong kind.
@@ -56,6 +62,8 @@ impl Stats {
         self.retransmissions += o.retransmissions;
         self.timeouts += o.timeouts;
         self.stale_results += o.stale_results;
+        self.handshakes += o.handshakes;
+        self.handshake_retries += o.handshake_retries;
         self.malformed += o.malformed;
         self.foreign += o.foreign;
         self.send_errors += o.send_errors;

@@ -81,6 +81,7 @@ enum Request {
 enum Reply {
     Welcome {
         switch: SocketAddr,
+        rank: u16,
         total: u16,
         config: ForestConfig,
         forest: WireForest,
@@ -243,6 +244,7 @@ impl Barrier {
         self.who.insert(conn, (site, worker));
         let welcome = Reply::Welcome {
             switch: self.sites[site].data,
+            rank: super::rank_of(&self.per_site, site, worker),
             total: self.total,
             config: self.config,
             forest: self.scheduler.forest().into(),
@@ -406,17 +408,23 @@ impl ForestSession {
     ) -> Result<ForestSession> {
         let mut client = Client::connect(service, wait)?;
         client.send(&Request::Hello { site, worker })?;
-        let (switch, total, config, forest) = match client.receive()? {
+        let (switch, rank, total, config, forest) = match client.receive()? {
             Reply::Welcome {
                 switch,
+                rank,
                 total,
                 config,
                 forest,
-            } => (switch, total, config, Forest::from(forest)),
+            } => (switch, rank, total, config, Forest::from(forest)),
             Reply::Failed { why } => bail!("the NetStorm service refused: {why}"),
             other => bail!("the NetStorm service answered hello with {other:?}"),
         };
-        let fw = ForestWorker::bind(switch, bind, &forest, &config, worker, total, tune)?;
+        let seat = super::Seat {
+            member: worker,
+            rank,
+            total,
+        };
+        let fw = ForestWorker::bind(switch, bind, &forest, &config, seat, tune)?;
         client.send(&Request::Endpoints {
             endpoints: fw.endpoints(),
         })?;

@@ -212,7 +212,7 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
     let (job, worker) = (job.to_string(), worker.to_string());
     let labels = [("job", job.as_str()), ("worker", worker.as_str())];
     let mut e = Exposition::default();
-    let rows: [(&'static str, &'static str, u64); 11] = [
+    let rows: [(&'static str, &'static str, u64); 13] = [
         (
             "inagg_agent_allreduces_total",
             "All-reduces completed.",
@@ -237,6 +237,16 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
             "inagg_agent_stale_results_total",
             "Results that were not the one awaited.",
             s.stale_results,
+        ),
+        (
+            "inagg_agent_handshakes_total",
+            "Slots whose session handshake succeeded.",
+            s.handshakes,
+        ),
+        (
+            "inagg_agent_handshake_retries_total",
+            "Handshakes sent again in a slot's other set (an earlier session's state there).",
+            s.handshake_retries,
         ),
         (
             "inagg_agent_malformed_total",

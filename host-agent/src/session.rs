@@ -1,0 +1,269 @@
+//! The session handshake (docs/PROTOCOL.md, "Sessions"): how a worker
+//! makes sure that the rounds it is about to take for its own are not an
+//! earlier session's.
+//!
+//! A job's slots keep their state between sessions: an earlier session's
+//! complete results, and, when it stopped part-way, its workers' bits and
+//! partial sums. A new session's workers start their round counters again,
+//! so their packet ids can equal the old ones, and a contribution from a
+//! worker whose bit an old round left set is taken for a retransmission:
+//! the switch answers it with the old result, or sums the old values in its
+//! place. Nothing in the switch tells two sessions apart, so the workers
+//! do, by themselves, once per slot and session:
+//!
+//! - **Handshake rounds.** A slot's first round in a session is a handshake:
+//!   count field 2 (it weighs 2 in the result's count) and, in its payload,
+//!   this session's random token in this worker's own field. The result is
+//!   the worker's only if its count is 2n (every contribution a handshake)
+//!   and its own field holds its own token (its contribution is in the sum:
+//!   a contribution taken for a retransmission is not). Float all-reduces
+//!   make the exponent round (round 0, which carries no values) the
+//!   handshake, so they pay nothing; int32 all-reduces pay one round per
+//!   slot per session.
+//! - **Moving on.** Any other result for the set a handshake went to is an
+//!   earlier session's (or a round it spoiled): the worker leaves that set
+//!   and tries again in the other one. Contributing there clears its bit in
+//!   the set it left, which is how old state drains.
+//! - **Voided rounds.** Workers whose handshake succeeded go on to their
+//!   first data round while a worker whose handshake failed tries again in
+//!   that same set: the round then mixes a handshake with data. Its count
+//!   shows it (between n and 2n), every worker sees the same result, and
+//!   all of them go back to a handshake in the other set, the data round
+//!   rolled back.
+//! - **Packet ids.** Every result a worker leaves a set on sets its epoch to
+//!   the one in the result's packet id, plus one: workers that left on the
+//!   same result agree on their ids from then on, whatever each had counted.
+
+use std::hash::{BuildHasher, Hasher};
+
+/// The count field of a handshake contribution: what it weighs in a
+/// result's count, so that a round of handshakes counts 2n, a round of data
+/// n, and a round that mixes them something in between.
+pub const HANDSHAKE_WEIGHT: u16 = 2;
+
+/// A slot's standing in this worker's session, kept across all-reduces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SlotSession {
+    /// Rounds the slot has moved through: its shadow set is `epoch & 1`,
+    /// its packet ids `epoch << 16 | slot`.
+    pub epoch: u32,
+    /// Whether the slot's handshake has succeeded in this session.
+    pub joined: bool,
+    /// Handshakes the slot has sent (each attempt carries its own token).
+    pub attempt: u32,
+}
+
+impl SlotSession {
+    /// Leaves the set of a result with packet id `packet_id` for the other
+    /// one, in step with every worker that left on the same result.
+    pub fn move_past(&mut self, packet_id: u32) {
+        self.epoch = (packet_id >> 16).wrapping_add(1);
+    }
+}
+
+/// How many of a slot's earlier handshake attempts a result is checked
+/// against: a late copy of one of them is ignored, not taken for an
+/// earlier session's state.
+const REMEMBERED_ATTEMPTS: u32 = 8;
+
+/// Where a worker's token goes in a handshake's payload, and what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token {
+    /// The session's random key: attempt `a` carries a hash of it and `a`.
+    base: u32,
+    /// The element (lane) of the payload that holds this worker's field.
+    lane: usize,
+    /// The field's position and width in the element: workers beyond K
+    /// share elements, each with its own bits.
+    shift: u32,
+    mask: u32,
+}
+
+impl Token {
+    /// A fresh token for the worker of rank `rank` out of `workers`, with
+    /// K = `elements` elements per packet. `None` when there are more than
+    /// 32 workers per element (no room for a field of one bit each).
+    pub fn new(rank: u16, workers: u16, elements: u16) -> Option<Token> {
+        let k = usize::from(elements.max(1));
+        let per_lane = usize::from(workers).div_ceil(k).max(1);
+        let bits = u32::try_from(32 / per_lane).ok().filter(|&b| b > 0)?;
+        let rank = usize::from(rank);
+        Some(Token {
+            base: random_u32(),
+            lane: rank % k,
+            shift: (rank / k) as u32 * bits,
+            mask: if bits == 32 {
+                u32::MAX
+            } else {
+                (1 << bits) - 1
+            },
+        })
+    }
+
+    /// Bits in the field: how unlikely (2^-bits) it is that an earlier
+    /// session's values pass for this worker's token.
+    #[cfg(test)]
+    pub fn bits(&self) -> u32 {
+        self.mask.count_ones()
+    }
+
+    /// The field's value in attempt `attempt`: a hash, not `base +
+    /// attempt`, so that old values summed with a token (small integers,
+    /// often) do not turn it into another attempt's.
+    fn value(&self, attempt: u32) -> u32 {
+        let mut x = u64::from(self.base) << 32 | u64::from(attempt);
+        // splitmix64's finaliser.
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        (x as u32) & self.mask
+    }
+
+    /// Writes attempt `attempt`'s token into `payload` (big-endian int32
+    /// elements, the rest of the element left as it is).
+    pub fn write(&self, payload: &mut [u8], attempt: u32) {
+        let at = self.lane * 4;
+        let Some(bytes) = payload.get_mut(at..at + 4) else {
+            return;
+        };
+        let old = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
+        let field = self.value(attempt) << self.shift;
+        let new = (old & !(self.mask << self.shift)) | field;
+        bytes.copy_from_slice(&new.to_be_bytes());
+    }
+
+    /// What a result's `payload` says of this worker's contributions.
+    pub fn find(&self, payload: &[u8], attempt: u32) -> Found {
+        let at = self.lane * 4;
+        let Some(bytes) = payload.get(at..at + 4) else {
+            return Found::Absent;
+        };
+        let element = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
+        let field = (element >> self.shift) & self.mask;
+        let earlier = attempt.saturating_sub(REMEMBERED_ATTEMPTS)..attempt;
+        if field == self.value(attempt) {
+            Found::Current
+        } else if earlier.into_iter().any(|a| field == self.value(a)) {
+            Found::Earlier
+        } else {
+            Found::Absent
+        }
+    }
+}
+
+/// Whose the token in a handshake result is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// This attempt's: the worker's handshake is in the sum.
+    Current,
+    /// An earlier attempt's of this session: a late copy of a round the
+    /// worker has already left.
+    Earlier,
+    /// Neither: the sum is not of this session's handshake.
+    Absent,
+}
+
+/// 32 random bits: the standard library's per-process random hash keys,
+/// mixed with the time, so that two sessions of a job (two processes, or
+/// two workers of one process) draw different tokens.
+fn random_u32() -> u32 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    let x = h.finish();
+    (x ^ (x >> 32)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(k: usize) -> Vec<u8> {
+        vec![0; k * 4]
+    }
+
+    #[test]
+    fn with_k_at_least_n_each_worker_has_a_whole_element() {
+        let t = Token::new(3, 8, 64).unwrap();
+        assert_eq!((t.lane, t.shift, t.bits()), (3, 0, 32));
+        let mut p = payload(64);
+        t.write(&mut p, 0);
+        assert_eq!(t.find(&p, 0), Found::Current);
+        assert_eq!(t.find(&p, 1), Found::Earlier);
+        assert_eq!(t.find(&payload(64), 0), Found::Absent);
+        // The token went into element 3 only.
+        assert!(p.chunks(4).enumerate().all(|(i, e)| i == 3 || e == [0; 4]));
+    }
+
+    #[test]
+    fn workers_beyond_k_share_elements_with_fields_of_their_own() {
+        // 10 workers over K = 4: 3 per element, 10 bits each.
+        let tokens: Vec<Token> = (0..10).map(|r| Token::new(r, 10, 4).unwrap()).collect();
+        assert_eq!(tokens[9].bits(), 10);
+        assert_eq!((tokens[9].lane, tokens[9].shift), (1, 20));
+        // Summed as the switch sums them: each finds its own.
+        let mut sum = [0i32; 4];
+        for t in &tokens {
+            let mut p = payload(4);
+            t.write(&mut p, 2);
+            for (s, e) in sum.iter_mut().zip(p.chunks(4)) {
+                *s = s.wrapping_add(i32::from_be_bytes(e.try_into().unwrap()));
+            }
+        }
+        let bytes: Vec<u8> = sum.iter().flat_map(|v| v.to_be_bytes()).collect();
+        assert!(tokens.iter().all(|t| t.find(&bytes, 2) == Found::Current));
+    }
+
+    #[test]
+    fn old_values_summed_with_a_token_do_not_pass_for_another_attempt() {
+        // A handshake added to an earlier session's data (-1 was the case
+        // that once read as the previous attempt's token): the slot must
+        // move on, not wait for a round that will not come.
+        let t = Token::new(0, 3, 64).unwrap();
+        for attempt in 1..20 {
+            for old in [-2i32, -1, 1, 2] {
+                let mut p = payload(64);
+                t.write(&mut p, attempt);
+                let e = i32::from_be_bytes(p[..4].try_into().unwrap()).wrapping_add(old);
+                p[..4].copy_from_slice(&e.to_be_bytes());
+                assert_eq!(t.find(&p, attempt), Found::Absent, "{attempt} {old}");
+            }
+        }
+    }
+
+    #[test]
+    fn too_many_workers_per_element_leave_no_field() {
+        assert!(Token::new(0, 33, 1).is_none());
+        assert_eq!(Token::new(31, 32, 1).unwrap().bits(), 1);
+    }
+
+    #[test]
+    fn a_token_overwrites_only_its_own_field() {
+        let t = Token::new(1, 2, 1).unwrap();
+        let mut p = 0x1234_5678u32.to_be_bytes().to_vec();
+        t.write(&mut p, 0);
+        let e = u32::from_be_bytes(p[..4].try_into().unwrap());
+        assert_eq!(e & 0xffff, 0x5678, "worker 0's half is untouched");
+        assert_eq!(e >> 16, t.value(0));
+    }
+
+    #[test]
+    fn moving_past_a_result_takes_its_epoch() {
+        let mut s = SlotSession::default();
+        s.move_past(7 << 16 | 3);
+        assert_eq!(s.epoch, 8);
+        s.move_past(u32::MAX);
+        assert_eq!(s.epoch, 0x1_0000);
+    }
+
+    #[test]
+    fn two_tokens_differ() {
+        let a = Token::new(0, 1, 1).unwrap();
+        let b = Token::new(0, 1, 1).unwrap();
+        assert_ne!(a.base, b.base);
+    }
+}

@@ -1,0 +1,210 @@
+//! Sessions of one job, one after another (docs/PROTOCOL.md, "Sessions"):
+//! a new session's workers start their round counters again on slots that
+//! hold an earlier session's state (complete results, and when it stopped
+//! part-way, its workers' bits and partial sums). Whatever the earlier
+//! sessions left, the new one must sum its own values: int32 exactly,
+//! floats within the bound. Real workers over UDP through the emulator;
+//! new sessions bind the endpoints the job was installed with, as new
+//! processes would.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use inagg::local::{run_all, JobParams, LocalCluster};
+use inagg::verify::{check_f32, check_i32, gradient};
+use inagg_emu::FaultConfig;
+use inagg_host_agent::{AgentConfig, Stats, Worker};
+
+const WORKERS: u16 = 3;
+const POOL: u32 = 8;
+const K: u16 = 64;
+/// Elements per round of every slot of the pool.
+const WAVE: usize = POOL as usize * K as usize;
+
+fn params() -> JobParams {
+    JobParams {
+        id: 1,
+        workers: WORKERS,
+        pool_base: 0,
+        pool_size: POOL,
+        elements: K,
+    }
+}
+
+/// A session's workers: new sockets on the job's endpoints. `give_up` is
+/// how long a worker waits without progress (short for sessions meant to
+/// stop part-way).
+fn session(cluster: &LocalCluster, endpoints: &[SocketAddr], give_up: Duration) -> Vec<Worker> {
+    endpoints
+        .iter()
+        .enumerate()
+        .map(|(w, addr)| {
+            let mut c = AgentConfig::new(cluster.emu.data_addr(), 1, w as u16, WORKERS, POOL, K);
+            c.bind = *addr;
+            c.give_up_after = give_up;
+            Worker::new(c).unwrap()
+        })
+        .collect()
+}
+
+/// Installs the job and returns its endpoints (the first session's workers
+/// are dropped: nothing has run on it yet).
+fn install(cluster: &LocalCluster) -> Vec<SocketAddr> {
+    let workers = cluster.job(params(), |_| {}).unwrap();
+    workers.iter().map(Worker::local_addr).collect()
+}
+
+/// Distinct int32 values per worker and seed, so that a sum holding any
+/// earlier session's values is wrong.
+fn ints(seed: i32, len: usize) -> Vec<Vec<i32>> {
+    (0..i32::from(WORKERS))
+        .map(|w| {
+            (0..len as i32)
+                .map(|i| i.wrapping_mul(7919) ^ (seed * 1_000_003 + w * 65_537))
+                .collect()
+        })
+        .collect()
+}
+
+/// A complete int32 session; its per-worker statistics.
+fn int_session(
+    cluster: &LocalCluster,
+    endpoints: &[SocketAddr],
+    seed: i32,
+    len: usize,
+) -> Vec<Stats> {
+    let mut workers = session(cluster, endpoints, Duration::from_secs(10));
+    let inputs = ints(seed, len);
+    let mut data = inputs.clone();
+    let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d))
+        .unwrap_or_else(|e| panic!("session {seed}: {e:#}"));
+    check_i32(&inputs, &data).unwrap_or_else(|e| panic!("session {seed}: {e:#}"));
+    stats
+}
+
+fn retries(stats: &[Stats]) -> u64 {
+    stats.iter().map(|s| s.handshake_retries).sum()
+}
+
+#[test]
+fn a_second_session_of_one_round_per_slot_sums_its_own_values() {
+    // The case that used to go wrong silently: session 2's round ids equal
+    // session 1's, and session 1's results were complete in the set
+    // session 2 starts on.
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let endpoints = install(&cluster);
+    let first = int_session(&cluster, &endpoints, 1, WAVE);
+    assert_eq!(
+        retries(&first),
+        0,
+        "a fresh job's handshakes succeed at once"
+    );
+    assert!(first.iter().all(|s| s.handshakes == u64::from(POOL)));
+    int_session(&cluster, &endpoints, 2, WAVE);
+    int_session(&cluster, &endpoints, 3, 3 * WAVE);
+    int_session(&cluster, &endpoints, 4, WAVE / 2);
+}
+
+#[test]
+fn a_session_after_a_worker_gave_up_alone_sums_its_own_values() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let endpoints = install(&cluster);
+    // Worker 2 runs without the others: its handshakes sit in every slot,
+    // then it gives up.
+    let mut alone = session(&cluster, &endpoints, Duration::from_millis(300)).remove(2);
+    let mut data = ints(9, WAVE)[2].clone();
+    alone.allreduce_i32(&mut data).unwrap_err();
+    drop(alone);
+    let stats = int_session(&cluster, &endpoints, 1, 2 * WAVE);
+    assert!(retries(&stats) > 0, "the old bits were met: {stats:?}");
+}
+
+#[test]
+fn a_session_after_one_whose_workers_stopped_at_different_rounds_sums_its_own_values() {
+    // Worker 0 sends one round per slot, the others three: rounds 1 and 2
+    // never complete. Then the same with a float session after it.
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let endpoints = install(&cluster);
+    stop_part_way(&cluster, &endpoints, &[WAVE, 3 * WAVE, 3 * WAVE]);
+    let stats = int_session(&cluster, &endpoints, 1, 2 * WAVE);
+    assert!(retries(&stats) > 0, "{stats:?}");
+    stop_part_way(&cluster, &endpoints, &[3 * WAVE, WAVE, 2 * WAVE]);
+    float_session(&cluster, &endpoints, 7, 5 * WAVE + 3);
+}
+
+/// A session in which worker w all-reduces `lens[w]` elements (a worker with
+/// a shorter tensor than the others stops early; the others give up).
+fn stop_part_way(cluster: &LocalCluster, endpoints: &[SocketAddr], lens: &[usize]) {
+    let mut workers = session(cluster, endpoints, Duration::from_millis(300));
+    let mut data: Vec<Vec<i32>> = lens.iter().map(|&n| vec![5; n]).collect();
+    let _ = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d));
+}
+
+fn float_session(cluster: &LocalCluster, endpoints: &[SocketAddr], seed: u64, len: usize) {
+    let mut workers = session(cluster, endpoints, Duration::from_secs(10));
+    let inputs: Vec<Vec<f32>> = (0..usize::from(WORKERS))
+        .map(|w| gradient(seed, w, len))
+        .collect();
+    let mut data = inputs.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d)).unwrap();
+    let check = check_f32(&inputs, &data, K.into());
+    assert!(check.verified, "{check:?}");
+}
+
+/// A small deterministic generator for the trials below.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+#[test]
+fn any_mix_of_unfinished_sessions_under_faults_leaves_the_next_one_exact() {
+    // Each trial: one to three sessions that stop part-way (each worker
+    // with its own tensor length, some not running at all), under loss,
+    // duplication and reordering; then a session that must be exact.
+    let faults = FaultConfig {
+        drop_ingress: 0.03,
+        drop_egress: 0.03,
+        duplicate: 0.03,
+        reorder: 0.03,
+        seed: 11,
+    };
+    let cluster = LocalCluster::start(faults).unwrap();
+    let endpoints = install(&cluster);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut moved_on = 0;
+    for trial in 0..10 {
+        for _ in 0..1 + rng.below(3) {
+            let lens: Vec<usize> = (0..WORKERS)
+                .map(|_| rng.below(4) * WAVE + rng.below(2) * rng.below(WAVE))
+                .collect();
+            let who: Vec<usize> = (0..usize::from(WORKERS))
+                .filter(|_| rng.below(4) > 0)
+                .collect();
+            let mut workers: Vec<Worker> =
+                session(&cluster, &endpoints, Duration::from_millis(250))
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(w, _)| who.contains(w))
+                    .map(|(_, worker)| worker)
+                    .collect();
+            let mut data: Vec<Vec<i32>> = who.iter().map(|&w| vec![-1; lens[w]]).collect();
+            let _ = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d));
+        }
+        let len = 1 + rng.below(4 * WAVE);
+        let stats = if trial % 2 == 0 {
+            int_session(&cluster, &endpoints, 100 + trial, len)
+        } else {
+            float_session(&cluster, &endpoints, trial as u64, len);
+            Vec::new()
+        };
+        moved_on += retries(&stats);
+    }
+    assert!(moved_on > 0, "the trials met earlier sessions' state");
+}
