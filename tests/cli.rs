@@ -530,6 +530,83 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
     assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 2 * 20_000 / 64);
 }
 
+/// README's aggregation tree by hand, two sessions in a row: a root and a
+/// leaf emulator, one agent at each (member 0 at both switches, so the leaf's
+/// agent gives --tree-rank 1), one round per slot, then again with other
+/// values: the second session sums its own values, not the first's results
+/// still stored in the slots (docs/PROTOCOL.md, "Sessions").
+#[test]
+fn a_tree_by_hand_sums_each_sessions_own_values() {
+    let root = Emu::start(&[]);
+    let leaf = Emu::start(&[]);
+    let (a, b) = (free_udp_port(), free_udp_port());
+    let members = format!("{a},{}", leaf.data);
+    let upstream = format!("{}/1/1", root.data);
+    let job = [
+        "job",
+        "create",
+        "--id",
+        "1",
+        "--pool-base",
+        "0",
+        "--pool-size",
+        "8",
+    ];
+    let out = root.ctl(&[&job[..], &["--workers", &members]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let b_only = b.to_string();
+    let out = leaf.ctl(&[&job[..], &["--workers", &b_only, "--upstream", &upstream]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = std::env::temp_dir().join(format!("inagg-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, value: i32| {
+        let path = dir.join(name);
+        let bytes: Vec<u8> = (0..512).flat_map(|_| value.to_le_bytes()).collect();
+        std::fs::write(&path, bytes).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    for (x, y) in [(1, 2), (10, 20)] {
+        let (in_a, in_b) = (file("a", x), file("b", y));
+        let agent =
+            |switch: SocketAddr, bind: SocketAddr, rank: &str, input: &str, output: &str| {
+                Command::new(INAGG)
+                    .args([
+                        "agent",
+                        "--switch",
+                        &switch.to_string(),
+                        "--bind",
+                        &bind.to_string(),
+                    ])
+                    .args(["--job", "1", "--worker", "0", "--tree-rank", rank])
+                    .args(["--workers", "2", "--pool-size", "8", "--dtype", "i32"])
+                    .args(["--input", input, "--output", output])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            };
+        let (out_a, out_b) = (dir.join("sum_a"), dir.join("sum_b"));
+        let children = [
+            agent(root.data, a, "0", &in_a, &out_a.to_string_lossy()),
+            agent(leaf.data, b, "1", &in_b, &out_b.to_string_lossy()),
+        ];
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{x}+{y}: {}", text(&out));
+        }
+        for sum in [&out_a, &out_b] {
+            let bytes = std::fs::read(sum).unwrap();
+            assert_eq!(bytes.len(), 512 * 4);
+            assert!(
+                bytes
+                    .chunks(4)
+                    .all(|v| i32::from_le_bytes(v.try_into().unwrap()) == x + y),
+                "{x}+{y}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn demo_prints_a_verified_json_report() {
     let out = Command::new(INAGG)

@@ -84,7 +84,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                 group_packets.count(hdr.inagg.job);
             } else if (ig_md.drop == 0) {
                 job_contributions.count(hdr.inagg.job);
-                if (ig_md.remaining == 0) {
+                if (ig_md.remaining[15:0] == 0) {
                     if (ig_md.retransmission == 1) {
                         job_resent_results.count(hdr.inagg.job);
                     } else {

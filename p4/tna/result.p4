@@ -4,7 +4,7 @@
  *
  * ResultHarvest, pass 1, for a contribution that completed its set or a
  * retransmission to a complete set: the packet becomes the set's result
- * (kind 2, count n, the set's max exponent, round packet id and priority,
+ * (kind 2, count = the set's weight, the set's max exponent, round packet id and priority,
  * the odd sums; job, slot, set, generation, K and the sender's worker id
  * unchanged), addressed back the way it came (Ethernet, IPv4 and UDP source
  * and destination swapped). harvest_h, put in front of it, records where it
@@ -46,7 +46,7 @@ control ResultHarvest(inout ingress_headers_t hdr,
 
     action make_result() {
         hdr.inagg.kind = KIND_RESULT;
-        hdr.inagg.count = ig_md.job.worker_count;
+        hdr.inagg.count = ig_md.remaining[31:16];
         hdr.inagg.exponent = ig_md.exponent[7:0];
         address_back(hdr);
     }

@@ -23,10 +23,15 @@
  *       this one stage. On a retransmission the update is a no-op too: a
  *       worker's bit is never set in both sets (joining one clears the other),
  *       so it is already set in s and clear in the other.
- *   remaining  [INAGG_SETS] bit<16>, index set_index: contributions the set
- *       still waits for; n - 1 after the first, 0 when complete. The
- *       emulator's "count == n" is "remaining == 0", and a result's count is
- *       always n.
+ *   remaining  [INAGG_SETS] bit<32>, index set_index: the set's weight in
+ *       the upper half (the sum of its contributions' max(count, 1): n for
+ *       a round of data, 2n for one of session handshakes, docs/PROTOCOL.md
+ *       "Sessions"), the contributions it still waits for in the lower half
+ *       (n - 1 after the first, 0 when complete). Both change in the one
+ *       32-bit add of remaining_count: the step (weight << 16) - 1 carries
+ *       one into the upper half as it takes one from the lower. The
+ *       emulator's "count == n" is "remaining[15:0] == 0", and a result's
+ *       count is remaining[31:16].
  *   max_exponent  [INAGG_SETS] bit<16> (exponents are 0..255; 16 bits keep
  *       the ALU's comparison clear of sign questions)
  *   round_packet_id  [INAGG_SETS] bit<32>
@@ -84,21 +89,21 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     INAGG_BITMAP_JOIN(hi, set0, set1)
     INAGG_BITMAP_JOIN(hi, set1, set0)
 
-    Register<bit<16>, bit<32>>(INAGG_SETS, 0) remaining;
-    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_start = {
-        void apply(inout bit<16> value, out bit<16> left) {
+    Register<bit<32>, bit<32>>(INAGG_SETS, 0) remaining;
+    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_start = {
+        void apply(inout bit<32> value, out bit<32> left) {
             value = ig_md.countdown_start;
             left = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_count = {
-        void apply(inout bit<16> value, out bit<16> left) {
-            value = value - 1;
+    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_count = {
+        void apply(inout bit<32> value, out bit<32> left) {
+            value = value + ig_md.countdown_step;
             left = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(remaining) remaining_read = {
-        void apply(inout bit<16> value, out bit<16> left) {
+    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_read = {
+        void apply(inout bit<32> value, out bit<32> left) {
             left = value;
         }
     };
@@ -230,7 +235,14 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
     apply {
         worker_mask.apply();
-        ig_md.countdown_start = ig_md.job.worker_count - 1;
+        /* A contribution weighs max(count, 1): a worker's data 1, its
+         * session handshake 2. */
+        bit<16> weight = hdr.inagg.count;
+        if (weight == 0) {
+            weight = 1;
+        }
+        ig_md.countdown_start = weight ++ (ig_md.job.worker_count - 1);
+        ig_md.countdown_step = (weight - 1) ++ 16w0xffff;
         ig_md.exponent = (bit<16>)hdr.inagg.exponent;
 
         if ((hdr.inagg.flags & FLAG_SET) == 0) {

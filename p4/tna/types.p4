@@ -94,8 +94,9 @@ struct ingress_metadata_t {
     bit<32>       mask_hi;          /* ... among workers 32..63 */
     bit<32>       before_lo;        /* bitmap half of the set before this packet */
     bit<32>       before_hi;
-    bit<16>       countdown_start;  /* n - 1 */
-    bit<16>       remaining;        /* contributions the set still waits for */
+    bit<32>       countdown_start;  /* weight << 16 | n - 1 */
+    bit<32>       countdown_step;   /* (weight << 16) - 1: adds the weight, counts one */
+    bit<32>       remaining;        /* the set's weight << 16 | contributions it still waits for */
     bit<16>       exponent;         /* the set's max exponent after this packet */
     bit<1>        retransmission;
     bit<8>        values_op;
