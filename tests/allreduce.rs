@@ -390,6 +390,19 @@ fn bad_agent_configurations_are_refused() {
             inagg_host_agent::AgentConfig::new(addr, 1, 64, 65, 8, 64),
             "worker id 64 is beyond a switch job's 64 members",
         ),
+        (
+            inagg_host_agent::AgentConfig {
+                rank: 3,
+                ..inagg_host_agent::AgentConfig::new(addr, 1, 0, 3, 8, 64)
+            },
+            "rank 3 is not below the worker count 3",
+        ),
+        (
+            // A tree of 100 workers with K = 2: 50 per element, no room
+            // for a handshake field of one bit each.
+            inagg_host_agent::AgentConfig::new(addr, 1, 0, 100, 8, 2),
+            "100 workers with K = 2: a session handshake",
+        ),
     ];
     for (config, want) in cases {
         let err = Worker::new(config).unwrap_err();
