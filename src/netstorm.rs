@@ -567,11 +567,11 @@ pub fn bind_workers(
     let total = total_workers(per_site)?;
     let bind = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut out = Vec::new();
-    for (site, &n) in sites.iter().zip(per_site) {
+    for (v, (site, &n)) in sites.iter().zip(per_site).enumerate() {
         for member in 0..n {
             let seat = Seat {
                 member,
-                rank: out.len() as u16,
+                rank: rank_of(per_site, v, member),
                 total,
             };
             out.push(ForestWorker::bind(
