@@ -32,6 +32,13 @@ pub struct EmuArgs {
     /// Largest elements per packet (K) a job may use.
     #[arg(long, default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
     pub max_elements: u16,
+    /// MiB of aggregator values all pools may take together (each slot
+    /// holds K 32-bit values in each of its two shadow sets): a job that
+    /// would pass it is refused, instead of the emulator growing until the
+    /// OS kills it.
+    #[arg(long, default_value_t = inagg_emu::switch::DEFAULT_MEMORY >> 20,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    pub memory_mib: u64,
     /// Drop probability in both directions (shorthand).
     #[arg(long)]
     pub loss: Option<f64>,
@@ -120,6 +127,7 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
         switch: SwitchConfig {
             slots: args.slots,
             max_elements: args.max_elements,
+            memory: args.memory_mib << 20,
         },
         faults,
         link: link(args)?,

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::Receiver;
 use inagg_emu::api::validate_job;
-use inagg_emu::{JobSpec, SwitchConfig};
+use inagg_emu::JobSpec;
 use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_control::sched::selective_reduce::{
     all_reduce, partial_reduce, Cdf, Controller, Params, Ready, Training,
@@ -264,10 +264,7 @@ fn check_switch(target: &mut dyn Target, config: &CoordinatorConfig) -> Result<(
         .into_iter()
         .map(|j| j.spec)
         .collect();
-    let switch = SwitchConfig {
-        slots: info.slots,
-        max_elements: info.max_elements,
-    };
+    let switch = info.config();
     let placeholder = SocketAddr::from(([0, 0, 0, 0], 0));
     for pool in 0..config.sub_pools {
         let spec = config.group_job(pool, vec![placeholder], 0);

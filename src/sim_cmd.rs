@@ -76,6 +76,7 @@ fn reproduce(args: &ReproduceArgs, out: &mut dyn Write) -> Result<()> {
         seed: args.seed,
         quick: args.quick,
     };
+    check_seeds(args.seed, args.seeds)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create the output folder {}", args.out.display()))?;
     if args.seeds > 1 {
@@ -126,6 +127,19 @@ fn write_plots(
     Ok(())
 }
 
+/// `--seeds` runs seeds SEED..=SEED + SEEDS - 1 (SEEDS >= 1, clap checks):
+/// none may be past `u64::MAX` (wrapping round to seed 0 would repeat other
+/// runs' figures under the wrong name).
+fn check_seeds(seed: u64, seeds: u64) -> Result<()> {
+    if seed.checked_add(seeds - 1).is_none() {
+        bail!(
+            "--seed {seed} --seeds {seeds} runs past the largest seed ({}): give a smaller --seed or fewer --seeds",
+            u64::MAX
+        );
+    }
+    Ok(())
+}
+
 /// `--seeds N`: each paper once per seed, folded row by row.
 fn across_seeds(
     args: &ReproduceArgs,
@@ -133,7 +147,7 @@ fn across_seeds(
     opts: &inagg_sim::Options,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let seeds: Vec<u64> = (0..args.seeds).map(|i| args.seed.wrapping_add(i)).collect();
+    let seeds: Vec<u64> = (0..args.seeds).map(|i| args.seed + i).collect();
     let mut folded = Vec::new();
     for name in names {
         let reports: Vec<inagg_sim::Report> = seeds

@@ -230,6 +230,59 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
     assert!(emu.ctl(&["job", "delete", "1"]).status.success());
     let gone = emu.ctl(&["job", "show", "1"]);
     assert!(!gone.status.success() && text(&gone).contains("no job 1 is installed"));
+    // A fault probability that is not a number is refused by name, and the
+    // switch keeps its settings.
+    let nan = emu.ctl(&["faults", "--drop-egress", "NaN"]);
+    assert!(
+        !nan.status.success() && text(&nan).contains("drop_egress = NaN is not a probability"),
+        "{}",
+        text(&nan)
+    );
+    let faults = text(&emu.ctl(&["faults"]));
+    assert!(faults.contains("drop_egress 0 "), "{faults}");
+}
+
+/// The emulator's value memory is a budget (`--memory-mib`): a pool that
+/// would pass it is refused with the sizes, and `ctl info` shows what is
+/// used.
+#[test]
+fn pools_past_the_memory_budget_are_refused() {
+    let emu = Emu::start(&["--slots", "1000", "--memory-mib", "1"]);
+    let create = |id: &str, worker: &str, base: &str, size: &str, k: &str| {
+        emu.ctl(&[
+            "job",
+            "create",
+            "--id",
+            id,
+            "--workers",
+            worker,
+            "--pool-base",
+            base,
+            "--pool-size",
+            size,
+            "--elements",
+            k,
+        ])
+    };
+    // 600 slots x 2 sets x 64 values x 4 bytes = 307,200 bytes.
+    let ok = create("1", "127.0.0.1:5000", "0", "600", "64");
+    assert!(ok.status.success(), "{}", text(&ok));
+    // 400 x 2 x 256 x 4 = 819,200 bytes, and 741,376 are free.
+    let big = create("2", "127.0.0.1:5001", "600", "400", "256");
+    assert!(
+        !big.status.success()
+            && text(&big).contains(
+                "job 2: a pool of 400 slots at K = 256 takes 0.8 MiB of aggregator memory, \
+                 and 0.7 MiB of the switch's 1.0 MiB is free"
+            ),
+        "{}",
+        text(&big)
+    );
+    let info = text(&emu.ctl(&["info"]));
+    assert!(info.contains("memory        1 of 1 MiB used"), "{info}");
+    // At K = 64 the same pool fits.
+    let fits = create("2", "127.0.0.1:5001", "600", "400", "64");
+    assert!(fits.status.success(), "{}", text(&fits));
 }
 
 /// Auxiliary paths from the command line: a relay entry made, listed,
@@ -456,10 +509,51 @@ fn ctl_apply_plans_checks_and_applies_cluster_files() {
     );
     let missing = emu.ctl(&["apply", "-f", "/nonexistent/cluster.toml"]);
     assert!(text(&missing).contains("cannot read"), "{}", text(&missing));
+    // The file's [switch] table says where to apply it when the command
+    // line does not: a file for bmv2 goes to a P4Runtime server (here the
+    // emulator's control port, which does not speak it), never to the
+    // emulator the default target would have reached.
+    let for_bmv2 = dir.join("bmv2.toml");
+    std::fs::write(
+        &for_bmv2,
+        format!(
+            "[switch]\ntarget = \"bmv2\"\ncontrol = \"{}\"\n\n             [[job]]\nid = 4\nworkers = [\"127.0.0.1:5004\"]\npool_base = 200\npool_size = 8\n",
+            emu.control
+        ),
+    )
+    .unwrap();
+    let out = Command::new(INAGG)
+        .args(["ctl", "apply", "-f", for_bmv2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && text(&out).contains("P4Runtime"),
+        "{}",
+        text(&out)
+    );
     // Nothing of the refused files was installed.
     let jobs: serde_json::Value =
         serde_json::from_slice(&emu.ctl(&["--json", "job", "list"]).stdout).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 2);
+    // An emulator file with its control address applies with no --addr.
+    let for_emu = dir.join("emu.toml");
+    std::fs::write(
+        &for_emu,
+        format!(
+            "[switch]\ntarget = \"emu\"\ncontrol = \"{}\"\n\n             [[job]]\nid = 4\nworkers = [\"127.0.0.1:5004\"]\npool_base = 200\npool_size = 8\n",
+            emu.control
+        ),
+    )
+    .unwrap();
+    let out = Command::new(INAGG)
+        .args(["ctl", "apply", "-f", for_emu.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && text(&out).contains("+ job 4"),
+        "{}",
+        text(&out)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -907,6 +1001,30 @@ fn sim_reproduce_prints_json_and_writes_plots() {
         err.contains("unknown paper \"nope\"") && err.contains("selmcast"),
         "{err}"
     );
+    // Seeds that would wrap past u64::MAX, and no seeds at all, are refused
+    // before anything runs.
+    for (seed, seeds, says) in [
+        ("18446744073709551615", "2", "runs past the largest seed"),
+        ("1", "0", "0 is not in 1..=100"),
+    ] {
+        let bad = Command::new(env!("CARGO_BIN_EXE_inagg"))
+            .args([
+                "sim",
+                "reproduce",
+                "priority",
+                "--seed",
+                seed,
+                "--seeds",
+                seeds,
+            ])
+            .arg("--out")
+            .arg(std::env::temp_dir())
+            .output()
+            .expect("run inagg");
+        assert!(!bad.status.success());
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 /// `--seeds N` runs the reproduction once per seed and folds each result

@@ -301,6 +301,7 @@ fn narrow_emulator(max_elements: u16, at: Option<(SocketAddr, SocketAddr)>) -> L
         switch: SwitchConfig {
             slots: 64,
             max_elements,
+            ..SwitchConfig::default()
         },
         ..ephemeral
     })
@@ -403,6 +404,19 @@ fn a_job_goes_only_where_its_k_is_taken_and_a_refused_install_is_reported() {
     assert!(
         out.status.success() && text.contains("K up to 32 elements per packet"),
         "{text}"
+    );
+    // The two control endpoints mixed up: each error says which is which.
+    let out = inagg(&["ctl", "--addr", &addr, "job", "list"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is an inagg controller, not an emulator's"),
+        "{err}"
+    );
+    let out = inagg(&["ctl", "--controller", &control.to_string(), "sites"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is an emulator's control port, not an inagg"),
+        "{err}"
     );
     drop(ctl);
     let _ = std::fs::remove_file(state);

@@ -105,6 +105,12 @@ impl JobSpec {
     pub fn pool_end(&self) -> u64 {
         u64::from(self.pool_base) + u64::from(self.pool_size)
     }
+
+    /// Bytes of aggregator values its pool takes: K 32-bit values in each
+    /// of the two shadow sets of each slot.
+    pub fn memory(&self) -> u64 {
+        u64::from(self.pool_size) * 2 * u64::from(self.elements) * 4
+    }
 }
 
 /// Why a job or a multicast group cannot be installed, found or removed.
@@ -181,6 +187,27 @@ pub enum JobError {
         end: u64,
         /// Slots the switch has.
         slots: u32,
+    },
+    /// The pool's values would pass the switch's memory budget.
+    #[error(
+        "job {id}: a pool of {size} slots at K = {elements} takes {} of aggregator memory, and \
+         {} of the switch's {} is free; give a smaller pool or K, or start the emulator with \
+         a larger --memory-mib",
+        mib(*.needs), mib(*.free), mib(*.total)
+    )]
+    OutOfMemory {
+        /// The job.
+        id: u16,
+        /// Its pool size.
+        size: u32,
+        /// Its K.
+        elements: u16,
+        /// Bytes its pool takes.
+        needs: u64,
+        /// Bytes free before it.
+        free: u64,
+        /// The budget.
+        total: u64,
     },
     /// The pool overlaps another job's.
     #[error(
@@ -346,7 +373,9 @@ pub fn validate_job<'a>(
     if spec.group == Some(0) {
         return Err(JobError::GroupZero);
     }
+    let mut used = 0u64;
     for other in existing {
+        used += other.memory();
         if let (Some(g), Some(o)) = (spec.group, other.group) {
             if g == o {
                 return Err(JobError::GroupInUse {
@@ -381,6 +410,17 @@ pub fn validate_job<'a>(
                 other_end: other.pool_end(),
             });
         }
+    }
+    let free = config.memory.saturating_sub(used);
+    if spec.memory() > free {
+        return Err(JobError::OutOfMemory {
+            id,
+            size: spec.pool_size,
+            elements: spec.elements,
+            needs: spec.memory(),
+            free,
+            total: config.memory,
+        });
     }
     Ok(())
 }
@@ -494,8 +534,31 @@ pub struct SwitchInfo {
     /// per slot as it was compiled for (the emulator takes any K up to it).
     #[serde(default)]
     pub fixed_elements: bool,
+    /// Bytes of aggregator values the pools may take together
+    /// (`SwitchConfig::memory`); unlimited where the slots' size is fixed
+    /// (a P4 program's registers).
+    #[serde(default = "unlimited")]
+    pub memory: u64,
+    /// Bytes of it the installed pools take.
+    #[serde(default)]
+    pub memory_used: u64,
     /// Jobs installed.
     pub jobs: usize,
+}
+
+fn unlimited() -> u64 {
+    u64::MAX
+}
+
+impl SwitchInfo {
+    /// The limits a job is checked against on this switch.
+    pub fn config(&self) -> SwitchConfig {
+        SwitchConfig {
+            slots: self.slots,
+            max_elements: self.max_elements,
+            memory: self.memory,
+        }
+    }
 }
 
 /// One contiguous range of slots.
@@ -805,6 +868,11 @@ pub enum Response {
     Err(ApiError),
 }
 
+/// Bytes as MiB for messages ("1.5 MiB").
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -830,6 +898,7 @@ mod tests {
     const CONFIG: SwitchConfig = SwitchConfig {
         slots: 100,
         max_elements: 1024,
+        memory: 1 << 20,
     };
 
     #[test]
@@ -883,6 +952,36 @@ mod tests {
             validate_job(&s, [], CONFIG),
             Err(JobError::TooManyWorkers { count: 65, .. })
         ));
+    }
+
+    /// The budget counts both shadow sets of every slot at the job's K,
+    /// summed over the installed pools: exactly full fits, one slot more
+    /// does not.
+    #[test]
+    fn pools_share_the_memory_budget() {
+        // 1 MiB at K = 1024 is 128 slots (2 x 1024 x 4 bytes each).
+        let wide = |id, base, size| JobSpec {
+            elements: 1024,
+            ..spec(id, base, size)
+        };
+        let config = SwitchConfig {
+            slots: 200,
+            ..CONFIG
+        };
+        let a = wide(1, 0, 64);
+        assert_eq!(a.memory(), 512 << 10);
+        assert!(validate_job(&wide(2, 64, 64), [&a], config).is_ok());
+        assert_eq!(
+            validate_job(&wide(2, 64, 65), [&a], config),
+            Err(JobError::OutOfMemory {
+                id: 2,
+                size: 65,
+                elements: 1024,
+                needs: 65 * 8192,
+                free: 512 << 10,
+                total: 1 << 20,
+            })
+        );
     }
 
     #[test]

@@ -330,6 +330,7 @@ pub fn run(case: &Case) -> Result<(), String> {
     let mut sw = Switch::new(SwitchConfig {
         slots: case.switch.slots,
         max_elements: case.switch.elements,
+        ..SwitchConfig::default()
     });
     let mut ports: BTreeMap<SocketAddr, u16> = BTreeMap::new();
     for w in case.endpoints() {
@@ -337,8 +338,8 @@ pub fn run(case: &Case) -> Result<(), String> {
         parse_mac(&w.mac)?;
     }
     for j in &case.jobs {
-        sw.create_job(j.spec())
-            .map_err(|e| format!("job {}: {e}", j.id))?;
+        // A job's errors name the job already.
+        sw.create_job(j.spec()).map_err(|e| e.to_string())?;
     }
     for g in &case.groups {
         sw.create_group(g.spec())

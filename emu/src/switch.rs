@@ -24,7 +24,17 @@ pub struct SwitchConfig {
     pub slots: u32,
     /// Largest element count (K) a job may use.
     pub max_elements: u16,
+    /// Bytes of aggregator values (both shadow sets of every slot) the
+    /// pools may take together. An ASIC's registers are a fixed size; the
+    /// emulator's grow with each job's K, so without a budget a few large
+    /// pools would grow the process until the OS killed it. A job that
+    /// would pass it is refused instead (`JobError::OutOfMemory`).
+    pub memory: u64,
 }
+
+/// The emulator's default value memory: 4 GiB, room for the default 8192
+/// slots at the largest K four times over.
+pub const DEFAULT_MEMORY: u64 = 4 << 30;
 
 impl Default for SwitchConfig {
     /// 8192 slots, as SwitchML's Tofino program holds per pipeline stage;
@@ -33,6 +43,7 @@ impl Default for SwitchConfig {
         SwitchConfig {
             slots: 8192,
             max_elements: inagg_wire::MAX_ELEMENTS as u16,
+            memory: DEFAULT_MEMORY,
         }
     }
 }
@@ -388,6 +399,8 @@ impl Switch {
             slots: self.config.slots,
             max_elements: self.config.max_elements,
             fixed_elements: false,
+            memory: self.config.memory,
+            memory_used: self.jobs.values().map(|j| j.spec.memory()).sum(),
             jobs: self.jobs.len(),
         }
     }
@@ -1458,6 +1471,7 @@ mod tests {
         Switch::new(SwitchConfig {
             slots: 64,
             max_elements: 64,
+            ..SwitchConfig::default()
         })
     }
 

@@ -53,6 +53,7 @@ fn switch() -> Switch {
     let mut sw = Switch::new(SwitchConfig {
         slots: 64,
         max_elements: 64,
+        ..SwitchConfig::default()
     });
     sw.create_job(JobSpec {
         group: Some(5),

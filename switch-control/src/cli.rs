@@ -23,9 +23,10 @@ use crate::target::{install_job, ControlError, QueueReport, Result, Target};
 /// Arguments of `inagg ctl`.
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// Which kind of switch to program.
-    #[arg(long, value_enum, default_value_t = TargetKind::Emu, global = true)]
-    pub target: TargetKind,
+    /// Which kind of switch to program [default: a cluster file's
+    /// `[switch] target` with `apply`, else emu].
+    #[arg(long, value_enum, global = true)]
+    pub target: Option<TargetKind>,
     /// The target's control endpoint [default: 127.0.0.1:47001 for emu,
     /// the P4Runtime server 127.0.0.1:9559 for bmv2].
     #[arg(long, global = true)]
@@ -302,7 +303,25 @@ pub enum GroupCommand {
 
 /// Connects to the target `args` name.
 pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target + Send>> {
-    connect_target(args.target, args.addr, &args.bmv2)
+    connect_target(
+        args.target.unwrap_or(TargetKind::Emu),
+        args.addr,
+        &args.bmv2,
+    )
+}
+
+/// Connects for `ctl apply -f FILE`: the file's `[switch]` table names the
+/// target and its control endpoint, and the command line's `--target` and
+/// `--addr` override them. (Without this a file written for bmv2 would
+/// be applied to whatever emulator answered on the default address.)
+fn connect_for_file(args: &CtlArgs, file: &ClusterFile) -> Result<Box<dyn Target + Send>> {
+    // `ClusterFile::parse` admits "emu" and "bmv2" only.
+    let kind = match args.target {
+        Some(kind) => kind,
+        None if file.switch.target == "bmv2" => TargetKind::Bmv2,
+        None => TargetKind::Emu,
+    };
+    connect_target(kind, args.addr.or(file.switch.control), &args.bmv2)
 }
 
 /// Connects to a target of the given kind: `addr` defaults per kind, the
@@ -361,7 +380,10 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(addr) = args.controller {
         return crate::ctl_controller::run(addr, args.token.clone(), args.json, args.command, out);
     }
-    let mut target = connect(&args)?;
+    let mut target = match &args.command {
+        CtlCommand::Apply { file, .. } => connect_for_file(&args, &ClusterFile::load(file)?)?,
+        _ => connect(&args)?,
+    };
     let t = target.as_mut();
     let json = args.json;
     match args.command {
@@ -386,6 +408,14 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                         ""
                     };
                     writeln!(o, "max elements  {}{only}", info.max_elements)?;
+                    if info.memory != u64::MAX {
+                        writeln!(
+                            o,
+                            "memory        {} of {} MiB used",
+                            info.memory_used.div_ceil(1 << 20),
+                            info.memory >> 20
+                        )?;
+                    }
                     writeln!(o, "jobs          {}", info.jobs)
                 },
             )
@@ -430,6 +460,10 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                     reorder: reorder.unwrap_or(f.reorder),
                     seed: seed.unwrap_or(f.seed),
                 };
+                // Checked here too: NaN cannot cross the JSON control
+                // channel (it would arrive as null and fail to parse there).
+                f.validate()
+                    .map_err(|message| ControlError::Api(ApiError::Invalid { message }))?;
                 t.set_faults(f)?;
             }
             emit(out, json, &f, |o| {

@@ -2,8 +2,8 @@
 //!
 //! ```toml
 //! [switch]
-//! target = "emu"                 # or "bmv2"; the command line's --target picks
-//! control = "127.0.0.1:47001"    # optional; the command line wins
+//! target = "emu"                 # or "bmv2"; `ctl --target` overrides it
+//! control = "127.0.0.1:47001"    # optional; `ctl --addr` overrides it
 //!
 //! [[job]]
 //! id = 1
@@ -22,7 +22,6 @@ use std::net::SocketAddr;
 
 use inagg_emu::api::{validate_job, JobSpec};
 use inagg_emu::egress::ClassQueue;
-use inagg_emu::switch::SwitchConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::target::{ControlError, Result, Target};
@@ -202,10 +201,7 @@ pub fn plan(
     prune: bool,
 ) -> Result<Vec<Step>> {
     let info = target.info()?;
-    let config = SwitchConfig {
-        slots: info.slots,
-        max_elements: info.max_elements,
-    };
+    let config = info.config();
     let installed: Vec<JobSpec> = target.jobs()?.into_iter().map(|j| j.spec).collect();
     let wanted: Vec<JobSpec> = file.jobs.iter().map(JobSpec::from).collect();
     let mut steps = Vec::new();

@@ -73,12 +73,24 @@ impl EmuTarget {
         match serde_json::from_str::<Response>(&answer) {
             Ok(Response::Ok(reply)) => Ok(reply),
             Ok(Response::Err(e)) => Err(e.into()),
-            Err(e) => Err(ControlError::Protocol(format!(
-                "{e}: {}",
-                answer.trim_end()
-            ))),
+            Err(e) => Err(ControlError::Protocol(
+                misdirected(&answer).unwrap_or(format!("{e}: {}", answer.trim_end())),
+            )),
         }
     }
+}
+
+/// A reply in the controller's shape (`{"error": ...}`) means the operator
+/// pointed `ctl --addr` at an `inagg controller`: say so, instead of the
+/// JSON parser's complaint.
+fn misdirected(answer: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(answer).ok()?;
+    value.get("error")?;
+    Some(format!(
+        "this endpoint is an inagg controller, not an emulator's control port: \
+         use `ctl --controller ADDR` for it (it answered {})",
+        answer.trim_end()
+    ))
 }
 
 fn unexpected(reply: Reply) -> ControlError {

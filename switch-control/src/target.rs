@@ -8,7 +8,6 @@ use inagg_emu::api::{
 use inagg_emu::counters::Counters;
 use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
 use inagg_emu::egress::{ClassQueue, LinkConfig, PortStats};
-use inagg_emu::switch::SwitchConfig;
 use inagg_emu::FaultConfig;
 
 /// Control-plane errors. Each variant says whose fault it is.
@@ -270,10 +269,7 @@ pub struct QueueReport {
 pub fn install_job(target: &mut dyn Target, spec: &JobSpec) -> Result<()> {
     let info = target.info()?;
     let jobs = target.jobs()?;
-    let config = SwitchConfig {
-        slots: info.slots,
-        max_elements: info.max_elements,
-    };
+    let config = info.config();
     validate_job(spec, jobs.iter().map(|j| &j.spec), config)?;
     target.create_job(spec)
 }

@@ -1142,15 +1142,19 @@ impl Target for Bmv2Target {
             slots: self.schema.slots,
             max_elements: self.schema.elements,
             fixed_elements: true,
+            memory: u64::MAX,
+            memory_used: 0,
             jobs: state.jobs.len(),
         })
     }
 
     fn create_job(&mut self, spec: &JobSpec) -> Result<()> {
         let (state, installed) = self.installed()?;
+        // A P4 program's registers are fixed: its memory is its slots.
         let config = SwitchConfig {
             slots: self.schema.slots,
             max_elements: self.schema.elements,
+            memory: u64::MAX,
         };
         validate_job(spec, installed.iter().map(|(s, _)| s), config)?;
         detours_unrelayed(spec, |key| state.relayed(key))?;

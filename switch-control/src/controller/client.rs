@@ -83,7 +83,9 @@ impl Client {
         match serde_json::from_str::<Response>(&answer) {
             Ok(Response::Ok(r)) => Ok(r),
             Ok(Response::Error(e)) => Err(ClientError::Refused(e)),
-            Err(e) => Err(ClientError::Protocol(format!("{e}: {}", answer.trim_end()))),
+            Err(e) => Err(ClientError::Protocol(
+                misdirected(&answer).unwrap_or(format!("{e}: {}", answer.trim_end())),
+            )),
         }
     }
 
@@ -199,4 +201,17 @@ impl Client {
 
 fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
+}
+
+/// A reply in the emulator's shape (`{"err": ...}`) means `--controller`
+/// names an `inagg emu` control port: say so, instead of the JSON parser's
+/// complaint.
+fn misdirected(answer: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(answer).ok()?;
+    value.get("err")?;
+    Some(format!(
+        "this endpoint is an emulator's control port, not an inagg controller: \
+         program it with `ctl --addr ADDR` (no --controller) (it answered {})",
+        answer.trim_end()
+    ))
 }
