@@ -357,6 +357,28 @@ fn a_worker_whose_switch_address_has_no_listener_is_told_so() {
     assert!(err.contains(want), "{err}");
 }
 
+/// Workers told a larger worker count than the switch's job has: every
+/// handshake result holds the worker's own token but weighs 2 x the job's
+/// workers, and the timeout says so, with both counts.
+#[test]
+fn workers_told_the_wrong_worker_count_are_told_what_the_switch_counts() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let mut workers = cluster
+        .job(job(7, 2, 0, 8, 64), |c| {
+            c.workers = 3;
+            c.give_up_after = Duration::from_millis(300);
+        })
+        .unwrap();
+    let mut data = vec![vec![1i32; 1000]; 2];
+    let err = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("results of this worker's own handshakes weighed 4, not 6")
+            && err.contains("looks like 2 workers where this worker was told 3"),
+        "{err}"
+    );
+}
+
 fn worker_retransmissions(err: &Error) -> u64 {
     match err {
         Error::Timeout {

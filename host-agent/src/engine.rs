@@ -81,7 +81,13 @@ enum Verdict<'d> {
     /// A result that sends the slot to a handshake in the other set: one
     /// for its handshake that is not its own (an earlier session's state),
     /// or its first data round spoiled by another worker's handshake.
-    MoveOn { slot: usize, packet_id: u32 },
+    /// `own_weight`: the result held this worker's own token but weighed
+    /// other than 2n (kept to explain a timeout: a wrong worker count).
+    MoveOn {
+        slot: usize,
+        packet_id: u32,
+        own_weight: Option<u16>,
+    },
     /// Anything else.
     Ignore,
 }
@@ -224,6 +230,7 @@ impl<L: Link> Engine<'_, L> {
         let scan_every = nanos((self.config.min_rto / 4).max(Duration::from_micros(200)));
         let mut next_scan = scan_every;
         let mut last_progress = 0;
+        let mut bad_weight = None;
         let clock = || nanos(start.elapsed());
         while active > 0 {
             self.flush(slots, &mut tx, &mut stats)?;
@@ -251,6 +258,7 @@ impl<L: Link> Engine<'_, L> {
                             packet_id,
                         } => {
                             stats.handshakes += 1;
+                            bad_weight = None;
                             let session = &mut self.sessions[slot];
                             session.move_past(packet_id);
                             session.joined = true;
@@ -269,7 +277,12 @@ impl<L: Link> Engine<'_, L> {
                             // all-reduce's exponent round): taken as that below.
                             (slot, payload, exponent, true)
                         }
-                        Verdict::MoveOn { slot, packet_id } => {
+                        Verdict::MoveOn {
+                            slot,
+                            packet_id,
+                            own_weight,
+                        } => {
+                            bad_weight = own_weight.or(bad_weight);
                             stats.handshake_retries += 1;
                             let session = &mut self.sessions[slot];
                             session.move_past(packet_id);
@@ -322,6 +335,8 @@ impl<L: Link> Engine<'_, L> {
                         waited,
                         retransmissions: stats.retransmissions,
                         refusals: self.link.refusals(),
+                        handshake_weight: bad_weight
+                            .map(|w| (w, 2 * u32::from(self.config.workers))),
                     });
                 }
                 if let Some(live) = self.live {
@@ -500,9 +515,10 @@ impl<L: Link> Engine<'_, L> {
                     stats.stale_results += 1;
                     Verdict::Ignore
                 }
-                _ => Verdict::MoveOn {
+                found => Verdict::MoveOn {
                     slot: s,
                     packet_id: repr.packet_id,
+                    own_weight: (found == Found::Current).then_some(repr.count),
                 },
             };
         }
@@ -521,6 +537,7 @@ impl<L: Link> Engine<'_, L> {
             return Verdict::MoveOn {
                 slot: s,
                 packet_id: repr.packet_id,
+                own_weight: None,
             };
         }
         stats.stale_results += 1;

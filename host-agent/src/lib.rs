@@ -194,7 +194,7 @@ pub enum Error {
     #[error(
         "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
          {retransmissions} retransmissions; {}",
-        timeout_advice(*switch, *refusals)
+        timeout_advice(*switch, *refusals, *handshake_weight)
     )]
     Timeout {
         /// The switch address.
@@ -209,16 +209,30 @@ pub enum Error {
         retransmissions: u64,
         /// ICMP port unreachables from the switch's address.
         refusals: u64,
+        /// The last result of this worker's own handshake whose weight was
+        /// not 2n, with the 2n expected: (seen, expected).
+        handshake_weight: Option<(u16, u32)>,
     },
 }
 
 /// What to check after a timeout: nothing listening at the switch's
 /// address, when its host said so, or else the job and the other workers.
-fn timeout_advice(switch: SocketAddr, refusals: u64) -> String {
+fn timeout_advice(switch: SocketAddr, refusals: u64, weight: Option<(u16, u32)>) -> String {
     if refusals > 0 {
         format!(
             "the host at {switch} answered 'port unreachable' {refusals} times: nothing listens \
              there; is the switch running, at that address?"
+        )
+    } else if let Some((seen, expected)) = weight {
+        // A handshake weighs 2 per worker: a result with this worker's own
+        // token in it and the wrong weight is the switch's count of workers.
+        format!(
+            "results of this worker's own handshakes weighed {seen}, not {expected}: each worker's \
+             handshake weighs 2, so the switch's job looks like {} workers where this worker was \
+             told {}; give every worker the job's worker count (or, in an aggregation tree, the \
+             total of workers below the root)",
+            seen / 2,
+            expected / 2
         )
     } else {
         "check that the job is installed with this worker's endpoint, that every worker is \
