@@ -254,6 +254,46 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     let _ = std::fs::remove_file(state);
 }
 
+/// An emulator whose value memory, not its slots, runs out: a job is
+/// granted the slots the memory left has room for at its K, the next one
+/// goes to the fallback, and the partial grant runs.
+#[test]
+fn the_switchs_memory_budget_shrinks_grants_like_its_slots() {
+    // 24 slots' worth at K = 64 (512 bytes a slot), in 64 slots.
+    let switch = LocalCluster::start_with(
+        FaultConfig::default(),
+        SwitchConfig {
+            slots: 64,
+            memory: 24 * 512,
+            ..SwitchConfig::default()
+        },
+    )
+    .unwrap();
+    let fallback = emulator(256, 0.0, 9);
+    let state = state_file("memory");
+    let ctl = start(switch.control_addr(), &[fallback.control_addr()], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let a = c.create_job(decl("a", 2, 16)).unwrap();
+    let b = c.create_job(decl("b", 2, 16)).unwrap();
+    let d = c.create_job(decl("d", 2, 16)).unwrap();
+    assert!(matches!(a.placement, Placement::Switch { grant } if grant.size == 16));
+    assert!(
+        matches!(b.placement, Placement::Switch { grant } if grant.size == 8),
+        "{:?}",
+        b.placement
+    );
+    assert!(
+        matches!(d.placement, Placement::Fallback { host, .. } if host == fallback.control_addr()),
+        "{:?}",
+        d.placement
+    );
+    let run = run_job(ctl.addr(), "b", 2, 20_000, 5);
+    assert_eq!(run.pool_size, 8);
+    assert!(!run.fallback);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}
+
 #[test]
 fn freeing_a_job_lets_a_waiting_job_onto_the_switch() {
     let switch = emulator(32, 0.0, 1);

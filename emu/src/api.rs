@@ -106,11 +106,16 @@ impl JobSpec {
         u64::from(self.pool_base) + u64::from(self.pool_size)
     }
 
-    /// Bytes of aggregator values its pool takes: K 32-bit values in each
-    /// of the two shadow sets of each slot.
+    /// Bytes of aggregator values its pool takes.
     pub fn memory(&self) -> u64 {
-        u64::from(self.pool_size) * 2 * u64::from(self.elements) * 4
+        u64::from(self.pool_size) * slot_bytes(self.elements)
     }
+}
+
+/// Bytes of aggregator values one slot takes at K = `elements`: K 32-bit
+/// values in each of its two shadow sets.
+pub fn slot_bytes(elements: u16) -> u64 {
+    2 * u64::from(elements) * 4
 }
 
 /// Why a job or a multicast group cannot be installed, found or removed.

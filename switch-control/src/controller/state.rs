@@ -112,6 +112,9 @@ pub struct Site {
     /// The largest K it takes, once reached, and whether that is the only
     /// K it takes (a P4 program's is fixed when it is compiled).
     elements: Option<(u16, bool)>,
+    /// Bytes of aggregator values its pools may take together (an
+    /// emulator's budget; unlimited for a P4 switch, whose slots are fixed).
+    memory: u64,
     /// Jobs it refused to install, by id: the session (generation) it
     /// refused and its reason. Kept while the job is placed here, so that
     /// a new session's workers see why the last one did not run; cleared
@@ -142,6 +145,7 @@ impl Site {
             data_addr: None,
             data_given: None,
             elements: None,
+            memory: u64::MAX,
             refusals: BTreeMap::new(),
             held: BTreeMap::new(),
             kind: "?",
@@ -276,6 +280,7 @@ impl Site {
                 // Filled from the stored placements by `Core::reserve_site`.
                 self.alloc = Some(SlotAllocator::new(slots));
                 self.elements = Some((info.max_elements, info.fixed_elements));
+                self.memory = info.memory;
                 // An emulator bound to 0.0.0.0 is reached at its control host.
                 self.data_addr = self.data_given.or(data.map(|mut a| {
                     if a.ip().is_unspecified() {
@@ -857,19 +862,24 @@ impl Core {
         if on_switch && largest(self).is_some_and(|l| l < decl.slots) {
             self.defragment(&decl.name);
         }
+        let want = self.memory_cap(0, decl);
         if let Some(grant) = self.sites[0]
             .alloc
             .as_mut()
-            .filter(|_| on_switch)
-            .and_then(|a| a.allocate(decl.slots))
+            .filter(|_| on_switch && want > 0)
+            .and_then(|a| a.allocate(want))
         {
             return Placement::Switch { grant };
         }
         if decl.fallback {
-            // A fallback that is down would hold the job up until it is back.
-            let usable = |s: &&mut Site| s.target.is_some() && s.may_take(decl);
-            for site in self.sites[1..].iter_mut().filter(usable) {
-                if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(decl.slots)) {
+            for i in 1..self.sites.len() {
+                // A fallback that is down would hold the job up until it is back.
+                let want = self.memory_cap(i, decl);
+                let site = &mut self.sites[i];
+                if site.target.is_none() || !site.may_take(decl) || want == 0 {
+                    continue;
+                }
+                if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(want)) {
                     return Placement::Fallback {
                         host: site.control,
                         grant,
@@ -878,6 +888,25 @@ impl Core {
             }
         }
         Placement::Waiting
+    }
+
+    /// The most slots (up to the job's request) that site `i`'s value
+    /// memory leaves room for at the job's K: an emulator's budget less
+    /// what the pools placed there take. A request larger than that is
+    /// granted less, as one larger than the free slots is.
+    fn memory_cap(&self, i: usize, decl: &JobDecl) -> u32 {
+        use inagg_emu::api::slot_bytes;
+        let used: u64 = self
+            .jobs
+            .values()
+            .filter(|j| self.site_index(&j.placement) == Some(i))
+            .filter_map(|j| {
+                let g = j.placement.grant()?;
+                Some(u64::from(g.size) * slot_bytes(j.decl.elements))
+            })
+            .sum();
+        let room = self.sites[i].memory.saturating_sub(used) / slot_bytes(decl.elements);
+        room.min(u64::from(decl.slots)) as u32
     }
 
     /// Defragments the switch's memory between all-reduces: the pools of
