@@ -85,6 +85,13 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     if args.elements == 0 || args.workers == 0 {
         bail!("--elements and --workers must be at least 1");
     }
+    if usize::from(args.workers) > inagg_wire::MAX_WORKERS {
+        bail!(
+            "--workers {}: a job on one switch has at most {} workers",
+            args.workers,
+            inagg_wire::MAX_WORKERS
+        );
+    }
     if !(0.0..1.0).contains(&args.loss) {
         bail!("--loss {} must be in [0, 1)", args.loss);
     }

@@ -728,6 +728,13 @@ fn bad_arguments_get_clear_errors_not_panics() {
         "{}",
         text(&out)
     );
+    let out = run(&["demo", "--workers", "100"]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains("--workers 100: a job on one switch has at most 64 workers"),
+        "{}",
+        text(&out)
+    );
     let out = run(&[
         "emu",
         "--reorder",
