@@ -272,14 +272,17 @@ fn pools_past_the_memory_budget_are_refused() {
     assert!(
         !big.status.success()
             && text(&big).contains(
-                "job 2: a pool of 400 slots at K = 256 takes 0.8 MiB of aggregator memory, \
-                 and 0.7 MiB of the switch's 1.0 MiB is free"
+                "job 2: a pool of 400 slots at K = 256 takes 800.0 KiB of aggregator memory, \
+                 and 724.0 KiB of the switch's 1.0 MiB is free"
             ),
         "{}",
         text(&big)
     );
     let info = text(&emu.ctl(&["info"]));
-    assert!(info.contains("memory        1 of 1 MiB used"), "{info}");
+    assert!(
+        info.contains("memory        300.0 KiB of 1.0 MiB used"),
+        "{info}"
+    );
     // At K = 64 the same pool fits.
     let fits = create("2", "127.0.0.1:5001", "600", "400", "64");
     assert!(fits.status.success(), "{}", text(&fits));

@@ -290,6 +290,15 @@ fn the_switchs_memory_budget_shrinks_grants_like_its_slots() {
     let run = run_job(ctl.addr(), "b", 2, 20_000, 5);
     assert_eq!(run.pool_size, 8);
     assert!(!run.fallback);
+    // `ctl sites` shows the budget and what the two pools take of it.
+    let out = inagg(&["ctl", "--controller", &ctl.addr().to_string(), "sites"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("12.0 KiB of 12.0 KiB of value memory taken by its pools"),
+        "{text}"
+    );
+    let sites = c.sites().unwrap();
+    assert_eq!(sites[0].memory, Some((24 * 512, 24 * 512)));
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }

@@ -198,7 +198,7 @@ pub enum JobError {
         "job {id}: a pool of {size} slots at K = {elements} takes {} of aggregator memory, and \
          {} of the switch's {} is free; give a smaller pool or K, or start the emulator with \
          a larger --memory-mib",
-        mib(*.needs), mib(*.free), mib(*.total)
+        size_text(*.needs), size_text(*.free), size_text(*.total)
     )]
     OutOfMemory {
         /// The job.
@@ -873,9 +873,13 @@ pub enum Response {
     Err(ApiError),
 }
 
-/// Bytes as MiB for messages ("1.5 MiB").
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+/// Bytes for messages and tables: "1.5 MiB", or "12.0 KiB" below a MiB.
+pub fn size_text(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    }
 }
 
 #[cfg(test)]

@@ -411,9 +411,9 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                     if info.memory != u64::MAX {
                         writeln!(
                             o,
-                            "memory        {} of {} MiB used",
-                            info.memory_used.div_ceil(1 << 20),
-                            info.memory >> 20
+                            "memory        {} of {} used",
+                            inagg_emu::api::size_text(info.memory_used),
+                            inagg_emu::api::size_text(info.memory)
                         )?;
                     }
                     writeln!(o, "jobs          {}", info.jobs)

@@ -288,6 +288,14 @@ fn write_sites(o: &mut dyn Write, sites: &[SiteStatus], jobs: &[JobStatus]) -> s
         if let Some(k) = &s.elements {
             writeln!(o, "  {k} elements per packet")?;
         }
+        if let Some((total, used)) = s.memory {
+            writeln!(
+                o,
+                "  {} of {} of value memory taken by its pools",
+                inagg_emu::api::size_text(used),
+                inagg_emu::api::size_text(total)
+            )?;
+        }
     }
     write_jobs(o, jobs)
 }

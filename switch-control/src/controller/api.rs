@@ -204,6 +204,11 @@ pub struct SiteStatus {
     pub free: Option<u32>,
     /// Free ranges.
     pub free_ranges: Vec<Grant>,
+    /// Bytes of aggregator values its pools may take (an emulator's
+    /// budget), and the bytes the pools placed there take; none for a P4
+    /// switch, whose slots are a fixed size.
+    #[serde(default)]
+    pub memory: Option<(u64, u64)>,
 }
 
 /// A request and the API token.

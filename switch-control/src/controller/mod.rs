@@ -389,7 +389,7 @@ fn handle(
         Request::Sites => {
             let core = shared.lock();
             Ok(Reply::Sites {
-                sites: core.sites.iter().map(Site::status).collect(),
+                sites: core.site_status(),
             })
         }
         Request::Stats => Ok(Reply::Stats {

@@ -221,6 +221,7 @@ impl Site {
                 .as_ref()
                 .map(SlotAllocator::free_ranges)
                 .unwrap_or_default(),
+            memory: None,
         }
     }
 
@@ -890,22 +891,41 @@ impl Core {
         Placement::Waiting
     }
 
+    /// What `inagg ctl sites` shows of every site, with the value memory
+    /// the pools placed on each take.
+    pub fn site_status(&self) -> Vec<SiteStatus> {
+        (0..self.sites.len())
+            .map(|i| {
+                let site = &self.sites[i];
+                SiteStatus {
+                    memory: (site.memory != u64::MAX && site.target.is_some())
+                        .then(|| (site.memory, self.memory_used(i))),
+                    ..site.status()
+                }
+            })
+            .collect()
+    }
+
+    /// Bytes of values the pools placed on site `i` take.
+    fn memory_used(&self, i: usize) -> u64 {
+        self.jobs
+            .values()
+            .filter(|j| self.site_index(&j.placement) == Some(i))
+            .filter_map(|j| {
+                let g = j.placement.grant()?;
+                Some(u64::from(g.size) * inagg_emu::api::slot_bytes(j.decl.elements))
+            })
+            .sum()
+    }
+
     /// The most slots (up to the job's request) that site `i`'s value
     /// memory leaves room for at the job's K: an emulator's budget less
     /// what the pools placed there take. A request larger than that is
     /// granted less, as one larger than the free slots is.
     fn memory_cap(&self, i: usize, decl: &JobDecl) -> u32 {
-        use inagg_emu::api::slot_bytes;
-        let used: u64 = self
-            .jobs
-            .values()
-            .filter(|j| self.site_index(&j.placement) == Some(i))
-            .filter_map(|j| {
-                let g = j.placement.grant()?;
-                Some(u64::from(g.size) * slot_bytes(j.decl.elements))
-            })
-            .sum();
-        let room = self.sites[i].memory.saturating_sub(used) / slot_bytes(decl.elements);
+        let used = self.memory_used(i);
+        let room =
+            self.sites[i].memory.saturating_sub(used) / inagg_emu::api::slot_bytes(decl.elements);
         room.min(u64::from(decl.slots)) as u32
     }
 
