@@ -859,6 +859,9 @@ fn the_emulator_serves_prometheus_metrics() {
         body.contains("# TYPE inagg_job_results_total counter\n"),
         "{body}"
     );
+    // The value memory: the default 4 GiB, and 8 slots x 2 sets x 64 x 4 bytes.
+    assert!(body.contains("inagg_memory_bytes 4294967296\n"), "{body}");
+    assert!(body.contains("inagg_memory_used_bytes 4096\n"), "{body}");
 }
 
 #[test]

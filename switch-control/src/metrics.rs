@@ -202,6 +202,11 @@ pub fn emulator(control: SocketAddr) -> Result<String, String> {
         e.job(&[], j.spec.id, None, &j.counters);
     }
     e.queues(&[], &t.queues().map_err(|e| e.to_string())?);
+    let info = t.info().map_err(|e| e.to_string())?;
+    let help = "Bytes of aggregator values the pools may take (inagg emu --memory-mib).";
+    e.gauge("inagg_memory_bytes", help, &[], info.memory);
+    let help = "Bytes of aggregator values the installed pools take.";
+    e.gauge("inagg_memory_used_bytes", help, &[], info.memory_used);
     Ok(e.render())
 }
 
