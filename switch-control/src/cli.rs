@@ -380,9 +380,14 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(addr) = args.controller {
         return crate::ctl_controller::run(addr, args.token.clone(), args.json, args.command, out);
     }
-    let mut target = match &args.command {
-        CtlCommand::Apply { file, .. } => connect_for_file(&args, &ClusterFile::load(file)?)?,
-        _ => connect(&args)?,
+    // A cluster file is read once: its [switch] table says where to connect.
+    let cluster_file = match &args.command {
+        CtlCommand::Apply { file, .. } => Some(ClusterFile::load(file)?),
+        _ => None,
+    };
+    let mut target = match &cluster_file {
+        Some(parsed) => connect_for_file(&args, parsed)?,
+        None => connect(&args)?,
     };
     let t = target.as_mut();
     let json = args.json;
@@ -509,7 +514,11 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
             prune,
             dry_run,
         } => {
-            let parsed = ClusterFile::load(&file)?;
+            // Loaded above, before connecting (the load here is never reached).
+            let parsed = match cluster_file {
+                Some(parsed) => parsed,
+                None => ClusterFile::load(&file)?,
+            };
             let steps = cluster::plan(&parsed, &file, t, prune)?;
             if !dry_run {
                 cluster::execute(&steps, t)?;
