@@ -1,0 +1,325 @@
+"""inagg for Python: all-reduce training buffers through an aggregation switch.
+
+A thin ctypes layer over inagg's C library (libinagg_capi.so): no compiler
+and no dependency. Any writable, C-contiguous buffer of float32 or int32
+works (numpy arrays, array.array, memoryview, and a CPU torch tensor
+through ``tensor.numpy()``, which shares its memory)::
+
+    import numpy as np, inagg
+
+    with inagg.Worker(switch="127.0.0.1:47000", bind="127.0.0.1:5000",
+                      job=1, worker=0, workers=2, pool_size=128) as w:
+        grad = np.ones(1_000_000, dtype=np.float32)
+        stats = w.allreduce(grad)          # in place: grad is now the sum
+        grad /= w.workers                  # the mean, if that is wanted
+
+Every worker of a job makes the same calls with buffers of the same lengths.
+The library is found through $INAGG_LIBRARY, else in the repository's
+target/release/ (``cargo build --release -p inagg-capi``), else on the
+system's library path.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+import sys
+import threading
+
+__all__ = [
+    "Worker",
+    "Stats",
+    "Error",
+    "ConfigError",
+    "NetworkError",
+    "TimeoutError",
+    "WorkerFailed",
+    "library_path",
+]
+
+ABI_VERSION = 1
+
+# Status codes of include/inagg.h.
+_OK = 0
+_E_ARGUMENT = -1
+_E_CONFIG = -2
+_E_IO = -3
+_E_TIMEOUT = -4
+_E_DPDK = -5
+_E_FAILED = -6
+_E_PANIC = -7
+
+
+class Error(Exception):
+    """An inagg call failed; ``code`` is the C library's status code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+class ConfigError(Error, ValueError):
+    """The configuration is unusable, or the controller refused it."""
+
+
+class NetworkError(Error, OSError):
+    """A socket failed, or the controller could not be reached."""
+
+
+class TimeoutError(Error, TimeoutError):  # noqa: A001 (inagg.TimeoutError is a builtins.TimeoutError)
+    """No progress within ``timeout`` seconds; the message says what to check."""
+
+
+class WorkerFailed(Error):
+    """An earlier all-reduce of this worker failed; create new workers."""
+
+
+_ERRORS = {
+    _E_CONFIG: ConfigError,
+    _E_IO: NetworkError,
+    _E_TIMEOUT: TimeoutError,
+    _E_FAILED: WorkerFailed,
+}
+
+
+class _CStats(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "packets_sent",
+            "packets_received",
+            "retransmissions",
+            "timeouts",
+            "stale_results",
+            "handshakes",
+            "handshake_retries",
+            "malformed",
+            "foreign",
+            "send_errors",
+            "bytes_sent",
+            "bytes_received",
+            "payload_bytes",
+            "elapsed_ns",
+        )
+    ]
+
+
+class Stats:
+    """Counters of one all-reduce on one worker (``inagg_stats``)."""
+
+    __slots__ = [name for name, _ in _CStats._fields_]
+
+    def __init__(self, c):
+        for name in self.__slots__:
+            setattr(self, name, getattr(c, name))
+
+    @property
+    def seconds(self):
+        return self.elapsed_ns / 1e9
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self):
+        return "Stats(%s)" % ", ".join("%s=%d" % kv for kv in self.as_dict().items())
+
+
+def library_path():
+    """Where the C library is loaded from (see the module's doc)."""
+    env = os.environ.get("INAGG_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    for sub in ("release", "debug"):
+        for where in ((sub,), (sub, "deps")):
+            candidate = os.path.join(repo, "target", *where, "libinagg_capi.so")
+            if os.path.exists(candidate):
+                return candidate
+    found = ctypes.util.find_library("inagg_capi")
+    if found:
+        return found
+    raise ImportError(
+        "inagg: libinagg_capi.so not found; build it with "
+        "`cargo build --release -p inagg-capi` or set INAGG_LIBRARY to its path"
+    )
+
+
+def _load():
+    lib = ctypes.CDLL(library_path())
+    lib.inagg_abi_version.restype = ctypes.c_uint32
+    if lib.inagg_abi_version() != ABI_VERSION:
+        raise ImportError(
+            "inagg: the library's ABI is version %d, this package speaks %d; "
+            "rebuild the library from the same checkout"
+            % (lib.inagg_abi_version(), ABI_VERSION)
+        )
+    lib.inagg_version.restype = ctypes.c_char_p
+    lib.inagg_last_error.restype = ctypes.c_char_p
+    lib.inagg_last_error_code.restype = ctypes.c_int
+    lib.inagg_worker_new.argtypes = [ctypes.c_char_p]
+    lib.inagg_worker_new.restype = ctypes.c_void_p
+    lib.inagg_worker_free.argtypes = [ctypes.c_void_p]
+    lib.inagg_worker_free.restype = None
+    for name in ("inagg_allreduce_f32", "inagg_allreduce_i32"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_CStats)]
+        fn.restype = ctypes.c_int
+    lib.inagg_worker_info.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.inagg_worker_info.restype = ctypes.c_int
+    return lib
+
+
+_lib = _load()
+__version__ = _lib.inagg_version().decode()
+
+
+def _raise(code):
+    message = _lib.inagg_last_error().decode("utf-8", "replace")
+    if code == _E_ARGUMENT:
+        raise ValueError("inagg: " + message)
+    raise _ERRORS.get(code, Error)(message, code)
+
+
+def _quote(value):
+    text = str(value)
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _config_string(options):
+    parts = []
+    for key, value in options.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            raise ConfigError("%s=%r: not a number or an address" % (key, value), _E_CONFIG)
+        parts.append("%s=%s" % (key, _quote(value)))
+    return " ".join(parts)
+
+
+# Byte-order prefixes of struct format codes that mean native order here.
+_NATIVE = ("@", "=", "<" if sys.byteorder == "little" else ">")
+
+
+def _kind(view):
+    """'f32' or 'i32' for a buffer of 4-byte floats or ints in native order."""
+    code = view.format
+    if code[:1] in _NATIVE:
+        code = code[1:]
+    if view.itemsize == 4 and code == "f":
+        return "f32"
+    if view.itemsize == 4 and code in ("i", "l"):
+        return "i32"
+    raise TypeError(
+        "inagg: reduces float32 or int32 in native byte order; this buffer's "
+        "items are format %r, %d bytes each" % (view.format, view.itemsize)
+    )
+
+
+def _memory(buf):
+    """The buffer as (ctypes array over its bytes or None if empty, element
+    count, kind). The ctypes array holds the buffer exported: while it
+    lives, the buffer cannot be resized or freed under the call."""
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise TypeError(
+            "inagg: %s does not expose a buffer; pass a numpy array, array.array "
+            "or memoryview (a torch tensor: tensor.numpy())" % type(buf).__name__
+        ) from None
+    kind = _kind(view)
+    if view.readonly:
+        raise ValueError("inagg: the buffer is read-only; the all-reduce writes the sum into it")
+    if not view.c_contiguous:
+        raise ValueError("inagg: the buffer is not C-contiguous; pass a contiguous copy")
+    if view.nbytes == 0:
+        return None, 0, kind
+    raw = view.cast("B")
+    return (ctypes.c_char * view.nbytes).from_buffer(raw), view.nbytes // 4, kind
+
+
+class Worker:
+    """One worker of a job: see the module's doc, and capi/README.md for
+    the keys. Keyword arguments are the configuration's keys; ``None``
+    leaves a key out."""
+
+    def __init__(self, **options):
+        text = _config_string(options).encode()
+        handle = _lib.inagg_worker_new(text)
+        if not handle:
+            _raise(_lib.inagg_last_error_code())
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._info = self._read_info()
+
+    def _read_info(self):
+        size = 512
+        while True:
+            out = ctypes.create_string_buffer(size)
+            n = _lib.inagg_worker_info(self._handle, out, size)
+            if n < 0:
+                _raise(n)
+            if n < size:
+                return json.loads(out.value.decode())
+            size = n + 1
+
+    @property
+    def info(self):
+        """The worker's parameters (a dict): job, worker, rank, workers,
+        pool_size, elements, generation, priority, switch, local, backend,
+        timeout_s."""
+        return dict(self._info)
+
+    @property
+    def workers(self):
+        return self._info["workers"]
+
+    @property
+    def local(self):
+        """The bound address: the endpoint the job must have for this worker."""
+        return self._info["local"]
+
+    def allreduce(self, buf):
+        """Sums ``buf`` (float32 or int32) across the job's workers, in place;
+        returns the call's Stats. Floats are within the bound of
+        docs/PROTOCOL.md; int32 sums are exact (wrapping)."""
+        memory, count, kind = _memory(buf)
+        address = ctypes.addressof(memory) if memory is not None else None
+        stats = _CStats()
+        fn = _lib.inagg_allreduce_f32 if kind == "f32" else _lib.inagg_allreduce_i32
+        with self._lock:
+            if self._handle is None:
+                raise ValueError("inagg: the worker is closed")
+            # ctypes releases the GIL for the call: other threads run.
+            code = fn(self._handle, address, count, ctypes.byref(stats))
+        del memory
+        if code != _OK:
+            _raise(code)
+        return Stats(stats)
+
+    def close(self):
+        with self._lock:
+            if self._handle is not None:
+                _lib.inagg_worker_free(self._handle)
+                self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # At interpreter exit the module's globals may be gone already.
+        if getattr(self, "_handle", None) is not None and _lib is not None:
+            self.close()
+
+    def __repr__(self):
+        i = self._info
+        return "inagg.Worker(job=%d, worker=%d of %d, switch=%s, local=%s)" % (
+            i["job"],
+            i["worker"],
+            i["workers"],
+            i["switch"],
+            i["local"],
+        )

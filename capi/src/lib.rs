@@ -1,0 +1,592 @@
+//! inagg's worker as a C library: `libinagg_capi.so` with
+//! `include/inagg.h`, for training code outside Rust (the Python package in
+//! `python/` loads it with ctypes, with no compiler involved).
+//!
+//! The ABI is small on purpose: a worker is created from a configuration
+//! string ([`config`]), all-reduces float32 or int32 buffers in place, and
+//! is freed. Every entry point returns a status code, never unwinds into
+//! the caller (a panic becomes `INAGG_E_PANIC`), checks its pointers, and
+//! leaves a message for `inagg_last_error` on the calling thread.
+//!
+//! A worker whose all-reduce failed refuses further calls: its job's slots
+//! may hold that call's partial state, and the way on is a new worker, a
+//! new session (docs/PROTOCOL.md, "Sessions"), for every worker of the job.
+
+pub mod config;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use inagg_host_agent::{Error, Stats, Worker};
+
+/// The ABI's version: raised whenever a signature or a struct changes.
+pub const ABI_VERSION: u32 = 1;
+
+/// Success.
+pub const INAGG_OK: c_int = 0;
+/// A null pointer, a misaligned buffer, a length too large: the caller's.
+pub const INAGG_E_ARGUMENT: c_int = -1;
+/// The configuration string is unusable, or the controller refused it.
+pub const INAGG_E_CONFIG: c_int = -2;
+/// A socket operation failed, or the controller could not be reached.
+pub const INAGG_E_IO: c_int = -3;
+/// No progress within the configured timeout: the switch, the job or
+/// another worker is not as this worker expects (the message says which).
+pub const INAGG_E_TIMEOUT: c_int = -4;
+/// The DPDK data path failed.
+pub const INAGG_E_DPDK: c_int = -5;
+/// An earlier all-reduce of this worker failed; create a new one.
+pub const INAGG_E_FAILED: c_int = -6;
+/// A bug in inagg (a panic, caught at the boundary).
+pub const INAGG_E_PANIC: c_int = -7;
+
+/// Counters of one all-reduce, as in `inagg_host_agent::Stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InaggStats {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    pub stale_results: u64,
+    pub handshakes: u64,
+    pub handshake_retries: u64,
+    pub malformed: u64,
+    pub foreign: u64,
+    pub send_errors: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub payload_bytes: u64,
+    pub elapsed_ns: u64,
+}
+
+impl From<&Stats> for InaggStats {
+    fn from(s: &Stats) -> Self {
+        InaggStats {
+            packets_sent: s.packets_sent,
+            packets_received: s.packets_received,
+            retransmissions: s.retransmissions,
+            timeouts: s.timeouts,
+            stale_results: s.stale_results,
+            handshakes: s.handshakes,
+            handshake_retries: s.handshake_retries,
+            malformed: s.malformed,
+            foreign: s.foreign,
+            send_errors: s.send_errors,
+            bytes_sent: s.bytes_sent,
+            bytes_received: s.bytes_received,
+            payload_bytes: s.payload_bytes,
+            elapsed_ns: u64::try_from(s.elapsed.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The opaque handle C holds: a worker behind a lock, so that two threads
+/// calling at once wait for each other instead of racing.
+pub struct InaggWorker {
+    state: Mutex<State>,
+}
+
+struct State {
+    worker: Worker,
+    /// Why an earlier all-reduce failed, once one has.
+    failed: Option<String>,
+}
+
+/// A failure at the boundary: its code and what to tell the caller.
+struct Failure {
+    code: c_int,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: c_int, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match e {
+            Error::Config(_) => INAGG_E_CONFIG,
+            Error::Dpdk(_) => INAGG_E_DPDK,
+            Error::Io { .. } => INAGG_E_IO,
+            Error::Timeout { .. } => INAGG_E_TIMEOUT,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+thread_local! {
+    /// The last failure on this thread: its code and its message.
+    static LAST_ERROR: RefCell<(c_int, CString)> = RefCell::new((INAGG_OK, CString::default()));
+}
+
+fn set_last_error(code: c_int, message: &str) {
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = (code, text));
+}
+
+/// Runs `f` at the boundary: a failure or a panic becomes a code and the
+/// thread's last error.
+fn boundary<T>(on_error: T, f: impl FnOnce() -> Result<T, Failure>) -> (T, c_int) {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => {
+            set_last_error(INAGG_OK, "");
+            (v, INAGG_OK)
+        }
+        Ok(Err(failure)) => {
+            set_last_error(failure.code, &failure.message);
+            (on_error, failure.code)
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_last_error(
+                INAGG_E_PANIC,
+                &format!("inagg panicked (a bug, please report it): {what}"),
+            );
+            (on_error, INAGG_E_PANIC)
+        }
+    }
+}
+
+/// The ABI version the library was built with (`INAGG_ABI_VERSION`).
+#[no_mangle]
+pub extern "C" fn inagg_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+/// The library's version, e.g. "0.1.0".
+#[no_mangle]
+pub extern "C" fn inagg_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The message of the last failed call on this thread ("" after a call
+/// that succeeded); valid until the thread's next inagg call.
+#[no_mangle]
+pub extern "C" fn inagg_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().1.as_ptr())
+}
+
+/// The code of the last call on this thread (`INAGG_OK` after success).
+#[no_mangle]
+pub extern "C" fn inagg_last_error_code() -> c_int {
+    LAST_ERROR.with(|e| e.borrow().0)
+}
+
+/// A worker from a configuration string (see [`config`]); NULL on failure,
+/// with `inagg_last_error` saying why. With `controller=`, this waits for
+/// the controller to admit the job (up to `register_wait` seconds).
+///
+/// # Safety
+/// `config` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWorker {
+    boundary(std::ptr::null_mut(), || {
+        if config.is_null() {
+            return Err(Failure::new(INAGG_E_ARGUMENT, "config is NULL"));
+        }
+        // SAFETY: the caller passes a NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(config) }
+            .to_str()
+            .map_err(|_| Failure::new(INAGG_E_CONFIG, "config is not UTF-8"))?;
+        let config_error = |m: String| Failure::new(INAGG_E_CONFIG, format!("config: {m}"));
+        let settings = config::parse(text).map_err(config_error)?;
+        let agent = settings.agent_config().map_err(|e| {
+            let code = match e {
+                config::SetupError::Unreachable(_) => INAGG_E_IO,
+                config::SetupError::Invalid(_) | config::SetupError::Refused(_) => INAGG_E_CONFIG,
+            };
+            Failure::new(code, format!("config: {e}"))
+        })?;
+        let worker = Worker::new(agent)?;
+        Ok(Box::into_raw(Box::new(InaggWorker {
+            state: Mutex::new(State {
+                worker,
+                failed: None,
+            }),
+        })))
+    })
+    .0
+}
+
+/// Frees a worker (NULL is ignored). No call on it may be running.
+///
+/// # Safety
+/// `worker` is NULL or came from `inagg_worker_new` and was not freed.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_worker_free(worker: *mut InaggWorker) {
+    if !worker.is_null() {
+        // SAFETY: the caller gives up a pointer from Box::into_raw.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(worker) })));
+    }
+}
+
+/// Runs `f` on the worker's state, refusing a NULL or failed worker.
+///
+/// # Safety
+/// `worker` is NULL or a live pointer from `inagg_worker_new`.
+unsafe fn with_worker<T>(
+    worker: *const InaggWorker,
+    f: impl FnOnce(&mut State) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    if worker.is_null() {
+        return Err(Failure::new(INAGG_E_ARGUMENT, "worker is NULL"));
+    }
+    // SAFETY: the caller passes a live worker.
+    let handle = unsafe { &*worker };
+    let mut state = handle.state.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut state)
+}
+
+/// The buffer `(data, len)` as a slice, after the checks C cannot make for
+/// us: not NULL (unless empty), aligned, not past the address space.
+///
+/// # Safety
+/// `data` is NULL or points to `len` initialised elements that nothing else
+/// touches during the call.
+unsafe fn buffer<'a, T>(data: *mut T, len: usize) -> Result<&'a mut [T], Failure> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if data.is_null() {
+        return Err(Failure::new(
+            INAGG_E_ARGUMENT,
+            format!("data is NULL with len {len}"),
+        ));
+    }
+    let size = std::mem::size_of::<T>();
+    if !data.is_aligned() {
+        return Err(Failure::new(
+            INAGG_E_ARGUMENT,
+            format!("data at {data:p} is not aligned to {size} bytes"),
+        ));
+    }
+    if len > isize::MAX as usize / size {
+        return Err(Failure::new(
+            INAGG_E_ARGUMENT,
+            format!("len {len} is too large"),
+        ));
+    }
+    // SAFETY: checked above; the caller vouches for the memory.
+    Ok(unsafe { std::slice::from_raw_parts_mut(data, len) })
+}
+
+/// One all-reduce on a worker: refused once a call has failed, and a
+/// failure marks the worker.
+fn allreduce<T>(
+    state: &mut State,
+    data: &mut [T],
+    stats: *mut InaggStats,
+    op: impl FnOnce(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats>,
+) -> Result<(), Failure> {
+    if let Some(why) = &state.failed {
+        return Err(Failure::new(
+            INAGG_E_FAILED,
+            format!(
+                "an earlier all-reduce of this worker failed ({why}); free it and create new \
+                 workers for the job (a new session), or register again with the controller"
+            ),
+        ));
+    }
+    match op(&mut state.worker, data) {
+        Ok(s) => {
+            if !stats.is_null() {
+                // SAFETY: the caller passes NULL or room for the struct.
+                unsafe { stats.write(InaggStats::from(&s)) };
+            }
+            Ok(())
+        }
+        Err(e) => {
+            state.failed = Some(e.to_string());
+            Err(e.into())
+        }
+    }
+}
+
+/// Sums `data` (len floats) across the job's workers in place, quantized
+/// with a block exponent (docs/PROTOCOL.md states the error bound). Every
+/// worker of the job makes the same calls with the same lengths. `stats`
+/// may be NULL. Returns `INAGG_OK` or an error code.
+///
+/// # Safety
+/// `worker` is live; `data` holds `len` floats; `stats` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_allreduce_f32(
+    worker: *mut InaggWorker,
+    data: *mut f32,
+    len: usize,
+    stats: *mut InaggStats,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract.
+        let data = unsafe { buffer(data, len)? };
+        // SAFETY: the caller's contract.
+        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_f32)) }
+    })
+    .1
+}
+
+/// Sums `data` (len int32) across the job's workers in place, exactly
+/// (wrapping on overflow, as the switch does). As `inagg_allreduce_f32`.
+///
+/// # Safety
+/// `worker` is live; `data` holds `len` int32; `stats` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_allreduce_i32(
+    worker: *mut InaggWorker,
+    data: *mut i32,
+    len: usize,
+    stats: *mut InaggStats,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract.
+        let data = unsafe { buffer(data, len)? };
+        // SAFETY: the caller's contract.
+        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_i32)) }
+    })
+    .1
+}
+
+/// What the worker runs as, in JSON: job, worker, rank, workers, pool_size,
+/// elements, generation, priority, switch, local (the bound address: the
+/// endpoint to install), backend, timeout_s. Written like snprintf: at most
+/// `size` bytes with the NUL, and the return value is the JSON's length
+/// (write again with a larger buffer when it is not below `size`), or a
+/// negative error code.
+///
+/// # Safety
+/// `worker` is live; `out` is NULL (with `size` 0) or has `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_worker_info(
+    worker: *const InaggWorker,
+    out: *mut c_char,
+    size: usize,
+) -> c_int {
+    let (written, code) = boundary(0, || {
+        if out.is_null() && size > 0 {
+            return Err(Failure::new(INAGG_E_ARGUMENT, "out is NULL with a size"));
+        }
+        // SAFETY: the caller's contract.
+        let json = unsafe { with_worker(worker, |s| Ok(info(&s.worker))) }?;
+        let bytes = json.as_bytes();
+        if size > 0 {
+            let n = bytes.len().min(size - 1);
+            // SAFETY: out has size bytes, n + 1 <= size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), n);
+                *out.add(n) = 0;
+            }
+        }
+        Ok(c_int::try_from(bytes.len()).unwrap_or(c_int::MAX))
+    });
+    if code == INAGG_OK {
+        written
+    } else {
+        code
+    }
+}
+
+fn info(worker: &Worker) -> String {
+    let c = worker.config();
+    serde_json::json!({
+        "job": c.job,
+        "worker": c.worker,
+        "rank": c.rank,
+        "workers": c.workers,
+        "pool_size": c.pool_size,
+        "elements": c.elements,
+        "generation": c.generation,
+        "priority": c.priority,
+        "switch": c.switch.to_string(),
+        "local": worker.local_addr().to_string(),
+        "backend": worker.backend_name(),
+        "timeout_s": c.give_up_after.as_secs_f64(),
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    fn last_error() -> String {
+        // SAFETY: inagg_last_error returns a live NUL-terminated string.
+        unsafe { CStr::from_ptr(inagg_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A worker whose switch is a bound UDP socket that never answers.
+    fn silent_worker(timeout: &str) -> (*mut InaggWorker, UdpSocket) {
+        let switch = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let config = CString::new(format!(
+            "switch={} bind=127.0.0.1:0 job=1 worker=0 workers=1 pool_size=4 timeout={timeout}",
+            switch.local_addr().unwrap()
+        ))
+        .unwrap();
+        // SAFETY: a NUL-terminated string.
+        let w = unsafe { inagg_worker_new(config.as_ptr()) };
+        assert!(!w.is_null(), "{}", last_error());
+        (w, switch)
+    }
+
+    #[test]
+    fn null_and_misaligned_arguments_are_refused_by_name() {
+        // SAFETY: every pointer below is NULL, live or deliberately bad in
+        // a way the functions check before use.
+        unsafe {
+            assert!(inagg_worker_new(std::ptr::null()).is_null());
+            assert_eq!(
+                (inagg_last_error_code(), last_error()),
+                (INAGG_E_ARGUMENT, "config is NULL".into())
+            );
+            let bad = CString::new("job=1 wokers=2").unwrap();
+            assert!(inagg_worker_new(bad.as_ptr()).is_null());
+            assert_eq!(inagg_last_error_code(), INAGG_E_CONFIG);
+            assert!(last_error().starts_with("config: unknown key \"wokers\""));
+
+            let mut v = [0f32; 4];
+            let code = inagg_allreduce_f32(
+                std::ptr::null_mut(),
+                v.as_mut_ptr(),
+                4,
+                std::ptr::null_mut(),
+            );
+            assert_eq!(
+                (code, last_error()),
+                (INAGG_E_ARGUMENT, "worker is NULL".into())
+            );
+
+            let (w, _switch) = silent_worker("5");
+            let code = inagg_allreduce_i32(w, std::ptr::null_mut(), 3, std::ptr::null_mut());
+            assert_eq!(
+                (code, last_error()),
+                (INAGG_E_ARGUMENT, "data is NULL with len 3".into())
+            );
+            let mut bytes = [0u32; 3];
+            let odd = bytes.as_mut_ptr().cast::<u8>().add(1).cast::<i32>();
+            assert_eq!(
+                inagg_allreduce_i32(w, odd, 2, std::ptr::null_mut()),
+                INAGG_E_ARGUMENT
+            );
+            assert!(
+                last_error().ends_with("is not aligned to 4 bytes"),
+                "{}",
+                last_error()
+            );
+            let huge = inagg_allreduce_i32(
+                w,
+                bytes.as_mut_ptr().cast(),
+                usize::MAX,
+                std::ptr::null_mut(),
+            );
+            assert_eq!(
+                (huge, last_error()),
+                (INAGG_E_ARGUMENT, format!("len {} is too large", usize::MAX))
+            );
+            // None of those reached the worker: an empty call still works.
+            let mut stats = InaggStats::default();
+            assert_eq!(
+                inagg_allreduce_f32(w, std::ptr::null_mut(), 0, &mut stats),
+                INAGG_OK
+            );
+            assert_eq!((stats.packets_sent, last_error()), (0, String::new()));
+            inagg_worker_free(w);
+            inagg_worker_free(std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn info_is_written_like_snprintf() {
+        let (w, switch) = silent_worker("5");
+        // SAFETY: buffers of the sizes given.
+        unsafe {
+            let len = inagg_worker_info(w, std::ptr::null_mut(), 0);
+            assert!(len > 0);
+            let mut small = [0x55 as c_char; 8];
+            assert_eq!(inagg_worker_info(w, small.as_mut_ptr(), 8), len);
+            assert_eq!(
+                CStr::from_ptr(small.as_ptr()).to_bytes(),
+                b"{\"backe",
+                "7 bytes and the NUL"
+            );
+            let mut full = vec![0 as c_char; len as usize + 1];
+            assert_eq!(inagg_worker_info(w, full.as_mut_ptr(), full.len()), len);
+            let info: serde_json::Value =
+                serde_json::from_slice(CStr::from_ptr(full.as_ptr()).to_bytes()).unwrap();
+            assert_eq!(info["switch"], switch.local_addr().unwrap().to_string());
+            assert_eq!(
+                (info["job"].as_u64(), info["workers"].as_u64()),
+                (Some(1), Some(1))
+            );
+            assert_eq!(
+                inagg_worker_info(w, std::ptr::null_mut(), 4),
+                INAGG_E_ARGUMENT
+            );
+            assert_eq!(
+                inagg_worker_info(std::ptr::null(), full.as_mut_ptr(), 4),
+                INAGG_E_ARGUMENT
+            );
+            inagg_worker_free(w);
+        }
+    }
+
+    #[test]
+    fn a_failed_worker_refuses_further_calls() {
+        let (w, _switch) = silent_worker("0.2");
+        let mut v = [1i32; 10];
+        // SAFETY: a live worker and a buffer of 10.
+        unsafe {
+            let code = inagg_allreduce_i32(w, v.as_mut_ptr(), 10, std::ptr::null_mut());
+            assert_eq!(code, INAGG_E_TIMEOUT, "{}", last_error());
+            assert!(
+                last_error().starts_with("no result from the switch"),
+                "{}",
+                last_error()
+            );
+            let again = inagg_allreduce_i32(w, v.as_mut_ptr(), 10, std::ptr::null_mut());
+            assert_eq!(again, INAGG_E_FAILED);
+            assert!(
+                last_error().starts_with("an earlier all-reduce of this worker failed (no result")
+            );
+            inagg_worker_free(w);
+        }
+        assert_eq!(v, [1; 10], "a failed call leaves the buffer alone");
+    }
+
+    #[test]
+    fn the_version_strings_are_the_crates() {
+        // SAFETY: a static NUL-terminated string.
+        let v = unsafe { CStr::from_ptr(inagg_version()) };
+        assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+        assert_eq!(inagg_abi_version(), 1);
+        let header = include_str!("../include/inagg.h");
+        assert!(header.contains(&format!("#define INAGG_ABI_VERSION {ABI_VERSION}u")));
+        for (name, code) in [
+            ("INAGG_E_ARGUMENT", INAGG_E_ARGUMENT),
+            ("INAGG_E_CONFIG", INAGG_E_CONFIG),
+            ("INAGG_E_IO", INAGG_E_IO),
+            ("INAGG_E_TIMEOUT", INAGG_E_TIMEOUT),
+            ("INAGG_E_DPDK", INAGG_E_DPDK),
+            ("INAGG_E_FAILED", INAGG_E_FAILED),
+            ("INAGG_E_PANIC", INAGG_E_PANIC),
+        ] {
+            assert!(
+                header.contains(&format!("#define {name} ({code})")),
+                "{name}"
+            );
+        }
+    }
+}

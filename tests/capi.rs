@@ -1,0 +1,388 @@
+//! The C library (`capi/`, libinagg_capi.so) and the Python package over it,
+//! end to end: Python processes and a C program as the workers of jobs on
+//! the emulator, over real UDP on loopback, with loss.
+//!
+//! ```text
+//!   python3 (ranks 0, 1 on threads) ──┐
+//!   python3 (rank 2)               ───┼── UDP ──> emulator (loss) ──> results to every rank
+//!   C program                      ───┘
+//! ```
+//!
+//! The workers write each call's input and result to files; the sums are
+//! checked here with the verifier the Rust suites use (int32 exactly,
+//! floats within docs/PROTOCOL.md's bound).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use inagg::local::LocalCluster;
+use inagg::verify::{check_f32, check_i32};
+use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
+use inagg_switch_control::controller::api::JobDecl;
+use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
+use inagg_switch_control::target::{install_job, Target};
+use inagg_switch_control::EmuTarget;
+use serde_json::{json, Value};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// libinagg_capi.so: cargo builds it beside this test's executable, as the
+/// cdylib of a dev-dependency.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe.parent().unwrap().join("libinagg_capi.so");
+    assert!(lib.exists(), "{} missing", lib.display());
+    lib
+}
+
+fn python() -> Command {
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", repo().join("capi/python"))
+        .env("INAGG_LIBRARY", library())
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    c
+}
+
+/// A scratch directory for one test's tensors.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("inagg-capi-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One `tests/python/worker.py` process, between its two report lines.
+struct PyWorkers {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    /// The address each rank bound.
+    locals: Vec<SocketAddr>,
+}
+
+impl PyWorkers {
+    /// Starts the process and waits for its workers to be bound.
+    fn start(spec: Value) -> PyWorkers {
+        let mut child = python()
+            .arg(repo().join("tests/python/worker.py"))
+            .arg(spec.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 (scripts/deps installs what the tests need)");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let first = read_json(&mut stdout);
+        assert_eq!(first["errors"], json!([]), "{first}");
+        let locals = first["locals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().parse().unwrap())
+            .collect();
+        PyWorkers {
+            child,
+            stdout,
+            locals,
+        }
+    }
+
+    /// Lets the workers run their calls.
+    fn go(&mut self) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "go").unwrap();
+    }
+
+    /// Waits for the calls to end; each rank's stats per call.
+    fn finish(mut self) -> Vec<Value> {
+        let last = read_json(&mut self.stdout);
+        let status = self.child.wait().unwrap();
+        assert_eq!(last["errors"], json!([]), "{last}");
+        assert!(status.success(), "{last}");
+        last["stats"].as_array().unwrap().clone()
+    }
+}
+
+fn read_json(r: &mut impl BufRead) -> Value {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+/// The values of `dir/RANK-CALL.EXT` for every rank.
+fn tensors<T>(dir: &Path, ranks: u16, call: usize, ext: &str, f: fn([u8; 4]) -> T) -> Vec<Vec<T>> {
+    (0..ranks)
+        .map(|r| {
+            let bytes = std::fs::read(dir.join(format!("{r}-{call}.{ext}"))).unwrap();
+            bytes
+                .chunks_exact(4)
+                .map(|c| f([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks every call of `calls` on `ranks` workers from their files.
+fn check_calls(dir: &Path, ranks: u16, calls: &Value, k: usize) {
+    for (c, call) in calls.as_array().unwrap().iter().enumerate() {
+        let len = call["len"].as_u64().unwrap() as usize;
+        if call["kind"] == "i32" {
+            let input = tensors(dir, ranks, c, "in", i32::from_le_bytes);
+            let output = tensors(dir, ranks, c, "out", i32::from_le_bytes);
+            assert!(input.iter().chain(&output).all(|t| t.len() == len));
+            if len > 0 {
+                check_i32(&input, &output).unwrap_or_else(|e| panic!("call {c} {call}: {e}"));
+            }
+        } else {
+            let input = tensors(dir, ranks, c, "in", f32::from_le_bytes);
+            let output = tensors(dir, ranks, c, "out", f32::from_le_bytes);
+            assert!(input.iter().chain(&output).all(|t| t.len() == len));
+            if len > 0 {
+                let check = check_f32(&input, &output, k);
+                assert!(check.verified, "call {c} {call}: {check:?}");
+            }
+        }
+    }
+}
+
+fn install(cluster: &LocalCluster, id: u16, workers: Vec<SocketAddr>, pool: (u32, u32), k: u16) {
+    let spec = JobSpec {
+        detours: Vec::new(),
+        upstream: None,
+        id,
+        workers,
+        pool_base: pool.0,
+        pool_size: pool.1,
+        elements: k,
+        generation: 0,
+        queues: Vec::new(),
+        group: None,
+    };
+    let mut target = EmuTarget::connect(cluster.control_addr()).unwrap();
+    install_job(&mut target, &spec).unwrap();
+}
+
+fn lossy(p: f64, seed: u64) -> LocalCluster {
+    LocalCluster::start(FaultConfig {
+        duplicate: 0.01,
+        reorder: 0.01,
+        ..FaultConfig::loss(p, seed)
+    })
+    .unwrap()
+}
+
+/// Three ranks in two Python processes (two on threads of one: the
+/// library releases the GIL while it waits), every buffer kind the package
+/// takes, 2% loss each way with duplicates and reordering.
+#[test]
+fn python_workers_all_reduce_every_buffer_kind_under_loss() {
+    let cluster = lossy(0.02, 21);
+    let dir = scratch("kinds");
+    let calls = json!([
+        {"kind": "i32", "container": "array", "len": 30001},
+        {"kind": "f32", "container": "numpy", "len": 40000},
+        {"kind": "f32", "container": "numpy2d", "len": 7000},
+        {"kind": "i32", "container": "numpy", "len": 5000},
+        {"kind": "f32", "container": "array", "len": 0},
+        {"kind": "f32", "container": "array", "len": 100},
+    ]);
+    let options = json!({
+        "switch": cluster.emu.data_addr().to_string(),
+        "job": 4, "workers": 3, "pool_size": 32, "elements": 64, "timeout": 30,
+    });
+    let spec = |ranks: &[u16]| {
+        json!({"ranks": ranks, "options": options, "calls": calls, "seed": 5,
+               "out": dir.to_str().unwrap()})
+    };
+    let mut a = PyWorkers::start(spec(&[0, 1]));
+    let mut b = PyWorkers::start(spec(&[2]));
+    let endpoints = a.locals.iter().chain(&b.locals).copied().collect();
+    install(&cluster, 4, endpoints, (0, 32), 64);
+    a.go();
+    b.go();
+    let stats: Vec<Value> = a.finish().into_iter().chain(b.finish()).collect();
+    check_calls(&dir, 3, &calls, 64);
+
+    let retransmissions: u64 = stats
+        .iter()
+        .flat_map(|rank| rank.as_array().unwrap())
+        .map(|call| call["retransmissions"].as_u64().unwrap())
+        .sum();
+    assert!(retransmissions > 0, "loss was injected: {stats:?}");
+    // The call of 30001 int32 at K = 64 sends 469 chunks per worker, and
+    // the stats say so (retransmissions and handshakes on top).
+    let first = &stats[0].as_array().unwrap()[0];
+    assert_eq!(first["payload_bytes"], 30001 * 4);
+    assert!(first["packets_sent"].as_u64().unwrap() >= 469, "{first}");
+    let c = cluster.emu.state().switch.counters().clone();
+    assert!(c.dropped(DropReason::InjectedIngress) > 0, "{c:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// How `inagg controller` reaches the emulator (election id 1).
+fn connector(addr: SocketAddr) -> Connector {
+    Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
+}
+
+fn free_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Python workers that know only the controller, the job's name and their
+/// rank: the controller admits them and gives the rest.
+#[test]
+fn python_workers_register_with_the_controller() {
+    let cluster = LocalCluster::start_with(
+        FaultConfig::loss(0.01, 3),
+        SwitchConfig {
+            slots: 64,
+            ..SwitchConfig::default()
+        },
+    )
+    .unwrap();
+    let state = std::env::temp_dir().join(format!("inagg-capi-ctl-{}.redb", std::process::id()));
+    let _ = std::fs::remove_file(&state);
+    let ctl = Controller::start(ControllerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        state: state.clone(),
+        switch: (cluster.control_addr(), connector(cluster.control_addr())),
+        switch_data: None,
+        fallbacks: Vec::new(),
+        reconcile_every: Duration::from_millis(100),
+    })
+    .unwrap();
+    Client::connect(ctl.addr(), None)
+        .unwrap()
+        .create_job(JobDecl {
+            name: "py".into(),
+            workers: 2,
+            slots: 16,
+            elements: 128,
+            fallback: false,
+            endpoints: None,
+            queues: Vec::new(),
+        })
+        .unwrap();
+    let dir = scratch("controller");
+    let calls = json!([
+        {"kind": "f32", "container": "numpy", "len": 20000},
+        {"kind": "i32", "container": "array", "len": 20000},
+    ]);
+    let binds = [free_port(), free_port()];
+    let mut p = PyWorkers::start(json!({
+        "ranks": [0, 1],
+        "binds": {"0": binds[0].to_string(), "1": binds[1].to_string()},
+        "options": {"controller": ctl.addr().to_string(), "job": "py", "timeout": 30,
+                    "register_wait": 30},
+        "calls": calls, "seed": 9, "out": dir.to_str().unwrap(),
+    }));
+    assert_eq!(p.locals, binds);
+    p.go();
+    p.finish();
+    check_calls(&dir, 2, &calls, 128);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Bad configurations, bad buffers, a job the switch does not have and a
+/// controller that is not there: each an exception of its own kind that
+/// says why (`tests/python/test_errors.py`), and the emulator counts the
+/// unknown job's packets.
+#[test]
+fn python_errors_are_exceptions_that_say_why() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let out = python()
+        .args(["-m", "unittest", "-v", "test_errors"])
+        .current_dir(repo().join("tests/python"))
+        .env("INAGG_TEST_SWITCH", cluster.emu.data_addr().to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Ran 8 tests"), "{stderr}");
+    let c = cluster.emu.state().switch.counters().clone();
+    assert!(c.dropped(DropReason::UnknownJob) > 0, "{c:?}");
+}
+
+/// `capi/examples/allreduce.c` built against the header with every warning
+/// an error, two of it as a job's workers, and the header as C++.
+#[test]
+fn a_c_program_all_reduces_through_the_header() {
+    let dir = scratch("c");
+    let exe = dir.join("allreduce");
+    let lib = library();
+    let libdir = lib.parent().unwrap();
+    let include = repo().join("capi/include");
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(repo().join("capi/examples/allreduce.c"))
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-L{}", libdir.display()))
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .arg("-linagg_capi")
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let cxx = Command::new("c++")
+        .args([
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-x",
+            "c++",
+        ])
+        .arg(include.join("inagg.h"))
+        .output()
+        .expect("c++");
+    assert!(
+        cxx.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cxx.stderr)
+    );
+
+    let cluster = lossy(0.02, 8);
+    let binds = [free_port(), free_port()];
+    install(&cluster, 2, binds.to_vec(), (100, 16), 256);
+    let run = |rank: usize| {
+        let config = format!(
+            "switch={} bind={} job=2 worker={rank} workers=2 pool_size=16 elements=256 timeout=30",
+            cluster.emu.data_addr(),
+            binds[rank]
+        );
+        Command::new(&exe)
+            .arg(config)
+            .arg("100000")
+            .spawn()
+            .unwrap()
+    };
+    let children = [run(0), run(1)];
+    for mut c in children {
+        let out = c.wait().unwrap();
+        assert!(out.success());
+    }
+    let out = Command::new(&exe)
+        .args(["job=1 worker=0 wokers=2", "10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("config: unknown key \"wokers\"; the keys are switch, bind"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

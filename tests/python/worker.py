@@ -1,0 +1,110 @@
+"""Workers of one Python process for tests/capi.rs.
+
+Usage: worker.py SPEC, where SPEC is a JSON object:
+  ranks:   the ranks this process runs, each on a thread of its own
+  options: inagg.Worker's keyword arguments, but for worker and bind
+  binds:   {rank: address} to bind (default 127.0.0.1:0)
+  calls:   [{"kind": "i32" | "f32", "container": "array" | "numpy" |
+           "numpy2d", "len": N}], made in this order by every rank
+  seed:    seeds the inputs; out: a directory for them
+
+Each rank writes its input of call c to OUT/RANK-C.in before the call and
+the result to OUT/RANK-C.out after it (raw little-endian), so that the test
+checks the sums with inagg's own verifier. Protocol on stdin/stdout: one
+line {"locals": [...]} once every worker is bound, then wait for a line on
+stdin (the job is installed), then one line {"stats": [[...], ...]}.
+"""
+
+import array
+import json
+import os
+import random
+import sys
+import threading
+
+import inagg
+
+
+def values(kind, rank, call, seed, n):
+    rng = random.Random("%d-%d-%d" % (seed, rank, call))
+    if kind == "i32":
+        return [rng.randint(-(2**31), 2**31 - 1) for _ in range(n)]
+    # Mixed signs and magnitudes, some zeros.
+    return [
+        0.0 if rng.random() < 0.01 else rng.uniform(-1, 1) * 10.0 ** rng.randint(-4, 3)
+        for _ in range(n)
+    ]
+
+
+def container(kind, spec, vals):
+    code = "i" if kind == "i32" else "f"
+    if spec == "array":
+        return array.array(code, vals)
+    import numpy as np
+
+    a = np.array(vals, dtype=np.int32 if kind == "i32" else np.float32)
+    if spec == "numpy2d":
+        rows = 7 if len(vals) % 7 == 0 else 1
+        a = a.reshape(rows, -1)
+    return a
+
+
+def raw(buf):
+    return memoryview(buf).cast("B").tobytes()
+
+
+def run(spec, worker, rank, stats):
+    for c, call in enumerate(spec["calls"]):
+        buf = container(call["kind"], call["container"], values(call["kind"], rank, c, spec["seed"], call["len"]))
+        base = os.path.join(spec["out"], "%d-%d" % (rank, c))
+        with open(base + ".in", "wb") as f:
+            f.write(raw(buf))
+        s = worker.allreduce(buf)
+        with open(base + ".out", "wb") as f:
+            f.write(raw(buf))
+        stats.append(s.as_dict())
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    ranks = spec["ranks"]
+    binds = {int(r): a for r, a in spec.get("binds", {}).items()}
+    workers, stats, errors = {}, {r: [] for r in ranks}, []
+    # Workers are made on their threads: with a controller, each waits in
+    # inagg.Worker() until every rank has registered.
+    ready = threading.Barrier(len(ranks) + 1)
+    go = threading.Event()
+
+    def report(rank, e):
+        errors.append("rank %d: %s: %s" % (rank, type(e).__name__, e))
+
+    def body(rank):
+        try:
+            workers[rank] = inagg.Worker(worker=rank, bind=binds.get(rank, "127.0.0.1:0"), **spec["options"])
+        except Exception as e:  # reported to the test, which fails on it
+            report(rank, e)
+        ready.wait()
+        go.wait()
+        if rank in workers:
+            try:
+                run(spec, workers[rank], rank, stats[rank])
+            except Exception as e:
+                report(rank, e)
+            workers[rank].close()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    ready.wait()
+    locals_ = [workers[r].local if r in workers else None for r in ranks]
+    print(json.dumps({"locals": locals_, "errors": errors}), flush=True)
+    sys.stdin.readline()
+    go.set()
+    for t in threads:
+        t.join()
+    print(json.dumps({"stats": [stats[r] for r in ranks], "errors": errors}), flush=True)
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()
