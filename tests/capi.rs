@@ -111,11 +111,11 @@ fn read_json(r: &mut impl BufRead) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
-/// The values of `dir/RANK-CALL.EXT` for every rank.
-fn tensors<T>(dir: &Path, ranks: u16, call: usize, ext: &str, f: fn([u8; 4]) -> T) -> Vec<Vec<T>> {
+/// The values of `dir/RANK-NAME.EXT` for every rank.
+fn tensors<T>(dir: &Path, ranks: u16, name: &str, ext: &str, f: fn([u8; 4]) -> T) -> Vec<Vec<T>> {
     (0..ranks)
         .map(|r| {
-            let bytes = std::fs::read(dir.join(format!("{r}-{call}.{ext}"))).unwrap();
+            let bytes = std::fs::read(dir.join(format!("{r}-{name}.{ext}"))).unwrap();
             bytes
                 .chunks_exact(4)
                 .map(|c| f([c[0], c[1], c[2], c[3]]))
@@ -124,26 +124,33 @@ fn tensors<T>(dir: &Path, ranks: u16, call: usize, ext: &str, f: fn([u8; 4]) -> 
         .collect()
 }
 
+/// Checks the sums of tensor `name` (`len` elements of `kind`) on `ranks`
+/// workers from their files.
+fn check_sums(dir: &Path, ranks: u16, name: &str, kind: &str, len: usize, k: usize) {
+    if kind == "i32" {
+        let input = tensors(dir, ranks, name, "in", i32::from_le_bytes);
+        let output = tensors(dir, ranks, name, "out", i32::from_le_bytes);
+        assert!(input.iter().chain(&output).all(|t| t.len() == len));
+        if len > 0 {
+            check_i32(&input, &output).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    } else {
+        let input = tensors(dir, ranks, name, "in", f32::from_le_bytes);
+        let output = tensors(dir, ranks, name, "out", f32::from_le_bytes);
+        assert!(input.iter().chain(&output).all(|t| t.len() == len));
+        if len > 0 {
+            let check = check_f32(&input, &output, k);
+            assert!(check.verified, "{name}: {check:?}");
+        }
+    }
+}
+
 /// Checks every call of `calls` on `ranks` workers from their files.
 fn check_calls(dir: &Path, ranks: u16, calls: &Value, k: usize) {
     for (c, call) in calls.as_array().unwrap().iter().enumerate() {
         let len = call["len"].as_u64().unwrap() as usize;
-        if call["kind"] == "i32" {
-            let input = tensors(dir, ranks, c, "in", i32::from_le_bytes);
-            let output = tensors(dir, ranks, c, "out", i32::from_le_bytes);
-            assert!(input.iter().chain(&output).all(|t| t.len() == len));
-            if len > 0 {
-                check_i32(&input, &output).unwrap_or_else(|e| panic!("call {c} {call}: {e}"));
-            }
-        } else {
-            let input = tensors(dir, ranks, c, "in", f32::from_le_bytes);
-            let output = tensors(dir, ranks, c, "out", f32::from_le_bytes);
-            assert!(input.iter().chain(&output).all(|t| t.len() == len));
-            if len > 0 {
-                let check = check_f32(&input, &output, k);
-                assert!(check.verified, "call {c} {call}: {check:?}");
-            }
-        }
+        let kind = call["kind"].as_str().unwrap();
+        check_sums(dir, ranks, &format!("{c}"), kind, len, k);
     }
 }
 
@@ -221,6 +228,76 @@ fn python_workers_all_reduce_every_buffer_kind_under_loss() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Layers' gradients handed over last layer first, as back-propagation
+/// makes them, through a schedule from Python: every rank sees the sums
+/// complete in the same order (the workers agree on it through the
+/// switch); FIFO keeps the submission order, while P3 and ByteScheduler
+/// finish the first layer before the last, large one.
+#[test]
+fn python_schedules_agree_on_an_order_and_p3_serves_the_first_layer_first() {
+    let cluster = lossy(0.01, 31);
+    // Layer 5, submitted first, is 64 slices of 2048: the bulk tensor.
+    let layers = [3000usize, 5000, 20000, 100, 7000, 131072];
+    for (job, policy, credit, kind) in [
+        (10u16, "p3", 1, "i32"),
+        (11, "fifo", 2, "f32"),
+        (12, "bytescheduler", 2, "f32"),
+    ] {
+        let dir = scratch(policy);
+        let mut p = PyWorkers::start(json!({
+            "ranks": [0, 1],
+            "options": {"switch": cluster.emu.data_addr().to_string(), "job": job,
+                        "workers": 2, "pool_size": 16, "elements": 256, "timeout": 30},
+            "schedule": {"policy": policy, "slice": 2048, "credit": credit, "dtype": kind,
+                         "tensors": layers},
+            "calls": [], "seed": u64::from(job), "out": dir.to_str().unwrap(),
+        }));
+        install(
+            &cluster,
+            job,
+            p.locals.clone(),
+            (u32::from(job) * 16, 16),
+            256,
+        );
+        p.go();
+        let stats = p.finish();
+        for (l, &len) in layers.iter().enumerate() {
+            check_sums(&dir, 2, &format!("s{l}"), kind, len, 256);
+        }
+        let order = |rank: usize| -> Vec<u64> {
+            let o = &stats[rank].as_array().unwrap()[0]["order"];
+            o.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            order(0),
+            order(1),
+            "{policy}: both ranks complete in one order"
+        );
+        let at = |layer: u64| order(0).iter().position(|&l| l == layer).unwrap();
+        if policy == "fifo" {
+            assert_eq!(
+                order(0),
+                [5, 4, 3, 2, 1, 0],
+                "fifo keeps the submission order"
+            );
+        } else {
+            assert!(at(0) < at(5), "{policy}: {:?}", order(0));
+            assert_eq!(*order(0).last().unwrap(), 5, "{policy}: {:?}", order(0));
+        }
+        let epochs = stats[0].as_array().unwrap()[0]["epochs"].as_u64().unwrap();
+        eprintln!(
+            "{policy}: sums completed in layer order {:?}, {epochs} epochs",
+            order(0)
+        );
+        assert!(epochs >= 64 / credit, "{policy}: {epochs} epochs");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// How `inagg controller` reaches the emulator (election id 1).
 fn connector(addr: SocketAddr) -> Connector {
     Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
@@ -291,22 +368,26 @@ fn python_workers_register_with_the_controller() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Bad configurations, bad buffers, a job the switch does not have and a
-/// controller that is not there: each an exception of its own kind that
-/// says why (`tests/python/test_errors.py`), and the emulator counts the
-/// unknown job's packets.
+/// Bad configurations, bad buffers, a job the switch does not have, a
+/// controller that is not there, schedules misused: each an exception of
+/// its own kind that says why (`tests/python/test_errors.py`), and the
+/// emulator counts the unknown job's packets.
 #[test]
 fn python_errors_are_exceptions_that_say_why() {
     let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let solo = free_port();
+    install(&cluster, 5, vec![solo], (0, 8), 64);
     let out = python()
         .args(["-m", "unittest", "-v", "test_errors"])
         .current_dir(repo().join("tests/python"))
         .env("INAGG_TEST_SWITCH", cluster.emu.data_addr().to_string())
+        .env("INAGG_TEST_SOLO_JOB", "5")
+        .env("INAGG_TEST_SOLO_BIND", solo.to_string())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Ran 8 tests"), "{stderr}");
+    assert!(stderr.contains("Ran 11 tests"), "{stderr}");
     let c = cluster.emu.state().switch.counters().clone();
     assert!(c.dropped(DropReason::UnknownJob) > 0, "{c:?}");
 }

@@ -106,6 +106,45 @@ int inagg_allreduce_f32(inagg_worker *worker, float *data, size_t len, inagg_sta
  * overflow, as the switch does). */
 int inagg_allreduce_i32(inagg_worker *worker, int32_t *data, size_t len, inagg_stats *stats);
 
+/* Many tensors per step, most urgent first (P3, ByteScheduler; FIFO for
+ * comparison), with Geryon's priority classes on the packets: start a
+ * schedule, submit each gradient as back-propagation produces it, and
+ * take each sum as it completes. The schedule runs on a thread of its own;
+ * the worker's plain all-reduces are refused until inagg_sched_end.
+ *
+ *     inagg_sched_begin(w, "p3", 65536, 1, layers, INAGG_DTYPE_F32);
+ *     for (l = layers; l-- > 0;)                // backward: last layer first
+ *         inagg_sched_submit_f32(w, grad[l], len[l], l, l < layers / 3, NULL);
+ *     for (i = 0; i < layers; i++)              // first layer first, under p3
+ *         inagg_sched_wait(w, &seq);            // grad[seq] holds its sum
+ *     inagg_sched_end(w, &stats, &epochs);
+ *
+ * Every worker submits the same tensors (lengths, ranks, classes) in the
+ * same order; the workers agree through the switch on which slices go in
+ * each epoch (host-agent/src/sched.rs). */
+#define INAGG_DTYPE_F32 0
+#define INAGG_DTYPE_I32 1
+
+/* policy: "fifo", "p3" (credit 1) or "bytescheduler"; slice: elements per
+ * slice (rounded up to whole packets); credit: slices per epoch. */
+int inagg_sched_begin(inagg_worker *worker, const char *policy, size_t slice, size_t credit,
+                      size_t tensors, int dtype);
+/* rank: lower is served first (the layer's place in the forward pass);
+ * class: the packets' priority class. `data` stays valid and untouched
+ * until inagg_sched_wait reports its number (`*seq`, from 0 in submission
+ * order); the sum is written into it then. */
+int inagg_sched_submit_f32(inagg_worker *worker, float *data, size_t len, uint32_t rank,
+                           uint8_t priority_class, size_t *seq);
+int inagg_sched_submit_i32(inagg_worker *worker, int32_t *data, size_t len, uint32_t rank,
+                           uint8_t priority_class, size_t *seq);
+/* Blocks for the next completed sum; INAGG_E_ARGUMENT instead of blocking
+ * when every submitted tensor has been reported. */
+int inagg_sched_wait(inagg_worker *worker, size_t *seq);
+/* Ends the schedule (an error, and a failed worker, unless every tensor was
+ * submitted and reported); `transport`: counters over the epochs; `epochs`:
+ * epochs run. Either may be NULL. */
+int inagg_sched_end(inagg_worker *worker, inagg_stats *transport, uint64_t *epochs);
+
 /* The worker's parameters as a JSON object (job, worker, rank, workers,
  * pool_size, elements, generation, priority, switch, local, backend,
  * timeout_s), written like snprintf: returns the JSON's length (call again

@@ -13,13 +13,17 @@
 //! new session (docs/PROTOCOL.md, "Sessions"), for every worker of the job.
 
 pub mod config;
+mod sched;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use inagg_host_agent::sched::Priority;
 use inagg_host_agent::{Error, Stats, Worker};
+
+use crate::sched::{Dtype, Schedule};
 
 /// The ABI's version: raised whenever a signature or a struct changes.
 pub const ABI_VERSION: u32 = 1;
@@ -90,9 +94,43 @@ pub struct InaggWorker {
 }
 
 struct State {
-    worker: Worker,
+    /// The worker; its schedule's thread holds it while one runs.
+    worker: Option<Worker>,
     /// Why an earlier all-reduce failed, once one has.
     failed: Option<String>,
+    /// The schedule running, if one is.
+    schedule: Option<Arc<Schedule>>,
+    /// What `inagg_worker_info` writes (fixed at creation).
+    info: String,
+}
+
+impl State {
+    /// The worker for a call of its own: refused once a call has failed,
+    /// and while a schedule runs.
+    fn ready(&mut self) -> Result<&mut Worker, Failure> {
+        if let Some(why) = &self.failed {
+            return Err(Failure::new(
+                INAGG_E_FAILED,
+                format!(
+                    "an earlier all-reduce of this worker failed ({why}); free it and create new \
+                     workers for the job (a new session), or register again with the controller"
+                ),
+            ));
+        }
+        if self.schedule.is_some() {
+            return Err(Failure::new(
+                INAGG_E_ARGUMENT,
+                "a schedule is running on this worker; inagg_sched_end it first",
+            ));
+        }
+        Ok(self.worker.as_mut().expect("a worker outside a schedule"))
+    }
+
+    /// Remembers why a call failed: the job's slots may hold its state.
+    fn fail(&mut self, e: Failure) -> Failure {
+        self.failed = Some(e.message.clone());
+        e
+    }
 }
 
 /// A failure at the boundary: its code and what to tell the caller.
@@ -212,8 +250,10 @@ pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWo
         let worker = Worker::new(agent)?;
         Ok(Box::into_raw(Box::new(InaggWorker {
             state: Mutex::new(State {
-                worker,
+                info: info(&worker),
+                worker: Some(worker),
                 failed: None,
+                schedule: None,
             }),
         })))
     })
@@ -290,16 +330,7 @@ fn allreduce<T>(
     stats: *mut InaggStats,
     op: impl FnOnce(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats>,
 ) -> Result<(), Failure> {
-    if let Some(why) = &state.failed {
-        return Err(Failure::new(
-            INAGG_E_FAILED,
-            format!(
-                "an earlier all-reduce of this worker failed ({why}); free it and create new \
-                 workers for the job (a new session), or register again with the controller"
-            ),
-        ));
-    }
-    match op(&mut state.worker, data) {
+    match op(state.ready()?, data) {
         Ok(s) => {
             if !stats.is_null() {
                 // SAFETY: the caller passes NULL or room for the struct.
@@ -307,10 +338,7 @@ fn allreduce<T>(
             }
             Ok(())
         }
-        Err(e) => {
-            state.failed = Some(e.to_string());
-            Err(e.into())
-        }
+        Err(e) => Err(state.fail(e.into())),
     }
 }
 
@@ -358,6 +386,207 @@ pub unsafe extern "C" fn inagg_allreduce_i32(
     .1
 }
 
+/// `INAGG_DTYPE_F32`: a schedule of float32 tensors.
+pub const INAGG_DTYPE_F32: c_int = 0;
+/// `INAGG_DTYPE_I32`: a schedule of int32 tensors.
+pub const INAGG_DTYPE_I32: c_int = 1;
+
+/// Starts a schedule of `tensors` tensors of `dtype` on the worker:
+/// `policy` is "fifo", "p3" or "bytescheduler", `slice` the elements per
+/// slice and `credit` the slices committed per epoch (1 for p3). The
+/// worker's own all-reduces are refused until `inagg_sched_end`.
+///
+/// # Safety
+/// `worker` is live; `policy` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_begin(
+    worker: *mut InaggWorker,
+    policy: *const c_char,
+    slice: usize,
+    credit: usize,
+    tensors: usize,
+    dtype: c_int,
+) -> c_int {
+    boundary((), || {
+        if policy.is_null() {
+            return Err(Failure::new(INAGG_E_ARGUMENT, "policy is NULL"));
+        }
+        // SAFETY: a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(policy) }.to_string_lossy();
+        let policy = sched::policy(&name, slice, credit)?;
+        let dtype = match dtype {
+            INAGG_DTYPE_F32 => Dtype::F32,
+            INAGG_DTYPE_I32 => Dtype::I32,
+            other => {
+                return Err(Failure::new(
+                    INAGG_E_ARGUMENT,
+                    format!("dtype {other}: give INAGG_DTYPE_F32 or INAGG_DTYPE_I32"),
+                ))
+            }
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            with_worker(worker, |s| {
+                s.ready()?;
+                let w = s.worker.take().expect("ready checked it");
+                s.schedule = Some(Arc::new(Schedule::start(w, dtype, policy, tensors)));
+                Ok(())
+            })
+        }
+    })
+    .1
+}
+
+/// The running schedule of a worker, out of its lock (submitting and
+/// waiting must not hold the worker's lock while they block).
+///
+/// # Safety
+/// `worker` is NULL or live.
+unsafe fn schedule_of(worker: *const InaggWorker) -> Result<Arc<Schedule>, Failure> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_worker(worker, |s| {
+            s.schedule.clone().ok_or_else(|| {
+                Failure::new(
+                    INAGG_E_ARGUMENT,
+                    "no schedule is running; inagg_sched_begin one",
+                )
+            })
+        })
+    }
+}
+
+/// Submits a tensor to the running schedule; `*seq` (if not NULL) gets its
+/// number, counted from 0 in submission order. Every worker submits the
+/// same tensors (lengths, ranks, classes) in the same order. `rank` orders
+/// service (lower first: the layer's place in the forward pass), `class`
+/// is the packets' priority class. The buffer must stay valid, and
+/// untouched, until `inagg_sched_wait` reports its number; the sum is
+/// written into it then.
+///
+/// # Safety
+/// As `inagg_allreduce_f32`, and `data` outlives its report.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_submit_f32(
+    worker: *mut InaggWorker,
+    data: *mut f32,
+    len: usize,
+    rank: u32,
+    class: u8,
+    seq: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { submit(worker, Dtype::F32, data, len, Priority { rank, class }, seq) }
+}
+
+/// `inagg_sched_submit_f32` for int32 tensors.
+///
+/// # Safety
+/// As `inagg_sched_submit_f32`.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_submit_i32(
+    worker: *mut InaggWorker,
+    data: *mut i32,
+    len: usize,
+    rank: u32,
+    class: u8,
+    seq: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { submit(worker, Dtype::I32, data, len, Priority { rank, class }, seq) }
+}
+
+/// # Safety
+/// As `inagg_sched_submit_f32`.
+unsafe fn submit<T>(
+    worker: *mut InaggWorker,
+    dtype: Dtype,
+    data: *mut T,
+    len: usize,
+    priority: Priority,
+    seq: *mut usize,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract (checked for NULL and alignment).
+        let data = unsafe { buffer(data, len)? };
+        // SAFETY: the caller's contract.
+        let schedule = unsafe { schedule_of(worker)? };
+        // SAFETY: the caller keeps the buffer until its report.
+        let n = unsafe { schedule.submit(dtype, data.as_mut_ptr() as usize, len, priority)? };
+        if !seq.is_null() {
+            // SAFETY: the caller passes NULL or room for a size_t.
+            unsafe { seq.write(n) };
+        }
+        Ok(())
+    })
+    .1
+}
+
+/// Blocks until the next tensor's sum is complete (in the order the sums
+/// complete, which the policy decides), writes it into the tensor's buffer
+/// and sets `*seq` to its number. Refused, instead of blocking for ever,
+/// when every submitted tensor has been reported.
+///
+/// # Safety
+/// `worker` is live; `seq` is NULL or room for a size_t.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_wait(worker: *mut InaggWorker, seq: *mut usize) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract.
+        let schedule = unsafe { schedule_of(worker)? };
+        let n = schedule.wait()?;
+        if !seq.is_null() {
+            // SAFETY: as above.
+            unsafe { seq.write(n) };
+        }
+        Ok(())
+    })
+    .1
+}
+
+/// Ends the running schedule and gives the worker back for plain
+/// all-reduces: `transport` (if not NULL) gets the data path's counters
+/// summed over the schedule's epochs, `epochs` (if not NULL) the epochs
+/// run. A schedule ended before every tensor was submitted and reported,
+/// or whose data path failed, is an error, and the worker is then failed.
+///
+/// # Safety
+/// `worker` is live; `transport` and `epochs` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_end(
+    worker: *mut InaggWorker,
+    transport: *mut InaggStats,
+    epochs: *mut u64,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract.
+        let schedule = unsafe { schedule_of(worker)? };
+        let ended = schedule.end();
+        // SAFETY: the caller's contract.
+        unsafe {
+            with_worker(worker, |s| {
+                s.schedule = None;
+                let Some((w, result)) = ended else {
+                    return Err(s.fail(Failure::new(
+                        INAGG_E_PANIC,
+                        "the schedule's thread panicked (a bug, please report it)",
+                    )));
+                };
+                s.worker = Some(w);
+                let stats = result.map_err(|e| s.fail(e))?;
+                if !transport.is_null() {
+                    transport.write(InaggStats::from(&stats.transport));
+                }
+                if !epochs.is_null() {
+                    epochs.write(stats.epochs);
+                }
+                Ok(())
+            })
+        }
+    })
+    .1
+}
+
 /// What the worker runs as, in JSON: job, worker, rank, workers, pool_size,
 /// elements, generation, priority, switch, local (the bound address: the
 /// endpoint to install), backend, timeout_s. Written like snprintf: at most
@@ -378,7 +607,7 @@ pub unsafe extern "C" fn inagg_worker_info(
             return Err(Failure::new(INAGG_E_ARGUMENT, "out is NULL with a size"));
         }
         // SAFETY: the caller's contract.
-        let json = unsafe { with_worker(worker, |s| Ok(info(&s.worker))) }?;
+        let json = unsafe { with_worker(worker, |s| Ok(s.info.clone())) }?;
         let bytes = json.as_bytes();
         if size > 0 {
             let n = bytes.len().min(size - 1);
@@ -567,14 +796,54 @@ mod tests {
     }
 
     #[test]
+    fn schedule_calls_without_a_schedule_are_refused() {
+        let (w, _switch) = silent_worker("5");
+        let p3 = CString::new("p3").unwrap();
+        let mut v = [0f32; 4];
+        let mut seq = 0usize;
+        // SAFETY: a live worker, live buffers, NUL-terminated strings.
+        unsafe {
+            assert_eq!(
+                inagg_sched_begin(w, std::ptr::null(), 64, 1, 2, INAGG_DTYPE_F32),
+                INAGG_E_ARGUMENT
+            );
+            assert_eq!(last_error(), "policy is NULL");
+            assert_eq!(
+                inagg_sched_begin(w, p3.as_ptr(), 64, 1, 2, 7),
+                INAGG_E_ARGUMENT
+            );
+            assert_eq!(
+                last_error(),
+                "dtype 7: give INAGG_DTYPE_F32 or INAGG_DTYPE_I32"
+            );
+            let none = "no schedule is running; inagg_sched_begin one";
+            let submitted = inagg_sched_submit_f32(w, v.as_mut_ptr(), 4, 0, 0, &mut seq);
+            assert_eq!((submitted, last_error()), (INAGG_E_ARGUMENT, none.into()));
+            assert_eq!(
+                (inagg_sched_wait(w, &mut seq), last_error()),
+                (INAGG_E_ARGUMENT, none.into())
+            );
+            let ended = inagg_sched_end(w, std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!((ended, last_error()), (INAGG_E_ARGUMENT, none.into()));
+            assert_eq!(
+                inagg_sched_wait(std::ptr::null_mut(), &mut seq),
+                INAGG_E_ARGUMENT
+            );
+            inagg_worker_free(w);
+        }
+    }
+
+    #[test]
     fn the_version_strings_are_the_crates() {
         // SAFETY: a static NUL-terminated string.
         let v = unsafe { CStr::from_ptr(inagg_version()) };
         assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
-        assert_eq!(inagg_abi_version(), 1);
+        assert_eq!(inagg_abi_version(), ABI_VERSION);
         let header = include_str!("../include/inagg.h");
         assert!(header.contains(&format!("#define INAGG_ABI_VERSION {ABI_VERSION}u")));
         for (name, code) in [
+            ("INAGG_DTYPE_F32", INAGG_DTYPE_F32),
+            ("INAGG_DTYPE_I32", INAGG_DTYPE_I32),
             ("INAGG_E_ARGUMENT", INAGG_E_ARGUMENT),
             ("INAGG_E_CONFIG", INAGG_E_CONFIG),
             ("INAGG_E_IO", INAGG_E_IO),
@@ -583,8 +852,9 @@ mod tests {
             ("INAGG_E_FAILED", INAGG_E_FAILED),
             ("INAGG_E_PANIC", INAGG_E_PANIC),
         ] {
+            let define = |v: String| header.contains(&format!("#define {name} {v}\n"));
             assert!(
-                header.contains(&format!("#define {name} ({code})")),
+                define(format!("({code})")) || define(code.to_string()),
                 "{name}"
             );
         }

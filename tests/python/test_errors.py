@@ -1,5 +1,6 @@
 """What the Python package does with bad input, run by tests/capi.rs
-against an emulator at $INAGG_TEST_SWITCH that has no job installed.
+against an emulator at $INAGG_TEST_SWITCH that has one job installed, for
+one worker ($INAGG_TEST_SOLO_JOB at $INAGG_TEST_SOLO_BIND).
 
 Creating a worker contacts nobody (but a controller), so workers here are
 real; only the all-reduce of test_a_job_the_switch_lacks_times_out sends.
@@ -16,6 +17,9 @@ import numpy as np
 import inagg
 
 SWITCH = os.environ["INAGG_TEST_SWITCH"]
+# A one-worker job the test installed, pool 8, K = 64: its id and endpoint.
+SOLO_JOB = int(os.environ["INAGG_TEST_SOLO_JOB"])
+SOLO_BIND = os.environ["INAGG_TEST_SOLO_BIND"]
 
 
 def worker(**options):
@@ -138,6 +142,66 @@ class Failures(unittest.TestCase):
             t.join()
         w.close()
         self.assertEqual(sorted(errors), ["TimeoutError", "WorkerFailed"])
+
+
+def solo(**options):
+    return worker(job=SOLO_JOB, bind=SOLO_BIND, workers=1, elements=64, timeout=5, **options)
+
+
+class Schedules(unittest.TestCase):
+    def test_bad_policies_are_refused_before_anything_runs(self):
+        with worker() as w:
+            for args, message in [
+                (dict(policy="lifo"), 'policy "lifo": give fifo, p3 or bytescheduler'),
+                (dict(policy="p3", credit=2), "p3 sends one slice at a time"),
+                (dict(slice=0), "slice 0 and credit 2: both must be at least 1"),
+                (dict(dtype="f64"), "dtype 'f64'"),
+            ]:
+                with self.subTest(args=args):
+                    with self.assertRaises(ValueError) as e:
+                        w.schedule(2, **args)
+                    self.assertIn(message, str(e.exception))
+            # Nothing started: the worker still takes a schedule.
+            self.assertIsNone(w._schedule)
+
+    def test_a_schedule_on_one_worker_checks_its_calls(self):
+        with solo() as w:
+            a = np.arange(1000, dtype=np.int32)
+            b = np.arange(300, dtype=np.int32) * -7
+            s = w.schedule(2, policy="p3", slice=128, credit=1, dtype="i32")
+            with self.assertRaises(ValueError) as e:
+                w.allreduce(np.zeros(4, dtype=np.int32))
+            self.assertIn("a schedule is running on this worker", str(e.exception))
+            with self.assertRaises(ValueError) as e:
+                s.wait()
+            self.assertIn("nothing to wait for: 0 of 2 tensors submitted", str(e.exception))
+            with self.assertRaises(TypeError) as e:
+                s.submit(np.zeros(4, dtype=np.float32))
+            self.assertIn("the schedule sums i32; this buffer is f32", str(e.exception))
+            self.assertEqual((s.submit(a, rank=1), s.submit(b, rank=0)), (0, 1))
+            with self.assertRaises(ValueError) as e:
+                s.submit(np.zeros(4, dtype=np.int32))
+            self.assertIn("all 2 tensors of the schedule are submitted already", str(e.exception))
+            self.assertEqual(sorted([s.wait(), s.wait()]), [0, 1])
+            s.end()
+            self.assertGreater(s.epochs, 0)
+            self.assertGreater(s.transport.packets_sent, 0)
+            # One worker's sum is its own tensor; the worker is given back.
+            np.testing.assert_array_equal(a, np.arange(1000, dtype=np.int32))
+            np.testing.assert_array_equal(b, np.arange(300, dtype=np.int32) * -7)
+            c = np.full(100, 3, dtype=np.int32)
+            w.allreduce(c)
+            np.testing.assert_array_equal(c, np.full(100, 3, dtype=np.int32))
+
+    def test_a_schedule_ended_early_fails_the_worker(self):
+        with solo() as w:
+            s = w.schedule(2, policy="fifo", slice=64, credit=1, dtype="f32")
+            s.submit(np.ones(10, dtype=np.float32))
+            with self.assertRaises(inagg.ConfigError) as e:
+                s.end()
+            self.assertIn("the tensor source closed after 1 of 2 tensors", str(e.exception))
+            with self.assertRaises(inagg.WorkerFailed):
+                w.allreduce(np.ones(10, dtype=np.float32))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ Usage: worker.py SPEC, where SPEC is a JSON object:
   calls:   [{"kind": "i32" | "f32", "container": "array" | "numpy" |
            "numpy2d", "len": N}], made in this order by every rank
   seed:    seeds the inputs; out: a directory for them
+  schedule (instead of calls): {"policy", "slice", "credit", "dtype",
+           "tensors": [length of layer 0, ...]}: the layers' gradients
+           submitted last layer first, ranked by layer; each rank reports
+           the order their sums completed in, and writes OUT/RANK-sL.in/out
 
 Each rank writes its input of call c to OUT/RANK-C.in before the call and
 the result to OUT/RANK-C.out after it (raw little-endian), so that the test
@@ -53,7 +57,31 @@ def raw(buf):
     return memoryview(buf).cast("B").tobytes()
 
 
+def run_schedule(spec, worker, rank, stats):
+    """Back-propagation's order: the last layer's gradient first, each
+    tensor ranked by its layer; records the order the sums complete in."""
+    sched = spec["schedule"]
+    kind, layers = sched["dtype"], sched["tensors"]
+    bufs = [container(kind, "numpy", values(kind, rank, 100 + l, spec["seed"], n)) for l, n in enumerate(layers)]
+    for l, buf in enumerate(bufs):
+        with open(os.path.join(spec["out"], "%d-s%d.in" % (rank, l)), "wb") as f:
+            f.write(raw(buf))
+    order = []
+    with worker.schedule(len(layers), sched["policy"], sched["slice"], sched["credit"], kind) as s:
+        seqs = {}
+        for l in reversed(range(len(layers))):
+            seqs[s.submit(bufs[l], rank=l, cls=inagg.geryon_class(l, len(layers)))] = l
+        for _ in layers:
+            order.append(seqs[s.wait()])
+    for l, buf in enumerate(bufs):
+        with open(os.path.join(spec["out"], "%d-s%d.out" % (rank, l)), "wb") as f:
+            f.write(raw(buf))
+    stats.append({"order": order, "epochs": s.epochs, "transport": s.transport.as_dict()})
+
+
 def run(spec, worker, rank, stats):
+    if "schedule" in spec:
+        return run_schedule(spec, worker, rank, stats)
     for c, call in enumerate(spec["calls"]):
         buf = container(call["kind"], call["container"], values(call["kind"], rank, c, spec["seed"], call["len"]))
         base = os.path.join(spec["out"], "%d-%d" % (rank, c))

@@ -34,6 +34,8 @@ __all__ = [
     "NetworkError",
     "TimeoutError",
     "WorkerFailed",
+    "Schedule",
+    "geryon_class",
     "library_path",
 ]
 
@@ -165,6 +167,30 @@ def _load():
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_CStats)]
         fn.restype = ctypes.c_int
+    lib.inagg_sched_begin.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_int,
+    ]
+    lib.inagg_sched_begin.restype = ctypes.c_int
+    for name in ("inagg_sched_submit_f32", "inagg_sched_submit_i32"):
+        fn = getattr(lib, name)
+        fn.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_uint32,
+            ctypes.c_uint8,
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        fn.restype = ctypes.c_int
+    lib.inagg_sched_wait.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.inagg_sched_wait.restype = ctypes.c_int
+    lib.inagg_sched_end.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CStats), ctypes.POINTER(ctypes.c_uint64)]
+    lib.inagg_sched_end.restype = ctypes.c_int
     lib.inagg_worker_info.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.inagg_worker_info.restype = ctypes.c_int
     return lib
@@ -250,6 +276,7 @@ class Worker:
             _raise(_lib.inagg_last_error_code())
         self._handle = handle
         self._lock = threading.Lock()
+        self._schedule = None
         self._info = self._read_info()
 
     def _read_info(self):
@@ -297,7 +324,18 @@ class Worker:
             _raise(code)
         return Stats(stats)
 
+    def schedule(self, tensors, policy="bytescheduler", slice=65536, credit=2, dtype="f32"):
+        """A Schedule of ``tensors`` tensors on this worker (see Schedule)."""
+        return Schedule(self, tensors, policy, slice, credit, dtype)
+
     def close(self):
+        """Frees the worker (ending a schedule still running). No other
+        thread may be using it or its schedule."""
+        if self._schedule is not None:
+            try:
+                self._schedule.end()
+            except Error:
+                pass
         with self._lock:
             if self._handle is not None:
                 _lib.inagg_worker_free(self._handle)
@@ -323,3 +361,98 @@ class Worker:
             i["switch"],
             i["local"],
         )
+
+
+def geryon_class(layer, layers, thresholds=(0.6,)):
+    """Geryon's priority class of layer ``layer`` (0-based, forward order)
+    of ``layers``: how many thresholds its urgency 1 - layer/layers reaches."""
+    urgency = 1.0 - layer / max(layers, 1)
+    return sum(1 for t in thresholds if urgency >= t)
+
+
+class Schedule:
+    """Many tensors per step, most urgent first: P3 ("p3", one slice of
+    ``slice`` elements per epoch), ByteScheduler ("bytescheduler", ``credit``
+    slices per epoch) or "fifo". Submit each gradient as back-propagation
+    produces it; ``wait`` returns the number of the next tensor whose sum is
+    complete (written into the buffer submitted). Every worker submits the
+    same tensors (lengths, ranks, classes) in the same order::
+
+        with w.schedule(len(grads), policy="p3", slice=65536) as s:
+            for layer in reversed(range(len(grads))):
+                s.submit(grads[layer], rank=layer, cls=inagg.geryon_class(layer, len(grads)))
+            for _ in grads:
+                layer = s.wait()        # first layer first under p3
+
+    A submitted buffer is held (it cannot be resized or freed) until ``wait``
+    reports it; touch it only after. The worker's own ``allreduce`` is
+    refused while the schedule runs."""
+
+    def __init__(self, worker, tensors, policy, slice, credit, dtype):
+        if dtype not in ("f32", "i32"):
+            raise ValueError("inagg: dtype %r: give 'f32' or 'i32'" % (dtype,))
+        self._worker = worker
+        self._kind = dtype
+        self._held = {}
+        self._done_lock = threading.Lock()
+        self.transport = None
+        self.epochs = None
+        code = _lib.inagg_sched_begin(
+            self._handle(), policy.encode(), slice, credit, tensors, 0 if dtype == "f32" else 1
+        )
+        if code != _OK:
+            _raise(code)
+        worker._schedule = self
+
+    def _handle(self):
+        handle = self._worker._handle
+        if handle is None:
+            raise ValueError("inagg: the worker is closed")
+        return handle
+
+    def submit(self, buf, rank=0, cls=0):
+        """Hands ``buf`` to the schedule; returns its number (from 0)."""
+        memory, count, kind = _memory(buf)
+        if kind != self._kind:
+            raise TypeError("inagg: the schedule sums %s; this buffer is %s" % (self._kind, kind))
+        seq = ctypes.c_size_t()
+        fn = _lib.inagg_sched_submit_f32 if kind == "f32" else _lib.inagg_sched_submit_i32
+        address = ctypes.addressof(memory) if memory is not None else None
+        code = fn(self._handle(), address, count, rank, cls, ctypes.byref(seq))
+        if code != _OK:
+            _raise(code)
+        self._held[seq.value] = (memory, buf)
+        return seq.value
+
+    def wait(self):
+        """Blocks for the next completed sum; returns its tensor's number."""
+        seq = ctypes.c_size_t()
+        code = _lib.inagg_sched_wait(self._handle(), ctypes.byref(seq))
+        if code != _OK:
+            _raise(code)
+        self._held.pop(seq.value, None)
+        return seq.value
+
+    def end(self):
+        """Ends the schedule; sets ``transport`` (Stats over its epochs) and
+        ``epochs``. An error unless every tensor was submitted and waited for."""
+        stats = _CStats()
+        epochs = ctypes.c_uint64()
+        code = _lib.inagg_sched_end(self._handle(), ctypes.byref(stats), ctypes.byref(epochs))
+        self._held.clear()
+        self._worker._schedule = None
+        if code != _OK:
+            _raise(code)
+        self.transport = Stats(stats)
+        self.epochs = epochs.value
+        return self.transport
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        try:
+            self.end()
+        except Error:
+            if kind is None:
+                raise
