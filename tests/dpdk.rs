@@ -51,6 +51,9 @@ enum AgentBackend {
     /// switch's results on one queue, so one lane hands the other lane's
     /// results over.
     DpdkTwoLanes,
+    /// A Python process on DPDK through the C library
+    /// (`tests/python/pattern_worker.py`; int32 only).
+    PythonDpdk,
 }
 
 /// A switch namespace and one namespace per worker (and the parent
@@ -315,6 +318,7 @@ impl Lab {
         let port = format!("net_af_packet0,iface={}", self.host_if(i));
         match backend {
             AgentBackend::Socket => {}
+            AgentBackend::PythonDpdk => return self.python_agent(i, workers, job),
             AgentBackend::Dpdk => {
                 let eal = format!("{EAL_BASE} --vdev {port}");
                 args.extend(["--backend".into(), "dpdk".into(), "--eal".into(), eal]);
@@ -331,6 +335,34 @@ impl Lab {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start an agent")
+    }
+
+    /// Worker `i` as a Python process on DPDK, with `inagg agent`'s int32
+    /// pattern, through libinagg_capi.so (built beside this test, with DPDK).
+    fn python_agent(&self, i: usize, workers: usize, job: &Job) -> Child {
+        assert_eq!(job.dtype, "i32", "the Python worker sums the int32 pattern");
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let exe = std::env::current_exe().unwrap();
+        let library = exe.parent().unwrap().join("libinagg_capi.so");
+        let config = serde_json::json!({
+            "switch": SWITCH, "bind": format!("{}:40000", worker_ip(i)), "job": 1,
+            "worker": i, "workers": workers, "pool_size": job.pool, "elements": job.elements,
+            "timeout": 30, "backend": "dpdk",
+            "eal": format!("{EAL_BASE} --vdev net_af_packet0,iface={}", self.host_if(i)),
+        });
+        Command::new("ip")
+            .args(["netns", "exec", &self.hosts[i], "python3"])
+            .arg(repo.join("tests/python/pattern_worker.py"))
+            .arg(config.to_string())
+            .arg(job.len.to_string())
+            .arg(self.output(i))
+            .env("PYTHONPATH", repo.join("capi/python"))
+            .env("INAGG_LIBRARY", library)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start python3")
     }
 
     fn output(&self, i: usize) -> PathBuf {
@@ -486,6 +518,39 @@ fn agents_on_two_queue_pairs_hand_results_between_lanes_and_stay_exact() {
         EmuBackend::Socket,
     );
     run_lab("qd", &[DpdkTwoLanes, DpdkTwoLanes], EmuBackend::Dpdk);
+}
+
+/// A Python training process on DPDK, through the C library, in a job
+/// with a Rust DPDK agent and a kernel-socket agent, at 2% loss: every
+/// worker checks its int32 sum and all hold the same bytes.
+#[test]
+fn a_python_worker_on_dpdk_joins_a_mixed_job() {
+    use AgentBackend::{Dpdk, PythonDpdk, Socket};
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let agents = [PythonDpdk, Dpdk, Socket];
+    let lab = Lab::new("py", &agents, EmuBackend::Socket, 0.02);
+    lab.create_job(agents.len(), 16, 64);
+    let job = Job {
+        pool: 16,
+        elements: 64,
+        dtype: "i32",
+        len: 30_000,
+    };
+    let reports = lab.allreduce(&agents, &job);
+    assert!(
+        reports[0].contains("python worker 0 of 3 on dpdk"),
+        "{}",
+        reports[0]
+    );
+    let first = std::fs::read(lab.output(0)).unwrap();
+    assert_eq!(first.len(), job.len * 4);
+    for i in 1..agents.len() {
+        assert!(std::fs::read(lab.output(i)).unwrap() == first, "worker {i}");
+    }
 }
 
 #[test]

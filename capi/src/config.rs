@@ -35,7 +35,15 @@ const KEYS: &[&str] = &[
     "controller",
     "token",
     "register_wait",
+    "backend",
+    "eal",
+    "dpdk_port",
+    "switch_mac",
+    "queues",
 ];
+
+/// Keys that only mean something with `backend=dpdk`.
+const DPDK_KEYS: &[&str] = &["eal", "dpdk_port", "switch_mac", "queues"];
 
 /// Keys that the controller gives, so that a configuration with
 /// `controller` must not give them too.
@@ -158,7 +166,65 @@ fn unquote(text: &str) -> Result<(String, &str), String> {
     Err("a quoted value has no closing quote".into())
 }
 
+/// The data path a worker runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backend {
+    /// Kernel UDP sockets.
+    Socket,
+    /// A DPDK port: raw Ethernet, polled.
+    Dpdk(DpdkSettings),
+}
+
+/// `backend=dpdk`'s settings, as `inagg agent --backend dpdk` takes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpdkSettings {
+    /// EAL arguments, split at white space.
+    pub eal: String,
+    /// The port's name or id (default: the first).
+    pub port: Option<String>,
+    /// The switch's MAC (default: learned with ARP).
+    pub switch_mac: Option<[u8; 6]>,
+    /// Queue pairs, one thread each.
+    pub queues: u16,
+}
+
 impl Settings {
+    /// The data path: `backend=socket` (the default) or `backend=dpdk`
+    /// with `eal` and, optionally, `dpdk_port`, `switch_mac`, `queues`.
+    pub fn backend(&self) -> Result<Backend, String> {
+        match self.get("backend").unwrap_or("socket") {
+            "socket" => match DPDK_KEYS.iter().find(|k| self.get(k).is_some()) {
+                Some(key) => Err(format!("{key} goes with backend=dpdk")),
+                None => Ok(Backend::Socket),
+            },
+            "dpdk" => {
+                let eal = self.get("eal").ok_or(
+                    "backend=dpdk needs eal=\"...\" (for example eal=\"--no-huge -m 512 --no-pci \
+                     --vdev net_af_packet0,iface=eth1\")",
+                )?;
+                let switch_mac = self
+                    .get("switch_mac")
+                    .map(|m| {
+                        inagg_wire::frame::parse_mac(m).ok_or_else(|| {
+                            format!("switch_mac={m:?}: six hex bytes like 02:00:00:00:00:64")
+                        })
+                    })
+                    .transpose()?;
+                let queues: u16 = self.value("queues", "a queue count (1-64)")?.unwrap_or(1);
+                if !(1..=64).contains(&queues) {
+                    return Err(format!("queues={queues}: give 1 to 64"));
+                }
+                Ok(Backend::Dpdk(DpdkSettings {
+                    eal: eal.to_string(),
+                    port: self.get("dpdk_port").map(str::to_string),
+                    switch_mac,
+                    queues,
+                }))
+            }
+            other => Err(format!("backend={other:?}: give socket or dpdk")),
+        }
+    }
+
     fn get(&self, key: &str) -> Option<&str> {
         self.entries.get(key).map(String::as_str)
     }
@@ -318,6 +384,30 @@ mod tests {
             .agent_config()
             .unwrap();
         assert_eq!((c.worker, c.rank, c.priority), (1, 2, 5));
+    }
+
+    #[test]
+    fn the_dpdk_keys_go_with_backend_dpdk() {
+        let backend = |t: &str| parse(t).unwrap().backend();
+        assert_eq!(backend("job=1"), Ok(Backend::Socket));
+        let eal = "backend=dpdk eal=\"--no-huge --vdev net_null0\"";
+        assert_eq!(
+            backend(&format!(
+                "{eal} dpdk_port=1 switch_mac=02:00:00:00:00:64 queues=2"
+            )),
+            Ok(Backend::Dpdk(DpdkSettings {
+                eal: "--no-huge --vdev net_null0".into(),
+                port: Some("1".into()),
+                switch_mac: Some([2, 0, 0, 0, 0, 0x64]),
+                queues: 2,
+            }))
+        );
+        let err = |t: &str| backend(t).unwrap_err();
+        assert!(err("backend=dpdk").contains("backend=dpdk needs eal="));
+        assert!(err("eal=x").contains("eal goes with backend=dpdk"));
+        assert!(err("backend=rdma").contains("backend=\"rdma\": give socket or dpdk"));
+        assert!(err(&format!("{eal} switch_mac=02:00")).contains("switch_mac=\"02:00\""));
+        assert!(err(&format!("{eal} queues=0")).contains("queues=0: give 1 to 64"));
     }
 
     #[test]

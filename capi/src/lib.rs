@@ -240,6 +240,8 @@ pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWo
             .map_err(|_| Failure::new(INAGG_E_CONFIG, "config is not UTF-8"))?;
         let config_error = |m: String| Failure::new(INAGG_E_CONFIG, format!("config: {m}"));
         let settings = config::parse(text).map_err(config_error)?;
+        // Checked before a controller is asked to admit the worker.
+        let backend = settings.backend().map_err(config_error)?;
         let agent = settings.agent_config().map_err(|e| {
             let code = match e {
                 config::SetupError::Unreachable(_) => INAGG_E_IO,
@@ -247,7 +249,7 @@ pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWo
             };
             Failure::new(code, format!("config: {e}"))
         })?;
-        let worker = Worker::new(agent)?;
+        let worker = open(agent, backend)?;
         Ok(Box::into_raw(Box::new(InaggWorker {
             state: Mutex::new(State {
                 info: info(&worker),
@@ -258,6 +260,51 @@ pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWo
         })))
     })
     .0
+}
+
+/// The worker on its data path.
+fn open(agent: inagg_host_agent::AgentConfig, backend: config::Backend) -> Result<Worker, Failure> {
+    match backend {
+        config::Backend::Socket => Ok(Worker::new(agent)?),
+        config::Backend::Dpdk(d) => open_dpdk(agent, d),
+    }
+}
+
+#[cfg(feature = "dpdk")]
+fn open_dpdk(
+    agent: inagg_host_agent::AgentConfig,
+    d: config::DpdkSettings,
+) -> Result<Worker, Failure> {
+    use inagg_host_agent::dpdk::DpdkOptions;
+    let std::net::SocketAddr::V4(local) = agent.bind else {
+        return Err(Failure::new(
+            INAGG_E_CONFIG,
+            format!(
+                "config: bind={}: backend=dpdk needs this worker's IPv4 address and port",
+                agent.bind
+            ),
+        ));
+    };
+    if local.ip().is_unspecified() || local.port() == 0 {
+        return Err(Failure::new(
+            INAGG_E_CONFIG,
+            format!("config: bind={local}: backend=dpdk needs this worker's own address and port"),
+        ));
+    }
+    let mut options = DpdkOptions::new(d.eal, local);
+    options.port = d.port;
+    options.switch_mac = d.switch_mac;
+    options.queues = d.queues;
+    Ok(Worker::new_dpdk(agent, &options)?)
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn open_dpdk(_: inagg_host_agent::AgentConfig, _: config::DpdkSettings) -> Result<Worker, Failure> {
+    Err(Failure::new(
+        INAGG_E_CONFIG,
+        "config: backend=dpdk: this library was built without DPDK; rebuild it with \
+         `cargo build --release -p inagg-capi --features dpdk` (needs apt's libdpdk-dev)",
+    ))
 }
 
 /// Frees a worker (NULL is ignored). No call on it may be running.
