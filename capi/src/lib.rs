@@ -319,7 +319,8 @@ pub unsafe extern "C" fn inagg_worker_free(worker: *mut InaggWorker) {
     }
 }
 
-/// Runs `f` on the worker's state, refusing a NULL or failed worker.
+/// Runs `f` on the worker's state under its lock, refusing a NULL worker
+/// (whether a call may run is `State::ready`'s to say).
 ///
 /// # Safety
 /// `worker` is NULL or a live pointer from `inagg_worker_new`.
