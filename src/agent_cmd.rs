@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use inagg_host_agent::quant::{block_exponent, error_bound};
+use inagg_host_agent::float::{is_correct, Float};
 use inagg_host_agent::stats::Live;
-use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_host_agent::{bf16, f16, AgentConfig, Stats, Worker};
 use inagg_switch_control::controller::Client;
 use inagg_switch_control::metrics::{self, MetricsServer};
 
@@ -24,7 +24,45 @@ pub enum Dtype {
     F32,
     /// 32-bit integers (exact).
     I32,
+    /// IEEE binary16 (half precision), widened to 32-bit floats on the way
+    /// in and rounded back on the way out: the packets are F32's.
+    F16,
+    /// bfloat16, as F16.
+    Bf16,
 }
+
+impl Dtype {
+    /// Bytes per element in the tensor files and in memory.
+    fn size(self) -> usize {
+        match self {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+        }
+    }
+}
+
+/// An element as the tensor files hold it: raw little-endian bytes.
+trait FileElement: Copy {
+    const SIZE: usize;
+    fn from_le(bytes: &[u8]) -> Self;
+    fn write_le(self, out: &mut Vec<u8>);
+}
+
+macro_rules! file_element {
+    ($($t:ty),*) => {$(
+        impl FileElement for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            fn from_le(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("SIZE bytes"))
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+
+file_element!(i32, f32, f16, bf16);
 
 /// Options of `inagg agent`.
 #[derive(Debug, Clone, Args)]
@@ -137,7 +175,7 @@ pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     let give_up_after = limits::seconds("--timeout", a.timeout, false)?;
     let linger = limits::seconds("--metrics-linger", a.metrics_linger, true)?;
     if let (None, Some(n)) = (&a.input, a.len) {
-        limits::ensure_memory(n as u128 * 4, &format!("--len {n}"))?;
+        limits::ensure_memory(n as u128 * a.dtype.size() as u128, &format!("--len {n}"))?;
     }
     // Opened before joining, so that a path that cannot be written fails
     // now, not after the peers have spent a whole all-reduce on it.
@@ -150,7 +188,9 @@ pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     let metrics = serve_metrics(a, &mut worker, job, worker_id)?;
     let (stats, verified) = match a.dtype {
         Dtype::I32 => run_i32(a, &mut worker, &mut output)?,
-        Dtype::F32 => run_f32(a, &mut worker, &mut output)?,
+        Dtype::F32 => run_float(a, &mut worker, &mut output, |x| x)?,
+        Dtype::F16 => run_float(a, &mut worker, &mut output, f16::from_f32)?,
+        Dtype::Bf16 => run_float(a, &mut worker, &mut output, bf16::from_f32)?,
     };
     let config = worker.config().clone();
     let (lanes, handed_over) = lanes(&worker);
@@ -279,25 +319,22 @@ fn open_dpdk(_: &AgentArgs, _: AgentConfig) -> Result<Worker> {
     Err(crate::backend::not_built())
 }
 
-fn load<T>(
+fn load<T: FileElement>(
     a: &AgentArgs,
     rank: u16,
     pattern: impl Fn(u16, usize) -> T,
-    parse: impl Fn([u8; 4]) -> T,
 ) -> Result<Vec<T>> {
     match (&a.input, a.len) {
         (Some(path), _) => {
             let bytes = std::fs::read(path).with_context(|| format!("read {path}"))?;
-            if bytes.len() % 4 != 0 {
+            if bytes.len() % T::SIZE != 0 {
                 bail!(
-                    "{path}: {} bytes is not a whole number of 4-byte elements",
-                    bytes.len()
+                    "{path}: {} bytes is not a whole number of {}-byte elements",
+                    bytes.len(),
+                    T::SIZE
                 );
             }
-            Ok(bytes
-                .chunks_exact(4)
-                .map(|c| parse([c[0], c[1], c[2], c[3]]))
-                .collect())
+            Ok(bytes.chunks_exact(T::SIZE).map(T::from_le).collect())
         }
         (None, Some(n)) => Ok((0..n).map(|i| pattern(rank, i)).collect()),
         (None, None) => bail!("give the tensor with --input FILE or --len N"),
@@ -328,9 +365,10 @@ fn open_output(path: &Option<String>) -> Result<Option<Output>> {
         .transpose()
 }
 
-fn save(output: &mut Option<Output>, bytes: impl Iterator<Item = [u8; 4]>) -> Result<()> {
+fn save<T: FileElement>(output: &mut Option<Output>, data: &[T]) -> Result<()> {
     if let Some(o) = output {
-        let out: Vec<u8> = bytes.flatten().collect();
+        let mut out = Vec::with_capacity(data.len() * T::SIZE);
+        data.iter().for_each(|v| v.write_le(&mut out));
         o.file
             .set_len(0)
             .and_then(|()| o.file.write_all(&out))
@@ -345,9 +383,9 @@ fn run_i32(
     output: &mut Option<Output>,
 ) -> Result<(Stats, Option<bool>)> {
     let (rank, workers) = (worker.config().worker, worker.config().workers);
-    let mut data = load(a, rank, pattern_i32, i32::from_le_bytes)?;
+    let mut data = load(a, rank, pattern_i32)?;
     let stats = worker.allreduce_i32(&mut data)?;
-    save(output, data.iter().map(|v| v.to_le_bytes()))?;
+    save(output, &data)?;
     let verified = a.verify.then(|| {
         data.iter()
             .enumerate()
@@ -356,34 +394,37 @@ fn run_i32(
     Ok((stats, verified))
 }
 
-fn run_f32(
+/// A float all-reduce of the tensor in format `T` (the pattern is the
+/// binary32 one rounded with `from`), verified within `T`'s bound.
+fn run_float<T: Float + FileElement>(
     a: &AgentArgs,
     worker: &mut Worker,
     output: &mut Option<Output>,
+    from: fn(f32) -> T,
 ) -> Result<(Stats, Option<bool>)> {
     let c = worker.config();
     let (rank, workers, k) = (c.worker, c.workers, usize::from(c.elements));
-    let mut data = load(a, rank, pattern_f32, f32::from_le_bytes)?;
-    let stats = worker.allreduce_f32(&mut data)?;
-    save(output, data.iter().map(|v| v.to_le_bytes()))?;
+    let pattern = |w: u16, i: usize| from(pattern_f32(w, i));
+    let mut data = load(a, rank, pattern)?;
+    let stats = worker.allreduce_float(&mut data, None)?;
+    save(output, &data)?;
     let verified = a.verify.then(|| {
         data.chunks(k).enumerate().all(|(c, chunk)| {
             let start = c * k;
             let e = (0..workers)
                 .map(|w| {
-                    block_exponent(
-                        &(start..start + chunk.len())
-                            .map(|i| pattern_f32(w, i))
-                            .collect::<Vec<_>>(),
-                    )
+                    let theirs: Vec<T> = (start..start + chunk.len())
+                        .map(|i| pattern(w, i))
+                        .collect();
+                    T::block_exponent(&theirs)
                 })
                 .max()
                 .unwrap_or(0);
             chunk.iter().enumerate().all(|(j, y)| {
                 let exact: f64 = (0..workers)
-                    .map(|w| f64::from(pattern_f32(w, start + j)))
+                    .map(|w| f64::from(pattern(w, start + j).to_f32()))
                     .sum();
-                (f64::from(*y) - exact).abs() <= error_bound(e, workers, exact)
+                is_correct(*y, exact, e, workers)
             })
         })
     });

@@ -1,8 +1,8 @@
 //! Checking all-reduce results: exact for int32, within the documented
-//! bound (host-agent's `quant::error_bound`) for floats, NaN where any input
-//! chunk was non-finite.
+//! bound (host-agent's `Float::error_bound`, `quant::error_bound` for
+//! binary32) for floats, NaN where any input chunk was non-finite.
 
-use inagg_host_agent::quant::{block_exponent, error_bound};
+use inagg_host_agent::float::{is_correct, Float};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -37,6 +37,13 @@ pub fn gradient(seed: u64, worker: usize, len: usize) -> Vec<f32> {
 
 /// Checks every worker's result against the f64 sum of the inputs.
 pub fn check_f32(inputs: &[Vec<f32>], outputs: &[Vec<f32>], k: usize) -> FloatCheck {
+    check_float(inputs, outputs, k)
+}
+
+/// [`check_f32`] for any float format. A 16-bit sum past the format's
+/// range must be the infinity of its sign, unless it could have rounded
+/// below the largest finite value (then either passes).
+pub fn check_float<T: Float>(inputs: &[Vec<T>], outputs: &[Vec<T>], k: usize) -> FloatCheck {
     let n = inputs.len() as u16;
     let len = inputs[0].len();
     let mut c = FloatCheck {
@@ -47,20 +54,23 @@ pub fn check_f32(inputs: &[Vec<f32>], outputs: &[Vec<f32>], k: usize) -> FloatCh
         let end = (start + k).min(len);
         let e = inputs
             .iter()
-            .map(|x| block_exponent(&x[start..end]))
+            .map(|x| T::block_exponent(&x[start..end]))
             .max()
             .unwrap_or(0);
         for i in start..end {
-            let exact: f64 = inputs.iter().map(|x| f64::from(x[i])).sum();
-            let bound = error_bound(e, n, exact);
+            let exact: f64 = inputs.iter().map(|x| f64::from(x[i].to_f32())).sum();
+            let bound = T::error_bound(e, n, exact);
             for (w, out) in outputs.iter().enumerate() {
+                let got = f64::from(out[i].to_f32());
                 let ok = if e == inagg_wire::EXPONENT_NON_FINITE {
-                    out[i].is_nan()
+                    got.is_nan()
                 } else {
-                    let err = (f64::from(out[i]) - exact).abs();
-                    c.max_abs_error = c.max_abs_error.max(err);
-                    c.max_bound_fraction = c.max_bound_fraction.max(err / bound);
-                    err <= bound
+                    if got.is_finite() {
+                        let err = (got - exact).abs();
+                        c.max_abs_error = c.max_abs_error.max(err);
+                        c.max_bound_fraction = c.max_bound_fraction.max(err / bound);
+                    }
+                    is_correct(out[i], exact, e, n)
                 };
                 if !ok {
                     c.verified = false;

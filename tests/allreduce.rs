@@ -12,9 +12,10 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use inagg::local::{run_all, JobParams, LocalCluster};
-use inagg::verify::{check_f32, check_i32, gradient};
+use inagg::verify::{check_f32, check_float, check_i32, gradient};
 use inagg_emu::{DropReason, FaultConfig};
-use inagg_host_agent::{AsyncWorker, Error, Worker};
+use inagg_host_agent::float::Float;
+use inagg_host_agent::{bf16, f16, AsyncWorker, Error, Worker};
 
 fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
     JobParams {
@@ -119,6 +120,105 @@ fn ten_percent_loss_with_duplication_and_reordering() {
         resent > 0,
         "lost results must have been recovered by unicast resends"
     );
+}
+
+/// Each worker's gradient in format `T` (rounded from [`gradient`]).
+fn gradients_as<T: Float>(
+    workers: usize,
+    len: usize,
+    seed: u64,
+    from: fn(f32) -> T,
+) -> Vec<Vec<T>> {
+    let single: Vec<Vec<f32>> = (0..workers).map(|w| gradient(seed, w, len)).collect();
+    converted(&single, from)
+}
+
+fn converted<T>(inputs: &[Vec<f32>], from: fn(f32) -> T) -> Vec<Vec<T>> {
+    inputs
+        .iter()
+        .map(|x| x.iter().map(|&v| from(v)).collect())
+        .collect()
+}
+
+#[test]
+fn binary16_and_bfloat16_sums_are_within_their_bounds_under_loss() {
+    let faults = FaultConfig {
+        drop_ingress: 0.02,
+        drop_egress: 0.02,
+        duplicate: 0.01,
+        reorder: 0.01,
+        seed: 21,
+    };
+    let cluster = LocalCluster::start(faults).unwrap();
+    let (n, len, k) = (3usize, 30_000, 256u16);
+    let mut workers = cluster.job(job(1, n as u16, 0, 32, k), |_| {}).unwrap();
+    let mut halves = gradients_as(n, len, 7, f16::from_f32);
+    // One chunk sums past binary16's range (3 x 30000): infinite everywhere.
+    for h in &mut halves {
+        h[..256].fill(f16::from_f32(30_000.0));
+    }
+    let mut data = halves.clone();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_f16(d)).unwrap();
+    let check = check_float(&halves, &data, k.into());
+    assert!(check.verified, "{check:?}");
+    assert!(data
+        .iter()
+        .all(|d| d[..256].iter().all(|x| x.to_f32() == f32::INFINITY)));
+    assert!(data.iter().all(|d| d[256..].iter().all(|x| x.is_finite())));
+
+    let brains = gradients_as(n, len, 8, bf16::from_f32);
+    let mut data = brains.clone();
+    let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_bf16(d)).unwrap();
+    let check = check_float(&brains, &data, k.into());
+    assert!(check.verified, "{check:?}");
+    assert!(check.max_abs_error > 0.0, "bfloat16 rounding shows");
+    assert!(stats.iter().map(|s| s.retransmissions).sum::<u64>() > 0);
+    // The tensor counted in the goodput is two bytes per element.
+    assert_eq!(stats[0].payload_bytes, len as u64 * 2);
+}
+
+#[test]
+fn workers_of_one_job_may_hold_f32_f16_and_bf16_tensors() {
+    let cluster = LocalCluster::start(FaultConfig::loss(0.02, 5)).unwrap();
+    let mut workers = cluster.job(job(1, 3, 0, 16, 64), |_| {}).unwrap();
+    // Values with 8 significant bits in binary16's normal range: exactly
+    // representable in all three formats, so every worker adds the same.
+    let inputs: Vec<Vec<f32>> = (0..3)
+        .map(|w| {
+            gradient(3, w, 5000)
+                .into_iter()
+                .map(|x| bf16::from_f32(x.clamp(-60_000.0, 60_000.0)).to_f32())
+                .map(|x| if x.abs() < 1e-4 { 0.0 } else { x })
+                .collect()
+        })
+        .collect();
+    let mut single = inputs[0].clone();
+    let mut half: Vec<f16> = inputs[1].iter().map(|&x| f16::from_f32(x)).collect();
+    let mut brain: Vec<bf16> = inputs[2].iter().map(|&x| bf16::from_f32(x)).collect();
+    assert!(half.iter().zip(&inputs[1]).all(|(h, x)| h.to_f32() == *x));
+    let [w0, w1, w2] = &mut workers[..] else {
+        unreachable!()
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| w0.allreduce_f32(&mut single));
+        let b = s.spawn(|| w1.allreduce_f16(&mut half));
+        let c = s.spawn(|| w2.allreduce_bf16(&mut brain));
+        for h in [a, b, c] {
+            h.join().unwrap().unwrap();
+        }
+    });
+    // Each result is the one binary32 sum, rounded to the worker's format.
+    let c32 = check_f32(&inputs, std::slice::from_ref(&single), 64);
+    let c16 = check_float(&converted(&inputs, f16::from_f32), &[half.clone()], 64);
+    let cb16 = check_float(&converted(&inputs, bf16::from_f32), &[brain.clone()], 64);
+    assert!(
+        c32.verified && c16.verified && cb16.verified,
+        "{c32:?} {c16:?} {cb16:?}"
+    );
+    for i in 0..single.len() {
+        assert_eq!(f16::from_f32(single[i]), half[i], "element {i}");
+        assert_eq!(bf16::from_f32(single[i]), brain[i], "element {i}");
+    }
 }
 
 #[test]

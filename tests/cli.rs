@@ -567,7 +567,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
         "32",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    for dtype in ["i32", "f32"] {
+    for (dtype, size) in [("i32", 4), ("f32", 4), ("f16", 2), ("bf16", 2)] {
         let children: Vec<Child> = [a, b, c]
             .iter()
             .enumerate()
@@ -601,7 +601,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
             assert!(out.status.success(), "{dtype}: {}", text(&out));
             let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(stats["verified"], true, "{dtype}");
-            assert_eq!(stats["payload_bytes"], 80_000);
+            assert_eq!(stats["payload_bytes"], 20_000 * size, "{dtype}");
         }
     }
     let counters: serde_json::Value =
@@ -613,7 +613,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
             > 0,
         "{counters}"
     );
-    assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 2 * 20_000 / 64);
+    assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 4 * 20_000 / 64);
 }
 
 /// README's aggregation tree by hand, two sessions in a row: a root and a
@@ -779,6 +779,33 @@ fn bad_arguments_get_clear_errors_not_panics() {
     ]);
     assert!(
         !out.status.success() && text(&out).contains("worker id 3 is not below"),
+        "{}",
+        text(&out)
+    );
+    // A tensor file must hold whole elements of the --dtype.
+    let odd = std::env::temp_dir().join(format!("inagg-odd-{}.bin", std::process::id()));
+    std::fs::write(&odd, [1u8, 2, 3]).unwrap();
+    let out = run(&[
+        "agent",
+        "--bind",
+        "127.0.0.1:0",
+        "--job",
+        "1",
+        "--worker",
+        "0",
+        "--workers",
+        "1",
+        "--pool-size",
+        "4",
+        "--dtype",
+        "bf16",
+        "--input",
+        odd.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&odd);
+    assert!(
+        !out.status.success()
+            && text(&out).contains("3 bytes is not a whole number of 2-byte elements"),
         "{}",
         text(&out)
     );

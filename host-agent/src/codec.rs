@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use inagg_wire::payload;
 
 use crate::engine::{Codec, Encoded};
+use crate::float::Float;
 use crate::quant;
 
 /// A lane's share of a tensor: the chunks of the slots the lane owns.
@@ -144,9 +145,10 @@ impl Codec for IntCodec<'_> {
 /// does): round 0 of a slot carries only the block exponent of the slot's
 /// first chunk; round r >= 1 carries chunk `slot + (r-1) * window`, quantized
 /// with its agreed exponent, and the exponent of the chunk one window later.
-/// One extra packet per slot, none per chunk.
-pub(crate) struct FloatCodec<'a> {
-    pub data: LaneData<'a, f32>,
+/// One extra packet per slot, none per chunk. `T` is the tensor's format
+/// (binary32, or a 16-bit one widened on the way: [`Float`]).
+pub(crate) struct FloatCodec<'a, T> {
+    pub data: LaneData<'a, T>,
     /// Each chunk's priority class, when chunks have their own.
     pub classes: Option<&'a [u8]>,
     /// Agreed (max-reduced) exponent per chunk, filled as results arrive
@@ -154,31 +156,39 @@ pub(crate) struct FloatCodec<'a> {
     pub agreed: Vec<u8>,
     /// The quantizer for the job's worker count.
     quantizer: quant::Quantizer,
+    /// A 16-bit chunk widened to binary32 (unused for binary32 tensors).
+    scratch: Vec<f32>,
 }
 
-impl<'a> FloatCodec<'a> {
-    pub fn new(data: LaneData<'a, f32>, workers: u16, classes: Option<&'a [u8]>) -> Self {
+impl<'a, T: Float> FloatCodec<'a, T> {
+    pub fn new(data: LaneData<'a, T>, workers: u16, classes: Option<&'a [u8]>) -> Self {
         let chunks = chunk_count(data.len(), data.k);
         FloatCodec {
             data,
             classes,
             agreed: vec![0; chunks],
             quantizer: quant::Quantizer::new(workers),
+            scratch: Vec::new(),
         }
     }
 }
 
-impl FloatCodec<'_> {
-    /// The chunk round `round` of `slot` carries quantized, with its agreed
-    /// exponent (none in round 0, which carries only an exponent).
-    fn quantized(&mut self, slot: usize, round: usize, window: usize) -> Option<(u8, &mut [f32])> {
-        let round = round.checked_sub(1)?;
-        let index = slot + round * window;
-        Some((self.agreed[index], self.data.round_chunk(slot, round)))
-    }
+/// The chunk round `round` of `slot` carries quantized, with its agreed
+/// exponent (none in round 0, which carries only an exponent). Takes the
+/// codec's fields apart so the caller can lend its scratch buffer too.
+fn quantized<'b, T>(
+    agreed: &[u8],
+    data: &'b mut LaneData<'_, T>,
+    slot: usize,
+    round: usize,
+    window: usize,
+) -> Option<(u8, &'b mut [T])> {
+    let round = round.checked_sub(1)?;
+    let index = slot + round * window;
+    Some((agreed[index], data.round_chunk(slot, round)))
 }
 
-impl Codec for FloatCodec<'_> {
+impl<T: Float> Codec for FloatCodec<'_, T> {
     fn rounds(&self, slot: usize, window: usize) -> usize {
         let chunks = self.agreed.len();
         let n = dealt(chunks, slot, window);
@@ -190,25 +200,23 @@ impl Codec for FloatCodec<'_> {
     }
 
     fn encode(&mut self, slot: usize, round: usize, window: usize, out: &mut [u8]) -> Encoded {
-        let quantizer = self.quantizer;
-        let sum = match self.quantized(slot, round, window) {
+        let sum = match quantized(&self.agreed, &mut self.data, slot, round, window) {
             None => {
                 out.fill(0);
                 0
             }
-            Some((e, chunk)) => quantizer.quantize(chunk, e, out),
+            Some((e, chunk)) => T::quantize(&self.quantizer, chunk, e, out, &mut self.scratch),
         };
         let exponent = self
             .data
             .chunk(slot, round)
-            .map_or(0, |c| quant::block_exponent(c));
+            .map_or(0, |c| T::block_exponent(c));
         Encoded { exponent, sum }
     }
 
     fn decode(&mut self, slot: usize, round: usize, window: usize, bytes: &[u8], exponent: u8) {
-        let quantizer = self.quantizer;
-        if let Some((e, chunk)) = self.quantized(slot, round, window) {
-            quantizer.dequantize(bytes, e, chunk);
+        if let Some((e, chunk)) = quantized(&self.agreed, &mut self.data, slot, round, window) {
+            T::dequantize(&self.quantizer, bytes, e, chunk, &mut self.scratch);
         }
         if let Some(next) = self.agreed.get_mut(slot + round * window) {
             *next = exponent;
@@ -278,7 +286,7 @@ mod tests {
     #[test]
     fn float_codec_has_one_exponent_round_per_slot() {
         let mut data = vec![1.0f32; 10];
-        let c = FloatCodec::new(LaneData::whole(&mut data, 4), 2, None);
+        let c = FloatCodec::<f32>::new(LaneData::whole(&mut data, 4), 2, None);
         // 3 chunks over a window of 2: slot 0 has chunks 0 and 2, slot 1 has chunk 1.
         assert_eq!((c.rounds(0, 2), c.rounds(1, 2)), (3, 2));
     }

@@ -20,6 +20,7 @@ mod codec;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 mod engine;
+pub mod float;
 pub mod group;
 mod link;
 pub mod quant;
@@ -34,10 +35,13 @@ use std::time::Duration;
 
 use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
 use crate::engine::{Codec, Engine, RttEstimator};
+use crate::float::Float;
 use crate::link::{Link, SocketLink};
 pub use crate::session::HANDSHAKE_WEIGHT;
 use crate::session::{SlotSession, Token};
 pub use crate::stats::Stats;
+/// The 16-bit float types [`Worker::allreduce_f16`] and [`Worker::allreduce_bf16`] take.
+pub use half::{bf16, f16};
 
 /// How a worker reaches its job on the switch.
 #[derive(Debug, Clone, PartialEq)]
@@ -488,9 +492,33 @@ impl Worker {
         data: &mut [f32],
         classes: Option<&[u8]>,
     ) -> Result<Stats> {
+        self.allreduce_float(data, classes)
+    }
+
+    /// Sums IEEE binary16 `data` across the job's workers in place, within
+    /// the bound of [`Float::error_bound`]: as [`Worker::allreduce_f32`],
+    /// with each result rounded to nearest-even into binary16 (sums past
+    /// its range become infinite). The packets are those of a binary32
+    /// all-reduce, so workers of one job may mix the two.
+    pub fn allreduce_f16(&mut self, data: &mut [f16]) -> Result<Stats> {
+        self.allreduce_float(data, None)
+    }
+
+    /// [`Worker::allreduce_f16`] for bfloat16 tensors.
+    pub fn allreduce_bf16(&mut self, data: &mut [bf16]) -> Result<Stats> {
+        self.allreduce_float(data, None)
+    }
+
+    /// A float all-reduce of any [`Float`] format, with a priority class
+    /// per chunk of K elements when `classes` is given.
+    pub fn allreduce_float<T: Float>(
+        &mut self,
+        data: &mut [T],
+        classes: Option<&[u8]>,
+    ) -> Result<Stats> {
         let k = usize::from(self.config.elements);
         let chunks = chunk_count(data.len(), k);
-        let bytes = data.len() as u64 * 4;
+        let bytes = std::mem::size_of_val(data) as u64;
         let workers = self.config.workers;
         let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
             .into_iter()

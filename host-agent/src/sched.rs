@@ -51,10 +51,13 @@ pub trait Element: Copy + Default + Send + 'static {
     fn allreduce(worker: &mut Worker, data: &mut [Self], classes: &[u8]) -> Result<Stats>;
     /// A summed flag as a count of workers.
     fn count(self) -> i64;
+    /// The largest worker count whose flags sum exactly in this type.
+    const MAX_COUNT: i64;
 }
 
 impl Element for i32 {
     const ONE: i32 = 1;
+    const MAX_COUNT: i64 = i32::MAX as i64;
     fn allreduce(worker: &mut Worker, data: &mut [i32], classes: &[u8]) -> Result<Stats> {
         worker.allreduce_i32_classes(data, Some(classes))
     }
@@ -63,16 +66,31 @@ impl Element for i32 {
     }
 }
 
-impl Element for f32 {
-    const ONE: f32 = 1.0;
-    fn allreduce(worker: &mut Worker, data: &mut [f32], classes: &[u8]) -> Result<Stats> {
-        worker.allreduce_f32_classes(data, Some(classes))
-    }
-    fn count(self) -> i64 {
-        // Quantized sums of small integers are within ~1e-8 of them.
-        self.round() as i64
-    }
+/// Every float format: flags are summed through the float path.
+macro_rules! float_element {
+    ($($t:ty: $one:expr, $max:expr),*) => {$(
+        impl Element for $t {
+            const ONE: $t = $one;
+            const MAX_COUNT: i64 = $max;
+            fn allreduce(worker: &mut Worker, data: &mut [$t], classes: &[u8]) -> Result<Stats> {
+                worker.allreduce_float(data, Some(classes))
+            }
+            fn count(self) -> i64 {
+                // Quantized sums of small integers are within ~1e-8 of
+                // them, and the 16-bit formats hold every integer up to
+                // 256 (bfloat16) or 2048 (binary16) exactly.
+                crate::float::Float::to_f32(self).round() as i64
+            }
+        }
+    )*};
 }
+
+// Integers are exact up to 2^(significand bits + 1).
+float_element!(
+    f32: 1.0, 1 << 24,
+    crate::f16: crate::f16::ONE, 1 << 11,
+    crate::bf16: crate::bf16::ONE, 1 << 8
+);
 
 /// How urgent a tensor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +270,13 @@ pub fn run<T: Element>(
     let slice = policy.slice.max(1).div_ceil(k) * k;
     let credit = policy.credit.max(1);
     let workers = i64::from(worker.config().workers);
+    if workers > T::MAX_COUNT {
+        return Err(Error::Config(format!(
+            "a schedule sums its flags in the tensors' type, which counts exactly up to {} \
+             workers, not {workers}: use a wider type",
+            T::MAX_COUNT
+        )));
+    }
     let mut held: Vec<Held<T>> = Vec::with_capacity(expected);
     let mut base = 0usize; // lowest tensor not yet agreed
     let mut pending: VecDeque<usize> = VecDeque::new();

@@ -1,0 +1,377 @@
+//! The floating-point formats the agent sums: binary32, and the two 16-bit
+//! formats of mixed-precision training, IEEE binary16 (`f16`) and bfloat16
+//! (`bf16`).
+//!
+//! The wire and the switch do not change with the format: every chunk
+//! travels as int32 quantized with a block exponent (see [`crate::quant`]),
+//! and the exponent is binary32's. A 16-bit chunk is widened to binary32 on
+//! the way in (exactly: every 16-bit value is a binary32 value) and the
+//! result is rounded back, to nearest-even, on the way out. So workers may
+//! even mix formats in one job: a bf16 worker and an f32 worker of the same
+//! job agree on every exponent and sum the same integers.
+//!
+//! Frameworks hand gradients in these formats (PyTorch's bf16 and fp16
+//! gradient buckets, DDP's compression hooks); taking them as they are
+//! spares the caller a widened copy of the whole tensor.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::quant::{self, Quantizer};
+
+/// A floating-point element type the agent all-reduces.
+pub trait Float: Copy + Default + Send + Sync + 'static {
+    /// The format's name (`f32`, `f16`, `bf16`).
+    const NAME: &'static str;
+    /// log2 of one unit in the last place of 1.0: a bound on the relative
+    /// error of one rounding to nearest into this format (twice the unit
+    /// roundoff, which also covers the rounding to binary32 before it).
+    const ULP_LOG2: i32;
+    /// The smallest positive subnormal: where the relative bound stops
+    /// holding, the absolute error of a rounding is below it.
+    const SUBNORMAL: f64;
+    /// The largest finite value; sums beyond it round to infinity.
+    const MAX: f64;
+
+    /// The value as binary32 (exact).
+    fn to_f32(self) -> f32;
+
+    /// The block exponent of a chunk (see [`quant::block_exponent`]).
+    fn block_exponent(chunk: &[Self]) -> u8;
+
+    /// Widens `chunk` into `out` (same length).
+    fn widen(chunk: &[Self], out: &mut [f32]);
+
+    /// Rounds `values` to nearest-even into `out` (same length).
+    fn narrow(values: &[f32], out: &mut [Self]);
+
+    /// Quantizes `chunk` into `out` as [`Quantizer::quantize`] does, with
+    /// `scratch` for the widened chunk; returns the checksum sum.
+    fn quantize(
+        q: &Quantizer,
+        chunk: &[Self],
+        exponent: u8,
+        out: &mut [u8],
+        scratch: &mut Vec<f32>,
+    ) -> u64 {
+        let wide = scratch_of(scratch, chunk.len());
+        Self::widen(chunk, wide);
+        q.quantize(wide, exponent, out)
+    }
+
+    /// Dequantizes a result payload into `out`, through `scratch`.
+    fn dequantize(
+        q: &Quantizer,
+        payload: &[u8],
+        exponent: u8,
+        out: &mut [Self],
+        scratch: &mut Vec<f32>,
+    ) {
+        let wide = scratch_of(scratch, out.len());
+        q.dequantize(payload, exponent, wide);
+        Self::narrow(wide, out);
+    }
+
+    /// The bound on |result - exact sum| for one element of a sum of
+    /// `workers` values whose chunk agreed on `exponent`: the quantization
+    /// error, and the roundings to binary32 and then to this format.
+    fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
+        let quantization = quant::error_bound(exponent, workers, 0.0);
+        let ulp = f64::from(Self::ULP_LOG2).exp2();
+        quantization + ulp * (exact_sum.abs() + quantization) + Self::SUBNORMAL
+    }
+}
+
+/// Whether an element's result is correct: within `T::error_bound` of
+/// the exact sum, or the infinity of its sign where the sum, give or take
+/// the bound, reaches past the format's largest finite value (a binary16
+/// sum past 65504 rounds to infinity). NaN results are never correct here:
+/// a chunk that must come back NaN is the caller's to recognise.
+pub fn is_correct<T: Float>(result: T, exact: f64, exponent: u8, workers: u16) -> bool {
+    let got = f64::from(result.to_f32());
+    let bound = T::error_bound(exponent, workers, exact);
+    if got.is_infinite() {
+        got.signum() == exact.signum() && exact.abs() + bound >= T::MAX
+    } else {
+        (got - exact).abs() <= bound
+    }
+}
+
+/// The first `len` elements of the scratch buffer, grown if need be (once:
+/// the codec keeps it across packets).
+fn scratch_of(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if scratch.len() < len {
+        scratch.resize(len, 0.0);
+    }
+    &mut scratch[..len]
+}
+
+impl Float for f32 {
+    const NAME: &'static str = "f32";
+    const ULP_LOG2: i32 = -23;
+    const SUBNORMAL: f64 = 0.0;
+    const MAX: f64 = f32::MAX as f64;
+
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    fn block_exponent(chunk: &[f32]) -> u8 {
+        quant::block_exponent(chunk)
+    }
+
+    fn widen(chunk: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(chunk);
+    }
+
+    fn narrow(values: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(values);
+    }
+
+    /// Straight from the tensor: no scratch copy on the binary32 path.
+    fn quantize(
+        q: &Quantizer,
+        chunk: &[f32],
+        exponent: u8,
+        out: &mut [u8],
+        _scratch: &mut Vec<f32>,
+    ) -> u64 {
+        q.quantize(chunk, exponent, out)
+    }
+
+    fn dequantize(
+        q: &Quantizer,
+        payload: &[u8],
+        exponent: u8,
+        out: &mut [f32],
+        _scratch: &mut Vec<f32>,
+    ) {
+        q.dequantize(payload, exponent, out)
+    }
+
+    /// The binary32 bound as documented in [`crate::quant`].
+    fn error_bound(exponent: u8, workers: u16, exact_sum: f64) -> f64 {
+        quant::error_bound(exponent, workers, exact_sum)
+    }
+}
+
+/// The largest magnitude's bits in a chunk of 16-bit floats. Both 16-bit
+/// formats keep the sign in the top bit, so as for binary32, integer order
+/// on the bits with the sign cleared is magnitude order, with Inf and NaN
+/// above every finite value.
+fn max_magnitude_bits(bits: &[u16]) -> u16 {
+    bits.iter().fold(0u16, |m, b| m.max(b & 0x7fff))
+}
+
+impl Float for f16 {
+    const NAME: &'static str = "f16";
+    const ULP_LOG2: i32 = -10;
+    /// 2^-24.
+    const SUBNORMAL: f64 = 5.960_464_477_539_063e-8;
+    const MAX: f64 = 65504.0;
+
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+
+    fn block_exponent(chunk: &[f16]) -> u8 {
+        let max = max_magnitude_bits(chunk.reinterpret_cast());
+        if max >= 0x7c00 {
+            return inagg_wire::EXPONENT_NON_FINITE;
+        }
+        (f16::from_bits(max).to_f32().to_bits() >> 23) as u8
+    }
+
+    fn widen(chunk: &[f16], out: &mut [f32]) {
+        chunk.convert_to_f32_slice(out);
+    }
+
+    fn narrow(values: &[f32], out: &mut [f16]) {
+        out.convert_from_f32_slice(values);
+    }
+}
+
+impl Float for bf16 {
+    const NAME: &'static str = "bf16";
+    const ULP_LOG2: i32 = -7;
+    /// 2^-133.
+    const SUBNORMAL: f64 = 9.183_549_615_799_121e-41;
+    const MAX: f64 = 3.389_531_389_251_535_5e38;
+
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    /// bfloat16 is binary32's top half: its exponent field is binary32's.
+    fn block_exponent(chunk: &[bf16]) -> u8 {
+        (max_magnitude_bits(chunk.reinterpret_cast()) >> 7) as u8
+    }
+
+    fn widen(chunk: &[bf16], out: &mut [f32]) {
+        for (x, y) in chunk.iter().zip(out.iter_mut()) {
+            *y = f32::from_bits(u32::from(x.to_bits()) << 16);
+        }
+    }
+
+    fn narrow(values: &[f32], out: &mut [bf16]) {
+        out.convert_from_f32_slice(values);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_formats_constants_are_what_their_names_say() {
+        assert_eq!(f16::SUBNORMAL, 2f64.powi(-24));
+        assert_eq!(f16::from_bits(1).to_f64(), f16::SUBNORMAL);
+        assert_eq!(f16::MAX.to_f64(), <f16 as Float>::MAX);
+        assert_eq!(bf16::SUBNORMAL, 2f64.powi(-133));
+        assert_eq!(bf16::from_bits(1).to_f64(), bf16::SUBNORMAL);
+        assert_eq!(bf16::MAX.to_f64(), <bf16 as Float>::MAX);
+        assert_eq!(f16::EPSILON.to_f64(), 2f64.powi(<f16 as Float>::ULP_LOG2));
+        assert_eq!(bf16::EPSILON.to_f64(), 2f64.powi(<bf16 as Float>::ULP_LOG2));
+    }
+
+    /// A chunk's 16-bit block exponent is the binary32 one of its widened values.
+    fn same_exponent_as_widened<T: Float>(chunk: &[T]) {
+        let wide: Vec<f32> = chunk.iter().map(|x| x.to_f32()).collect();
+        assert_eq!(
+            T::block_exponent(chunk),
+            quant::block_exponent(&wide),
+            "{} chunk {wide:?}",
+            T::NAME
+        );
+    }
+
+    #[test]
+    fn half_block_exponents_are_binary32_ones() {
+        let values = [
+            0.0, -0.0, 1.0, -1.5, 0.33, 1e-3, -7e-6, 6e-8, 65504.0, -40000.0, 2.5e-5,
+        ];
+        for v in values {
+            same_exponent_as_widened(&[f16::from_f32(v), f16::from_f32(-0.25)]);
+            same_exponent_as_widened(&[bf16::from_f32(v), bf16::from_f32(-0.25)]);
+        }
+        for big in [1e20f32, -3e38, 1e-38, 1e-40] {
+            same_exponent_as_widened(&[bf16::from_f32(big), bf16::from_f32(1.0)]);
+        }
+        same_exponent_as_widened::<f16>(&[]);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let h = [f16::from_f32(1.0), f16::from_f32(bad)];
+            assert_eq!(f16::block_exponent(&h), inagg_wire::EXPONENT_NON_FINITE);
+            let b = [bf16::from_f32(bad), bf16::from_f32(1.0)];
+            assert_eq!(bf16::block_exponent(&b), inagg_wire::EXPONENT_NON_FINITE);
+        }
+    }
+
+    #[test]
+    fn narrowing_rounds_to_nearest_even_and_overflows_to_infinity() {
+        // 1 + 2^-11 is halfway between two binary16 values: to the even one.
+        let mut h = [f16::ZERO; 4];
+        f16::narrow(
+            &[
+                1.0 + 2f32.powi(-11),
+                1.0 + 3.0 * 2f32.powi(-11),
+                65520.0,
+                -1e6,
+            ],
+            &mut h,
+        );
+        assert_eq!(
+            h.map(f16::to_f32),
+            [1.0, 1.0 + 2f32.powi(-9), f32::INFINITY, f32::NEG_INFINITY]
+        );
+        let mut b = [bf16::ZERO; 2];
+        bf16::narrow(&[1.0 + 2f32.powi(-8), f32::NAN], &mut b);
+        assert_eq!(b[0].to_f32(), 1.0);
+        assert!(b[1].is_nan());
+    }
+
+    /// Quantizes each worker's chunk, sums the integers as the switch does,
+    /// and checks the narrowed result against the bound.
+    fn sum_within_bound<T: Float>(chunks: &[Vec<T>]) -> Vec<T> {
+        let n = chunks.len() as u16;
+        let k = chunks[0].len();
+        let e = chunks.iter().map(|c| T::block_exponent(c)).max().unwrap();
+        let q = Quantizer::new(n);
+        let mut scratch = Vec::new();
+        let mut acc = vec![0i32; k];
+        let mut buf = vec![0u8; k * 4];
+        for c in chunks {
+            T::quantize(&q, c, e, &mut buf, &mut scratch);
+            inagg_wire::payload::add_i32s(&mut acc, &buf);
+        }
+        inagg_wire::payload::write_i32s(&mut buf, &acc);
+        let mut out = vec![T::default(); k];
+        T::dequantize(&q, &buf, e, &mut out, &mut scratch);
+        for i in 0..k {
+            let exact: f64 = chunks.iter().map(|c| f64::from(c[i].to_f32())).sum();
+            let got = f64::from(out[i].to_f32());
+            let bound = T::error_bound(e, n, exact);
+            assert!(
+                (got - exact).abs() <= bound,
+                "{} element {i}: {got} for {exact}, bound {bound}",
+                T::NAME
+            );
+        }
+        out
+    }
+
+    fn pattern<T: Float>(w: usize, k: usize, scale: f32, make: fn(f32) -> T) -> Vec<T> {
+        (0..k)
+            .map(|i| make((((i * 37 + w * 11) % 101) as f32 / 50.0 - 1.0) * scale))
+            .collect()
+    }
+
+    #[test]
+    fn half_sums_are_within_their_bounds() {
+        for n in [1, 2, 3, 8] {
+            for scale in [1.0f32, 1e-3, 3e3, 1e-6] {
+                let h: Vec<Vec<f16>> = (0..n)
+                    .map(|w| pattern(w, 70, scale, f16::from_f32))
+                    .collect();
+                sum_within_bound(&h);
+                let b: Vec<Vec<bf16>> = (0..n)
+                    .map(|w| pattern(w, 70, scale, bf16::from_f32))
+                    .collect();
+                sum_within_bound(&b);
+            }
+        }
+    }
+
+    #[test]
+    fn small_integers_sum_exactly_in_both_half_formats() {
+        let h: Vec<Vec<f16>> = (0..5)
+            .map(|w| {
+                (0..64)
+                    .map(|i| f16::from_f32((i % 9) as f32 - 4.0 + w as f32))
+                    .collect()
+            })
+            .collect();
+        let out = sum_within_bound(&h);
+        for (i, y) in out.iter().enumerate() {
+            let want: f32 = (0..5).map(|w| (i % 9) as f32 - 4.0 + w as f32).sum();
+            assert_eq!(y.to_f32(), want);
+        }
+        let b: Vec<Vec<bf16>> = (0..3).map(|_| vec![bf16::ONE; 16]).collect();
+        assert!(sum_within_bound(&b).iter().all(|y| y.to_f32() == 3.0));
+    }
+
+    #[test]
+    fn a_binary16_sum_past_its_range_is_infinite() {
+        let h: Vec<Vec<f16>> = (0..2).map(|_| vec![f16::from_f32(40000.0); 8]).collect();
+        let (n, e) = (2, f16::block_exponent(&h[0]));
+        let q = Quantizer::new(n);
+        let (mut acc, mut buf, mut scratch) = (vec![0i32; 8], vec![0u8; 32], Vec::new());
+        for c in &h {
+            f16::quantize(&q, c, e, &mut buf, &mut scratch);
+            inagg_wire::payload::add_i32s(&mut acc, &buf);
+        }
+        inagg_wire::payload::write_i32s(&mut buf, &acc);
+        let mut out = vec![f16::ZERO; 8];
+        f16::dequantize(&q, &buf, e, &mut out, &mut scratch);
+        assert!(out.iter().all(|y| y.to_f32() == f32::INFINITY));
+    }
+}
