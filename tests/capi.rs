@@ -19,8 +19,10 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use inagg::local::LocalCluster;
-use inagg::verify::{check_f32, check_i32};
+use inagg::verify::{check_float, check_i32};
 use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
+use inagg_host_agent::float::Float;
+use inagg_host_agent::{bf16, f16};
 use inagg_switch_control::controller::api::JobDecl;
 use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::{install_job, Target};
@@ -111,37 +113,60 @@ fn read_json(r: &mut impl BufRead) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
-/// The values of `dir/RANK-NAME.EXT` for every rank.
-fn tensors<T>(dir: &Path, ranks: u16, name: &str, ext: &str, f: fn([u8; 4]) -> T) -> Vec<Vec<T>> {
+/// The values of `dir/RANK-NAME.EXT` for every rank (raw little-endian
+/// elements of `N` bytes).
+fn tensors<T, const N: usize>(
+    dir: &Path,
+    ranks: u16,
+    name: &str,
+    ext: &str,
+    f: fn([u8; N]) -> T,
+) -> Vec<Vec<T>> {
     (0..ranks)
         .map(|r| {
             let bytes = std::fs::read(dir.join(format!("{r}-{name}.{ext}"))).unwrap();
             bytes
-                .chunks_exact(4)
-                .map(|c| f([c[0], c[1], c[2], c[3]]))
+                .chunks_exact(N)
+                .map(|c| f(c.try_into().unwrap()))
                 .collect()
         })
         .collect()
 }
 
+/// Checks the float sums of tensor `name` from the ranks' files.
+fn check_float_sums<T: Float, const N: usize>(
+    dir: &Path,
+    ranks: u16,
+    name: &str,
+    len: usize,
+    k: usize,
+    f: fn([u8; N]) -> T,
+) {
+    let input = tensors(dir, ranks, name, "in", f);
+    let output = tensors(dir, ranks, name, "out", f);
+    assert!(input.iter().chain(&output).all(|t| t.len() == len));
+    if len > 0 {
+        let check = check_float(&input, &output, k);
+        assert!(check.verified, "{name} ({}): {check:?}", T::NAME);
+    }
+}
+
 /// Checks the sums of tensor `name` (`len` elements of `kind`) on `ranks`
 /// workers from their files.
 fn check_sums(dir: &Path, ranks: u16, name: &str, kind: &str, len: usize, k: usize) {
-    if kind == "i32" {
-        let input = tensors(dir, ranks, name, "in", i32::from_le_bytes);
-        let output = tensors(dir, ranks, name, "out", i32::from_le_bytes);
-        assert!(input.iter().chain(&output).all(|t| t.len() == len));
-        if len > 0 {
-            check_i32(&input, &output).unwrap_or_else(|e| panic!("{name}: {e}"));
+    match kind {
+        "i32" => {
+            let input = tensors(dir, ranks, name, "in", i32::from_le_bytes);
+            let output = tensors(dir, ranks, name, "out", i32::from_le_bytes);
+            assert!(input.iter().chain(&output).all(|t| t.len() == len));
+            if len > 0 {
+                check_i32(&input, &output).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
         }
-    } else {
-        let input = tensors(dir, ranks, name, "in", f32::from_le_bytes);
-        let output = tensors(dir, ranks, name, "out", f32::from_le_bytes);
-        assert!(input.iter().chain(&output).all(|t| t.len() == len));
-        if len > 0 {
-            let check = check_f32(&input, &output, k);
-            assert!(check.verified, "{name}: {check:?}");
-        }
+        "f32" => check_float_sums(dir, ranks, name, len, k, f32::from_le_bytes),
+        "f16" => check_float_sums(dir, ranks, name, len, k, f16::from_le_bytes),
+        "bf16" => check_float_sums(dir, ranks, name, len, k, bf16::from_le_bytes),
+        other => panic!("kind {other}"),
     }
 }
 
@@ -194,6 +219,8 @@ fn python_workers_all_reduce_every_buffer_kind_under_loss() {
         {"kind": "i32", "container": "numpy", "len": 5000},
         {"kind": "f32", "container": "array", "len": 0},
         {"kind": "f32", "container": "array", "len": 100},
+        {"kind": "f16", "container": "numpy", "len": 9000},
+        {"kind": "bf16", "container": "numpy2d", "len": 7007},
     ]);
     let options = json!({
         "switch": cluster.emu.data_addr().to_string(),
@@ -240,8 +267,9 @@ fn python_schedules_agree_on_an_order_and_p3_serves_the_first_layer_first() {
     let layers = [3000usize, 5000, 20000, 100, 7000, 131072];
     for (job, policy, credit, kind) in [
         (10u16, "p3", 1, "i32"),
-        (11, "fifo", 2, "f32"),
+        (11, "fifo", 2, "f16"),
         (12, "bytescheduler", 2, "f32"),
+        (13, "p3", 1, "bf16"),
     ] {
         let dir = scratch(policy);
         let mut p = PyWorkers::start(json!({

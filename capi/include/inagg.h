@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* The ABI version this header describes; compare with inagg_abi_version(). */
-#define INAGG_ABI_VERSION 1u
+#define INAGG_ABI_VERSION 2u
 
 #define INAGG_OK 0
 /* A NULL pointer, a misaligned buffer, a length too large: the caller's. */
@@ -107,6 +107,17 @@ int inagg_allreduce_f32(inagg_worker *worker, float *data, size_t len, inagg_sta
  * overflow, as the switch does). */
 int inagg_allreduce_i32(inagg_worker *worker, int32_t *data, size_t len, inagg_stats *stats);
 
+/* Sums `len` IEEE binary16 values (their bit patterns, 2-byte aligned)
+ * across the job's workers in place: widened to float, all-reduced as
+ * inagg_allreduce_f32 does (the same packets: workers of one job may mix
+ * the two) and rounded back to nearest-even, so within the float bound
+ * plus 2^-10 (|sum| + that bound) + 2^-24; a sum past 65504 is infinite. */
+int inagg_allreduce_f16(inagg_worker *worker, uint16_t *data, size_t len, inagg_stats *stats);
+
+/* inagg_allreduce_f16 for bfloat16 values (the top halves of floats):
+ * 2^-7 and 2^-133 in its bound. */
+int inagg_allreduce_bf16(inagg_worker *worker, uint16_t *data, size_t len, inagg_stats *stats);
+
 /* Many tensors per step, most urgent first (P3, ByteScheduler; FIFO for
  * comparison), with Geryon's priority classes on the packets: start a
  * schedule, submit each gradient as back-propagation produces it, and
@@ -125,6 +136,8 @@ int inagg_allreduce_i32(inagg_worker *worker, int32_t *data, size_t len, inagg_s
  * each epoch (host-agent/src/sched.rs). */
 #define INAGG_DTYPE_F32 0
 #define INAGG_DTYPE_I32 1
+#define INAGG_DTYPE_F16 2
+#define INAGG_DTYPE_BF16 3
 
 /* policy: "fifo", "p3" (credit 1) or "bytescheduler"; slice: elements per
  * slice (rounded up to whole packets); credit: slices per epoch. */
@@ -138,6 +151,12 @@ int inagg_sched_submit_f32(inagg_worker *worker, float *data, size_t len, uint32
                            uint8_t priority_class, size_t *seq);
 int inagg_sched_submit_i32(inagg_worker *worker, int32_t *data, size_t len, uint32_t rank,
                            uint8_t priority_class, size_t *seq);
+/* 16-bit floats as their bit patterns. A schedule counts its workers in
+ * its tensors' type: at most 2048 workers for f16, 256 for bf16. */
+int inagg_sched_submit_f16(inagg_worker *worker, uint16_t *data, size_t len, uint32_t rank,
+                           uint8_t priority_class, size_t *seq);
+int inagg_sched_submit_bf16(inagg_worker *worker, uint16_t *data, size_t len, uint32_t rank,
+                            uint8_t priority_class, size_t *seq);
 /* Blocks for the next completed sum; INAGG_E_ARGUMENT instead of blocking
  * when every submitted tensor has been reported. */
 int inagg_sched_wait(inagg_worker *worker, size_t *seq);

@@ -21,12 +21,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use inagg_host_agent::sched::Priority;
-use inagg_host_agent::{Error, Stats, Worker};
+use inagg_host_agent::{bf16, f16, Error, Stats, Worker};
 
 use crate::sched::{Dtype, Schedule};
 
-/// The ABI's version: raised whenever a signature or a struct changes.
-pub const ABI_VERSION: u32 = 1;
+/// The ABI's version: raised whenever a signature or a struct changes, or
+/// entry points are added (2: `inagg_allreduce_f16` and `_bf16`).
+pub const ABI_VERSION: u32 = 2;
 
 /// Success.
 pub const INAGG_OK: c_int = 0;
@@ -434,10 +435,62 @@ pub unsafe extern "C" fn inagg_allreduce_i32(
     .1
 }
 
+/// Sums `data` (len IEEE binary16 values, as `uint16_t` bit patterns)
+/// across the job's workers in place: widened to float32, all-reduced as
+/// `inagg_allreduce_f32` does (the packets are the same, so workers of one
+/// job may mix the two), and rounded back to nearest-even; sums past
+/// 65504 become infinite.
+///
+/// # Safety
+/// `worker` is live; `data` holds `len` uint16_t; `stats` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_allreduce_f16(
+    worker: *mut InaggWorker,
+    data: *mut u16,
+    len: usize,
+    stats: *mut InaggStats,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract; f16 is a transparent u16.
+        let data = unsafe { buffer(data.cast::<f16>(), len)? };
+        // SAFETY: the caller's contract.
+        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_f16)) }
+    })
+    .1
+}
+
+/// `inagg_allreduce_f16` for bfloat16 values (the top halves of float32s).
+///
+/// # Safety
+/// As `inagg_allreduce_f16`.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_allreduce_bf16(
+    worker: *mut InaggWorker,
+    data: *mut u16,
+    len: usize,
+    stats: *mut InaggStats,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract; bf16 is a transparent u16.
+        let data = unsafe { buffer(data.cast::<bf16>(), len)? };
+        // SAFETY: the caller's contract.
+        unsafe {
+            with_worker(worker, |s| {
+                allreduce(s, data, stats, Worker::allreduce_bf16)
+            })
+        }
+    })
+    .1
+}
+
 /// `INAGG_DTYPE_F32`: a schedule of float32 tensors.
 pub const INAGG_DTYPE_F32: c_int = 0;
 /// `INAGG_DTYPE_I32`: a schedule of int32 tensors.
 pub const INAGG_DTYPE_I32: c_int = 1;
+/// `INAGG_DTYPE_F16`: a schedule of IEEE binary16 tensors.
+pub const INAGG_DTYPE_F16: c_int = 2;
+/// `INAGG_DTYPE_BF16`: a schedule of bfloat16 tensors.
+pub const INAGG_DTYPE_BF16: c_int = 3;
 
 /// Starts a schedule of `tensors` tensors of `dtype` on the worker:
 /// `policy` is "fifo", "p3" or "bytescheduler", `slice` the elements per
@@ -465,10 +518,12 @@ pub unsafe extern "C" fn inagg_sched_begin(
         let dtype = match dtype {
             INAGG_DTYPE_F32 => Dtype::F32,
             INAGG_DTYPE_I32 => Dtype::I32,
+            INAGG_DTYPE_F16 => Dtype::F16,
+            INAGG_DTYPE_BF16 => Dtype::Bf16,
             other => {
                 return Err(Failure::new(
                     INAGG_E_ARGUMENT,
-                    format!("dtype {other}: give INAGG_DTYPE_F32 or INAGG_DTYPE_I32"),
+                    format!("dtype {other}: give INAGG_DTYPE_F32, _I32, _F16 or _BF16"),
                 ))
             }
         };
@@ -542,6 +597,49 @@ pub unsafe extern "C" fn inagg_sched_submit_i32(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { submit(worker, Dtype::I32, data, len, Priority { rank, class }, seq) }
+}
+
+/// `inagg_sched_submit_f32` for binary16 tensors (their bit patterns).
+///
+/// # Safety
+/// As `inagg_sched_submit_f32`.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_submit_f16(
+    worker: *mut InaggWorker,
+    data: *mut u16,
+    len: usize,
+    rank: u32,
+    class: u8,
+    seq: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { submit(worker, Dtype::F16, data, len, Priority { rank, class }, seq) }
+}
+
+/// `inagg_sched_submit_f32` for bfloat16 tensors (their bit patterns).
+///
+/// # Safety
+/// As `inagg_sched_submit_f32`.
+#[no_mangle]
+pub unsafe extern "C" fn inagg_sched_submit_bf16(
+    worker: *mut InaggWorker,
+    data: *mut u16,
+    len: usize,
+    rank: u32,
+    class: u8,
+    seq: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        submit(
+            worker,
+            Dtype::Bf16,
+            data,
+            len,
+            Priority { rank, class },
+            seq,
+        )
+    }
 }
 
 /// # Safety
@@ -862,7 +960,7 @@ mod tests {
             );
             assert_eq!(
                 last_error(),
-                "dtype 7: give INAGG_DTYPE_F32 or INAGG_DTYPE_I32"
+                "dtype 7: give INAGG_DTYPE_F32, _I32, _F16 or _BF16"
             );
             let none = "no schedule is running; inagg_sched_begin one";
             let submitted = inagg_sched_submit_f32(w, v.as_mut_ptr(), 4, 0, 0, &mut seq);
@@ -892,6 +990,8 @@ mod tests {
         for (name, code) in [
             ("INAGG_DTYPE_F32", INAGG_DTYPE_F32),
             ("INAGG_DTYPE_I32", INAGG_DTYPE_I32),
+            ("INAGG_DTYPE_F16", INAGG_DTYPE_F16),
+            ("INAGG_DTYPE_BF16", INAGG_DTYPE_BF16),
             ("INAGG_E_ARGUMENT", INAGG_E_ARGUMENT),
             ("INAGG_E_CONFIG", INAGG_E_CONFIG),
             ("INAGG_E_IO", INAGG_E_IO),

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 use inagg_host_agent::sched::{self, Completed, Policy, Priority, SchedStats, Tensor};
-use inagg_host_agent::{Result as AgentResult, Worker};
+use inagg_host_agent::{bf16, f16, Result as AgentResult, Worker};
 
 use crate::{Failure, INAGG_E_ARGUMENT, INAGG_E_FAILED};
 
@@ -26,16 +26,43 @@ struct Target {
     len: usize,
 }
 
-/// Where tensors go in, by element type.
-enum Source {
-    F32(Sender<Tensor<f32>>),
-    I32(Sender<Tensor<i32>>),
+/// Where tensors go in: a channel of the schedule's element type.
+trait Source: Send {
+    /// Copies `len` elements at `ptr` into a tensor for the scheduler;
+    /// false if its thread has stopped.
+    ///
+    /// # Safety
+    /// `ptr` holds `len` elements of the channel's type (or `len` is 0).
+    unsafe fn send(&self, ptr: usize, len: usize, priority: Priority) -> bool;
 }
 
-/// Where their sums come out.
-enum Sink {
-    F32(Receiver<Completed<f32>>),
-    I32(Receiver<Completed<i32>>),
+impl<T: Copy + Send> Source for Sender<Tensor<T>> {
+    unsafe fn send(&self, ptr: usize, len: usize, priority: Priority) -> bool {
+        // SAFETY: the caller's contract.
+        let data = unsafe { copy::<T>(ptr, len) };
+        Sender::send(self, Tensor { data, priority }).is_ok()
+    }
+}
+
+/// Where sums come out.
+trait Sink: Send {
+    /// Blocks for the next completed tensor, copies its sums into the
+    /// buffer `target` gives for its number, and returns the number; None
+    /// if the scheduler's thread has stopped.
+    ///
+    /// # Safety
+    /// `target(seq)` is the live buffer tensor `seq` was submitted from.
+    unsafe fn receive(&self, target: &dyn Fn(usize) -> Target) -> Option<usize>;
+}
+
+impl<T: Copy + Send> Sink for Receiver<Completed<T>> {
+    unsafe fn receive(&self, target: &dyn Fn(usize) -> Target) -> Option<usize> {
+        let c = self.recv().ok()?;
+        // SAFETY: the caller's contract; the scheduler returns each
+        // tensor with the length it was given.
+        unsafe { paste(&c.tensor.data, target(c.seq)) };
+        Some(c.seq)
+    }
 }
 
 /// The scheduler's thread: it gives the worker back with how the run ended.
@@ -46,6 +73,8 @@ type Runner = JoinHandle<(Worker, AgentResult<SchedStats>)>;
 pub enum Dtype {
     F32,
     I32,
+    F16,
+    Bf16,
 }
 
 /// A running schedule. Submitting and waiting lock different parts, so a
@@ -59,12 +88,12 @@ pub struct Schedule {
 }
 
 struct Submitted {
-    sender: Option<Source>,
+    sender: Option<Box<dyn Source>>,
     targets: Vec<Target>,
 }
 
 struct Done {
-    receiver: Option<Sink>,
+    receiver: Option<Box<dyn Sink>>,
     reported: usize,
 }
 
@@ -99,7 +128,7 @@ impl Schedule {
             mut worker: Worker,
             policy: Policy,
             expected: usize,
-        ) -> (Sender<Tensor<T>>, Receiver<Completed<T>>, Runner) {
+        ) -> (Box<dyn Source>, Box<dyn Sink>, Runner) {
             let (tx, rx) = channel::<Tensor<T>>();
             let (done_tx, done_rx) = channel();
             let thread = std::thread::spawn(move || {
@@ -110,17 +139,13 @@ impl Schedule {
                 });
                 (worker, result)
             });
-            (tx, done_rx, thread)
+            (Box::new(tx), Box::new(done_rx), thread)
         }
         let (sender, receiver, thread) = match dtype {
-            Dtype::F32 => {
-                let (tx, rx, t) = spawn::<f32>(worker, policy, expected);
-                (Source::F32(tx), Sink::F32(rx), t)
-            }
-            Dtype::I32 => {
-                let (tx, rx, t) = spawn::<i32>(worker, policy, expected);
-                (Source::I32(tx), Sink::I32(rx), t)
-            }
+            Dtype::F32 => spawn::<f32>(worker, policy, expected),
+            Dtype::I32 => spawn::<i32>(worker, policy, expected),
+            Dtype::F16 => spawn::<f16>(worker, policy, expected),
+            Dtype::Bf16 => spawn::<bf16>(worker, policy, expected),
         };
         Schedule {
             dtype,
@@ -171,23 +196,11 @@ impl Schedule {
                 ),
             ));
         }
-        let sent = match s.sender.as_ref() {
-            // SAFETY: the caller's contract.
-            Some(Source::F32(tx)) => tx
-                .send(Tensor {
-                    data: unsafe { copy::<f32>(ptr, len) },
-                    priority,
-                })
-                .is_ok(),
-            // SAFETY: the caller's contract.
-            Some(Source::I32(tx)) => tx
-                .send(Tensor {
-                    data: unsafe { copy::<i32>(ptr, len) },
-                    priority,
-                })
-                .is_ok(),
-            None => false,
-        };
+        // SAFETY: the caller's contract.
+        let sent = s
+            .sender
+            .as_ref()
+            .is_some_and(|tx| unsafe { tx.send(ptr, len, priority) });
         if !sent {
             return Err(Failure::new(
                 INAGG_E_FAILED,
@@ -218,25 +231,23 @@ impl Schedule {
                 ),
             ));
         }
-        let got = match d.receiver.as_ref() {
-            Some(Sink::F32(rx)) => rx.recv().ok().map(|c| (c.seq, Sums::F32(c.tensor.data))),
-            Some(Sink::I32(rx)) => rx.recv().ok().map(|c| (c.seq, Sums::I32(c.tensor.data))),
-            None => None,
+        let target = |seq: usize| {
+            self.submit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .targets[seq]
         };
-        let Some((seq, sums)) = got else {
+        // SAFETY: the caller keeps each buffer valid until its report.
+        let got = d
+            .receiver
+            .as_ref()
+            .and_then(|rx| unsafe { rx.receive(&target) });
+        let Some(seq) = got else {
             return Err(Failure::new(
                 INAGG_E_FAILED,
                 "the schedule has stopped; inagg_sched_end says why",
             ));
         };
-        let target = self
-            .submit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .targets[seq];
-        // SAFETY: the caller keeps the buffer valid until this report; the
-        // scheduler returns each tensor with the length it was given.
-        unsafe { sums.write(target) };
         d.reported += 1;
         Ok(seq)
     }
@@ -269,28 +280,6 @@ impl Schedule {
             Err(e) => Err(e.into()),
         };
         Some((worker, result))
-    }
-}
-
-/// A completed tensor's sums.
-enum Sums {
-    F32(Vec<f32>),
-    I32(Vec<i32>),
-}
-
-impl Sums {
-    /// Copies the sums into the tensor's buffer.
-    ///
-    /// # Safety
-    /// `target` is the live buffer of the tensor these sums belong to.
-    unsafe fn write(&self, target: Target) {
-        // SAFETY: the caller's contract; lengths are the submitted ones.
-        unsafe {
-            match self {
-                Sums::F32(v) => paste(v, target),
-                Sums::I32(v) => paste(v, target),
-            }
-        }
     }
 }
 

@@ -72,9 +72,10 @@ class BufferErrors(unittest.TestCase):
     def tearDown(self):
         self.w.close()
 
-    def test_only_writable_contiguous_float32_and_int32_buffers(self):
+    def test_only_writable_contiguous_buffers_of_the_four_types(self):
         cases = [
             (np.zeros(8, dtype=np.float64), TypeError, "format 'd', 8 bytes each"),
+            (np.zeros(8, dtype=">f2"), TypeError, "format '>e'"),
             (np.zeros(8, dtype=np.int16), TypeError, "format 'h', 2 bytes each"),
             (np.zeros(8, dtype=">f4"), TypeError, "format '>f'"),
             (b"abcd", TypeError, "format 'B'"),
@@ -87,6 +88,18 @@ class BufferErrors(unittest.TestCase):
             with self.subTest(buf=type(buf).__name__, message=message):
                 with self.assertRaises(kind) as e:
                     self.w.allreduce(buf)
+                self.assertIn(message, str(e.exception))
+        # A dtype names how to read the buffer, and must agree with it.
+        dtyped = [
+            (np.zeros(8, dtype=np.float16), "bf16", TypeError, "format 'e', 2 bytes each (dtype 'bf16')"),
+            (np.zeros(8, dtype=np.float32), "f16", TypeError, "format 'f', 4 bytes each (dtype 'f16')"),
+            (np.zeros(8, dtype=np.int32), "f32", TypeError, "(dtype 'f32')"),
+            (np.zeros(8, dtype=np.int16), "f64", ValueError, "dtype 'f64': give one of f32, i32, f16, bf16"),
+        ]
+        for buf, dtype, kind, message in dtyped:
+            with self.subTest(dtype=dtype, message=message):
+                with self.assertRaises(kind) as e:
+                    self.w.allreduce(buf, dtype=dtype)
                 self.assertIn(message, str(e.exception))
         # None of them reached the switch: the worker is still usable.
         self.assertEqual(self.w.allreduce(np.zeros(0, dtype=np.float32)).packets_sent, 0)
@@ -177,7 +190,7 @@ class Schedules(unittest.TestCase):
             self.assertIn("nothing to wait for: 0 of 2 tensors submitted", str(e.exception))
             with self.assertRaises(TypeError) as e:
                 s.submit(np.zeros(4, dtype=np.float32))
-            self.assertIn("the schedule sums i32; this buffer is f32", str(e.exception))
+            self.assertIn("the schedule sums i32; this buffer's items are format 'f', 4 bytes each", str(e.exception))
             self.assertEqual((s.submit(a, rank=1), s.submit(b, rank=0)), (0, 1))
             with self.assertRaises(ValueError) as e:
                 s.submit(np.zeros(4, dtype=np.int32))

@@ -4,8 +4,10 @@ Usage: worker.py SPEC, where SPEC is a JSON object:
   ranks:   the ranks this process runs, each on a thread of its own
   options: inagg.Worker's keyword arguments, but for worker and bind
   binds:   {rank: address} to bind (default 127.0.0.1:0)
-  calls:   [{"kind": "i32" | "f32", "container": "array" | "numpy" |
-           "numpy2d", "len": N}], made in this order by every rank
+  calls:   [{"kind": "i32" | "f32" | "f16" | "bf16", "container": "array" |
+           "numpy" | "numpy2d", "len": N}], made in this order by every
+           rank (16-bit kinds in numpy only: float16, and bfloat16 as the
+           int16 bit patterns torch's t.view(torch.int16) gives)
   seed:    seeds the inputs; out: a directory for them
   schedule (instead of calls): {"policy", "slice", "credit", "dtype",
            "tensors": [length of layer 0, ...]}: the layers' gradients
@@ -40,13 +42,24 @@ def values(kind, rank, call, seed, n):
     ]
 
 
-def container(kind, spec, vals):
-    code = "i" if kind == "i32" else "f"
-    if spec == "array":
-        return array.array(code, vals)
+def bfloat16_bits(vals):
+    """The bfloat16 values nearest (ties to even) to vals, as int16 bit patterns."""
     import numpy as np
 
-    a = np.array(vals, dtype=np.int32 if kind == "i32" else np.float32)
+    bits = np.array(vals, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16).view(np.int16)
+
+
+def container(kind, spec, vals):
+    if spec == "array":
+        return array.array("i" if kind == "i32" else "f", vals)
+    import numpy as np
+
+    if kind == "bf16":
+        a = bfloat16_bits(vals)
+    else:
+        a = np.array(vals, dtype={"i32": np.int32, "f32": np.float32, "f16": np.float16}[kind])
     if spec == "numpy2d":
         rows = 7 if len(vals) % 7 == 0 else 1
         a = a.reshape(rows, -1)
@@ -87,7 +100,7 @@ def run(spec, worker, rank, stats):
         base = os.path.join(spec["out"], "%d-%d" % (rank, c))
         with open(base + ".in", "wb") as f:
             f.write(raw(buf))
-        s = worker.allreduce(buf)
+        s = worker.allreduce(buf, dtype="bf16" if call["kind"] == "bf16" else None)
         with open(base + ".out", "wb") as f:
             f.write(raw(buf))
         stats.append(s.as_dict())

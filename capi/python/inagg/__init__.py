@@ -3,7 +3,9 @@
 A thin ctypes layer over inagg's C library (libinagg_capi.so): no compiler
 and no dependency. Any writable, C-contiguous buffer of float32 or int32
 works (numpy arrays, array.array, memoryview, and a CPU torch tensor
-through ``tensor.numpy()``, which shares its memory)::
+through ``tensor.numpy()``, which shares its memory), and so do float16
+buffers and bfloat16 ones given as their 16-bit patterns
+(``w.allreduce(t.view(torch.int16).numpy(), dtype="bf16")``)::
 
     import numpy as np, inagg
 
@@ -39,7 +41,7 @@ __all__ = [
     "library_path",
 ]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Status codes of include/inagg.h.
 _OK = 0
@@ -163,7 +165,12 @@ def _load():
     lib.inagg_worker_new.restype = ctypes.c_void_p
     lib.inagg_worker_free.argtypes = [ctypes.c_void_p]
     lib.inagg_worker_free.restype = None
-    for name in ("inagg_allreduce_f32", "inagg_allreduce_i32"):
+    for name in (
+        "inagg_allreduce_f32",
+        "inagg_allreduce_i32",
+        "inagg_allreduce_f16",
+        "inagg_allreduce_bf16",
+    ):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_CStats)]
         fn.restype = ctypes.c_int
@@ -176,7 +183,12 @@ def _load():
         ctypes.c_int,
     ]
     lib.inagg_sched_begin.restype = ctypes.c_int
-    for name in ("inagg_sched_submit_f32", "inagg_sched_submit_i32"):
+    for name in (
+        "inagg_sched_submit_f32",
+        "inagg_sched_submit_i32",
+        "inagg_sched_submit_f16",
+        "inagg_sched_submit_bf16",
+    ):
         fn = getattr(lib, name)
         fn.argtypes = [
             ctypes.c_void_p,
@@ -227,22 +239,40 @@ def _config_string(options):
 _NATIVE = ("@", "=", "<" if sys.byteorder == "little" else ">")
 
 
-def _kind(view):
-    """'f32' or 'i32' for a buffer of 4-byte floats or ints in native order."""
+_FORMATS = {"f32": (4, "f"), "i32": (4, "il"), "f16": (2, "e"), "bf16": (2, "")}
+# The INAGG_DTYPE_* of each element type.
+_DTYPES = {"f32": 0, "i32": 1, "f16": 2, "bf16": 3}
+_BITS = "hH"  # 2-byte integers: the bit patterns of 16-bit floats
+
+
+def _kind(view, dtype=None):
+    """The element type ('f32', 'i32', 'f16' or 'bf16') of a buffer in
+    native byte order: its own, or ``dtype`` where the buffer agrees (a
+    16-bit float type also takes 2-byte integers, read as bit patterns;
+    bfloat16, which Python's buffers have no code for, only those)."""
     code = view.format
     if code[:1] in _NATIVE:
         code = code[1:]
-    if view.itemsize == 4 and code == "f":
-        return "f32"
-    if view.itemsize == 4 and code in ("i", "l"):
-        return "i32"
+    if dtype is None:
+        for kind, (size, codes) in _FORMATS.items():
+            if view.itemsize == size and code and code in codes:
+                return kind
+    elif dtype not in _FORMATS:
+        raise ValueError("inagg: dtype %r: give one of %s" % (dtype, ", ".join(_FORMATS)))
+    else:
+        size, codes = _FORMATS[dtype]
+        bits = size == 2 and code in _BITS
+        if view.itemsize == size and code and (code in codes or bits):
+            return dtype
     raise TypeError(
-        "inagg: reduces float32 or int32 in native byte order; this buffer's "
-        "items are format %r, %d bytes each" % (view.format, view.itemsize)
+        "inagg: reduces float32, int32, float16 or bfloat16 (as 16-bit integers "
+        "with dtype='bf16') in native byte order; this buffer's items are "
+        "format %r, %d bytes each%s"
+        % (view.format, view.itemsize, "" if dtype is None else " (dtype %r)" % dtype)
     )
 
 
-def _memory(buf):
+def _memory(buf, dtype=None):
     """The buffer as (ctypes array over its bytes or None if empty, element
     count, kind). The ctypes array holds the buffer exported: while it
     lives, the buffer cannot be resized or freed under the call."""
@@ -253,7 +283,7 @@ def _memory(buf):
             "inagg: %s does not expose a buffer; pass a numpy array, array.array "
             "or memoryview (a torch tensor: tensor.numpy())" % type(buf).__name__
         ) from None
-    kind = _kind(view)
+    kind = _kind(view, dtype)
     if view.readonly:
         raise ValueError("inagg: the buffer is read-only; the all-reduce writes the sum into it")
     if not view.c_contiguous:
@@ -261,7 +291,8 @@ def _memory(buf):
     if view.nbytes == 0:
         return None, 0, kind
     raw = view.cast("B")
-    return (ctypes.c_char * view.nbytes).from_buffer(raw), view.nbytes // 4, kind
+    count = view.nbytes // view.itemsize
+    return (ctypes.c_char * view.nbytes).from_buffer(raw), count, kind
 
 
 class Worker:
@@ -306,14 +337,17 @@ class Worker:
         """The bound address: the endpoint the job must have for this worker."""
         return self._info["local"]
 
-    def allreduce(self, buf):
-        """Sums ``buf`` (float32 or int32) across the job's workers, in place;
-        returns the call's Stats. Floats are within the bound of
-        docs/PROTOCOL.md; int32 sums are exact (wrapping)."""
-        memory, count, kind = _memory(buf)
+    def allreduce(self, buf, dtype=None):
+        """Sums ``buf`` across the job's workers, in place; returns the
+        call's Stats. The element type is the buffer's (float32, int32 or
+        float16), or ``dtype`` ('f32', 'i32', 'f16', 'bf16'): bfloat16
+        travels as 16-bit integers holding its bit patterns. Floats are
+        within the bounds of docs/PROTOCOL.md; int32 sums are exact
+        (wrapping)."""
+        memory, count, kind = _memory(buf, dtype)
         address = ctypes.addressof(memory) if memory is not None else None
         stats = _CStats()
-        fn = _lib.inagg_allreduce_f32 if kind == "f32" else _lib.inagg_allreduce_i32
+        fn = getattr(_lib, "inagg_allreduce_" + kind)
         with self._lock:
             if self._handle is None:
                 raise ValueError("inagg: the worker is closed")
@@ -389,8 +423,8 @@ class Schedule:
     refused while the schedule runs."""
 
     def __init__(self, worker, tensors, policy, slice, credit, dtype):
-        if dtype not in ("f32", "i32"):
-            raise ValueError("inagg: dtype %r: give 'f32' or 'i32'" % (dtype,))
+        if dtype not in _DTYPES:
+            raise ValueError("inagg: dtype %r: give one of %s" % (dtype, ", ".join(_DTYPES)))
         self._worker = worker
         self._kind = dtype
         self._held = {}
@@ -398,7 +432,7 @@ class Schedule:
         self.transport = None
         self.epochs = None
         code = _lib.inagg_sched_begin(
-            self._handle(), policy.encode(), slice, credit, tensors, 0 if dtype == "f32" else 1
+            self._handle(), policy.encode(), slice, credit, tensors, _DTYPES[dtype]
         )
         if code != _OK:
             _raise(code)
@@ -412,11 +446,19 @@ class Schedule:
 
     def submit(self, buf, rank=0, cls=0):
         """Hands ``buf`` to the schedule; returns its number (from 0)."""
-        memory, count, kind = _memory(buf)
-        if kind != self._kind:
-            raise TypeError("inagg: the schedule sums %s; this buffer is %s" % (self._kind, kind))
+        try:
+            memory, count, kind = _memory(buf, self._kind)
+        except TypeError:
+            try:
+                view = memoryview(buf)
+            except TypeError:
+                raise
+            raise TypeError(
+                "inagg: the schedule sums %s; this buffer's items are format %r, %d bytes each"
+                % (self._kind, view.format, view.itemsize)
+            ) from None
         seq = ctypes.c_size_t()
-        fn = _lib.inagg_sched_submit_f32 if kind == "f32" else _lib.inagg_sched_submit_i32
+        fn = getattr(_lib, "inagg_sched_submit_" + kind)
         address = ctypes.addressof(memory) if memory is not None else None
         code = fn(self._handle(), address, count, rank, cls, ctypes.byref(seq))
         if code != _OK:
