@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Args;
 use inagg_emu::{FaultConfig, JobSpec, Switch, SwitchConfig};
-use inagg_host_agent::quant::{block_exponent, dequantize, quantize};
+use inagg_host_agent::float::Float;
+use inagg_host_agent::quant::{block_exponent, dequantize, quantize, Quantizer};
+use inagg_host_agent::{bf16, f16};
 use inagg_wire::{Packet, Repr};
 use serde::Serialize;
 
@@ -75,10 +77,21 @@ pub struct BenchReport {
     pub copy_gbs: f64,
     /// Block exponent + quantize + dequantize, GB/s of f32 input.
     pub quant_dequant_gbs: f64,
+    /// The same per format, billions of elements per second: f32, and
+    /// f16 and bf16 (widened to f32 on the way in, rounded back on the way out).
+    pub quant_dequant_gelems: FormatRates,
     /// Switch logic alone: (K, packets/s, payload Gbit/s) at 4 workers.
     pub emulator: Vec<EmuRate>,
     /// All-reduce goodput by worker count.
     pub allreduce: Vec<AllreduceRate>,
+}
+
+/// A kernel's rate in each float format, billions of elements per second.
+#[derive(Debug, Serialize)]
+pub struct FormatRates {
+    pub f32: f64,
+    pub f16: f64,
+    pub bf16: f64,
 }
 
 /// Emulator aggregation rate at one K.
@@ -169,6 +182,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
 
 fn measure(args: &BenchArgs) -> Result<BenchReport> {
     let (copy_gbs, quant_dequant_gbs) = quant_rates(args)?;
+    let quant_dequant_gelems = FormatRates {
+        f32: format_rate::<f32>(args, |x| x),
+        f16: format_rate(args, f16::from_f32),
+        bf16: format_rate(args, bf16::from_f32),
+    };
     let emulator = [64u16, 1024]
         .into_iter()
         .map(emu_rate)
@@ -180,6 +198,7 @@ fn measure(args: &BenchArgs) -> Result<BenchReport> {
     Ok(BenchReport {
         copy_gbs,
         quant_dequant_gbs,
+        quant_dequant_gelems,
         emulator,
         allreduce,
     })
@@ -208,6 +227,31 @@ fn quant_rates(args: &BenchArgs) -> Result<(f64, f64)> {
         std::hint::black_box(&dst);
     }
     Ok((gbs(bytes, copy), gbs(bytes, quant)))
+}
+
+/// Block exponent, quantize and dequantize of the bench's tensor in format
+/// `T`, through the agent's own per-format path (`Float`), in chunks of
+/// K; best of `repeat * 4` runs, billions of elements per second.
+fn format_rate<T: Float>(args: &BenchArgs, from: fn(f32) -> T) -> f64 {
+    let src: Vec<T> = gradient(1, 0, args.elements)
+        .into_iter()
+        .map(from)
+        .collect();
+    let mut dst = vec![T::default(); src.len()];
+    let k = usize::from(args.pool.k);
+    let (q, mut wire, mut scratch) = (Quantizer::new(4), vec![0u8; k * 4], Vec::new());
+    let mut best = Duration::MAX;
+    for _ in 0..args.repeat * 4 {
+        let t = Instant::now();
+        for (x, y) in src.chunks(k).zip(dst.chunks_mut(k)) {
+            let e = T::block_exponent(x);
+            T::quantize(&q, x, e, &mut wire, &mut scratch);
+            T::dequantize(&q, &wire, e, y, &mut scratch);
+        }
+        best = best.min(t.elapsed());
+        std::hint::black_box(&dst);
+    }
+    src.len() as f64 / best.as_secs_f64() / 1e9
 }
 
 /// The switch logic alone: 4 workers' contributions for 256 slots, rounds
@@ -311,6 +355,12 @@ fn print(r: &BenchReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result
         r.quant_dequant_gbs,
         r.copy_gbs,
         r.quant_dequant_gbs / r.copy_gbs
+    )?;
+    let g = &r.quant_dequant_gelems;
+    writeln!(
+        out,
+        "  per format           f32 {:.2}, f16 {:.2}, bf16 {:.2} Gelem/s",
+        g.f32, g.f16, g.bf16
     )?;
     for e in &r.emulator {
         writeln!(

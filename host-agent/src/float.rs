@@ -46,7 +46,8 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
     fn narrow(values: &[f32], out: &mut [Self]);
 
     /// Quantizes `chunk` into `out` as [`Quantizer::quantize`] does, with
-    /// `scratch` for the widened chunk; returns the checksum sum.
+    /// `scratch` for the widened chunk where no kernel reads the format
+    /// directly; returns the checksum sum.
     fn quantize(
         q: &Quantizer,
         chunk: &[Self],
@@ -54,12 +55,11 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         out: &mut [u8],
         scratch: &mut Vec<f32>,
     ) -> u64 {
-        let wide = scratch_of(scratch, chunk.len());
-        Self::widen(chunk, wide);
-        q.quantize(wide, exponent, out)
+        quantize_widened(q, chunk, exponent, out, scratch)
     }
 
-    /// Dequantizes a result payload into `out`, through `scratch`.
+    /// Dequantizes a result payload into `out`, through `scratch` where no
+    /// kernel writes the format directly.
     fn dequantize(
         q: &Quantizer,
         payload: &[u8],
@@ -67,9 +67,7 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         out: &mut [Self],
         scratch: &mut Vec<f32>,
     ) {
-        let wide = scratch_of(scratch, out.len());
-        q.dequantize(payload, exponent, wide);
-        Self::narrow(wide, out);
+        dequantize_widened(q, payload, exponent, out, scratch)
     }
 
     /// The bound on |result - exact sum| for one element of a sum of
@@ -80,6 +78,32 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         let ulp = f64::from(Self::ULP_LOG2).exp2();
         quantization + ulp * (exact_sum.abs() + quantization) + Self::SUBNORMAL
     }
+}
+
+/// Widens the chunk into `scratch` and quantizes that.
+fn quantize_widened<T: Float>(
+    q: &Quantizer,
+    chunk: &[T],
+    exponent: u8,
+    out: &mut [u8],
+    scratch: &mut Vec<f32>,
+) -> u64 {
+    let wide = scratch_of(scratch, chunk.len());
+    T::widen(chunk, wide);
+    q.quantize(wide, exponent, out)
+}
+
+/// Dequantizes into `scratch` and narrows that into `out`.
+fn dequantize_widened<T: Float>(
+    q: &Quantizer,
+    payload: &[u8],
+    exponent: u8,
+    out: &mut [T],
+    scratch: &mut Vec<f32>,
+) {
+    let wide = scratch_of(scratch, out.len());
+    q.dequantize(payload, exponent, wide);
+    T::narrow(wide, out);
 }
 
 /// Whether an element's result is correct: within `T::error_bound` of
@@ -189,6 +213,44 @@ impl Float for f16 {
     fn narrow(values: &[f32], out: &mut [f16]) {
         out.convert_from_f32_slice(values);
     }
+
+    /// Straight from the tensor with F16C's conversion, where it exists.
+    fn quantize(
+        q: &Quantizer,
+        chunk: &[f16],
+        exponent: u8,
+        out: &mut [u8],
+        scratch: &mut Vec<f32>,
+    ) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if simd16::has_f16c() {
+            // SAFETY: AVX2 (checked by quantize_fast) and F16C are present.
+            let fast = q.quantize_fast(chunk.len(), exponent, out, |s, l, body| unsafe {
+                simd16::quantize_f16(chunk, s, l, body)
+            });
+            if let Some(sum) = fast {
+                return sum;
+            }
+        }
+        quantize_widened(q, chunk, exponent, out, scratch)
+    }
+
+    /// Straight into the tensor with F16C's conversion, where it exists.
+    fn dequantize(
+        q: &Quantizer,
+        payload: &[u8],
+        exponent: u8,
+        out: &mut [f16],
+        scratch: &mut Vec<f32>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(s) = q.fast_shift(exponent).filter(|_| simd16::has_f16c()) {
+            // SAFETY: AVX2 (checked by fast_shift) and F16C are present;
+            // the payload holds the elements.
+            return unsafe { simd16::dequantize_f16(&payload[..out.len() * 4], s, out) };
+        }
+        dequantize_widened(q, payload, exponent, out, scratch)
+    }
 }
 
 impl Float for bf16 {
@@ -215,6 +277,194 @@ impl Float for bf16 {
 
     fn narrow(values: &[f32], out: &mut [bf16]) {
         out.convert_from_f32_slice(values);
+    }
+
+    /// Straight from the tensor: widening is a shift.
+    fn quantize(
+        q: &Quantizer,
+        chunk: &[bf16],
+        exponent: u8,
+        out: &mut [u8],
+        scratch: &mut Vec<f32>,
+    ) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: AVX2 is present (checked by quantize_fast).
+            let fast = q.quantize_fast(chunk.len(), exponent, out, |s, l, body| unsafe {
+                simd16::quantize_bf16(chunk, s, l, body)
+            });
+            if let Some(sum) = fast {
+                return sum;
+            }
+        }
+        quantize_widened(q, chunk, exponent, out, scratch)
+    }
+
+    /// Straight into the tensor, rounding to nearest-even in integer lanes.
+    fn dequantize(
+        q: &Quantizer,
+        payload: &[u8],
+        exponent: u8,
+        out: &mut [bf16],
+        scratch: &mut Vec<f32>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(s) = q.fast_shift(exponent) {
+            // SAFETY: AVX2 is present (checked by fast_shift); the payload
+            // holds the elements.
+            return unsafe { simd16::dequantize_bf16(&payload[..out.len() * 4], s, out) };
+        }
+        dequantize_widened(q, payload, exponent, out, scratch)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd16 {
+    //! AVX2 kernels for the 16-bit formats, with exactly the results of
+    //! widening, quantizing as binary32 does and narrowing: the binary32
+    //! kernel's steps (`quant::simd`) with a conversion at either end of
+    //! each eight-element step. binary16 converts with F16C (`vcvtph2ps`,
+    //! and `vcvtps2ph` rounding to nearest-even); bfloat16 is binary32's
+    //! top half, so it widens with a shift and narrows with the integer
+    //! round-to-nearest-even. The dequantized values are never NaN (a
+    //! non-finite exponent does not reach these kernels), which that
+    //! integer rounding relies on.
+    use std::arch::x86_64::*;
+
+    use half::{bf16, f16};
+    use inagg_wire::payload::simd::{add_halves, lanes_sum, swap_mask};
+
+    use crate::quant::{dequantize_body, pow2, quantize_body};
+
+    /// Whether the CPU converts binary16 (F16C), asked once.
+    pub fn has_f16c() -> bool {
+        use std::sync::OnceLock;
+        static F16C: OnceLock<bool> = OnceLock::new();
+        *F16C.get_or_init(|| is_x86_feature_detected!("f16c"))
+    }
+
+    /// One quantizing step: eight binary32 values to big-endian int32 in
+    /// `out`, added to the checksum accumulator.
+    #[inline(always)]
+    unsafe fn quantize8(
+        x: __m256,
+        scale: __m256,
+        lo: __m256,
+        hi: __m256,
+        out: *mut u8,
+        acc: __m256i,
+    ) -> __m256i {
+        let q = _mm256_cvtps_epi32(_mm256_min_ps(
+            _mm256_max_ps(_mm256_mul_ps(x, scale), lo),
+            hi,
+        ));
+        let q = _mm256_shuffle_epi8(q, swap_mask());
+        _mm256_storeu_si256(out.cast(), q);
+        add_halves(acc, q)
+    }
+
+    /// One dequantizing step: eight big-endian int32 at `payload` to binary32.
+    #[inline(always)]
+    unsafe fn dequantize8(payload: *const u8, inv: __m256) -> __m256 {
+        let q = _mm256_loadu_si256(payload.cast());
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(q, swap_mask())), inv)
+    }
+
+    /// The scalar tail of a quantizer: fewer than eight elements.
+    fn quantize_tail(wide: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
+        quantize_body(wide, s, l, out)
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and F16C; `out.len() >= chunk.len() * 4`;
+    /// `s` is in `FAST_SHIFTS`.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn quantize_f16(chunk: &[f16], s: i32, l: f32, out: &mut [u8]) -> u64 {
+        let whole = chunk.len() / 8 * 8;
+        let scale = _mm256_set1_ps(pow2(s) as f32);
+        let (lo, hi) = (_mm256_set1_ps(-l), _mm256_set1_ps(l));
+        let mut acc = _mm256_setzero_si256();
+        for i in (0..whole).step_by(8) {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(chunk.as_ptr().add(i).cast()));
+            acc = quantize8(x, scale, lo, hi, out.as_mut_ptr().add(i * 4), acc);
+        }
+        let mut wide = [0f32; 8];
+        let rest = &chunk[whole..];
+        wide.iter_mut().zip(rest).for_each(|(w, x)| *w = x.to_f32());
+        lanes_sum(acc) + quantize_tail(&wide[..rest.len()], s, l, &mut out[whole * 4..])
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and F16C; `payload.len() >= out.len() * 4`;
+    /// `s` is in `FAST_SHIFTS`.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn dequantize_f16(payload: &[u8], s: i32, out: &mut [f16]) {
+        let whole = out.len() / 8 * 8;
+        let inv = _mm256_set1_ps(pow2(-s) as f32);
+        for i in (0..whole).step_by(8) {
+            let y = dequantize8(payload.as_ptr().add(i * 4), inv);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y);
+            _mm_storeu_si128(out.as_mut_ptr().add(i).cast(), h);
+        }
+        let mut wide = [0f32; 8];
+        let rest = out.len() - whole;
+        dequantize_body(&payload[whole * 4..], s, &mut wide[..rest]);
+        out[whole..]
+            .iter_mut()
+            .zip(wide)
+            .for_each(|(h, y)| *h = f16::from_f32(y));
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2; `out.len() >= chunk.len() * 4`; `s` is in
+    /// `FAST_SHIFTS`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn quantize_bf16(chunk: &[bf16], s: i32, l: f32, out: &mut [u8]) -> u64 {
+        let whole = chunk.len() / 8 * 8;
+        let scale = _mm256_set1_ps(pow2(s) as f32);
+        let (lo, hi) = (_mm256_set1_ps(-l), _mm256_set1_ps(l));
+        let mut acc = _mm256_setzero_si256();
+        for i in (0..whole).step_by(8) {
+            let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(chunk.as_ptr().add(i).cast()));
+            let x = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits));
+            acc = quantize8(x, scale, lo, hi, out.as_mut_ptr().add(i * 4), acc);
+        }
+        let mut wide = [0f32; 8];
+        let rest = &chunk[whole..];
+        wide.iter_mut().zip(rest).for_each(|(w, x)| *w = x.to_f32());
+        lanes_sum(acc) + quantize_tail(&wide[..rest.len()], s, l, &mut out[whole * 4..])
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2; `payload.len() >= out.len() * 4`; `s` is in
+    /// `FAST_SHIFTS`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn dequantize_bf16(payload: &[u8], s: i32, out: &mut [bf16]) {
+        let whole = out.len() / 8 * 8;
+        let inv = _mm256_set1_ps(pow2(-s) as f32);
+        let (one, half_less) = (_mm256_set1_epi32(1), _mm256_set1_epi32(0x7fff));
+        for i in (0..whole).step_by(8) {
+            let bits = _mm256_castps_si256(dequantize8(payload.as_ptr().add(i * 4), inv));
+            // Round to nearest-even on the discarded low half: add 0x7fff,
+            // and one more when the kept half is odd.
+            let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), one);
+            let rounded = _mm256_add_epi32(bits, _mm256_add_epi32(half_less, odd));
+            let top = _mm256_srli_epi32::<16>(rounded);
+            // Pack each 128-bit lane's four halves, then gather the two
+            // lanes' packs into the low 128 bits.
+            let packed = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi32(top, top));
+            _mm_storeu_si128(
+                out.as_mut_ptr().add(i).cast(),
+                _mm256_castsi256_si128(packed),
+            );
+        }
+        let mut wide = [0f32; 8];
+        let rest = out.len() - whole;
+        dequantize_body(&payload[whole * 4..], s, &mut wide[..rest]);
+        out[whole..]
+            .iter_mut()
+            .zip(wide)
+            .for_each(|(b, y)| *b = bf16::from_f32(y));
     }
 }
 
@@ -357,6 +607,85 @@ mod tests {
         }
         let b: Vec<Vec<bf16>> = (0..3).map(|_| vec![bf16::ONE; 16]).collect();
         assert!(sum_within_bound(&b).iter().all(|y| y.to_f32() == 3.0));
+    }
+
+    /// A xorshift stream, for reproducible arbitrary bits.
+    fn bits(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// An arbitrary int32 sum: a random one, or one whose binary32 value
+    /// lies exactly halfway between two bfloat16 or two binary16 values
+    /// (q in [2^23, 2^24), so its low 16 or 13 bits are the binary32
+    /// significand's), where rounding to nearest-even must pick the even.
+    fn sum(next: &mut impl FnMut() -> u64) -> i32 {
+        let r = next();
+        let sign = if r & 8 == 0 { 1 } else { -1 };
+        let m = (r >> 8) as i32;
+        sign * match r % 3 {
+            0 => (r >> 32) as i32,
+            1 => ((128 + (m & 127)) << 16) | 0x8000,
+            _ => ((1024 + (m & 1023)) << 13) | 0x1000,
+        }
+    }
+
+    /// The direct kernels give the widened path's bytes, checksum and
+    /// values, bit for bit: arbitrary 16-bit inputs (subnormals, ties,
+    /// the largest values) and arbitrary int32 sums at shifts from tiny
+    /// to huge (binary16 overflows to infinity), every tail length.
+    fn kernels_equal_widening<T: Float + PartialEq + std::fmt::Debug>(from_bits: fn(u16) -> T) {
+        let mut next = bits(0x9e37_79b9);
+        let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        for len in 0..40 {
+            for workers in [1, 3, 64] {
+                let q = Quantizer::new(workers);
+                // Finite values only: a NaN or infinite input makes the
+                // exponent non-finite, which no kernel sees.
+                let chunk: Vec<T> = std::iter::repeat_with(|| from_bits(next() as u16))
+                    .filter(|x| x.to_f32().is_finite())
+                    .take(len)
+                    .collect();
+                let e = T::block_exponent(&chunk);
+                let (mut a, mut b) = (vec![0xaau8; len * 4 + 8], vec![0x55u8; len * 4 + 8]);
+                let fast = T::quantize(&q, &chunk, e, &mut a, &mut s1);
+                let widened = quantize_widened(&q, &chunk, e, &mut b, &mut s2);
+                assert_eq!(
+                    (fast, &a),
+                    (widened, &b),
+                    "{} len {len} n {workers}",
+                    T::NAME
+                );
+                for exponent in [1u8, 100, 127, 134, 142, 150, 200, 254] {
+                    let payload: Vec<u8> = (0..len)
+                        .flat_map(|_| sum(&mut next).to_be_bytes())
+                        .collect();
+                    let (mut x, mut y) = (vec![T::default(); len], vec![T::default(); len]);
+                    T::dequantize(&q, &payload, exponent, &mut x, &mut s1);
+                    dequantize_widened(&q, &payload, exponent, &mut y, &mut s2);
+                    let same = x
+                        .iter()
+                        .zip(&y)
+                        .all(|(u, v)| u.to_f32().to_bits() == v.to_f32().to_bits());
+                    assert!(same, "{} len {len} e {exponent}: {x:?} vs {y:?}", T::NAME);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary16_kernels_equal_widening() {
+        kernels_equal_widening(f16::from_bits);
+    }
+
+    #[test]
+    fn bfloat16_kernels_equal_widening() {
+        kernels_equal_widening(bf16::from_bits);
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn shift(exponent: u8, workers: u16) -> i32 {
 /// 2^e, exactly, for the exponents a block can have: built from its bits
 /// rather than by `powi`'s multiply loop, which showed up in profiles of
 /// the per-chunk path.
-fn pow2(e: i32) -> f64 {
+pub(crate) fn pow2(e: i32) -> f64 {
     debug_assert!((-1022..=1023).contains(&e));
     f64::from_bits(((e + 1023) as u64) << 52)
 }
@@ -149,6 +149,30 @@ impl Quantizer {
         quantize_body(chunk, s, self.limit, body)
     }
 
+    /// Runs `kernel` (an AVX2 quantizer over a chunk of `len` elements in
+    /// its own format) with the shift and the limit, after zero-padding
+    /// `out` past the chunk, when the AVX2 path applies: a finite exponent
+    /// whose shift is in `FAST_SHIFTS`. None otherwise (nothing written):
+    /// the caller then widens the chunk and calls [`Quantizer::quantize`].
+    pub(crate) fn quantize_fast(
+        &self,
+        len: usize,
+        exponent: u8,
+        out: &mut [u8],
+        kernel: impl FnOnce(i32, f32, &mut [u8]) -> u64,
+    ) -> Option<u64> {
+        let s = self.fast_shift(exponent)?;
+        let (body, pad) = out.split_at_mut(len * 4);
+        pad.fill(0);
+        Some(kernel(s, self.limit, body))
+    }
+
+    /// The shift of `exponent` when the AVX2 kernels can take it.
+    pub(crate) fn fast_shift(&self, exponent: u8) -> Option<i32> {
+        let s = shift(exponent, self.workers);
+        (exponent != EXPONENT_NON_FINITE && has_avx2() && FAST_SHIFTS.contains(&s)).then_some(s)
+    }
+
     /// [`dequantize`].
     pub fn dequantize(&self, payload: &[u8], exponent: u8, out: &mut [f32]) {
         debug_assert!(payload.len() >= out.len() * 4);
@@ -170,7 +194,7 @@ impl Quantizer {
 /// The scalar quantizer, in f64 (exact for every shift); returns the
 /// checksum sum of what it wrote.
 #[inline(always)]
-fn quantize_body(chunk: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
+pub(crate) fn quantize_body(chunk: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
     let (scale, l) = (pow2(s), f64::from(l));
     let mut sum = 0;
     for (x, o) in chunk.iter().zip(out.chunks_exact_mut(4)) {
@@ -184,7 +208,7 @@ fn quantize_body(chunk: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
 
 /// The scalar dequantizer: one rounding, of the exact product, to f32.
 #[inline(always)]
-fn dequantize_body(payload: &[u8], s: i32, out: &mut [f32]) {
+pub(crate) fn dequantize_body(payload: &[u8], s: i32, out: &mut [f32]) {
     let inv = pow2(-s);
     for (b, y) in payload.chunks_exact(4).zip(out.iter_mut()) {
         let q = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
@@ -293,7 +317,7 @@ mod simd {
     }
 }
 
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     return inagg_wire::payload::simd::available();
     #[cfg(not(target_arch = "x86_64"))]
