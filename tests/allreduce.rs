@@ -370,6 +370,25 @@ fn async_workers_reduce_like_blocking_ones() {
         out
     });
     check_i32(&inputs, &outputs).unwrap();
+    // And a 16-bit float tensor, on the same workers.
+    let brains = gradients_as(3, 10_000, 6, bf16::from_f32);
+    let outputs: Vec<Vec<bf16>> = rt.block_on(async {
+        let tasks: Vec<_> = workers
+            .iter()
+            .zip(&brains)
+            .map(|(w, d)| {
+                let (w, d) = (w.clone(), d.clone());
+                tokio::spawn(async move { w.allreduce_float(d).await })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap().unwrap().0);
+        }
+        out
+    });
+    let check = check_float(&brains, &outputs, 64);
+    assert!(check.verified, "{check:?}");
 }
 
 #[test]

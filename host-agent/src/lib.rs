@@ -669,6 +669,16 @@ impl AsyncWorker {
         .await
     }
 
+    /// Async [`Worker::allreduce_float`]: any float format (f32, f16, bf16).
+    pub async fn allreduce_float<T: Float>(&self, mut data: Vec<T>) -> Result<(Vec<T>, Stats)> {
+        let inner = self.inner.clone();
+        run_blocking(move || {
+            let stats = lock(&inner).allreduce_float(&mut data, None)?;
+            Ok((data, stats))
+        })
+        .await
+    }
+
     /// Async [`Worker::allreduce_i32`].
     pub async fn allreduce_i32(&self, mut data: Vec<i32>) -> Result<(Vec<i32>, Stats)> {
         let inner = self.inner.clone();
