@@ -1,21 +1,22 @@
 //! `inagg demo`: the main job. Starts the emulator, installs a job through
-//! the control plane, runs N workers, all-reduces a float tensor under
-//! loss, checks every worker's result against an f64 reference within the
-//! documented bound, and reports time and throughput.
+//! the control plane, runs N workers, all-reduces a float tensor (f32, f16
+//! or bf16) under loss, checks every worker's result against an f64
+//! reference within the documented bound, and reports time and throughput.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use inagg_emu::{DropReason, FaultConfig};
-use inagg_host_agent::Stats;
+use inagg_host_agent::float::Float;
+use inagg_host_agent::{bf16, f16, Stats, Worker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::local::{run_all, JobParams, LocalCluster, PoolArgs};
-use crate::verify::{check_f32, gradient, FloatCheck};
+use crate::verify::{check_float, gradient, FloatCheck};
 
 /// Options of `inagg demo`.
 #[derive(Debug, Clone, Args)]
@@ -26,6 +27,10 @@ pub struct DemoArgs {
     /// Float elements in the tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
+    /// The tensor's float format (16-bit ones are widened to f32 on the
+    /// way in and rounded back on the way out; the packets are the same).
+    #[arg(long, value_enum, default_value_t = FloatFormat::F32)]
+    pub dtype: FloatFormat,
     // K and window.
     #[command(flatten)]
     pub pool: PoolArgs,
@@ -49,6 +54,35 @@ pub struct DemoArgs {
     pub no_progress: bool,
 }
 
+/// A float format of the demo's tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloatFormat {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl FloatFormat {
+    fn name(self) -> &'static str {
+        match self {
+            FloatFormat::F32 => f32::NAME,
+            FloatFormat::F16 => f16::NAME,
+            FloatFormat::Bf16 => bf16::NAME,
+        }
+    }
+
+    /// Bytes per element.
+    fn size(self) -> usize {
+        match self {
+            FloatFormat::F32 => 4,
+            FloatFormat::F16 | FloatFormat::Bf16 => 2,
+        }
+    }
+}
+
 /// The demo's result.
 #[derive(Debug, Serialize)]
 pub struct DemoReport {
@@ -58,6 +92,10 @@ pub struct DemoReport {
     pub workers: u16,
     /// Tensor elements.
     pub elements: usize,
+    /// Their format: f32, f16 or bf16.
+    pub dtype: &'static str,
+    /// Bytes per element.
+    pub element_bytes: usize,
     /// K.
     pub k: u16,
     /// Pool slots.
@@ -95,8 +133,10 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     if !(0.0..1.0).contains(&args.loss) {
         bail!("--loss {} must be in [0, 1)", args.loss);
     }
-    // Each worker's gradient and its copy being reduced, 4 bytes an element.
-    let bytes = args.elements as u128 * 4 * 2 * u128::from(args.workers);
+    // Each worker's gradient and its copy being reduced (the gradient is
+    // made in f32 first).
+    let size = (args.dtype.size() + 4) as u128;
+    let bytes = args.elements as u128 * size * u128::from(args.workers);
     crate::limits::ensure_memory(
         bytes,
         &format!("--elements {} x --workers {}", args.elements, args.workers),
@@ -117,20 +157,11 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         elements: args.pool.k,
     };
     let mut workers = cluster.job(params, |_| {})?;
-    let inputs: Vec<Vec<f32>> = (0..args.workers as usize)
-        .map(|w| gradient(args.seed, w, args.elements))
-        .collect();
-    let mut data = inputs.clone();
-    let progress = Arc::new(AtomicU64::new(0));
-    for w in &mut workers {
-        w.set_progress(progress.clone());
-    }
-    let total = workers[0].rounds(args.elements, true) * u64::from(args.workers);
-    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
-    let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d));
-    bar.finish_and_clear();
-    let stats = stats?;
-    let check = check_f32(&inputs, &data, usize::from(args.pool.k));
+    let (stats, check) = match args.dtype {
+        FloatFormat::F32 => reduce(args, &mut workers, |x| x)?,
+        FloatFormat::F16 => reduce(args, &mut workers, f16::from_f32)?,
+        FloatFormat::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
+    };
     let counters = cluster.emu.state().switch.counters().clone();
     let mut sum = Stats::default();
     stats.iter().for_each(|s| sum.merge(s));
@@ -139,6 +170,8 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         verified: check.verified,
         workers: args.workers,
         elements: args.elements,
+        dtype: args.dtype.name(),
+        element_bytes: args.dtype.size(),
         k: args.pool.k,
         window: args.pool.window,
         loss: args.loss,
@@ -151,6 +184,36 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         check,
         stats: sum,
     })
+}
+
+/// Every worker's gradient in format `T`, all-reduced at once under the
+/// progress bar, and checked.
+fn reduce<T: Float>(
+    args: &DemoArgs,
+    workers: &mut [Worker],
+    from: fn(f32) -> T,
+) -> Result<(Vec<Stats>, FloatCheck)> {
+    let inputs: Vec<Vec<T>> = (0..args.workers as usize)
+        .map(|w| {
+            gradient(args.seed, w, args.elements)
+                .into_iter()
+                .map(from)
+                .collect()
+        })
+        .collect();
+    let mut data = inputs.clone();
+    let progress = Arc::new(AtomicU64::new(0));
+    for w in workers.iter_mut() {
+        w.set_progress(progress.clone());
+    }
+    let total = workers[0].rounds(args.elements, true) * u64::from(args.workers);
+    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
+    let stats = run_all(workers, &mut data, |w, d| w.allreduce_float(d, None));
+    bar.finish_and_clear();
+    Ok((
+        stats?,
+        check_float(&inputs, &data, usize::from(args.pool.k)),
+    ))
 }
 
 fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
@@ -207,12 +270,13 @@ impl Ticker {
 
 /// The human summary, to `out` (a closed pipe is an error, not a panic).
 pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::Result<()> {
-    let mib = r.elements as f64 * 4.0 / (1 << 20) as f64;
+    let mib = (r.elements * r.element_bytes) as f64 / (1 << 20) as f64;
     writeln!(
         out,
-        "inagg demo: {} workers all-reduce {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
+        "inagg demo: {} workers all-reduce {} {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
         r.workers,
         r.elements,
+        r.dtype,
         r.k,
         r.window,
         r.loss * 100.0

@@ -720,6 +720,23 @@ fn demo_prints_a_verified_json_report() {
     for field in ["seconds", "goodput_gbps", "retransmissions"] {
         assert!(r[field].is_number(), "{field} in {r}");
     }
+    assert_eq!(r["dtype"], "f32");
+    // The 16-bit formats, checked against their own bounds.
+    for dtype in ["f16", "bf16"] {
+        let out = Command::new(INAGG)
+            .args(["demo", "--json", "--workers", "3", "--elements", "20000"])
+            .args(["-k", "256", "--loss", "0.02", "--dtype", dtype])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(
+            (&r["dtype"], &r["element_bytes"]),
+            (&dtype.into(), &2.into())
+        );
+        assert_eq!(r["stats"]["payload_bytes"], 20_000 * 2, "{r}");
+    }
 }
 
 #[test]
