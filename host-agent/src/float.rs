@@ -55,6 +55,17 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         out: &mut [u8],
         scratch: &mut Vec<f32>,
     ) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = Self::kernels() {
+            // SAFETY: `kernels` gives only what the CPU runs, and
+            // `quantize_fast` calls it only where AVX2 is present too.
+            let fast = q.quantize_fast(chunk.len(), exponent, out, |s, l, body| unsafe {
+                (k.quantize)(chunk, s, l, body)
+            });
+            if let Some(sum) = fast {
+                return sum;
+            }
+        }
         quantize_widened(q, chunk, exponent, out, scratch)
     }
 
@@ -67,7 +78,21 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         out: &mut [Self],
         scratch: &mut Vec<f32>,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(k), Some(s)) = (Self::kernels(), q.fast_shift(exponent)) {
+            // SAFETY: as in `quantize` (`fast_shift` checks AVX2); the
+            // payload holds the elements.
+            return unsafe { (k.dequantize)(&payload[..out.len() * 4], s, out) };
+        }
         dequantize_widened(q, payload, exponent, out, scratch)
+    }
+
+    /// AVX2 kernels that read and write this format in place, converting
+    /// in registers, if the CPU has what they need (None: widen through
+    /// the scratch chunk).
+    #[cfg(target_arch = "x86_64")]
+    fn kernels() -> Option<Kernels<Self>> {
+        None
     }
 
     /// The bound on |result - exact sum| for one element of a sum of
@@ -78,6 +103,16 @@ pub trait Float: Copy + Default + Send + Sync + 'static {
         let ulp = f64::from(Self::ULP_LOG2).exp2();
         quantization + ulp * (exact_sum.abs() + quantization) + Self::SUBNORMAL
     }
+}
+
+/// A format's own AVX2 quantizer and dequantizer (see [`Float::kernels`]):
+/// they take the shift (in `quant`'s `FAST_SHIFTS`) and, to quantize, the
+/// clamp limit, and write as [`Quantizer::quantize`] and
+/// [`Quantizer::dequantize`] do.
+#[cfg(target_arch = "x86_64")]
+pub struct Kernels<T> {
+    quantize: unsafe fn(&[T], i32, f32, &mut [u8]) -> u64,
+    dequantize: unsafe fn(&[u8], i32, &mut [T]),
 }
 
 /// Widens the chunk into `scratch` and quantizes that.
@@ -214,42 +249,9 @@ impl Float for f16 {
         out.convert_from_f32_slice(values);
     }
 
-    /// Straight from the tensor with F16C's conversion, where it exists.
-    fn quantize(
-        q: &Quantizer,
-        chunk: &[f16],
-        exponent: u8,
-        out: &mut [u8],
-        scratch: &mut Vec<f32>,
-    ) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        if simd16::has_f16c() {
-            // SAFETY: AVX2 (checked by quantize_fast) and F16C are present.
-            let fast = q.quantize_fast(chunk.len(), exponent, out, |s, l, body| unsafe {
-                simd16::quantize_f16(chunk, s, l, body)
-            });
-            if let Some(sum) = fast {
-                return sum;
-            }
-        }
-        quantize_widened(q, chunk, exponent, out, scratch)
-    }
-
-    /// Straight into the tensor with F16C's conversion, where it exists.
-    fn dequantize(
-        q: &Quantizer,
-        payload: &[u8],
-        exponent: u8,
-        out: &mut [f16],
-        scratch: &mut Vec<f32>,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(s) = q.fast_shift(exponent).filter(|_| simd16::has_f16c()) {
-            // SAFETY: AVX2 (checked by fast_shift) and F16C are present;
-            // the payload holds the elements.
-            return unsafe { simd16::dequantize_f16(&payload[..out.len() * 4], s, out) };
-        }
-        dequantize_widened(q, payload, exponent, out, scratch)
+    #[cfg(target_arch = "x86_64")]
+    fn kernels() -> Option<Kernels<f16>> {
+        simd16::f16_kernels()
     }
 }
 
@@ -279,42 +281,9 @@ impl Float for bf16 {
         out.convert_from_f32_slice(values);
     }
 
-    /// Straight from the tensor: widening is a shift.
-    fn quantize(
-        q: &Quantizer,
-        chunk: &[bf16],
-        exponent: u8,
-        out: &mut [u8],
-        scratch: &mut Vec<f32>,
-    ) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: AVX2 is present (checked by quantize_fast).
-            let fast = q.quantize_fast(chunk.len(), exponent, out, |s, l, body| unsafe {
-                simd16::quantize_bf16(chunk, s, l, body)
-            });
-            if let Some(sum) = fast {
-                return sum;
-            }
-        }
-        quantize_widened(q, chunk, exponent, out, scratch)
-    }
-
-    /// Straight into the tensor, rounding to nearest-even in integer lanes.
-    fn dequantize(
-        q: &Quantizer,
-        payload: &[u8],
-        exponent: u8,
-        out: &mut [bf16],
-        scratch: &mut Vec<f32>,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(s) = q.fast_shift(exponent) {
-            // SAFETY: AVX2 is present (checked by fast_shift); the payload
-            // holds the elements.
-            return unsafe { simd16::dequantize_bf16(&payload[..out.len() * 4], s, out) };
-        }
-        dequantize_widened(q, payload, exponent, out, scratch)
+    #[cfg(target_arch = "x86_64")]
+    fn kernels() -> Option<Kernels<bf16>> {
+        Some(simd16::bf16_kernels())
     }
 }
 
@@ -334,117 +303,115 @@ mod simd16 {
     use half::{bf16, f16};
     use inagg_wire::payload::simd::{add_halves, lanes_sum, swap_mask};
 
+    use super::{Float, Kernels};
     use crate::quant::{dequantize_body, pow2, quantize_body};
 
-    /// Whether the CPU converts binary16 (F16C), asked once.
-    pub fn has_f16c() -> bool {
+    /// binary16's kernels, where the CPU converts binary16 (F16C).
+    pub fn f16_kernels() -> Option<Kernels<f16>> {
         use std::sync::OnceLock;
         static F16C: OnceLock<bool> = OnceLock::new();
-        *F16C.get_or_init(|| is_x86_feature_detected!("f16c"))
+        F16C.get_or_init(|| is_x86_feature_detected!("f16c"))
+            .then_some(Kernels {
+                quantize: quantize_f16,
+                dequantize: dequantize_f16,
+            })
     }
 
-    /// One quantizing step: eight binary32 values to big-endian int32 in
-    /// `out`, added to the checksum accumulator.
+    /// bfloat16's kernels (AVX2 alone).
+    pub fn bf16_kernels() -> Kernels<bf16> {
+        Kernels {
+            quantize: quantize_bf16,
+            dequantize: dequantize_bf16,
+        }
+    }
+
+    /// The quantizer's loop over whole eight-element steps, `load8`
+    /// widening eight elements, then the scalar body for the tail.
     #[inline(always)]
-    unsafe fn quantize8(
-        x: __m256,
-        scale: __m256,
-        lo: __m256,
-        hi: __m256,
-        out: *mut u8,
-        acc: __m256i,
-    ) -> __m256i {
-        let q = _mm256_cvtps_epi32(_mm256_min_ps(
-            _mm256_max_ps(_mm256_mul_ps(x, scale), lo),
-            hi,
-        ));
-        let q = _mm256_shuffle_epi8(q, swap_mask());
-        _mm256_storeu_si256(out.cast(), q);
-        add_halves(acc, q)
+    unsafe fn quantize_with<T: Float>(
+        chunk: &[T],
+        s: i32,
+        l: f32,
+        out: &mut [u8],
+        load8: impl Fn(*const T) -> __m256,
+    ) -> u64 {
+        let whole = chunk.len() / 8 * 8;
+        let scale = _mm256_set1_ps(pow2(s) as f32);
+        let (lo, hi, swap) = (_mm256_set1_ps(-l), _mm256_set1_ps(l), swap_mask());
+        let mut acc = _mm256_setzero_si256();
+        for i in (0..whole).step_by(8) {
+            let x = _mm256_mul_ps(load8(chunk.as_ptr().add(i)), scale);
+            let q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(x, lo), hi));
+            let q = _mm256_shuffle_epi8(q, swap);
+            _mm256_storeu_si256(out.as_mut_ptr().add(i * 4).cast(), q);
+            acc = add_halves(acc, q);
+        }
+        let (rest, mut wide) = (&chunk[whole..], [0f32; 8]);
+        T::widen(rest, &mut wide[..rest.len()]);
+        lanes_sum(acc) + quantize_body(&wide[..rest.len()], s, l, &mut out[whole * 4..])
     }
 
-    /// One dequantizing step: eight big-endian int32 at `payload` to binary32.
+    /// The dequantizer's loop, `store8` narrowing eight binary32 values
+    /// into the tensor, then the scalar body for the tail.
     #[inline(always)]
-    unsafe fn dequantize8(payload: *const u8, inv: __m256) -> __m256 {
-        let q = _mm256_loadu_si256(payload.cast());
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(q, swap_mask())), inv)
-    }
-
-    /// The scalar tail of a quantizer: fewer than eight elements.
-    fn quantize_tail(wide: &[f32], s: i32, l: f32, out: &mut [u8]) -> u64 {
-        quantize_body(wide, s, l, out)
+    unsafe fn dequantize_with<T: Float>(
+        payload: &[u8],
+        s: i32,
+        out: &mut [T],
+        store8: impl Fn(*mut T, __m256),
+    ) {
+        let whole = out.len() / 8 * 8;
+        let (inv, swap) = (_mm256_set1_ps(pow2(-s) as f32), swap_mask());
+        for i in (0..whole).step_by(8) {
+            let q = _mm256_loadu_si256(payload.as_ptr().add(i * 4).cast());
+            let y = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(q, swap)), inv);
+            store8(out.as_mut_ptr().add(i), y);
+        }
+        let (rest, mut wide) = (out.len() - whole, [0f32; 8]);
+        dequantize_body(&payload[whole * 4..], s, &mut wide[..rest]);
+        T::narrow(&wide[..rest], &mut out[whole..]);
     }
 
     /// # Safety
     /// The CPU supports AVX2 and F16C; `out.len() >= chunk.len() * 4`;
     /// `s` is in `FAST_SHIFTS`.
     #[target_feature(enable = "avx2,f16c")]
-    pub unsafe fn quantize_f16(chunk: &[f16], s: i32, l: f32, out: &mut [u8]) -> u64 {
-        let whole = chunk.len() / 8 * 8;
-        let scale = _mm256_set1_ps(pow2(s) as f32);
-        let (lo, hi) = (_mm256_set1_ps(-l), _mm256_set1_ps(l));
-        let mut acc = _mm256_setzero_si256();
-        for i in (0..whole).step_by(8) {
-            let x = _mm256_cvtph_ps(_mm_loadu_si128(chunk.as_ptr().add(i).cast()));
-            acc = quantize8(x, scale, lo, hi, out.as_mut_ptr().add(i * 4), acc);
-        }
-        let mut wide = [0f32; 8];
-        let rest = &chunk[whole..];
-        wide.iter_mut().zip(rest).for_each(|(w, x)| *w = x.to_f32());
-        lanes_sum(acc) + quantize_tail(&wide[..rest.len()], s, l, &mut out[whole * 4..])
+    unsafe fn quantize_f16(chunk: &[f16], s: i32, l: f32, out: &mut [u8]) -> u64 {
+        quantize_with(chunk, s, l, out, |p| {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        })
     }
 
     /// # Safety
     /// The CPU supports AVX2 and F16C; `payload.len() >= out.len() * 4`;
     /// `s` is in `FAST_SHIFTS`.
     #[target_feature(enable = "avx2,f16c")]
-    pub unsafe fn dequantize_f16(payload: &[u8], s: i32, out: &mut [f16]) {
-        let whole = out.len() / 8 * 8;
-        let inv = _mm256_set1_ps(pow2(-s) as f32);
-        for i in (0..whole).step_by(8) {
-            let y = dequantize8(payload.as_ptr().add(i * 4), inv);
+    unsafe fn dequantize_f16(payload: &[u8], s: i32, out: &mut [f16]) {
+        dequantize_with(payload, s, out, |p, y| {
             let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y);
-            _mm_storeu_si128(out.as_mut_ptr().add(i).cast(), h);
-        }
-        let mut wide = [0f32; 8];
-        let rest = out.len() - whole;
-        dequantize_body(&payload[whole * 4..], s, &mut wide[..rest]);
-        out[whole..]
-            .iter_mut()
-            .zip(wide)
-            .for_each(|(h, y)| *h = f16::from_f32(y));
+            _mm_storeu_si128(p.cast(), h);
+        })
     }
 
     /// # Safety
     /// The CPU supports AVX2; `out.len() >= chunk.len() * 4`; `s` is in
     /// `FAST_SHIFTS`.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn quantize_bf16(chunk: &[bf16], s: i32, l: f32, out: &mut [u8]) -> u64 {
-        let whole = chunk.len() / 8 * 8;
-        let scale = _mm256_set1_ps(pow2(s) as f32);
-        let (lo, hi) = (_mm256_set1_ps(-l), _mm256_set1_ps(l));
-        let mut acc = _mm256_setzero_si256();
-        for i in (0..whole).step_by(8) {
-            let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(chunk.as_ptr().add(i).cast()));
-            let x = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits));
-            acc = quantize8(x, scale, lo, hi, out.as_mut_ptr().add(i * 4), acc);
-        }
-        let mut wide = [0f32; 8];
-        let rest = &chunk[whole..];
-        wide.iter_mut().zip(rest).for_each(|(w, x)| *w = x.to_f32());
-        lanes_sum(acc) + quantize_tail(&wide[..rest.len()], s, l, &mut out[whole * 4..])
+    unsafe fn quantize_bf16(chunk: &[bf16], s: i32, l: f32, out: &mut [u8]) -> u64 {
+        quantize_with(chunk, s, l, out, |p| {
+            let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+        })
     }
 
     /// # Safety
     /// The CPU supports AVX2; `payload.len() >= out.len() * 4`; `s` is in
     /// `FAST_SHIFTS`.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn dequantize_bf16(payload: &[u8], s: i32, out: &mut [bf16]) {
-        let whole = out.len() / 8 * 8;
-        let inv = _mm256_set1_ps(pow2(-s) as f32);
+    unsafe fn dequantize_bf16(payload: &[u8], s: i32, out: &mut [bf16]) {
         let (one, half_less) = (_mm256_set1_epi32(1), _mm256_set1_epi32(0x7fff));
-        for i in (0..whole).step_by(8) {
-            let bits = _mm256_castps_si256(dequantize8(payload.as_ptr().add(i * 4), inv));
+        dequantize_with(payload, s, out, |p, y| {
+            let bits = _mm256_castps_si256(y);
             // Round to nearest-even on the discarded low half: add 0x7fff,
             // and one more when the kept half is odd.
             let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), one);
@@ -453,18 +420,8 @@ mod simd16 {
             // Pack each 128-bit lane's four halves, then gather the two
             // lanes' packs into the low 128 bits.
             let packed = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi32(top, top));
-            _mm_storeu_si128(
-                out.as_mut_ptr().add(i).cast(),
-                _mm256_castsi256_si128(packed),
-            );
-        }
-        let mut wide = [0f32; 8];
-        let rest = out.len() - whole;
-        dequantize_body(&payload[whole * 4..], s, &mut wide[..rest]);
-        out[whole..]
-            .iter_mut()
-            .zip(wide)
-            .for_each(|(b, y)| *b = bf16::from_f32(y));
+            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(packed));
+        })
     }
 }
 
