@@ -424,7 +424,7 @@ fn run_float<T: Float + FileElement>(
                 let exact: f64 = (0..workers)
                     .map(|w| f64::from(pattern(w, start + j).to_f32()))
                     .sum();
-                is_correct(*y, exact, e, workers)
+                is_correct(*y, exact, T::error_bound(e, workers, exact))
             })
         })
     });

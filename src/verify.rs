@@ -70,7 +70,7 @@ pub fn check_float<T: Float>(inputs: &[Vec<T>], outputs: &[Vec<T>], k: usize) ->
                         c.max_abs_error = c.max_abs_error.max(err);
                         c.max_bound_fraction = c.max_bound_fraction.max(err / bound);
                     }
-                    is_correct(out[i], exact, e, n)
+                    is_correct(out[i], exact, bound)
                 };
                 if !ok {
                     c.verified = false;

@@ -371,6 +371,28 @@ unsafe fn buffer<'a, T>(data: *mut T, len: usize) -> Result<&'a mut [T], Failure
     Ok(unsafe { std::slice::from_raw_parts_mut(data, len) })
 }
 
+/// An all-reduce entry point's whole work: the buffer checked, the call
+/// made on the worker under [`boundary`], its code returned.
+///
+/// # Safety
+/// As the entry points': `worker` is live; `data` holds `len` elements;
+/// `stats` is NULL or valid.
+unsafe fn allreduce_call<T>(
+    worker: *mut InaggWorker,
+    data: *mut T,
+    len: usize,
+    stats: *mut InaggStats,
+    op: fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats>,
+) -> c_int {
+    boundary((), || {
+        // SAFETY: the caller's contract.
+        let data = unsafe { buffer(data, len)? };
+        // SAFETY: the caller's contract.
+        unsafe { with_worker(worker, |s| allreduce(s, data, stats, op)) }
+    })
+    .1
+}
+
 /// One all-reduce on a worker: refused once a call has failed, and a
 /// failure marks the worker.
 fn allreduce<T>(
@@ -405,13 +427,8 @@ pub unsafe extern "C" fn inagg_allreduce_f32(
     len: usize,
     stats: *mut InaggStats,
 ) -> c_int {
-    boundary((), || {
-        // SAFETY: the caller's contract.
-        let data = unsafe { buffer(data, len)? };
-        // SAFETY: the caller's contract.
-        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_f32)) }
-    })
-    .1
+    // SAFETY: the caller's contract.
+    unsafe { allreduce_call(worker, data, len, stats, Worker::allreduce_f32) }
 }
 
 /// Sums `data` (len int32) across the job's workers in place, exactly
@@ -426,13 +443,8 @@ pub unsafe extern "C" fn inagg_allreduce_i32(
     len: usize,
     stats: *mut InaggStats,
 ) -> c_int {
-    boundary((), || {
-        // SAFETY: the caller's contract.
-        let data = unsafe { buffer(data, len)? };
-        // SAFETY: the caller's contract.
-        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_i32)) }
-    })
-    .1
+    // SAFETY: the caller's contract.
+    unsafe { allreduce_call(worker, data, len, stats, Worker::allreduce_i32) }
 }
 
 /// Sums `data` (len IEEE binary16 values, as `uint16_t` bit patterns)
@@ -450,13 +462,16 @@ pub unsafe extern "C" fn inagg_allreduce_f16(
     len: usize,
     stats: *mut InaggStats,
 ) -> c_int {
-    boundary((), || {
-        // SAFETY: the caller's contract; f16 is a transparent u16.
-        let data = unsafe { buffer(data.cast::<f16>(), len)? };
-        // SAFETY: the caller's contract.
-        unsafe { with_worker(worker, |s| allreduce(s, data, stats, Worker::allreduce_f16)) }
-    })
-    .1
+    // SAFETY: the caller's contract; f16 is a transparent u16.
+    unsafe {
+        allreduce_call(
+            worker,
+            data.cast::<f16>(),
+            len,
+            stats,
+            Worker::allreduce_f16,
+        )
+    }
 }
 
 /// `inagg_allreduce_f16` for bfloat16 values (the top halves of float32s).
@@ -470,17 +485,16 @@ pub unsafe extern "C" fn inagg_allreduce_bf16(
     len: usize,
     stats: *mut InaggStats,
 ) -> c_int {
-    boundary((), || {
-        // SAFETY: the caller's contract; bf16 is a transparent u16.
-        let data = unsafe { buffer(data.cast::<bf16>(), len)? };
-        // SAFETY: the caller's contract.
-        unsafe {
-            with_worker(worker, |s| {
-                allreduce(s, data, stats, Worker::allreduce_bf16)
-            })
-        }
-    })
-    .1
+    // SAFETY: the caller's contract; bf16 is a transparent u16.
+    unsafe {
+        allreduce_call(
+            worker,
+            data.cast::<bf16>(),
+            len,
+            stats,
+            Worker::allreduce_bf16,
+        )
+    }
 }
 
 /// `INAGG_DTYPE_F32`: a schedule of float32 tensors.

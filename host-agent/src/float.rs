@@ -141,14 +141,14 @@ fn dequantize_widened<T: Float>(
     T::narrow(wide, out);
 }
 
-/// Whether an element's result is correct: within `T::error_bound` of
-/// the exact sum, or the infinity of its sign where the sum, give or take
-/// the bound, reaches past the format's largest finite value (a binary16
-/// sum past 65504 rounds to infinity). NaN results are never correct here:
-/// a chunk that must come back NaN is the caller's to recognise.
-pub fn is_correct<T: Float>(result: T, exact: f64, exponent: u8, workers: u16) -> bool {
+/// Whether an element's result is correct: within `bound` (its
+/// `T::error_bound`) of the exact sum, or the infinity of its sign where
+/// the sum, give or take the bound, reaches past the format's largest
+/// finite value (a binary16 sum past 65504 rounds to infinity). NaN results
+/// are never correct here: a chunk that must come back NaN is the caller's
+/// to recognise.
+pub fn is_correct<T: Float>(result: T, exact: f64, bound: f64) -> bool {
     let got = f64::from(result.to_f32());
-    let bound = T::error_bound(exponent, workers, exact);
     if got.is_infinite() {
         got.signum() == exact.signum() && exact.abs() + bound >= T::MAX
     } else {

@@ -448,11 +448,11 @@ class Schedule:
         """Hands ``buf`` to the schedule; returns its number (from 0)."""
         try:
             memory, count, kind = _memory(buf, self._kind)
-        except TypeError:
+        except TypeError as e:
             try:
                 view = memoryview(buf)
             except TypeError:
-                raise
+                raise e from None  # not a buffer: _memory's message says so
             raise TypeError(
                 "inagg: the schedule sums %s; this buffer's items are format %r, %d bytes each"
                 % (self._kind, view.format, view.itemsize)
