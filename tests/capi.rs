@@ -69,7 +69,12 @@ struct PyWorkers {
 impl PyWorkers {
     /// Starts the process and waits for its workers to be bound.
     fn start(spec: Value) -> PyWorkers {
-        let mut child = python()
+        PyWorkers::start_with(python(), spec)
+    }
+
+    /// The same, with the package found however `python` finds it.
+    fn start_with(mut python: Command, spec: Value) -> PyWorkers {
+        let mut child = python
             .arg(repo().join("tests/python/worker.py"))
             .arg(spec.to_string())
             .stdin(Stdio::piped())
@@ -324,6 +329,114 @@ fn python_schedules_agree_on_an_order_and_p3_serves_the_first_layer_first() {
         assert!(epochs >= 64 / credit, "{policy}: {epochs} epochs");
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// `python3 -m pip ARGS`, which must succeed.
+fn pip(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("python3")
+        .args(["-m", "pip"])
+        .args(args)
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .output()
+        .expect("python3 -m pip (scripts/deps checks for it)");
+    assert!(
+        out.status.success(),
+        "pip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// python3 with the package pip installed into `site`, and neither the
+/// checkout's package nor `$INAGG_LIBRARY` in sight.
+fn installed_python(site: &Path) -> Command {
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", site)
+        .env_remove("INAGG_LIBRARY")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .current_dir(site);
+    c
+}
+
+/// `pip install ./capi/python` gives a package that carries its library:
+/// the wheel (here bundling the library this suite built, `-C library=`;
+/// without it the backend runs cargo, which scripts/test exercises) builds
+/// and installs with pip and no package index, and the installed package
+/// loads the library beside it and all-reduces under loss with no path to
+/// the checkout.
+#[test]
+fn the_wheel_installs_with_its_library_and_all_reduces() {
+    let dir = scratch("wheel");
+    let (wheels, site) = (dir.join("wheels"), dir.join("site"));
+    let bundle = format!("library={}", library().display());
+    pip(&[
+        "wheel".as_ref(),
+        "--no-deps".as_ref(),
+        "--no-index".as_ref(),
+        "-w".as_ref(),
+        wheels.as_os_str(),
+        repo().join("capi/python").as_os_str(),
+        "-C".as_ref(),
+        bundle.as_ref(),
+    ]);
+    let version = env!("CARGO_PKG_VERSION");
+    let name = format!(
+        "inagg-{version}-py3-none-linux_{}.whl",
+        std::env::consts::ARCH
+    );
+    let built: Vec<_> = std::fs::read_dir(&wheels)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        built,
+        [name.as_str()],
+        "one wheel, tagged for any Python 3 on this platform"
+    );
+    pip(&[
+        "install".as_ref(),
+        "--no-deps".as_ref(),
+        "--no-index".as_ref(),
+        "--target".as_ref(),
+        site.as_os_str(),
+        wheels.join(&name).as_os_str(),
+    ]);
+
+    let out = installed_python(&site)
+        .args([
+            "-c",
+            "import inagg; print(inagg.library_path()); print(inagg.__version__)",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let bundled = site.join("inagg/libinagg_capi.so");
+    assert_eq!(lines, [bundled.to_str().unwrap(), version]);
+
+    let cluster = lossy(0.01, 41);
+    let calls = json!([
+        {"kind": "f32", "container": "numpy", "len": 20000},
+        {"kind": "i32", "container": "array", "len": 10001},
+    ]);
+    let mut p = PyWorkers::start_with(
+        installed_python(&site),
+        json!({
+            "ranks": [0, 1],
+            "options": {"switch": cluster.emu.data_addr().to_string(), "job": 6,
+                        "workers": 2, "pool_size": 32, "elements": 64, "timeout": 30},
+            "calls": calls, "seed": 6, "out": dir.to_str().unwrap(),
+        }),
+    );
+    install(&cluster, 6, p.locals.clone(), (0, 32), 64);
+    p.go();
+    p.finish();
+    check_calls(&dir, 2, &calls, 64);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// How `inagg controller` reaches the emulator (election id 1).

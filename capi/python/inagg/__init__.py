@@ -16,9 +16,10 @@ buffers and bfloat16 ones given as their 16-bit patterns
         grad /= w.workers                  # the mean, if that is wanted
 
 Every worker of a job makes the same calls with buffers of the same lengths.
-The library is found through $INAGG_LIBRARY, else in the repository's
-target/release/ (``cargo build --release -p inagg-capi``), else on the
-system's library path.
+The library is found through $INAGG_LIBRARY, else beside this file (where
+``pip install ./capi/python`` puts the one it builds), else in the
+repository's target/release/ (``cargo build --release -p inagg-capi``),
+else on the system's library path.
 """
 
 import ctypes
@@ -134,6 +135,9 @@ def library_path():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "libinagg_capi.so")
+    if os.path.exists(bundled):
+        return bundled
     repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
     for sub in ("release", "debug"):
         for where in ((sub,), (sub, "deps")):
@@ -144,8 +148,9 @@ def library_path():
     if found:
         return found
     raise ImportError(
-        "inagg: libinagg_capi.so not found; build it with "
-        "`cargo build --release -p inagg-capi` or set INAGG_LIBRARY to its path"
+        "inagg: libinagg_capi.so not found; install the package with "
+        "`pip install ./capi/python` (it builds the library), build it with "
+        "`cargo build --release -p inagg-capi`, or set INAGG_LIBRARY to its path"
     )
 
 
