@@ -337,6 +337,7 @@ fn pip(args: &[&std::ffi::OsStr]) {
         .args(["-m", "pip"])
         .args(args)
         .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .env("PIP_ROOT_USER_ACTION", "ignore")
         .output()
         .expect("python3 -m pip (scripts/deps checks for it)");
     assert!(

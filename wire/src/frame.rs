@@ -317,7 +317,9 @@ fn plain_udp(frame: &[u8]) -> Option<Frame<'_>> {
 }
 
 /// [`parse`] for every kind of frame, through smoltcp's header views.
-fn parse_general(frame: &[u8]) -> Frame<'_> {
+/// [`parse`] takes a fast path first; on every frame that path accepts the
+/// two agree (public so that the fuzz target `frame` can hold them to it).
+pub fn parse_general(frame: &[u8]) -> Frame<'_> {
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return Frame::Bad("shorter than an Ethernet header");
     };

@@ -1,11 +1,12 @@
-//! Hostile input: whatever a network delivers, the switch neither panics
-//! nor loses count. A seeded storm of packets (valid headers with random
+//! Hostile input at the switch: whatever a network delivers, it neither
+//! panics nor loses count. A seeded storm of packets (valid headers with random
 //! fields, flipped bytes, truncations, trailing bytes and pure noise) from
 //! every kind of sender a switch knows (members, a parent, a relay's
 //! previous hop, a detour's last hop) and from strangers hits a switch
-//! holding every kind of table entry: a flat job with its multicast group,
-//! a tree job with an auxiliary path, a job that takes detours, and a
-//! relay entry.
+//! holding every kind of table entry (`inagg_fuzz::sample::switch`: a
+//! flat job with its multicast group, a tree job with an auxiliary path, a
+//! job that takes detours, and a relay entry). The `switch` fuzz target
+//! holds the same switch to the same checks under libFuzzer.
 //!
 //! What must hold (docs/PROTOCOL.md, "Drops"):
 //! - every packet is counted in, and every drop under exactly one reason;
@@ -14,104 +15,13 @@
 //!   then sum exactly as if the storm had not happened.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
-use inagg_emu::api::Upstream;
-use inagg_emu::detour::{AuxPath, Detour, RelaySpec};
-use inagg_emu::switch::Action;
-use inagg_emu::{DropReason, JobSpec, Switch, SwitchConfig};
-use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
+use inagg_emu::switch::{Action, Switch};
+use inagg_emu::DropReason;
+use inagg_fuzz::sample::{addr, check_output, role, switch, K, KNOWN, STRANGERS};
+use inagg_wire::{payload, Kind, Packet, Repr};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-const K: u16 = 4;
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-fn job(id: u16, workers: &[u16], pool_base: u32) -> JobSpec {
-    JobSpec {
-        id,
-        workers: workers.iter().map(|&p| addr(p)).collect(),
-        pool_base,
-        pool_size: 8,
-        elements: K,
-        generation: 0,
-        queues: Vec::new(),
-        group: None,
-        upstream: None,
-        detours: Vec::new(),
-    }
-}
-
-/// Job 1: flat, three workers, multicast group 5. Job 2: a tree job whose
-/// partial sums go to job 7 at 9000, with an auxiliary path via 9100.
-/// Job 3: takes member 2's detours from 3100. A relay entry carries job 7's
-/// member 1 from 4000 on to 9000.
-fn switch() -> Switch {
-    let mut sw = Switch::new(SwitchConfig {
-        slots: 64,
-        max_elements: 64,
-        ..SwitchConfig::default()
-    });
-    sw.create_job(JobSpec {
-        group: Some(5),
-        ..job(1, &[1000, 1001, 1002], 0)
-    })
-    .unwrap();
-    sw.create_job(JobSpec {
-        upstream: Some(Upstream {
-            switch: addr(9000),
-            job: 7,
-            member: 0,
-            aux: Some(AuxPath {
-                via: addr(9100),
-                busy_bound: 2,
-                queue_length: 1,
-            }),
-        }),
-        ..job(2, &[2000, 2001], 8)
-    })
-    .unwrap();
-    sw.create_job(JobSpec {
-        detours: vec![Detour {
-            member: 2,
-            relay: addr(3100),
-        }],
-        ..job(3, &[3000, 3001, 3002], 16)
-    })
-    .unwrap();
-    sw.create_relay(RelaySpec {
-        job: 7,
-        from: addr(4000),
-        member: 1,
-        to: addr(9000),
-    })
-    .unwrap();
-    sw
-}
-
-/// Every endpoint the switch above knows, in some role.
-const KNOWN: [u16; 11] = [
-    1000, 1001, 1002, 2000, 2001, 3000, 3001, 3002, 3100, 4000, 9000,
-];
-/// Endpoints it does not know.
-const STRANGERS: [u16; 3] = [1003, 5555, 9100];
-
-/// The header a sender at `port` would send in its role here (job,
-/// worker or member id, kind), if it has one.
-fn role(port: u16) -> Option<(Kind, u16, u16)> {
-    Some(match port {
-        1000..=1002 => (Kind::Contribution, 1, port - 1000),
-        2000..=2001 => (Kind::Contribution, 2, port - 2000),
-        3000..=3002 => (Kind::Contribution, 3, port - 3000),
-        3100 => (Kind::Detour, 3, 2),
-        4000 => (Kind::Detour, 7, 1),
-        9000 => (Kind::Result, 2, 0),
-        _ => return None,
-    })
-}
 
 /// A well-formed header, most often the one `from`'s role calls for (so
 /// many packets get deep into the checks), with its other fields near what
@@ -192,22 +102,6 @@ fn hostile(rng: &mut ChaCha8Rng, from: u16) -> Vec<u8> {
     buf
 }
 
-/// What the switch sent must parse, with the job's K.
-fn check_output(action: Action, input: &[u8], out: &[u8]) {
-    match action {
-        Action::Drop(_) | Action::Absorbed => {}
-        Action::Forward { .. } | Action::Replicate { .. } => {
-            assert_eq!(out, input, "{action:?} must copy the datagram verbatim")
-        }
-        Action::Multicast { .. } | Action::Unicast { .. } | Action::Upstream { .. } => {
-            let p = Packet::new_checked(out).expect("the switch sent a short packet");
-            let repr = Repr::parse(&p).expect("the switch sent a malformed packet");
-            assert_eq!(repr.elements, K, "{action:?}: {repr:?}");
-            assert_eq!(out.len(), HEADER_LEN + usize::from(K) * 4);
-        }
-    }
-}
-
 /// A drop's reason, or the way the packet left.
 fn outcome(action: Action) -> &'static str {
     match action {
@@ -236,7 +130,7 @@ fn storm(
         let from = addr(port);
         out.clear();
         let action = sw.process(&data, from, &mut out);
-        check_output(action, &data, &out);
+        check_output(action, &data, &out, K);
         *seen.entry(outcome(action)).or_default() += 1;
     }
     seen

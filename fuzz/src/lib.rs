@@ -1,0 +1,46 @@
+//! Fuzz targets for every parser of untrusted input in inagg, with their
+//! seed corpora.
+//!
+//! | target | input | what must hold |
+//! |---|---|---|
+//! | [`header`] | an inagg datagram | no panic; a datagram that parses is canonical: its `Repr` emits its header bytes again |
+//! | [`frame`] | an Ethernet frame (the DPDK data paths) | no panic; the fast path and smoltcp's views agree wherever the fast path answers; a UDP payload lies inside the frame |
+//! | [`switch`] | datagrams from members, parents, relays and strangers, at a switch holding every kind of table entry | no panic; every datagram counted in and every drop under its one reason; whatever leaves is a well-formed packet of the job's K, or the datagram verbatim |
+//! | [`control`] | lines of the emulator's control protocol (JSON) | no panic; pools stay inside the switch and disjoint; each job still takes a contribution and answers well-formed |
+//! | [`config`] | a C API configuration string (`key=value ...`) | no panic; every refusal says why |
+//!
+//! Each target is a plain function, run two ways:
+//! - `tests/replay.rs` runs it on its seeds ([`seeds::of`]), on seeded
+//!   mutations of them ([`mutate`]) and on every input in
+//!   `fuzz/regressions/TARGET/` on each `cargo test`, on stable Rust;
+//! - `fuzz/run TARGET [SECONDS]` runs it under libFuzzer, built with
+//!   coverage instrumentation (cargo-fuzz's flags, on stable Rust, with
+//!   overflow checks on), starting from the same seeds. An input that
+//!   fails goes to `fuzz/artifacts/TARGET/`; once fixed it belongs in
+//!   `fuzz/regressions/TARGET/`.
+//!
+//! A failed check is a panic: that is how both drivers see it.
+
+pub mod mutate;
+pub mod sample;
+pub mod seeds;
+mod targets;
+
+pub use targets::{config, control, frame, header, switch};
+
+/// A target: any bytes in, a panic only when a check fails.
+pub type Target = fn(&[u8]);
+
+/// Every target, by the name its binary and directories have.
+pub const TARGETS: [(&str, Target); 5] = [
+    ("header", header),
+    ("frame", frame),
+    ("switch", switch),
+    ("control", control),
+    ("config", config),
+];
+
+/// The target named `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|&(_, f)| f)
+}

@@ -1,0 +1,218 @@
+//! Each target's seed corpus, built from the project's own fixtures (the
+//! conformance vectors, the sample switch, the C API's documented
+//! configuration strings) so that a fuzzer starts deep inside each parser
+//! instead of at its first length check.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use inagg_emu::api::{GroupSpec, Request};
+use inagg_emu::conformance;
+use inagg_emu::detour::RelaySpec;
+use inagg_wire::frame::{self as eth, Endpoint, UdpFlow, MIN_FRAME};
+use inagg_wire::{payload, Kind, Packet, Repr};
+
+use crate::sample::{self, addr, K};
+
+/// The seeds of the target `name` (none for an unknown name).
+pub fn of(name: &str) -> Vec<Vec<u8>> {
+    match name {
+        "header" => datagrams(),
+        "frame" => frames(),
+        "switch" => rounds(),
+        "control" => control_lines(),
+        "config" => configs(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every packet of the conformance vectors, in and out.
+fn vector_packets() -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
+    let mut packets = Vec::new();
+    for path in conformance::files(&dir).expect("tests/conformance") {
+        let case = conformance::load(&path).expect("a conformance vector");
+        for step in &case.packets {
+            packets.push(step.input.packet.bytes().expect("a vector's packet"));
+            for sent in conformance::expected(step).expect("a vector's output") {
+                packets.push(sent.bytes);
+            }
+        }
+    }
+    packets
+}
+
+/// A datagram of `repr` with values 1, -2, 3, ...
+fn datagram(repr: Repr) -> Vec<u8> {
+    let mut buf = vec![0; repr.buffer_len()];
+    let mut p = Packet::new_unchecked(&mut buf[..]);
+    repr.emit(&mut p);
+    let values: Vec<i32> = (1..=i32::from(repr.elements))
+        .map(|i| if i % 2 == 0 { -i } else { i })
+        .collect();
+    payload::write_i32s(p.payload_mut(), &values);
+    buf
+}
+
+fn datagrams() -> Vec<Vec<u8>> {
+    let mut seeds = vector_packets();
+    for kind in [
+        Kind::Contribution,
+        Kind::Result,
+        Kind::Multicast,
+        Kind::Detour,
+    ] {
+        seeds.push(datagram(Repr {
+            kind,
+            priority: 3,
+            generation: 2,
+            exponent: 7,
+            count: 2,
+            ..Repr::contribution(9, 5, 1, 1, 16, 77)
+        }));
+    }
+    seeds
+}
+
+fn frames() -> Vec<Vec<u8>> {
+    let flow = UdpFlow {
+        src: Endpoint {
+            mac: [2, 0, 0, 0, 0, 1],
+            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000),
+        },
+        dst: Endpoint {
+            mac: [2, 0, 0, 0, 0, 100],
+            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 100), 47000),
+        },
+    };
+    let mut seeds: Vec<Vec<u8>> = datagrams()
+        .into_iter()
+        .take(8)
+        .chain([Vec::new(), vec![0xab; 3]])
+        .map(|d| {
+            let mut frame = vec![0; UdpFlow::frame_len(d.len())];
+            flow.emit(&mut frame, d.len());
+            eth::datagram_mut(&mut frame, d.len()).copy_from_slice(&d);
+            eth::seal(&mut frame);
+            frame
+        })
+        .collect();
+    let us = (*flow.src.addr.ip(), flow.src.mac);
+    let them = (*flow.dst.addr.ip(), flow.dst.mac);
+    let mut arp = vec![0; MIN_FRAME];
+    eth::arp_request(us, *flow.dst.addr.ip(), &mut arp);
+    seeds.push(arp.clone());
+    eth::arp_reply(them, us, &mut arp);
+    seeds.push(arp);
+    seeds
+}
+
+/// A record of the `switch` target's input: `[sender][length][datagram]`.
+fn record(input: &mut Vec<u8>, port: u16, datagram: &[u8]) {
+    let senders = sample::KNOWN.iter().chain(&sample::STRANGERS);
+    let sender = senders
+        .clone()
+        .position(|&p| p == port)
+        .expect("a sample endpoint");
+    input.push(sender as u8);
+    input.extend_from_slice(&(datagram.len() as u16).to_be_bytes());
+    input.extend_from_slice(datagram);
+}
+
+/// Whole rounds at each job of the sample switch, each a seed: every
+/// member's contribution (job 3's member 2 by its detour), the parent's
+/// result for job 2, a relayed detour, a stranger.
+fn rounds() -> Vec<Vec<u8>> {
+    let contribution = |job, slot, worker| datagram(Repr::contribution(job, slot, 0, worker, K, 1));
+    let mut seeds = Vec::new();
+    for slot in [0u16, 3] {
+        let mut input = Vec::new();
+        for w in 0..3 {
+            record(&mut input, 1000 + w, &contribution(1, slot, w));
+        }
+        seeds.push(input);
+
+        let mut input = Vec::new();
+        for w in 0..2 {
+            record(&mut input, 2000 + w, &contribution(2, slot, w));
+        }
+        let down = Repr {
+            kind: Kind::Result,
+            count: 4,
+            ..Repr::contribution(7, slot, 0, 0, K, 1)
+        };
+        record(&mut input, 9000, &datagram(down));
+        seeds.push(input);
+
+        let mut input = Vec::new();
+        for w in 0..2 {
+            record(&mut input, 3000 + w, &contribution(3, slot, w));
+        }
+        let detour = |job, worker| Repr {
+            kind: Kind::Detour,
+            ..Repr::contribution(job, slot, 0, worker, K, 1)
+        };
+        record(&mut input, 3100, &datagram(detour(3, 2)));
+        record(&mut input, 4000, &datagram(detour(7, 1)));
+        record(&mut input, 5555, &contribution(1, slot, 0));
+        seeds.push(input);
+    }
+    seeds
+}
+
+fn control_lines() -> Vec<Vec<u8>> {
+    let line = |r: &Request| serde_json::to_string(r).expect("a request serialises");
+    let jobs: Vec<String> = sample::switch()
+        .jobs()
+        .into_iter()
+        .map(|j| line(&Request::CreateJob { spec: j.spec }))
+        .collect();
+    let others = [
+        Request::Info,
+        Request::ListJobs,
+        Request::Pools,
+        Request::GetJob { id: 1 },
+        Request::DeleteJob { id: 2 },
+        Request::CreateGroup {
+            group: GroupSpec {
+                id: 5,
+                members: vec![addr(1000), addr(1001)],
+            },
+        },
+        Request::CreateRelay {
+            relay: RelaySpec {
+                job: 7,
+                from: addr(4000),
+                member: 1,
+                to: addr(9000),
+            },
+        },
+        Request::SetPriorityQueue { class: 3, queue: 1 },
+        Request::Arbitrate { election_id: 2 },
+        Request::Counters,
+    ]
+    .iter()
+    .map(line)
+    .collect::<Vec<_>>();
+    vec![
+        jobs.join("\n").into_bytes(),
+        [jobs.join("\n"), others.join("\n")].join("\n").into_bytes(),
+        others.join("\n").into_bytes(),
+    ]
+}
+
+/// The configuration strings capi/README.md and the tests use.
+fn configs() -> Vec<Vec<u8>> {
+    [
+        "switch=10.0.0.1:47000 bind=10.0.0.2:5000 job=1 worker=0 workers=4 pool_size=128 elements=256",
+        "controller=10.0.0.1:47100 job=resnet rank=3 bind=10.0.0.2:5000 token=\"s3cret\"",
+        "job=1 worker=1 workers=2 pool_size=16 timeout=0.5 priority=3 tree_rank=1 generation=2",
+        "backend=dpdk eal=\"--no-huge -m 512 --no-pci --vdev net_af_packet0,iface=eth1\" \
+         switch_mac=02:00:00:00:00:64 queues=2 dpdk_port=net_af_packet0 job=1 worker=0 \
+         workers=2 pool_size=8 bind=10.0.0.2:5000 switch=10.0.0.1:47000",
+        "token=\"a \\\"quoted\\\" \\\\ value\" job=1",
+    ]
+    .into_iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
