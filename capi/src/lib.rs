@@ -286,12 +286,6 @@ fn open_dpdk(
             ),
         ));
     };
-    if local.ip().is_unspecified() || local.port() == 0 {
-        return Err(Failure::new(
-            INAGG_E_CONFIG,
-            format!("config: bind={local}: backend=dpdk needs this worker's own address and port"),
-        ));
-    }
     let mut options = DpdkOptions::new(d.eal, local);
     options.port = d.port;
     options.switch_mac = d.switch_mac;

@@ -236,6 +236,7 @@ impl DpdkPort {
                 config.switch
             )));
         };
+        check_local(options.local)?;
         let eal = Eal::init_str(&options.eal).map_err(dpdk_err)?;
         let frame_len = UdpFlow::frame_len(config.datagram_len());
         let data_room = (frame_len + usize::from(HEADROOM)).max(2048 + usize::from(HEADROOM));
@@ -542,6 +543,20 @@ fn as_result(datagram: &mut [u8]) {
     }
 }
 
+/// The worker's own address and port, which its frames carry and the
+/// switch knows it by: on a DPDK port no kernel picks them, so an
+/// unspecified one would send every packet from 0.0.0.0 or port 0, which
+/// the switch drops as an unknown worker until the all-reduce times out.
+fn check_local(local: SocketAddrV4) -> Result<()> {
+    if local.ip().is_unspecified() || local.port() == 0 {
+        return Err(Error::Config(format!(
+            "local address {local}: the DPDK data path needs this worker's own IPv4 address \
+             and UDP port (its frames carry them; no kernel picks them)"
+        )));
+    }
+    Ok(())
+}
+
 fn check_mtu(port: &Port, frame_len: usize, elements: u16) -> Result<()> {
     let mtu = usize::from(port.mtu().map_err(dpdk_err)?);
     let max = mtu + frame::ETHERNET_LEN;
@@ -636,5 +651,27 @@ impl Link for DpdkLink {
         let n = self.poll();
         self.flush_out();
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refused before the EAL starts (its arguments here are not even
+    /// valid), with the address in the message, from every entry point:
+    /// the library, `inagg agent --backend dpdk` and the C API.
+    #[test]
+    fn an_unspecified_local_address_is_refused_before_the_eal_starts() {
+        let config = AgentConfig::new("10.0.0.100:47000".parse().unwrap(), 1, 0, 2, 8, 64);
+        for local in ["0.0.0.0:5000", "10.0.0.2:0"] {
+            let options = DpdkOptions::new("--not-an-eal-flag", local.parse().unwrap());
+            let err = DpdkPort::open(&config, &options).unwrap_err();
+            let Error::Config(message) = &err else {
+                panic!("{local}: {err}");
+            };
+            assert!(message.contains(local), "{message}");
+            assert!(message.contains("own IPv4 address"), "{message}");
+        }
     }
 }
