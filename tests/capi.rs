@@ -331,19 +331,26 @@ fn python_schedules_agree_on_an_order_and_p3_serves_the_first_layer_first() {
     }
 }
 
-/// `python3 -m pip ARGS`, which must succeed.
-fn pip(args: &[&std::ffi::OsStr]) {
-    let out = Command::new("python3")
-        .args(["-m", "pip"])
-        .args(args)
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .env("PIP_ROOT_USER_ACTION", "ignore")
-        .output()
-        .expect("python3 -m pip (scripts/deps checks for it)");
+/// Runs `cmd`, which must succeed; its standard output.
+fn succeeds(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "pip {args:?}: {}",
+        "{cmd:?}: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `python3 -m pip ARGS`, which must succeed (scripts/deps checks that
+/// python3 has pip).
+fn pip(args: &[&std::ffi::OsStr]) {
+    succeeds(
+        Command::new("python3")
+            .args(["-m", "pip"])
+            .args(args)
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
     );
 }
 
@@ -402,19 +409,10 @@ fn the_wheel_installs_with_its_library_and_all_reduces() {
         wheels.join(&name).as_os_str(),
     ]);
 
-    let out = installed_python(&site)
-        .args([
-            "-c",
-            "import inagg; print(inagg.library_path()); print(inagg.__version__)",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeds(installed_python(&site).args([
+        "-c",
+        "import inagg; print(inagg.library_path()); print(inagg.__version__)",
+    ]));
     let lines: Vec<&str> = stdout.lines().collect();
     let bundled = site.join("inagg/libinagg_capi.so");
     assert_eq!(lines, [bundled.to_str().unwrap(), version]);
@@ -543,38 +541,28 @@ fn a_c_program_all_reduces_through_the_header() {
     let lib = library();
     let libdir = lib.parent().unwrap();
     let include = repo().join("capi/include");
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(repo().join("capi/examples/allreduce.c"))
-        .arg(format!("-I{}", include.display()))
-        .arg(format!("-L{}", libdir.display()))
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .arg("-linagg_capi")
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
+    succeeds(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(repo().join("capi/examples/allreduce.c"))
+            .arg(format!("-I{}", include.display()))
+            .arg(format!("-L{}", libdir.display()))
+            .arg(format!("-Wl,-rpath,{}", libdir.display()))
+            .arg("-linagg_capi"),
     );
-    let cxx = Command::new("c++")
-        .args([
-            "-std=c++17",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-fsyntax-only",
-            "-x",
-            "c++",
-        ])
-        .arg(include.join("inagg.h"))
-        .output()
-        .expect("c++");
-    assert!(
-        cxx.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cxx.stderr)
+    succeeds(
+        Command::new("c++")
+            .args([
+                "-std=c++17",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-fsyntax-only",
+                "-x",
+                "c++",
+            ])
+            .arg(include.join("inagg.h")),
     );
 
     let cluster = lossy(0.02, 8);
