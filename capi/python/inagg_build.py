@@ -5,8 +5,8 @@ library plus ``inagg/__init__.py``: this backend runs ``cargo build
 --release -p inagg-capi`` in the checkout the package sits in and writes a
 ``py3-none-linux_<arch>`` wheel (any Python 3, this platform) with the
 library beside the package, where ``inagg.library_path()`` looks first.
-It needs nothing from PyPI (setuptools-rust would, and would tag the
-wheel for one Python version although the library does not depend on it).
+It needs nothing from PyPI (setuptools-rust would need itself and
+setuptools from there).
 
 Config settings (``pip install -C key=value``):
   features: cargo features of inagg-capi, e.g. ``dpdk`` (backend=dpdk)

@@ -88,6 +88,12 @@ pub const KNOWN: [u16; 11] = [
 /// Endpoints it does not know.
 pub const STRANGERS: [u16; 3] = [1003, 5555, 9100];
 
+/// Every sender: the known endpoints, then the strangers. The `switch`
+/// target's inputs name a sender by its index here.
+pub fn senders() -> Vec<u16> {
+    KNOWN.iter().chain(&STRANGERS).copied().collect()
+}
+
 /// The header a sender at `port` would send in its role here (kind, job,
 /// worker or member id), if it has one.
 pub fn role(port: u16) -> Option<(Kind, u16, u16)> {

@@ -109,9 +109,8 @@ fn frames() -> Vec<Vec<u8>> {
 
 /// A record of the `switch` target's input: `[sender][length][datagram]`.
 fn record(input: &mut Vec<u8>, port: u16, datagram: &[u8]) {
-    let senders = sample::KNOWN.iter().chain(&sample::STRANGERS);
-    let sender = senders
-        .clone()
+    let sender = sample::senders()
+        .iter()
         .position(|&p| p == port)
         .expect("a sample endpoint");
     input.push(sender as u8);

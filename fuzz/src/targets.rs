@@ -73,11 +73,7 @@ fn records(mut data: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
 /// each drop under its reason, and what leaves is well-formed.
 pub fn switch(data: &[u8]) {
     let mut sw = sample::switch();
-    let senders: Vec<u16> = sample::KNOWN
-        .iter()
-        .chain(&sample::STRANGERS)
-        .copied()
-        .collect();
+    let senders = sample::senders();
     let (mut received, mut drops) = (0u64, [0u64; 16]);
     let mut out = Vec::new();
     for (sender, datagram) in records(data) {

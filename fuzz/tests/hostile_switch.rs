@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use inagg_emu::switch::{Action, Switch};
 use inagg_emu::DropReason;
-use inagg_fuzz::sample::{addr, check_output, role, switch, K, KNOWN, STRANGERS};
+use inagg_fuzz::sample::{addr, check_output, role, senders, switch, K, STRANGERS};
 use inagg_wire::{payload, Kind, Packet, Repr};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -139,7 +139,7 @@ fn storm(
 #[test]
 fn a_storm_from_every_sender_is_counted_and_never_panics() {
     let mut sw = switch();
-    let senders: Vec<u16> = KNOWN.iter().chain(&STRANGERS).copied().collect();
+    let senders = senders();
     let packets = 200_000;
     let seen = storm(&mut sw, &senders, packets, 7);
     eprintln!("{seen:?}");
