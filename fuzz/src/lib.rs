@@ -8,6 +8,7 @@
 //! | [`switch`] | datagrams from members, parents, relays and strangers, at a switch holding every kind of table entry | no panic; every datagram counted in and every drop under its one reason; whatever leaves is a well-formed packet of the job's K, or the datagram verbatim |
 //! | [`control`] | lines of the emulator's control protocol (JSON) | no panic; pools stay inside the switch and disjoint; each job still takes a contribution and answers well-formed |
 //! | [`config`] | a C API configuration string (`key=value ...`) | no panic; every refusal says why |
+//! | [`cluster`] | a cluster file (TOML), applied to a real emulator holding a job | no panic; a refusal names the file and leaves the switch as it was; an accepted file reads back the same once written, its plan executes without error, the switch then holds exactly the file's jobs, and a second application changes nothing |
 //!
 //! Each target is a plain function, run two ways:
 //! - `tests/replay.rs` runs it on its seeds ([`seeds::of`]), on seeded
@@ -21,23 +22,26 @@
 //!
 //! A failed check is a panic: that is how both drivers see it.
 
+mod cluster;
 pub mod mutate;
 pub mod sample;
 pub mod seeds;
 mod targets;
 
+pub use cluster::cluster;
 pub use targets::{config, control, frame, header, switch};
 
 /// A target: any bytes in, a panic only when a check fails.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its binary and directories have.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("header", header),
     ("frame", frame),
     ("switch", switch),
     ("control", control),
     ("config", config),
+    ("cluster", cluster),
 ];
 
 /// The target named `name`.

@@ -22,6 +22,7 @@ pub fn of(name: &str) -> Vec<Vec<u8>> {
         "switch" => rounds(),
         "control" => control_lines(),
         "config" => configs(),
+        "cluster" => cluster_files(),
         _ => Vec::new(),
     }
 }
@@ -210,6 +211,68 @@ fn configs() -> Vec<Vec<u8>> {
          switch_mac=02:00:00:00:00:64 queues=2 dpdk_port=net_af_packet0 job=1 worker=0 \
          workers=2 pool_size=8 bind=10.0.0.2:5000 switch=10.0.0.1:47000",
         "token=\"a \\\"quoted\\\" \\\\ value\" job=1",
+    ]
+    .into_iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+/// Cluster files: README's and the module's examples, and files that keep,
+/// replace or collide with the job the `cluster` target's switch holds.
+fn cluster_files() -> Vec<Vec<u8>> {
+    [
+        r#"[switch]
+target = "emu"
+control = "127.0.0.1:47001"
+
+[[job]]
+id = 1
+workers = ["127.0.0.1:5000", "127.0.0.1:5001"]
+pool_base = 0
+pool_size = 256
+elements = 64
+generation = 0
+"#,
+        r#"[[job]]
+id = 7
+workers = ["10.0.0.1:5000", "10.0.0.2:5000"]
+pool_base = 0
+pool_size = 64
+"#,
+        r#"[[job]]
+id = 7
+workers = ["10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.3:5000"]
+pool_base = 64
+pool_size = 128
+elements = 256
+generation = 1
+
+[[job]]
+id = 2
+workers = ["10.0.1.1:6000"]
+pool_base = 512
+pool_size = 32
+queues = [{ class = 5, queue = 7 }, { class = 1, queue = 0 }]
+group = 9
+"#,
+        r#"[switch]
+target = "bmv2"
+
+[[job]]
+id = 3
+workers = ["192.168.0.1:5000", "192.168.0.2:5000"]
+pool_base = 32
+pool_size = 64
+"#,
+        r#"[[job]]
+id = 4
+workers = ["10.0.0.1:5000"]
+pool_base = 8000
+pool_size = 192
+elements = 1024
+"#,
+        "[switch]\ntarget = \"tofino\"\n",
+        "",
     ]
     .into_iter()
     .map(|s| s.as_bytes().to_vec())

@@ -82,8 +82,14 @@ fn config() {
     replay("config");
 }
 
+#[test]
+fn cluster() {
+    replay("cluster");
+}
+
 /// The seeds start past the first checks: most datagrams parse, the
-/// frames include UDP ones, and every configuration string is accepted.
+/// frames include UDP ones, every configuration string is accepted, and
+/// most cluster files parse.
 #[test]
 fn the_seeds_reach_past_the_first_checks() {
     use inagg_wire::{frame, Packet, Repr};
@@ -108,4 +114,17 @@ fn the_seeds_reach_past_the_first_checks() {
         .filter(|c| inagg_capi::config::parse(std::str::from_utf8(c).unwrap()).is_ok())
         .count();
     assert_eq!(settings, configs.len());
+    let files = seeds::of("cluster");
+    let parsed = files
+        .iter()
+        .filter(|f| {
+            let text = std::str::from_utf8(f).unwrap();
+            inagg_switch_control::cluster::ClusterFile::parse("seed", text).is_ok()
+        })
+        .count();
+    assert_eq!(
+        parsed,
+        files.len() - 1,
+        "only the unknown target is refused"
+    );
 }
