@@ -8,6 +8,7 @@
 //! | [`switch`] | datagrams from members, parents, relays and strangers, at a switch holding every kind of table entry | no panic; every datagram counted in and every drop under its one reason; whatever leaves is a well-formed packet of the job's K, or the datagram verbatim |
 //! | [`control`] | lines of the emulator's control protocol (JSON) | no panic; pools stay inside the switch and disjoint; each job still takes a contribution and answers well-formed |
 //! | [`config`] | a C API configuration string (`key=value ...`) | no panic; every refusal says why |
+//! | [`controller`] | lines of `inagg controller`'s API, to a real controller that owns two emulators (a switch and a fallback) | no panic; every line answered, a refusal with its reason; each job the controller reports installed is on its aggregator as granted, the aggregators hold nothing else, and grants lie inside each aggregator, disjoint, with the free slots it reports the rest |
 //! | [`cluster`] | a cluster file (TOML), applied to a real emulator holding a job | no panic; a refusal names the file and leaves the switch as it was; an accepted file reads back the same once written, its plan executes without error, the switch then holds exactly the file's jobs, and a second application changes nothing |
 //!
 //! Each target is a plain function, run two ways:
@@ -23,25 +24,28 @@
 //! A failed check is a panic: that is how both drivers see it.
 
 mod cluster;
+mod controller;
 pub mod mutate;
 pub mod sample;
 pub mod seeds;
 mod targets;
 
 pub use cluster::cluster;
+pub use controller::controller;
 pub use targets::{config, control, frame, header, switch};
 
 /// A target: any bytes in, a panic only when a check fails.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its binary and directories have.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("header", header),
     ("frame", frame),
     ("switch", switch),
     ("control", control),
     ("config", config),
     ("cluster", cluster),
+    ("controller", controller),
 ];
 
 /// The target named `name`.

@@ -9,6 +9,7 @@ use std::path::Path;
 use inagg_emu::api::{GroupSpec, Request};
 use inagg_emu::conformance;
 use inagg_emu::detour::RelaySpec;
+use inagg_switch_control::controller::api::{Envelope, GroupDecl, JobDecl, Request as CtlRequest};
 use inagg_wire::frame::{self as eth, Endpoint, UdpFlow, MIN_FRAME};
 use inagg_wire::{payload, Kind, Packet, Repr};
 
@@ -23,6 +24,7 @@ pub fn of(name: &str) -> Vec<Vec<u8>> {
         "control" => control_lines(),
         "config" => configs(),
         "cluster" => cluster_files(),
+        "controller" => controller_sessions(),
         _ => Vec::new(),
     }
 }
@@ -277,4 +279,87 @@ elements = 1024
     .into_iter()
     .map(|s| s.as_bytes().to_vec())
     .collect()
+}
+
+/// Sessions with `inagg controller`: jobs with and without endpoints,
+/// registrations, jobs that spill to the fallback or wait, groups, the
+/// priority map, and lines it must refuse.
+fn controller_sessions() -> Vec<Vec<u8>> {
+    let at = |host: u8, port: u16| std::net::SocketAddr::from(([10, 0, 0, host], port));
+    let job =
+        |name: &str, workers: u16, slots: u32, endpoints: Option<Vec<_>>| CtlRequest::CreateJob {
+            decl: JobDecl {
+                name: name.into(),
+                workers,
+                slots,
+                elements: 64,
+                fallback: true,
+                endpoints,
+                queues: Vec::new(),
+            },
+        };
+    let register = |job: &str, rank: u16, endpoint| CtlRequest::Register {
+        job: job.into(),
+        rank,
+        endpoint,
+        port: Some(5000 + rank),
+        wait_ms: 100,
+    };
+    let sessions: Vec<Vec<CtlRequest>> = vec![
+        vec![
+            job("a", 2, 64, Some(vec![at(1, 5000), at(2, 5000)])),
+            CtlRequest::Jobs,
+            CtlRequest::Sites,
+            CtlRequest::DeleteJob { name: "a".into() },
+        ],
+        vec![
+            job("b", 2, 32, None),
+            register("b", 0, None),
+            register("b", 1, Some(at(3, 6000))),
+            CtlRequest::Stats,
+            CtlRequest::DeleteJob { name: "b".into() },
+        ],
+        vec![
+            job("c", 1, 200, Some(vec![at(1, 5000)])),
+            job("d", 1, 200, Some(vec![at(2, 5000)])),
+            job("e", 1, 200, Some(vec![at(3, 5000)])),
+            CtlRequest::DeleteJob { name: "c".into() },
+            CtlRequest::Jobs,
+        ],
+        vec![
+            CtlRequest::CreateGroup {
+                decl: GroupDecl {
+                    name: "g".into(),
+                    id: Some(9),
+                    members: vec![at(1, 5000), at(2, 5000)],
+                },
+            },
+            CtlRequest::Groups,
+            CtlRequest::SetPriority { class: 5, queue: 7 },
+            CtlRequest::Priority,
+            CtlRequest::DeleteGroup { name: "g".into() },
+        ],
+    ];
+    let mut out: Vec<Vec<u8>> = sessions
+        .into_iter()
+        .map(|requests| {
+            let mut text = String::new();
+            for request in requests {
+                let envelope = Envelope {
+                    token: None,
+                    request,
+                };
+                text += &serde_json::to_string(&envelope).expect("encode a request");
+                text.push('\n');
+            }
+            text.into_bytes()
+        })
+        .collect();
+    out.push(
+        b"not json\n{\"request\":{\"op\":\"reboot\"}}\n\
+          {\"token\":\"x\",\"request\":{\"op\":\"jobs\"}}\n\
+          {\"request\":{\"op\":\"register\",\"job\":\"none\",\"rank\":0,\"wait_ms\":0}}\n"
+            .to_vec(),
+    );
+    out
 }

@@ -167,9 +167,6 @@ impl Controller {
             addr: config.listen,
             source,
         })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| StartError::Listen { addr, source })?;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changed: Condvar::new(),
@@ -214,6 +211,7 @@ impl Drop for Controller {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.changed.notify_all();
         self.shared.tick.notify_all();
+        wake_accept(self.addr);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -232,10 +230,18 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
         .expect("spawn a controller thread")
 }
 
+/// Accepts clients until the controller stops. The accept blocks (a
+/// client is served the moment it connects, where polling a non-blocking
+/// listener made each wait up to a poll interval); stopping wakes it
+/// with a connection of its own ([`wake_accept`]).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     let mut next = 0u64;
-    while !shared.stop.load(Ordering::Acquire) {
-        match listener.accept() {
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
                 let id = next;
@@ -251,15 +257,25 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                     shared.conns().remove(&id);
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
             Err(e) => {
+                // Out of file descriptors, say: wait for some to close.
                 tracing::warn!("accept: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
     }
+}
+
+/// Wakes the accept loop of a stopping controller listening on `addr`.
+fn wake_accept(addr: SocketAddr) {
+    let mut to = addr;
+    if to.ip().is_unspecified() {
+        to.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let _ = TcpStream::connect_timeout(&to, Duration::from_secs(1));
 }
 
 fn reconcile_loop(shared: &Shared, every: Duration) {
@@ -284,10 +300,10 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
     }
 }
 
-/// One client connection: requests until it closes.
 /// Longest request line the API reads (a job with 64 endpoints is ~3 KiB).
 const MAX_LINE: u64 = 1 << 20;
 
+/// One client connection: requests until it closes.
 fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
