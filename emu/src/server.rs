@@ -7,7 +7,6 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -343,7 +342,7 @@ fn serve_control(
 ) {
     let mut conns = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        if !wait_readable(&listener, IDLE_POLL) {
+        if !inagg_wire::udp::wait(&listener, IDLE_POLL, false).unwrap_or(false) {
             continue;
         }
         match listener.accept() {
@@ -361,16 +360,6 @@ fn serve_control(
     for c in conns {
         let _ = c.join();
     }
-}
-
-fn wait_readable(listener: &TcpListener, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) > 0 }
 }
 
 /// Serves JSON-lines requests on one connection until EOF or stop, then

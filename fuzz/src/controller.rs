@@ -126,28 +126,14 @@ pub fn controller(data: &[u8]) {
 /// A registration's wait cut to nothing (a fuzzer cannot wait minutes
 /// for ranks that never come); any other line as it is.
 fn without_waits(line: &str) -> String {
-    match serde_json::from_str::<Envelope>(line) {
-        Ok(Envelope {
-            token,
-            request:
-                Request::Register {
-                    job,
-                    rank,
-                    endpoint,
-                    port,
-                    wait_ms,
-                },
-        }) if wait_ms > 0 => serde_json::to_string(&Envelope {
-            token,
-            request: Request::Register {
-                job,
-                rank,
-                endpoint,
-                port,
-                wait_ms: 0,
-            },
-        })
-        .expect("encode a request"),
+    let Ok(mut envelope) = serde_json::from_str::<Envelope>(line) else {
+        return line.to_string();
+    };
+    match &mut envelope.request {
+        Request::Register { wait_ms, .. } if *wait_ms > 0 => {
+            *wait_ms = 0;
+            serde_json::to_string(&envelope).expect("encode a request")
+        }
         _ => line.to_string(),
     }
 }

@@ -499,8 +499,9 @@ fn from_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 /// `write`); returns whether it did. To the nanosecond, where a socket's
 /// own receive timeout (SO_RCVTIMEO) is rounded up to the kernel's tick
 /// (4 ms at 250 Hz): the emulator's paced ports and the paced SELMCAST
-/// senders wait for instants microseconds apart.
-pub fn wait(socket: &UdpSocket, timeout: Duration, write: bool) -> io::Result<bool> {
+/// senders wait for instants microseconds apart. Any socket will do: a
+/// listening TCP socket is readable when a client waits to be accepted.
+pub fn wait(socket: &impl AsRawFd, timeout: Duration, write: bool) -> io::Result<bool> {
     let mut pfd = libc::pollfd {
         fd: socket.as_raw_fd(),
         events: if write { libc::POLLOUT } else { libc::POLLIN },

@@ -167,6 +167,9 @@ impl Controller {
             addr: config.listen,
             source,
         })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Listen { addr, source })?;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             changed: Condvar::new(),
@@ -211,7 +214,6 @@ impl Drop for Controller {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.changed.notify_all();
         self.shared.tick.notify_all();
-        wake_accept(self.addr);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -230,18 +232,19 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
         .expect("spawn a controller thread")
 }
 
-/// Accepts clients until the controller stops. The accept blocks (a
-/// client is served the moment it connects, where polling a non-blocking
-/// listener made each wait up to a poll interval); stopping wakes it
-/// with a connection of its own ([`wake_accept`]).
+/// How often the accept loop looks at the stop flag while no client comes.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// Accepts clients until the controller stops. It waits in `poll` for the
+/// next client, so one is served the moment it connects (sleeping between
+/// non-blocking accepts made each wait up to the sleep).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     let mut next = 0u64;
-    loop {
-        let accepted = listener.accept();
-        if shared.stop.load(Ordering::Acquire) {
-            return;
+    while !shared.stop.load(Ordering::Acquire) {
+        if !inagg_wire::udp::wait(listener, ACCEPT_POLL, false).unwrap_or(false) {
+            continue;
         }
-        match accepted {
+        match listener.accept() {
             Ok((stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
                 let id = next;
@@ -257,6 +260,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                     shared.conns().remove(&id);
                 });
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => {
                 // Out of file descriptors, say: wait for some to close.
                 tracing::warn!("accept: {e}");
@@ -264,18 +268,6 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             }
         }
     }
-}
-
-/// Wakes the accept loop of a stopping controller listening on `addr`.
-fn wake_accept(addr: SocketAddr) {
-    let mut to = addr;
-    if to.ip().is_unspecified() {
-        to.set_ip(match addr {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    let _ = TcpStream::connect_timeout(&to, Duration::from_secs(1));
 }
 
 fn reconcile_loop(shared: &Shared, every: Duration) {
