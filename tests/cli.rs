@@ -1121,15 +1121,18 @@ fn sim_reproduce_across_seeds_and_into_a_closed_pipe() {
 }
 
 /// Runs `cmd` with its reader gone before anything is printed: it must
-/// end with exit 1 and "Broken pipe", not a panic.
+/// end with exit 1 and "Broken pipe", not a panic. The pipe's read end is
+/// closed before the command starts (closing it after the spawn raced
+/// with a fast command, which could print everything into the pipe's
+/// buffer first and exit 0).
 fn assert_fails_into_a_closed_pipe(cmd: &mut Command) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let closed = cmd
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .expect("run inagg");
-    drop(child.stdout.take());
-    let closed = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&closed.stderr);
     assert_eq!(closed.status.code(), Some(1), "{cmd:?}: {err}");
     assert!(
