@@ -89,10 +89,10 @@ fn start(switch: SocketAddr, fallback: SocketAddr) -> Controller {
     let connector = |addr: SocketAddr| -> Connector {
         Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
     };
-    Controller::start(ControllerConfig {
+    let controller = Controller::start(ControllerConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         token: None,
-        state,
+        state: state.clone(),
         switch: (switch, connector(switch)),
         switch_data: None,
         fallbacks: vec![(fallback, connector(fallback))],
@@ -100,7 +100,11 @@ fn start(switch: SocketAddr, fallback: SocketAddr) -> Controller {
         // that request did.
         reconcile_every: Duration::from_secs(3600),
     })
-    .expect("start a controller")
+    .expect("start a controller");
+    // The store keeps the file open; unlinked now, it goes when the
+    // process does (the controller lives as long as the process).
+    let _ = std::fs::remove_file(&state);
+    controller
 }
 
 /// The target.
