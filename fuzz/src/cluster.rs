@@ -15,16 +15,19 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 
 use inagg_emu::api::JobSpec;
-use inagg_emu::server::{Emulator, EmulatorConfig};
+use inagg_emu::server::Emulator;
+use inagg_emu::SwitchConfig;
 use inagg_switch_control::cluster::{self, ClusterFile, Step};
 use inagg_switch_control::{ControlError, EmuTarget, Target};
+
+use crate::live::{self, jobs};
 
 /// The name errors must carry.
 const PATH: &str = "fuzz.toml";
 
 /// The job the switch holds before each file is applied: a file may keep,
 /// replace, prune or collide with it.
-pub fn present() -> JobSpec {
+fn present() -> JobSpec {
     let at = |host: u8| SocketAddr::from(([10, 0, 0, host], 5000));
     JobSpec {
         id: 7,
@@ -44,11 +47,7 @@ pub fn present() -> JobSpec {
 /// fuzzer measure thread start-up), reset before each.
 fn emulator() -> &'static Mutex<(Emulator, EmuTarget)> {
     static EMU: OnceLock<Mutex<(Emulator, EmuTarget)>> = OnceLock::new();
-    EMU.get_or_init(|| {
-        let emu = Emulator::start(EmulatorConfig::ephemeral()).expect("start an emulator");
-        let target = EmuTarget::connect(emu.control_addr()).expect("reach its control port");
-        Mutex::new((emu, target))
-    })
+    EMU.get_or_init(|| Mutex::new(live::emulator(SwitchConfig::default())))
 }
 
 /// The target.
@@ -113,18 +112,6 @@ fn apply(file: &ClusterFile, target: &mut EmuTarget, prune: bool) {
         again.iter().all(|s| matches!(s, Step::Keep { .. })),
         "applying the file again would change {again:?}"
     );
-}
-
-/// The switch's jobs, by id.
-fn jobs(target: &mut EmuTarget) -> Vec<JobSpec> {
-    let mut jobs: Vec<JobSpec> = target
-        .jobs()
-        .expect("list the jobs")
-        .into_iter()
-        .map(|j| j.spec)
-        .collect();
-    jobs.sort_by_key(|j| j.id);
-    jobs
 }
 
 /// Back to the switch holding [`present`] alone.

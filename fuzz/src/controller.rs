@@ -17,13 +17,15 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use inagg_emu::server::{Emulator, EmulatorConfig};
+use inagg_emu::server::Emulator;
 use inagg_emu::SwitchConfig;
 use inagg_switch_control::controller::api::{
-    Envelope, JobStatus, Placement, Reply, Request, Response, SiteStatus,
+    Envelope, JobStatus, Placement, Request, Response, SiteStatus,
 };
-use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
+use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::{EmuTarget, JobSpec, Target};
+
+use crate::live;
 
 /// Lines taken from one input.
 const MAX_LINES: usize = 32;
@@ -41,36 +43,35 @@ struct World {
     /// The switch and the fallback, with connections that read what each
     /// holds.
     aggregators: [(Emulator, EmuTarget); 2],
-    /// Kept alive: it is what `api` talks to.
+    /// Kept alive: it is what `lines` and `client` talk to.
     _controller: Controller,
-    api: Api,
+    /// The connection the input's lines go down, as they are.
+    lines: Lines,
+    /// The project's own client, for the checks and for emptying.
+    client: Client,
 }
 
 fn world() -> &'static Mutex<World> {
     static WORLD: OnceLock<Mutex<World>> = OnceLock::new();
     WORLD.get_or_init(|| {
         let aggregator = || {
-            let emu = Emulator::start(EmulatorConfig {
-                switch: SwitchConfig {
-                    slots: SLOTS,
-                    ..SwitchConfig::default()
-                },
-                ..EmulatorConfig::ephemeral()
+            live::emulator(SwitchConfig {
+                slots: SLOTS,
+                ..SwitchConfig::default()
             })
-            .expect("start an emulator");
-            let read = EmuTarget::connect(emu.control_addr()).expect("reach an emulator");
-            (emu, read)
         };
         let aggregators = [aggregator(), aggregator()];
         let controller = start(
             aggregators[0].0.control_addr(),
             aggregators[1].0.control_addr(),
         );
-        let api = Api::connect(controller.addr());
+        let lines = Lines::connect(controller.addr());
+        let client = Client::connect(controller.addr(), None).expect("reach the controller");
         Mutex::new(World {
             aggregators,
             _controller: controller,
-            api,
+            lines,
+            client,
         })
     })
 }
@@ -119,7 +120,7 @@ pub fn controller(data: &[u8]) {
         if line.trim().is_empty() {
             continue; // the controller skips blank lines, unanswered
         }
-        let reply = world.api.send(&without_waits(line));
+        let reply = world.lines.send(&without_waits(line));
         if let Response::Error(why) = &reply {
             assert!(!why.is_empty(), "{line:?} refused without a reason");
         }
@@ -145,30 +146,22 @@ fn without_waits(line: &str) -> String {
 impl World {
     /// Deletes every job and every group made by hand.
     fn empty(&mut self) {
-        let Reply::Jobs { jobs } = self.api.ask(Request::Jobs) else {
-            panic!("jobs: not a job list");
-        };
-        for job in jobs {
-            self.api.ask(Request::DeleteJob {
-                name: job.decl.name,
-            });
+        for job in self.client.jobs().expect("list the jobs") {
+            let name = job.decl.name;
+            self.client.delete_job(&name).expect("delete a job");
         }
-        let Reply::Groups { groups } = self.api.ask(Request::Groups) else {
-            panic!("groups: not a group list");
-        };
+        let groups = self.client.groups().expect("list the groups");
         for group in groups.into_iter().filter(|g| g.owner == "hand") {
-            self.api.ask(Request::DeleteGroup { name: group.name });
+            self.client
+                .delete_group(&group.name)
+                .expect("delete a group");
         }
     }
 
     /// The controller's account against what the aggregators hold.
     fn check(&mut self, after: &str) {
-        let Reply::Jobs { jobs } = self.api.ask(Request::Jobs) else {
-            panic!("jobs: not a job list");
-        };
-        let Reply::Sites { sites } = self.api.ask(Request::Sites) else {
-            panic!("sites: not a site list");
-        };
+        let jobs = self.client.jobs().expect("list the jobs");
+        let sites = self.client.sites().expect("list the sites");
         assert_eq!(sites.len(), 2, "after {after:?}: {sites:?}");
         for (i, site) in sites.iter().enumerate() {
             let placed: Vec<&JobStatus> = jobs
@@ -176,11 +169,7 @@ impl World {
                 .filter(|j| on_site(&j.placement, i, site))
                 .collect();
             check_grants(site, &placed, after);
-            let held = self.aggregators[i]
-                .1
-                .jobs()
-                .expect("read an aggregator's jobs");
-            let held: Vec<JobSpec> = held.into_iter().map(|j| j.spec).collect();
+            let held = live::jobs(&mut self.aggregators[i].1);
             check_installed(site, &placed, &held, after);
         }
     }
@@ -264,20 +253,21 @@ fn check_installed(site: &SiteStatus, placed: &[&JobStatus], held: &[JobSpec], a
     }
 }
 
-/// A client connection to the controller's API.
-struct Api {
+/// A connection that sends the controller lines as they are (the
+/// project's [`Client`] sends only well-formed requests).
+struct Lines {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
 }
 
-impl Api {
-    fn connect(addr: SocketAddr) -> Api {
+impl Lines {
+    fn connect(addr: SocketAddr) -> Lines {
         let stream = TcpStream::connect(addr).expect("reach the controller");
         stream
             .set_read_timeout(Some(REPLY_TIMEOUT))
             .expect("a timeout");
         let writer = stream.try_clone().expect("a second handle");
-        Api {
+        Lines {
             reader: BufReader::new(stream),
             writer,
         }
@@ -297,18 +287,5 @@ impl Api {
             .unwrap_or_else(|e| panic!("no reply to {line:?}: {e}"));
         assert!(n > 0, "the controller closed the connection after {line:?}");
         serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?} to {line:?}: {e}"))
-    }
-
-    /// A request that must succeed.
-    fn ask(&mut self, request: Request) -> Reply {
-        let line = serde_json::to_string(&Envelope {
-            token: None,
-            request,
-        })
-        .expect("encode a request");
-        match self.send(&line) {
-            Response::Ok(reply) => reply,
-            Response::Error(e) => panic!("{line}: {e}"),
-        }
     }
 }

@@ -25,6 +25,7 @@
 
 mod cluster;
 mod controller;
+mod live;
 pub mod mutate;
 pub mod sample;
 pub mod seeds;
