@@ -150,6 +150,8 @@ pub struct AgentArgs {
     /// Print statistics as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub congestion: crate::local::WindowArgs,
     /// Serve the worker's counters in the Prometheus text format on this
     /// address (GET /metrics) while it runs.
     #[arg(long, value_name = "ADDR")]
@@ -183,6 +185,7 @@ pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     let mut config = configure(a)?;
     config.priority = a.priority;
     config.give_up_after = give_up_after;
+    config.window = a.congestion.window()?;
     let (job, worker_id) = (config.job, config.worker);
     let mut worker = open(a, config)?;
     let metrics = serve_metrics(a, &mut worker, job, worker_id)?;

@@ -311,6 +311,7 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
         .map(|w| gradient(7, w, args.elements))
         .collect();
     let bits = args.elements as f64 * 32.0;
+    let window = args.pool.congestion.window()?;
     let cluster = LocalCluster::start(FaultConfig::default())?;
     let mut workers = cluster.job(
         JobParams {
@@ -320,7 +321,7 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
             pool_size: args.pool.window,
             elements: args.pool.k,
         },
-        |_| {},
+        |c| c.window = window,
     )?;
     // Interleaved, so that both see the same machine conditions; medians,
     // so that one lucky or unlucky run decides nothing.

@@ -156,7 +156,8 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         pool_size: args.pool.window,
         elements: args.pool.k,
     };
-    let mut workers = cluster.job(params, |_| {})?;
+    let window = args.pool.congestion.window()?;
+    let mut workers = cluster.job(params, |c| c.window = window)?;
     let (stats, check) = match args.dtype {
         FloatFormat::F32 => reduce(args, &mut workers, |x| x)?,
         FloatFormat::F16 => reduce(args, &mut workers, f16::from_f32)?,

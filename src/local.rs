@@ -5,10 +5,11 @@
 
 use std::net::SocketAddr;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use clap::Args;
 use inagg_emu::egress::ClassQueue;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
-use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_host_agent::{AgentConfig, Stats, Window, Worker};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
 
@@ -22,9 +23,39 @@ pub struct PoolArgs {
     /// datagram); a Tofino job uses 64.
     #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
     pub k: u16,
-    /// Slots in the job's pool: the window of outstanding packets.
+    /// Slots in the job's pool: the most packets each worker has outstanding.
     #[arg(long, default_value_t = 8)]
     pub window: u32,
+    #[command(flatten)]
+    pub congestion: WindowArgs,
+}
+
+/// How many of the pool's slots a worker keeps in flight (docs/PROTOCOL.md,
+/// "Congestion window").
+#[derive(Args, Debug, Clone, Copy)]
+pub struct WindowArgs {
+    /// Slots in flight before the first result; the window then grows
+    /// while results come back in time and halves when one times out.
+    #[arg(long, default_value_t = 16, value_name = "SLOTS")]
+    pub initial_window: u32,
+    /// Keep every slot of the pool in flight, whatever the switch sustains.
+    #[arg(long, conflicts_with = "initial_window")]
+    pub fixed_window: bool,
+}
+
+impl WindowArgs {
+    /// The agent's window setting.
+    pub fn window(&self) -> Result<Window> {
+        if self.fixed_window {
+            return Ok(Window::POOL);
+        }
+        if self.initial_window == 0 {
+            bail!("--initial-window 0: a window starts at 1 slot or more");
+        }
+        Ok(Window::Adaptive {
+            initial: self.initial_window,
+        })
+    }
 }
 
 /// A job to set up: id, size, pool and K.

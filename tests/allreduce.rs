@@ -15,7 +15,7 @@ use inagg::local::{run_all, JobParams, LocalCluster};
 use inagg::verify::{check_f32, check_float, check_i32, gradient};
 use inagg_emu::{DropReason, FaultConfig};
 use inagg_host_agent::float::Float;
-use inagg_host_agent::{bf16, f16, AsyncWorker, Error, Worker};
+use inagg_host_agent::{bf16, f16, AsyncWorker, Error, Window, Worker};
 
 fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
     JobParams {
@@ -120,6 +120,48 @@ fn ten_percent_loss_with_duplication_and_reordering() {
         resent > 0,
         "lost results must have been recovered by unicast resends"
     );
+}
+
+/// Workers whose windows differ (fixed at one, two and three slots of
+/// eight; adaptive from one; the whole pool) finish together under loss:
+/// due slots leave in the order every worker shares, and a slot ahead of
+/// one in flight is sent whatever the window says (host-agent's engine,
+/// `Flight`). Without that, a full window waits on a slot another worker
+/// holds back behind its own full window, and the job stops until the
+/// workers give up.
+#[test]
+fn workers_with_different_windows_finish_together_under_loss() {
+    let faults = FaultConfig {
+        drop_ingress: 0.05,
+        drop_egress: 0.05,
+        duplicate: 0.02,
+        reorder: 0.02,
+        seed: 11,
+    };
+    let cluster = LocalCluster::start(faults).unwrap();
+    let p = job(1, 5, 0, 8, 64);
+    let mut workers = cluster
+        .job(p, |c| {
+            c.window = match c.worker {
+                0..=2 => Window::Fixed {
+                    slots: u32::from(c.worker) + 1,
+                },
+                3 => Window::Adaptive { initial: 1 },
+                _ => Window::POOL,
+            };
+            c.give_up_after = Duration::from_secs(5);
+        })
+        .unwrap();
+    for call in 0..3 {
+        let inputs = int_inputs(5, 64 * 8 * 12 + 17, call);
+        let mut data = inputs.clone();
+        let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+        check_i32(&inputs, &data).unwrap();
+        let windows: Vec<u64> = stats.iter().map(|s| s.window).collect();
+        assert_eq!(windows[..3], [1, 2, 3], "fixed windows stay put");
+        assert_eq!(windows[4], 8, "the whole pool");
+        assert!((1..=8).contains(&windows[3]), "{windows:?}");
+    }
 }
 
 /// Each worker's gradient in format `T` (rounded from [`gradient`]).

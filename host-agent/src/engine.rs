@@ -1,6 +1,9 @@
-//! The self-clocking window: one outstanding packet per slot of the job's
-//! pool, the next round of a slot sent when its result arrives (into the
-//! slot's other shadow set), and per-slot retransmission on timeout.
+//! The self-clocking window: at most one outstanding packet per slot of the
+//! job's pool, the next round of a slot due when its result arrives (into
+//! the slot's other shadow set), and per-slot retransmission on timeout.
+//! How many slots are in flight at once is the congestion window's
+//! ([`crate::path`]): due slots wait in [`Flight`] for room, and leave it
+//! in an order every worker shares.
 //!
 //! Timers cost nothing per packet: sending stores a deadline in the slot's
 //! entry, and the loop scans the (small) slot table for expired deadlines
@@ -18,6 +21,8 @@
 //! Where packets go is the [`Link`]'s: the same engine runs over kernel
 //! sockets and over DPDK.
 
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::link::{Link, SlotBuf};
+use crate::path::{nanos, Nanos, Path};
 use crate::session::{Found, SlotSession, Token, HANDSHAKE_WEIGHT};
 use crate::stats::Stats;
 use crate::{AgentConfig, Error};
@@ -106,65 +112,14 @@ struct Slot<B> {
     deadline: Nanos,
     rto: Nanos,
     retransmitted: bool,
+    /// Sent and not yet answered (a slot between rounds waits in
+    /// [`Flight`] for room in the window).
+    in_flight: bool,
     /// Between a handshake and the first data round after it, the codec
     /// round to go back to should that data round be spoiled.
     rollback: Option<usize>,
     /// The packet in flight, kept for retransmission.
     packet: B,
-}
-
-/// Nanoseconds since an all-reduce started.
-type Nanos = u64;
-
-/// A duration in [`Nanos`] (saturating: a configured timeout of centuries
-/// is "never").
-fn nanos(d: Duration) -> Nanos {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
-}
-
-/// Round-trip estimate (RFC 6298 arithmetic), in nanoseconds: it is
-/// updated once per result, and `Duration`'s multiply and divide cost
-/// 64-bit divisions there, where the shifts below cost nothing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RttEstimator {
-    /// Smoothed RTT, ns (None before the first sample).
-    srtt: Option<u64>,
-    /// RTT variation, ns.
-    rttvar: u64,
-}
-
-impl RttEstimator {
-    pub(crate) fn new() -> Self {
-        RttEstimator {
-            srtt: None,
-            rttvar: 0,
-        }
-    }
-
-    fn sample(&mut self, rtt: Nanos) {
-        let rtt = rtt.min(u64::MAX / 8);
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(srtt) => {
-                let delta = srtt.abs_diff(rtt);
-                self.rttvar = (self.rttvar * 3 + delta) / 4;
-                self.srtt = Some((srtt * 7 + rtt) / 8);
-            }
-        }
-    }
-
-    fn rto(&self, config: &AgentConfig) -> Nanos {
-        match self.srtt {
-            None => nanos(config.initial_rto),
-            Some(srtt) => srtt
-                .saturating_add(self.rttvar.saturating_mul(4))
-                .max(nanos(config.min_rto))
-                .min(nanos(config.max_rto)),
-        }
-    }
 }
 
 /// Everything one all-reduce needs from its worker.
@@ -177,7 +132,8 @@ pub(crate) struct Engine<'a, L: Link> {
     pub sessions: &'a mut [SlotSession],
     /// This worker's session token.
     pub token: Token,
-    pub rtt: &'a mut RttEstimator,
+    /// The round-trip estimate and the congestion window.
+    pub path: &'a mut Path,
     pub switch: SocketAddr,
     /// Incremented once per result received, for progress displays.
     pub progress: Option<&'a AtomicU64>,
@@ -218,14 +174,12 @@ impl<L: Link> Engine<'_, L> {
             payload_bytes,
             ..Stats::default()
         };
+        self.path.window.restart_clock();
         // Slots whose packet is due: sent from the slots' own buffers (kept
         // for retransmission), so nothing is copied on the way out.
         let mut tx: Vec<usize> = Vec::with_capacity(window);
-        for (s, slot) in slots.iter_mut().enumerate() {
-            if slot.rounds > 0 {
-                self.send(codec, slot, s, window, 0, &mut tx, &mut stats)?;
-            }
-        }
+        let mut flight = Flight::new(slots);
+        self.release(codec, slots, &mut flight, window, 0, &mut tx, &mut stats)?;
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
         let scan_every = nanos((self.config.min_rto / 4).max(Duration::from_micros(200)));
         let mut next_scan = scan_every;
@@ -265,10 +219,9 @@ impl<L: Link> Engine<'_, L> {
                             let entry = &mut slots[slot];
                             entry.rollback = Some(entry.round);
                             if codec.carries_values(slot, entry.round, window) {
-                                // A round of its own: the first data round is next.
-                                if !entry.retransmitted {
-                                    self.rtt.sample(now.saturating_sub(entry.sent_at));
-                                }
+                                // A round of its own: the first data round is
+                                // next, sent at once (the slot stays in flight).
+                                answered(self.path, entry, now);
                                 last_progress = now;
                                 self.send(codec, entry, slot, window, now, &mut tx, &mut stats)?;
                                 continue;
@@ -297,9 +250,7 @@ impl<L: Link> Engine<'_, L> {
                         }
                     };
                 let entry = &mut slots[s];
-                if !entry.retransmitted {
-                    self.rtt.sample(now.saturating_sub(entry.sent_at));
-                }
+                answered(self.path, entry, now);
                 codec.decode(s, entry.round, window, payload, exponent);
                 if !joined {
                     let session = &mut self.sessions[s];
@@ -311,12 +262,12 @@ impl<L: Link> Engine<'_, L> {
                 if let Some(p) = self.progress {
                     p.fetch_add(1, Ordering::Relaxed);
                 }
-                if entry.round < entry.rounds {
-                    self.send(codec, entry, s, window, now, &mut tx, &mut stats)?;
-                } else {
+                flight.land(entry, s);
+                if entry.round >= entry.rounds {
                     active -= 1;
                 }
             }
+            self.release(codec, slots, &mut flight, window, now, &mut tx, &mut stats)?;
             // Scan only once the path is drained: results already queued
             // in it (a worker descheduled for a while) are not losses.
             if n < self.link.batch() && now >= next_scan {
@@ -350,6 +301,7 @@ impl<L: Link> Engine<'_, L> {
                         job = self.config.job,
                         resent = stats.retransmissions - before,
                         total = stats.retransmissions,
+                        window = self.path.window.limit(),
                         "slots timed out; retransmitted"
                     );
                 }
@@ -358,7 +310,27 @@ impl<L: Link> Engine<'_, L> {
         }
         self.flush(slots, &mut tx, &mut stats)?;
         stats.elapsed = start.elapsed();
+        stats.window = self.path.window.limit() as u64;
         Ok(stats)
+    }
+
+    /// Sends ready slots, first in the shared order, while the window has room.
+    #[allow(clippy::too_many_arguments)]
+    fn release<C: Codec>(
+        &self,
+        codec: &mut C,
+        slots: &mut [Slot<L::Buf>],
+        flight: &mut Flight,
+        window: usize,
+        now: Nanos,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) -> Result<(), Error> {
+        while let Some(s) = flight.take(slots, self.path.window.limit()) {
+            slots[s].in_flight = true;
+            self.send(codec, &mut slots[s], s, window, now, tx, stats)?;
+        }
+        Ok(())
     }
 
     fn start_slots<C: Codec>(
@@ -386,8 +358,9 @@ impl<L: Link> Engine<'_, L> {
                 set: 0,
                 sent_at: 0,
                 deadline: 0,
-                rto: self.rtt.rto(self.config),
+                rto: self.path.rtt.rto(self.config),
                 retransmitted: false,
+                in_flight: false,
                 rollback: None,
                 packet,
             });
@@ -437,7 +410,7 @@ impl<L: Link> Engine<'_, L> {
         .emit_summed(head);
         slot.packet.seal(header_sum + encoded.sum);
         slot.sent_at = now;
-        slot.rto = self.rtt.rto(self.config);
+        slot.rto = self.path.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
         slot.retransmitted = false;
         tx.push(s);
@@ -495,7 +468,10 @@ impl<L: Link> Engine<'_, L> {
             return Verdict::Ignore;
         }
         let s = usize::from(repr.slot);
-        let waiting = s < window && slots[s].round < slots[s].rounds && repr.set == slots[s].set;
+        let waiting = s < window
+            && slots[s].in_flight
+            && slots[s].round < slots[s].rounds
+            && repr.set == slots[s].set;
         if !waiting {
             stats.stale_results += 1;
             return Verdict::Ignore;
@@ -544,18 +520,34 @@ impl<L: Link> Engine<'_, L> {
         Verdict::Ignore
     }
 
+    /// Resends the slots whose timeout passed; behind a queue, at most a
+    /// window of them per scan (the rest at the next): recovery must not
+    /// itself flood a switch that cannot keep up. The first timeout of a
+    /// flight behind a queue halves the window.
     fn retransmit_expired(
-        &self,
+        &mut self,
         slots: &mut [Slot<L::Buf>],
         now: Nanos,
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
+        let mut budget = if self.path.window.queued() {
+            self.path.window.limit()
+        } else {
+            usize::MAX
+        };
         for (s, slot) in slots
             .iter_mut()
             .enumerate()
-            .filter(|(_, s)| s.round < s.rounds && s.deadline <= now)
+            .filter(|(_, s)| s.in_flight && s.deadline <= now)
         {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            if self.path.window.on_timeout(slot.sent_at, now) {
+                stats.window_cuts += 1;
+            }
             stats.timeouts += 1;
             stats.retransmissions += 1;
             slot.retransmitted = true;
@@ -581,5 +573,77 @@ impl<L: Link> Engine<'_, L> {
         stats.send_errors += self.link.send(tx.iter().map(|&s| &slots[s].packet))?;
         tx.clear();
         Ok(())
+    }
+}
+
+/// A slot's packet was answered: a sample for the round-trip estimate and
+/// growth for the window, unless it was retransmitted (Karn's rule: which
+/// copy was answered is unknown).
+fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
+    if !entry.retransmitted {
+        let rtt = now.saturating_sub(entry.sent_at);
+        path.rtt.sample(rtt);
+        path.window.on_result(rtt);
+    }
+}
+
+/// Which slots are in flight, and which wait for room in the window, in
+/// the order every worker of a job shares: by round, then by slot.
+///
+/// The window alone could deadlock a job: worker A waits, window full, on
+/// a slot that worker B has ready but cannot send because B's window is
+/// full of slots that A has ready behind it (B got their earlier results
+/// first, its results for A's slot were lost). So a ready slot that comes
+/// before some slot already in flight is sent whatever the window says.
+/// Then the lowest `(round, slot)` some worker has not finished is sent by
+/// every worker that has not: either it holds a later one in flight, or
+/// nothing at all (everything earlier is finished), and then the window
+/// has room. The excess is bounded by the pool.
+struct Flight {
+    ready: BinaryHeap<Reverse<(usize, usize)>>,
+    /// The `(round, slot)` of each slot in flight.
+    flying: BTreeSet<(usize, usize)>,
+    /// The round each slot was sent for, to find it in `flying`.
+    sent_round: Vec<usize>,
+}
+
+impl Flight {
+    /// Every slot with rounds to run, ready for its first.
+    fn new<B>(slots: &[Slot<B>]) -> Self {
+        Flight {
+            ready: slots
+                .iter()
+                .enumerate()
+                .filter(|(_, slot)| slot.rounds > 0)
+                .map(|(s, _)| Reverse((0, s)))
+                .collect(),
+            flying: BTreeSet::new(),
+            sent_round: vec![0; slots.len()],
+        }
+    }
+
+    /// Slot `s`'s round was answered: it leaves the flight, and waits for
+    /// its next round's turn if it has one.
+    fn land<B>(&mut self, slot: &mut Slot<B>, s: usize) {
+        slot.in_flight = false;
+        self.flying.remove(&(self.sent_round[s], s));
+        if slot.round < slot.rounds {
+            self.ready.push(Reverse((slot.round, s)));
+        }
+    }
+
+    /// The next slot to send: when fewer than `limit` are in flight, or
+    /// when it comes before one that is.
+    fn take<B>(&mut self, slots: &[Slot<B>], limit: usize) -> Option<usize> {
+        let Reverse(next) = *self.ready.peek()?;
+        let room = self.flying.len() < limit;
+        if !room && self.flying.last().is_none_or(|last| next > *last) {
+            return None;
+        }
+        self.ready.pop();
+        let (_, s) = next;
+        self.sent_round[s] = slots[s].round;
+        self.flying.insert((slots[s].round, s));
+        Some(s)
     }
 }

@@ -23,6 +23,7 @@ mod engine;
 pub mod float;
 pub mod group;
 mod link;
+mod path;
 pub mod quant;
 pub mod sched;
 mod session;
@@ -34,9 +35,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
-use crate::engine::{Codec, Engine, RttEstimator};
+use crate::engine::{Codec, Engine};
 use crate::float::Float;
 use crate::link::{Link, SocketLink};
+use crate::path::Path;
 pub use crate::session::HANDSHAKE_WEIGHT;
 use crate::session::{SlotSession, Token};
 pub use crate::stats::Stats;
@@ -83,6 +85,9 @@ pub struct AgentConfig {
     pub max_rto: Duration,
     /// Give up when no result at all arrives for this long.
     pub give_up_after: Duration,
+    /// How many slots may be in flight at once (docs/PROTOCOL.md,
+    /// "Congestion window").
+    pub window: Window,
 }
 
 impl AgentConfig {
@@ -115,6 +120,7 @@ impl AgentConfig {
             min_rto: Duration::from_millis(20),
             max_rto: Duration::from_secs(1),
             give_up_after: Duration::from_secs(10),
+            window: Window::default(),
         }
     }
 
@@ -171,7 +177,46 @@ impl AgentConfig {
         if self.min_rto.is_zero() || self.min_rto > self.max_rto || self.initial_rto.is_zero() {
             return fail("timeouts must be positive with min_rto <= max_rto".into());
         }
+        if matches!(
+            self.window,
+            Window::Adaptive { initial: 0 } | Window::Fixed { slots: 0 }
+        ) {
+            return fail("a window holds 1 slot or more".into());
+        }
         Ok(())
+    }
+}
+
+/// How many of its pool's slots a worker keeps in flight
+/// (docs/PROTOCOL.md, "Congestion window").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// Start at `initial` slots (at most the pool), grow while results come
+    /// back in time, halve when one times out: what a switch that cannot
+    /// keep up (a software one) needs, and free where it can.
+    Adaptive {
+        /// Slots in flight before the first result.
+        initial: u32,
+    },
+    /// `slots` in flight (at most the pool), whatever happens: for
+    /// measuring what a switch sustains, and for tests that need a known
+    /// load. [`Window::POOL`] is the whole pool.
+    Fixed {
+        /// Slots in flight.
+        slots: u32,
+    },
+}
+
+impl Window {
+    /// The whole pool in flight, always.
+    pub const POOL: Window = Window::Fixed { slots: u32::MAX };
+}
+
+impl Default for Window {
+    /// Adaptive from 16 slots: slow start reaches a pool of 512 in five
+    /// round trips.
+    fn default() -> Self {
+        Window::Adaptive { initial: 16 }
     }
 }
 
@@ -272,7 +317,7 @@ pub struct Worker {
     sessions: Vec<SlotSession>,
     /// This session's token (docs/PROTOCOL.md, "Sessions").
     token: Token,
-    rtt: RttEstimator,
+    path: Path,
     progress: Option<Arc<AtomicU64>>,
     live: Option<Arc<stats::Live>>,
 }
@@ -296,12 +341,13 @@ impl Worker {
 
     fn with_backend(config: AgentConfig, backend: Backend) -> Worker {
         let token = new_token(&config);
+        let path = Path::new(&config);
         Worker {
             sessions: vec![SlotSession::default(); config.pool_size as usize],
             token,
             config,
             backend,
-            rtt: RttEstimator::new(),
+            path,
             progress: None,
             live: None,
         }
@@ -425,7 +471,7 @@ impl Worker {
         chunks: usize,
         bytes: u64,
     ) -> Result<Stats> {
-        let (config, sessions, rtt) = (&self.config, &mut self.sessions[..], &mut self.rtt);
+        let (config, sessions, path) = (&self.config, &mut self.sessions[..], &mut self.path);
         let progress = self.progress.as_deref();
         let live = self.live.as_deref();
         let shared = Shared {
@@ -437,13 +483,13 @@ impl Worker {
             bytes,
         };
         let result = match &mut self.backend {
-            Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], sessions, rtt, (0, 1)),
+            Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], sessions, path, (0, 1)),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => match port.lanes_mut() {
                 [link] => {
-                    dpdk::on_lcore(|| shared.run_lane(link, &mut codecs[0], sessions, rtt, (0, 1)))
+                    dpdk::on_lcore(|| shared.run_lane(link, &mut codecs[0], sessions, path, (0, 1)))
                 }
-                links => shared.run_lanes(links, codecs, sessions, rtt),
+                links => shared.run_lanes(links, codecs, sessions, path),
             },
         };
         if let Some(live) = live {
@@ -546,7 +592,7 @@ impl Shared<'_> {
         link: &mut L,
         codec: &mut C,
         sessions: &mut [SlotSession],
-        rtt: &mut RttEstimator,
+        path: &mut Path,
         lane: (usize, usize),
     ) -> Result<Stats> {
         Engine {
@@ -554,7 +600,7 @@ impl Shared<'_> {
             link,
             sessions,
             token: self.token,
-            rtt,
+            path,
             switch: self.config.switch,
             progress: self.progress,
             live: self.live,
@@ -571,7 +617,7 @@ impl Shared<'_> {
         links: &mut [L],
         codecs: Vec<C>,
         sessions: &mut [SlotSession],
-        rtt: &mut RttEstimator,
+        path: &mut Path,
     ) -> Result<Stats> {
         let lanes = links.len();
         // All results may arrive on one lane's queue (one flow hashes to
@@ -585,14 +631,14 @@ impl Shared<'_> {
                 .zip(codecs)
                 .enumerate()
                 .map(|(lane, (link, mut codec))| {
-                    let (mut sessions, mut rtt) = (sessions.to_vec(), *rtt);
+                    let (mut sessions, mut path) = (sessions.to_vec(), *path);
                     scope.spawn(move || {
                         dpdk::on_lcore(|| {
                             let r = self.run_lane(
                                 link,
                                 &mut codec,
                                 &mut sessions,
-                                &mut rtt,
+                                &mut path,
                                 (lane, lanes),
                             );
                             running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
@@ -601,7 +647,7 @@ impl Shared<'_> {
                                     std::thread::yield_now();
                                 }
                             }
-                            (r, sessions, rtt)
+                            (r, sessions, path)
                         })
                     })
                 })
@@ -613,12 +659,12 @@ impl Shared<'_> {
         });
         let mut total: Option<Stats> = None;
         let mut error = None;
-        for (lane, (r, lane_sessions, lane_rtt)) in outcomes.into_iter().enumerate() {
+        for (lane, (r, lane_sessions, lane_path)) in outcomes.into_iter().enumerate() {
             for s in (lane..sessions.len()).step_by(lanes) {
                 sessions[s] = lane_sessions[s];
             }
             if lane == 0 {
-                *rtt = lane_rtt;
+                *path = lane_path;
             }
             match r {
                 Ok(stats) => match &mut total {

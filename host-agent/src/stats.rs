@@ -15,6 +15,11 @@ pub struct Stats {
     pub retransmissions: u64,
     /// Slot timeouts that fired.
     pub timeouts: u64,
+    /// Times a timeout halved the congestion window (once per flight).
+    pub window_cuts: u64,
+    /// Slots the congestion window allowed in flight at the end (the
+    /// largest of a multi-lane worker's).
+    pub window: u64,
     /// Results that were not the one awaited (duplicates, late copies).
     pub stale_results: u64,
     /// Slots whose session handshake succeeded (docs/PROTOCOL.md,
@@ -61,6 +66,8 @@ impl Stats {
         self.packets_received += o.packets_received;
         self.retransmissions += o.retransmissions;
         self.timeouts += o.timeouts;
+        self.window_cuts += o.window_cuts;
+        self.window = self.window.max(o.window);
         self.stale_results += o.stale_results;
         self.handshakes += o.handshakes;
         self.handshake_retries += o.handshake_retries;

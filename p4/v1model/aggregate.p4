@@ -128,7 +128,10 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bit<32> here;
         bit<32> there;
         set_indices(here, there);
-        bit<64> me = 64w1 << hdr.inagg.worker;
+        /* bmv2 takes shift amounts of at most 8 bits. Admission passed only
+         * a worker id its job's worker_table names, and the control plane
+         * installs ids below 64, so the narrowing loses nothing. */
+        bit<64> me = 64w1 << (bit<8>)hdr.inagg.worker;
 
         bit<32> incarnation_here;
         bit<32> incarnation_there;

@@ -1,0 +1,351 @@
+//! What a worker knows of its path to the switch: the round-trip estimate
+//! that sets its timeouts, and the congestion window that says how many of
+//! its slots may be in flight at once.
+//!
+//! Both persist across all-reduces (a [`crate::Worker`] keeps one
+//! [`Path`]), so a second all-reduce starts at the rate the first found.
+//!
+//! Why a window below the pool's size: the pool bounds what the switch can
+//! hold, not what it can process. A software switch (bmv2 above all) runs
+//! the pipeline at a few thousand packets a second; a worker that keeps its
+//! whole pool in flight only builds a queue in front of it, every result
+//! comes back late, and each late result that outlives the timeout becomes
+//! a retransmission the switch must also process. The window grows while
+//! results come back before their timeout and is halved, at most once per
+//! round trip, when one does not: ATP's AIMD, TCP Reno's arithmetic.
+//! docs/PROTOCOL.md ("Congestion window") is the contract; the engine
+//! ([`crate::engine`]) sends a worker's ready slots in one order that every
+//! worker of the job shares, which keeps windows of different sizes from
+//! waiting on one another.
+
+use std::time::Duration;
+
+use crate::AgentConfig;
+
+/// Nanoseconds since an all-reduce started.
+pub(crate) type Nanos = u64;
+
+/// A duration in [`Nanos`] (saturating: a configured timeout of centuries
+/// is "never").
+pub(crate) fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
+}
+
+/// The round-trip estimate and the congestion window of one worker (or one
+/// lane of a multi-queue worker).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Path {
+    pub rtt: RttEstimator,
+    pub window: CongestionWindow,
+}
+
+impl Path {
+    pub(crate) fn new(config: &AgentConfig) -> Self {
+        Path {
+            rtt: RttEstimator::new(),
+            window: CongestionWindow::new(config),
+        }
+    }
+}
+
+/// Round-trip estimate (RFC 6298 arithmetic), in nanoseconds: it is
+/// updated once per result, and `Duration`'s multiply and divide cost
+/// 64-bit divisions there, where the shifts below cost nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RttEstimator {
+    /// Smoothed RTT, ns (None before the first sample).
+    srtt: Option<u64>,
+    /// RTT variation, ns.
+    rttvar: u64,
+}
+
+impl RttEstimator {
+    pub(crate) fn new() -> Self {
+        RttEstimator {
+            srtt: None,
+            rttvar: 0,
+        }
+    }
+
+    pub(crate) fn sample(&mut self, rtt: Nanos) {
+        let rtt = rtt.min(u64::MAX / 8);
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let delta = srtt.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + delta) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+    }
+
+    pub(crate) fn rto(&self, config: &AgentConfig) -> Nanos {
+        match self.srtt {
+            None => nanos(config.initial_rto),
+            Some(srtt) => srtt
+                .saturating_add(self.rttvar.saturating_mul(4))
+                .max(nanos(config.min_rto))
+                .min(nanos(config.max_rto)),
+        }
+    }
+}
+
+/// Window arithmetic in 1/65536ths of a slot: additive increase adds
+/// 1/window per result, which whole slots cannot hold.
+const ONE: u64 = 65_536;
+
+/// How many slots may be in flight.
+///
+/// A result that comes back *in time* (within twice the lowest round trip
+/// seen, plus a slack) grows the window: a slot per result up to the
+/// slow-start threshold (initially the pool), a slot per window of results
+/// above. A late result ends slow start and grows nothing. Once per window of results
+/// (a flight), the quickest of them is judged: late, and a queue is
+/// building in front of the switch, so the window shrinks by an eighth.
+/// The quickest, not the mean: a round also waits for the slowest worker's
+/// contribution, so one worker's loss makes the others' samples of that
+/// round late too, while a queue makes every sample late. A timeout halves
+/// the window, once per flight, only while the last flight saw a queue; a
+/// timeout on a path without one is a loss, not congestion, and costs the
+/// window nothing: random loss must not starve a job whose switch keeps up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CongestionWindow {
+    /// The window, in 1/65536ths of a slot.
+    cwnd: u64,
+    /// Slow start ends here (1/65536ths).
+    ssthresh: u64,
+    /// A timeout cuts only for packets sent at or after this time: the
+    /// timeouts of one flight are one congestion event.
+    recover_from: Nanos,
+    /// The lowest round trip seen: the path without a queue.
+    base_rtt: Option<Nanos>,
+    /// The quickest result of the flight being judged, and how many of its
+    /// results have come back.
+    flight_min: Nanos,
+    flight_results: usize,
+    /// Results that make up the flight being judged: the window when it
+    /// began (a window that grows as it goes would never be judged).
+    flight_len: usize,
+    /// The last judged flight was late.
+    queue: bool,
+    /// The window never grows past this (the pool), nor when it is fixed.
+    ceiling: u64,
+    fixed: bool,
+}
+
+/// Slack over twice the base round trip before a result counts as late:
+/// scheduling noise on a busy host (a descheduled worker thread) must not
+/// read as a queue.
+const SLACK: Nanos = 2_000_000;
+
+impl CongestionWindow {
+    pub(crate) fn new(config: &AgentConfig) -> Self {
+        let pool = u64::from(config.pool_size.max(1));
+        let (cwnd, fixed) = match config.window {
+            crate::Window::Adaptive { initial } => (u64::from(initial.max(1)).min(pool), false),
+            crate::Window::Fixed { slots } => (u64::from(slots).min(pool), true),
+        };
+        CongestionWindow {
+            cwnd: cwnd * ONE,
+            ssthresh: pool * ONE,
+            recover_from: 0,
+            base_rtt: None,
+            flight_min: Nanos::MAX,
+            flight_results: 0,
+            flight_len: cwnd as usize,
+            queue: false,
+            ceiling: pool * ONE,
+            fixed,
+        }
+    }
+
+    /// Slots that may be in flight now (at least one).
+    pub(crate) fn limit(&self) -> usize {
+        usize::try_from((self.cwnd / ONE).max(1)).unwrap_or(usize::MAX)
+    }
+
+    /// Whether the last judged flight saw a queue.
+    pub(crate) fn queued(&self) -> bool {
+        self.queue
+    }
+
+    /// A new all-reduce: its clock starts at zero again.
+    pub(crate) fn restart_clock(&mut self) {
+        self.recover_from = 0;
+    }
+
+    /// Whether a round trip of `rtt` is late: a queue in front of the switch.
+    fn late(&self, rtt: Nanos) -> bool {
+        self.base_rtt
+            .is_some_and(|base| rtt > base.saturating_mul(2).saturating_add(SLACK))
+    }
+
+    /// A packet, not retransmitted, was answered after `rtt`.
+    pub(crate) fn on_result(&mut self, rtt: Nanos) {
+        if self.fixed {
+            return;
+        }
+        self.base_rtt = Some(self.base_rtt.map_or(rtt, |b| b.min(rtt)));
+        self.flight_min = self.flight_min.min(rtt);
+        self.flight_results += 1;
+        if self.flight_results >= self.flight_len {
+            self.queue = self.late(self.flight_min);
+            if self.queue {
+                self.cwnd = (self.cwnd - self.cwnd / 8).max(ONE);
+                self.ssthresh = self.cwnd;
+            }
+            self.flight_min = Nanos::MAX;
+            self.flight_results = 0;
+            self.flight_len = self.limit();
+        }
+        if self.queue || self.late(rtt) {
+            // A queue: slow start is over, and the window does not grow.
+            self.ssthresh = self.ssthresh.min(self.cwnd);
+            return;
+        }
+        let step = if self.cwnd < self.ssthresh {
+            ONE
+        } else {
+            (ONE * ONE / self.cwnd.max(1)).max(1)
+        };
+        self.cwnd = (self.cwnd + step).min(self.ceiling);
+    }
+
+    /// A packet sent at `sent_at` timed out at `now`. Returns whether the
+    /// window was cut.
+    pub(crate) fn on_timeout(&mut self, sent_at: Nanos, now: Nanos) -> bool {
+        if self.fixed || !self.queue || sent_at < self.recover_from {
+            return false;
+        }
+        self.ssthresh = (self.cwnd / 2).max(ONE);
+        self.cwnd = self.ssthresh;
+        self.recover_from = now;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Window;
+    use std::net::SocketAddr;
+
+    fn config(pool: u32, window: Window) -> AgentConfig {
+        let mut c = AgentConfig::new(SocketAddr::from(([127, 0, 0, 1], 1)), 1, 0, 2, pool, 64);
+        c.window = window;
+        c
+    }
+
+    const MS: Nanos = 1_000_000;
+
+    /// `n` results after `rtt` each.
+    fn results(w: &mut CongestionWindow, n: usize, rtt: Nanos) {
+        for _ in 0..n {
+            w.on_result(rtt);
+        }
+    }
+
+    #[test]
+    fn slow_start_doubles_per_window_up_to_the_pool() {
+        let mut w = CongestionWindow::new(&config(64, Window::Adaptive { initial: 4 }));
+        assert_eq!(w.limit(), 4);
+        results(&mut w, 4, MS);
+        assert_eq!(w.limit(), 8);
+        results(&mut w, 1000, MS);
+        assert_eq!(w.limit(), 64, "never past the pool");
+    }
+
+    #[test]
+    fn a_flight_of_late_results_shrinks_the_window_by_an_eighth() {
+        let mut w = CongestionWindow::new(&config(64, Window::Adaptive { initial: 32 }));
+        results(&mut w, 32, MS); // base 1 ms; the first flight (32) in time
+        assert_eq!(w.limit(), 64);
+        // 2 x 1 ms + 2 ms of slack: 4 ms is in time, 5 ms late. Late
+        // results grow nothing; a whole flight of them (63: the window when
+        // it began) takes an eighth off.
+        results(&mut w, 62, 5 * MS);
+        assert_eq!(w.limit(), 64);
+        w.on_result(5 * MS);
+        assert_eq!(w.limit(), 56);
+        // One quick result in a flight: the others were waiting for a loss
+        // elsewhere, not queued; growth resumes, a slot per window.
+        results(&mut w, 55, 5 * MS);
+        w.on_result(MS);
+        assert_eq!(w.limit(), 56);
+        results(&mut w, 56, MS);
+        assert_eq!(w.limit(), 57);
+    }
+
+    #[test]
+    fn a_late_result_ends_slow_start() {
+        let mut w = CongestionWindow::new(&config(256, Window::Adaptive { initial: 4 }));
+        results(&mut w, 4, MS);
+        assert_eq!(w.limit(), 8);
+        w.on_result(10 * MS);
+        assert_eq!(w.limit(), 8);
+        // In time again: linear growth now, a slot per window.
+        results(&mut w, 4, MS);
+        assert_eq!(w.limit(), 8);
+        results(&mut w, 5, MS);
+        assert_eq!(w.limit(), 9);
+    }
+
+    #[test]
+    fn a_timeout_halves_only_behind_a_queue_and_once_per_flight() {
+        let mut w = CongestionWindow::new(&config(64, Window::Adaptive { initial: 32 }));
+        results(&mut w, 32, MS);
+        assert!(!w.on_timeout(10, 100 * MS), "no queue: a loss");
+        assert_eq!(w.limit(), 64);
+        results(&mut w, 63, 10 * MS);
+        assert_eq!(w.limit(), 56);
+        assert!(w.on_timeout(10, 100 * MS));
+        assert_eq!(w.limit(), 28);
+        assert!(!w.on_timeout(50, 120 * MS), "the same flight");
+        assert!(w.on_timeout(130 * MS, 300 * MS), "a later flight");
+        assert_eq!(w.limit(), 14);
+    }
+
+    #[test]
+    fn the_window_never_falls_below_one_slot() {
+        let mut w = CongestionWindow::new(&config(8, Window::Adaptive { initial: 1 }));
+        w.on_result(MS);
+        results(&mut w, 10, 50 * MS);
+        for t in 1..10 {
+            w.on_timeout(t * 100 * MS, t * 100 * MS + 5);
+        }
+        assert_eq!(w.limit(), 1);
+    }
+
+    #[test]
+    fn a_fixed_window_is_the_pool_whatever_happens() {
+        let mut w = CongestionWindow::new(&config(16, Window::POOL));
+        assert_eq!(w.limit(), 16);
+        w.on_result(MS);
+        results(&mut w, 100, 100 * MS);
+        assert!(!w.on_timeout(0, 10 * MS));
+        assert_eq!(w.limit(), 16);
+    }
+
+    #[test]
+    fn the_initial_window_is_at_most_the_pool() {
+        let w = CongestionWindow::new(&config(4, Window::Adaptive { initial: 100 }));
+        assert_eq!(w.limit(), 4);
+    }
+
+    #[test]
+    fn rto_follows_the_samples_within_its_bounds() {
+        let c = config(8, Window::POOL);
+        let mut r = RttEstimator::new();
+        assert_eq!(r.rto(&c), nanos(c.initial_rto));
+        r.sample(1_000);
+        assert_eq!(r.rto(&c), nanos(c.min_rto), "a microsecond path: the floor");
+        for _ in 0..50 {
+            r.sample(nanos(Duration::from_millis(300)));
+        }
+        let rto = r.rto(&c);
+        assert!(rto >= nanos(Duration::from_millis(300)) && rto <= nanos(c.max_rto));
+    }
+}
