@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg_host_agent::AgentConfig;
+use inagg_host_agent::{AgentConfig, Window};
 use inagg_switch_control::controller::client::ClientError;
 use inagg_switch_control::controller::Client;
 
@@ -32,6 +32,7 @@ const KEYS: &[&str] = &[
     "generation",
     "priority",
     "timeout",
+    "window",
     "controller",
     "token",
     "register_wait",
@@ -276,7 +277,35 @@ impl Settings {
             .value("priority", "a priority class (0-255)")?
             .unwrap_or(0);
         config.give_up_after = self.seconds("timeout", 10.0)?;
+        config.window = self.window()?;
         Ok(config)
+    }
+
+    /// `window`: `adaptive` (the default, from 16 slots), `adaptive:N`
+    /// (from N), `fixed` (the whole pool) or `fixed:N` (N slots).
+    fn window(&self) -> Result<Window, String> {
+        let Some(text) = self.get("window") else {
+            return Ok(Window::default());
+        };
+        let bad = || {
+            format!(
+                "window={text:?}: expected adaptive, adaptive:N, fixed or fixed:N (N slots, 1 or more)"
+            )
+        };
+        let (kind, slots) = match text.split_once(':') {
+            Some((kind, n)) => (
+                kind,
+                Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
+            ),
+            None => (text, None),
+        };
+        match (kind, slots) {
+            ("adaptive", None) => Ok(Window::default()),
+            ("adaptive", Some(initial)) => Ok(Window::Adaptive { initial }),
+            ("fixed", None) => Ok(Window::POOL),
+            ("fixed", Some(slots)) => Ok(Window::Fixed { slots }),
+            _ => Err(bad()),
+        }
     }
 
     /// Without a controller: every parameter of the job from the keys.
@@ -384,6 +413,28 @@ mod tests {
             .agent_config()
             .unwrap();
         assert_eq!((c.worker, c.rank, c.priority), (1, 2, 5));
+        assert_eq!(c.window, Window::default());
+    }
+
+    #[test]
+    fn the_window_key_takes_adaptive_or_fixed_with_an_optional_count() {
+        let window = |w: &str| {
+            parse(&format!("job=7 worker=1 workers=3 pool_size=16 window={w}"))
+                .unwrap()
+                .agent_config()
+                .map(|c| c.window)
+        };
+        assert_eq!(window("adaptive"), Ok(Window::default()));
+        assert_eq!(window("adaptive:4"), Ok(Window::Adaptive { initial: 4 }));
+        assert_eq!(window("fixed"), Ok(Window::POOL));
+        assert_eq!(window("fixed:2"), Ok(Window::Fixed { slots: 2 }));
+        for bad in ["fixed:0", "adaptive:x", "tcp", "fixed:"] {
+            let err = window(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("expected adaptive, adaptive:N, fixed or fixed:N"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
