@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the inagg P4 programs with whichever compilers are installed.
 #
-#   p4/build.sh [v1model|tna|all] [-DNAME=VALUE ...]
+#   p4/build.sh [v1model|tna|all|check] [-DNAME=VALUE ...]
 #
 #   v1model  p4/v1model/inagg.p4 with p4c-bm2-ss (or `p4c --target bmv2
 #            --arch v1model`) into p4/build/v1model/: inagg.json (bmv2),
@@ -9,6 +9,12 @@
 #   tna      p4/tna/inagg.p4 with bf-p4c into p4/build/tna/ (the compiler's
 #            output directory, with bf-rt.json and inagg.p4info.txt)
 #   all      both (the default)
+#   check    p4test (p4c's front and mid end, no back end) on both programs:
+#            p4/v1model against v1model.p4, p4/tna against the Tofino
+#            architecture files (tna.p4, tofino1_arch.p4, ...). They are
+#            found in TNA_P4INCLUDE, else in bf-p4c's p4include beside
+#            p4test or in p4c's source tree (P4C_SRC/backends/tofino/bf-p4c/
+#            p4include). Nothing is written.
 #
 # -D arguments go to every compiler: -DK=32 (elements per packet), -DSLOTS=4096,
 # -DINAGG_UDP_PORT=..., -DINAGG_RECIRC_PORT=... (TNA). K=... and SLOTS=... in
@@ -25,12 +31,12 @@ targets=()
 defines=()
 
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 for arg in "$@"; do
     case $arg in
-        v1model|tna) targets+=("$arg") ;;
+        v1model|tna|check) targets+=("$arg") ;;
         all) targets+=(v1model tna) ;;
         -D*) defines+=("$arg") ;;
         -h|--help) usage; exit 0 ;;
@@ -78,6 +84,42 @@ build_tna() {
     fi
 }
 
+# The Tofino architecture files for p4test: TNA_P4INCLUDE, or where p4c
+# keeps them (an install's share/p4c/p4include, a build tree's p4include,
+# the source tree).
+tna_include() {
+    local p4test dir
+    p4test=$(command -v p4test) || return 1
+    for dir in ${TNA_P4INCLUDE:-} \
+        "$(dirname "$p4test")/../share/p4c/p4include" \
+        "$(dirname "$p4test")/p4include" \
+        ${P4C_SRC:+"$P4C_SRC/backends/tofino/bf-p4c/p4include"} \
+        "$(dirname "$p4test")/../backends/tofino/bf-p4c/p4include"; do
+        if [ -f "$dir/tna.p4" ]; then
+            echo "$dir"
+            return 0
+        fi
+    done
+    return 1
+}
+
+build_check() {
+    if ! command -v p4test >/dev/null 2>&1; then
+        skip="p4test is not on PATH (it comes with p4c)"
+        return 0
+    fi
+    echo "check: p4test $here/v1model/inagg.p4"
+    p4test --std p4-16 ${defines[@]+"${defines[@]}"} "$here/v1model/inagg.p4" || return
+    local tna
+    if ! tna=$(tna_include); then
+        echo "check: p4/tna not checked: no tna.p4 in TNA_P4INCLUDE, beside p4test or in P4C_SRC"
+        return 0
+    fi
+    echo "check: p4test -I $tna -D__TARGET_TOFINO__=1 $here/tna/inagg.p4"
+    p4test --std p4-16 -I "$tna" -D__TARGET_TOFINO__=1 ${defines[@]+"${defines[@]}"} \
+        "$here/tna/inagg.p4"
+}
+
 for target in "${targets[@]}"; do
     status=0
     skip=""
@@ -87,7 +129,11 @@ for target in "${targets[@]}"; do
         echo "$target: skipped: $skip"
     elif [ "$status" -eq 0 ]; then
         built=$((built + 1))
-        echo "$target: built into $out/$target"
+        if [ "$target" = check ]; then
+            echo "$target: p4test accepted the programs"
+        else
+            echo "$target: built into $out/$target"
+        fi
     else
         failed=$((failed + 1))
         echo "$target: FAILED (compiler exit status $status)" >&2

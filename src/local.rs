@@ -10,7 +10,8 @@ use clap::Args;
 use inagg_emu::egress::ClassQueue;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Stats, Window, Worker};
-use inagg_switch_control::target::install_job;
+use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
+use inagg_switch_control::target::{install_job, Target};
 use inagg_switch_control::EmuTarget;
 
 /// Packet size and window of a job run through the emulator, as `demo` and
@@ -103,6 +104,26 @@ impl LocalCluster {
     /// The emulator's control endpoint.
     pub fn control_addr(&self) -> SocketAddr {
         self.emu.control_addr()
+    }
+
+    /// An `inagg controller` owning this emulator (election id 1, as the
+    /// daemon claims it), its API on a loopback ephemeral port, its state in
+    /// `state`; it reconciles every 100 ms.
+    pub fn controller(&self, state: &std::path::Path) -> Result<Controller> {
+        let addr = self.control_addr();
+        let connect: Connector = Box::new(move || {
+            Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>)
+        });
+        Controller::start(ControllerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: None,
+            state: state.to_path_buf(),
+            switch: (addr, connect),
+            switch_data: None,
+            fallbacks: Vec::new(),
+            reconcile_every: std::time::Duration::from_millis(100),
+        })
+        .context("start the controller")
     }
 
     /// Binds the job's workers, then installs the job with their endpoints

@@ -16,7 +16,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::Duration;
 
 use inagg::local::LocalCluster;
 use inagg::verify::{check_float, check_i32};
@@ -24,8 +23,8 @@ use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16};
 use inagg_switch_control::controller::api::JobDecl;
-use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
-use inagg_switch_control::target::{install_job, Target};
+use inagg_switch_control::controller::Client;
+use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
 use serde_json::{json, Value};
 
@@ -438,11 +437,6 @@ fn the_wheel_installs_with_its_library_and_all_reduces() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// How `inagg controller` reaches the emulator (election id 1).
-fn connector(addr: SocketAddr) -> Connector {
-    Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
-}
-
 fn free_port() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -464,16 +458,7 @@ fn python_workers_register_with_the_controller() {
     .unwrap();
     let state = std::env::temp_dir().join(format!("inagg-capi-ctl-{}.redb", std::process::id()));
     let _ = std::fs::remove_file(&state);
-    let ctl = Controller::start(ControllerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        token: None,
-        state: state.clone(),
-        switch: (cluster.control_addr(), connector(cluster.control_addr())),
-        switch_data: None,
-        fallbacks: Vec::new(),
-        reconcile_every: Duration::from_millis(100),
-    })
-    .unwrap();
+    let ctl = cluster.controller(&state).unwrap();
     Client::connect(ctl.addr(), None)
         .unwrap()
         .create_job(JobDecl {

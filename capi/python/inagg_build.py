@@ -1,7 +1,8 @@
 """The PEP 517 build backend of the inagg Python package.
 
 The package is a ctypes layer over libinagg_capi.so, so its wheel is that
-library plus ``inagg/__init__.py``: this backend runs ``cargo build
+library plus the package's modules (``inagg/__init__.py``, and
+``inagg/torch.py``, which imports only where torch is): this backend runs ``cargo build
 --release -p inagg-capi`` in the checkout the package sits in and writes a
 ``py3-none-linux_<arch>`` wheel (any Python 3, this platform) with the
 library beside the package, where ``inagg.library_path()`` looks first.
@@ -165,8 +166,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         lib = _read(_stripped(library, scratch))
     info = "%s-%s.dist-info" % (meta["name"], meta["version"])
     metadata, wheel_file = _dist_info(meta, tag)
+    modules = sorted(f for f in os.listdir(os.path.join(HERE, PACKAGE)) if f.endswith(".py"))
     files = [
-        (PACKAGE + "/__init__.py", _read(os.path.join(HERE, PACKAGE, "__init__.py")), False),
+        (PACKAGE + "/" + m, _read(os.path.join(HERE, PACKAGE, m)), False) for m in modules
+    ] + [
         (PACKAGE + "/" + LIBRARY, lib, True),
         (info + "/METADATA", metadata, False),
         (info + "/WHEEL", wheel_file, False),

@@ -1,0 +1,123 @@
+# Shared by tests/bmv2/run.sh and tests/bmv2/bench.sh (sourced, not run):
+# the checks for the tools, a temporary directory and a cleanup trap that
+# removes every namespace, link and process made here, worker namespaces,
+# and simple_switch_grpc started on veth ports.
+#
+# The sourcing script sets `name` first.
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+skip() {
+    echo "$name: skipped: $*"
+    exit 0
+}
+
+if ! command -v p4c-bm2-ss >/dev/null 2>&1 && ! command -v p4c >/dev/null 2>&1; then
+    skip "p4c not on PATH (nor p4c-bm2-ss)"
+fi
+command -v simple_switch_grpc >/dev/null 2>&1 || skip "simple_switch_grpc not on PATH"
+command -v ip >/dev/null 2>&1 || skip "ip not on PATH (iproute2)"
+command -v iptables >/dev/null 2>&1 || skip "iptables not on PATH (the loss section needs it)"
+[ "$(id -u)" -eq 0 ] || skip "not root (network namespaces and veth pairs need it)"
+
+id=$(( $$ % 100000 ))
+port_base=$((20000 + ($$ % 2000) * 8))
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/inagg-bmv2.XXXXXX")
+pids=()
+namespaces=()
+links=()
+passed=0
+
+cleanup() {
+    local status=$?
+    for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
+    for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" 2>/dev/null || true; done
+    for ns in ${namespaces[@]+"${namespaces[@]}"}; do ip netns del "$ns" 2>/dev/null || true; done
+    for l in ${links[@]+"${links[@]}"}; do ip link del "$l" 2>/dev/null || true; done
+    if [ "$status" -ne 0 ]; then
+        for log in "$tmp"/*.log; do
+            [ -f "$log" ] || continue
+            echo "$name: last lines of $(basename "$log"):" >&2
+            tail -n 15 "$log" >&2 || true
+        done
+    fi
+    rm -rf "$tmp"
+    exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+fail() {
+    echo "$name: FAILED: $*" >&2
+    echo "$passed passed, 1 failed"
+    exit 1
+}
+
+pass() {
+    passed=$((passed + 1))
+    echo "$name: ok: $*"
+}
+
+# Makes $1 worker namespaces ibh<id>w0..: veth0 10.0.0.(w+1)/24 towards a
+# switch port (its other end, ibs<id>w<w>, stays here), MAC
+# 02:00:00:00:00:(w+1), the switch's aggregation address 10.0.0.254 as a
+# static neighbour; and mgmt 192.168.77.(w+1)/24 on a bridge here
+# (192.168.77.254), for what is not data (a controller).
+make_hosts() {
+    mgmt="ibm$id"
+    ip link add "$mgmt" type bridge
+    links+=("$mgmt")
+    ip addr add 192.168.77.254/24 dev "$mgmt"
+    ip link set "$mgmt" up
+    for ((w = 0; w < $1; w++)); do
+        ns="ibh${id}w$w"
+        ip netns add "$ns"
+        namespaces+=("$ns")
+        ip -n "$ns" link set lo up
+        ip link add "ibs${id}w$w" type veth peer name "ibx${id}w$w"
+        links+=("ibs${id}w$w")
+        ip link set "ibx${id}w$w" netns "$ns"
+        ip -n "$ns" link set "ibx${id}w$w" name veth0
+        ip -n "$ns" link set veth0 address "$(printf "02:00:00:00:00:%02x" $((w + 1)))"
+        ip -n "$ns" addr add "10.0.0.$((w + 1))/24" dev veth0
+        ip -n "$ns" link set veth0 up
+        ip -n "$ns" neigh replace 10.0.0.254 lladdr 02:00:00:00:00:fe dev veth0 nud permanent
+        ip link set "ibs${id}w$w" up
+        sysctl -qw "net.ipv6.conf.ibs${id}w$w.disable_ipv6=1" 2>/dev/null || true
+        ip link add "ibm${id}w$w" type veth peer name "ibn${id}w$w"
+        links+=("ibm${id}w$w")
+        ip link set "ibn${id}w$w" netns "$ns"
+        ip -n "$ns" link set "ibn${id}w$w" name mgmt
+        ip -n "$ns" addr add "192.168.77.$((w + 1))/24" dev mgmt
+        ip -n "$ns" link set mgmt up
+        ip link set "ibm${id}w$w" master "$mgmt" up
+    done
+}
+
+# Starts simple_switch_grpc in namespace $1 (or here with "-") with P4Runtime
+# on port $2 and Thrift on $3, ports "$4..." as -i arguments; its log is
+# $tmp/$5.log. Waits until P4Runtime answers; its pid is left in $switch_pid.
+start_switch() {
+    local ns=$1 grpc_port=$2 thrift=$3 log=$5 exec=()
+    local -a ports=($4)
+    [ "$ns" = - ] || exec=(ip netns exec "$ns")
+    local args=()
+    for p in "${ports[@]}"; do args+=(-i "$p"); done
+    "${exec[@]}" simple_switch_grpc --device-id 0 "${args[@]}" --thrift-port "$thrift" --no-p4 \
+        -- --grpc-server-addr "127.0.0.1:$grpc_port" --priority-queues 8 >"$tmp/$log.log" 2>&1 &
+    pids+=($!)
+    local pid=$!
+    switch_pid=$pid
+    for ((i = 0; i < 200; i++)); do
+        if "${exec[@]}" bash -c "exec 3<>/dev/tcp/127.0.0.1/$grpc_port" 2>/dev/null; then return 0; fi
+        kill -0 "$pid" 2>/dev/null || fail "simple_switch_grpc ($log) exited"
+        sleep 0.1
+    done
+    fail "simple_switch_grpc ($log) did not open 127.0.0.1:$grpc_port"
+}
+
+# The value of key $2 in the JSON object in file $1.
+json_field() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+
