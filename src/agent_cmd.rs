@@ -3,8 +3,9 @@
 //! sum every worker can compute, so `--verify` checks the result without
 //! any other input.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -132,17 +133,20 @@ pub struct AgentArgs {
     /// Element type.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
-    /// Read the tensor from this file (raw little-endian values).
-    #[arg(long, conflicts_with = "len")]
+    /// Read the tensor from this file (raw little-endian values): all of a
+    /// regular file; from a pipe or a device, exactly --len elements.
+    #[arg(long)]
     pub input: Option<String>,
-    /// Use the built-in pattern of this many elements instead of a file.
+    /// Use the built-in pattern of this many elements; with --input, the
+    /// tensor's length (required when the input is not a regular file).
     #[arg(long)]
     pub len: Option<usize>,
     /// Write the reduced tensor here (raw little-endian values).
     #[arg(long)]
     pub output: Option<String>,
-    /// Check the result against the pattern's known sum (with --len).
-    #[arg(long, requires = "len")]
+    /// Check the result against the pattern's known sum (with --len, not
+    /// --input: a file's sum is not known here).
+    #[arg(long, requires = "len", conflicts_with = "input")]
     pub verify: bool,
     /// Give up after this many seconds without progress.
     #[arg(long, default_value_t = 10.0)]
@@ -176,7 +180,7 @@ fn pattern_f32(w: u16, i: usize) -> f32 {
 pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     let give_up_after = limits::seconds("--timeout", a.timeout, false)?;
     let linger = limits::seconds("--metrics-linger", a.metrics_linger, true)?;
-    if let (None, Some(n)) = (&a.input, a.len) {
+    if let Some(n) = a.len {
         limits::ensure_memory(n as u128 * a.dtype.size() as u128, &format!("--len {n}"))?;
     }
     // Opened before joining, so that a path that cannot be written fails
@@ -328,8 +332,8 @@ fn load<T: FileElement>(
     pattern: impl Fn(u16, usize) -> T,
 ) -> Result<Vec<T>> {
     match (&a.input, a.len) {
-        (Some(path), _) => {
-            let bytes = std::fs::read(path).with_context(|| format!("read {path}"))?;
+        (Some(path), len) => {
+            let bytes = read_input(path, len.map(|n| n as u64 * T::SIZE as u64))?;
             if bytes.len() % T::SIZE != 0 {
                 bail!(
                     "{path}: {} bytes is not a whole number of {}-byte elements",
@@ -342,6 +346,36 @@ fn load<T: FileElement>(
         (None, Some(n)) => Ok((0..n).map(|i| pattern(rank, i)).collect()),
         (None, None) => bail!("give the tensor with --input FILE or --len N"),
     }
+}
+
+/// The bytes of `--input`: exactly `want` of them when the length is
+/// stated (--len), else the whole of a regular file, which must fit in
+/// memory twice (the bytes and the tensor). A pipe or a device has no size
+/// to check first, so it needs --len: `--input /dev/zero` is refused, not
+/// read until memory runs out.
+fn read_input(path: &str, want: Option<u64>) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("read {path}"))?;
+    let limit = match want {
+        Some(n) => n,
+        None if meta.is_file() => meta.len(),
+        None => bail!(
+            "{path} is not a regular file, so its length is unknown: give --len N (elements) \
+             to read N elements from it"
+        ),
+    };
+    limits::ensure_memory(2 * u128::from(limit), &format!("--input {path}"))?;
+    let Some(n) = want else {
+        return inagg_switch_control::files::read_limited(Path::new(path), limit)
+            .with_context(|| format!("read {path}"));
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(n).read_to_end(&mut bytes))
+        .with_context(|| format!("read {path}"))?;
+    if bytes.len() as u64 != n {
+        bail!("{path}: {} bytes, where --len asks for {n}", bytes.len());
+    }
+    Ok(bytes)
 }
 
 /// `--output`, opened for writing (created where missing) before the

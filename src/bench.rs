@@ -57,6 +57,12 @@ pub struct BenchArgs {
     /// links (--repeat iterations).
     #[arg(long, conflicts_with = "priority")]
     pub netstorm: bool,
+    /// PyTorch: DDP training steps with inagg's hook next to gloo, 2 and 4
+    /// ranks, and the all-reduce alone for ResNet-50's 25.6M parameters
+    /// (needs a Python with torch: $INAGG_TORCH_PYTHON or the one
+    /// scripts/test makes, and `cargo build --release -p inagg-capi`).
+    #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
+    pub torch: bool,
     /// With --netstorm: measure auxiliary paths instead, the forest with
     /// and without them, BUSY_BOUND/QUEUE_LENGTH (NetStorm's
     /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH; Table II: 2/1), or
@@ -142,6 +148,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             "--workers {n}: each count must be 1..={}",
             inagg_wire::MAX_WORKERS
         );
+    }
+    if args.torch {
+        return crate::bench_torch::run(args.repeat, out);
     }
     if args.priority {
         return crate::bench_priority::run(args.repeat, args.json, out);

@@ -16,6 +16,7 @@ pub mod bench_dpdk;
 pub mod bench_netstorm;
 pub mod bench_netstorm_aux;
 pub mod bench_priority;
+pub mod bench_torch;
 pub mod conformance_cmd;
 pub mod controller_cmd;
 pub mod demo;

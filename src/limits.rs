@@ -48,7 +48,7 @@ pub fn ensure_memory(bytes: u128, what: &str) -> Result<()> {
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// MemAvailable from /proc/meminfo, bytes.
-fn available_memory() -> Option<u64> {
+pub fn available_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

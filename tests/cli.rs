@@ -857,6 +857,75 @@ fn bad_arguments_get_clear_errors_not_panics() {
 
 /// `inagg emu --metrics ADDR`: a Prometheus scrape shows the job, its
 /// counters and the drops by reason, as `ctl counters` does.
+/// Endless and oversized inputs are refused before they are held: a
+/// cluster file past its 4 MiB limit, a tensor from a device whose length
+/// is not stated; a stated length reads exactly that much; --verify has
+/// nothing to check a file against. Each fails at once, in a few MiB at
+/// most (before this, `ctl apply -f /dev/zero` and `agent --input
+/// /dev/zero` grew until the kernel killed them).
+#[test]
+fn endless_inputs_are_refused_by_their_limits() {
+    let run = |args: &[&str]| Command::new(INAGG).args(args).output().unwrap();
+    for endless in ["/dev/zero", "/dev/urandom"] {
+        let out = run(&["ctl", "apply", "-f", endless]);
+        assert!(
+            !out.status.success()
+                && text(&out).contains(&format!(
+                    "{endless}: cannot read: it yields more than the 4.0 MiB allowed"
+                )),
+            "{}",
+            text(&out)
+        );
+    }
+    let agent = |extra: &[&str]| {
+        let mut args = vec![
+            "agent",
+            "--bind",
+            "127.0.0.1:0",
+            "--switch",
+            "127.0.0.1:1",
+            "--job",
+            "1",
+            "--worker",
+            "0",
+            "--workers",
+            "2",
+            "--pool-size",
+            "4",
+            "--timeout",
+            "0.2",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let out = agent(&["--input", "/dev/zero"]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains(
+                "/dev/zero is not a regular file, so its length is unknown: give --len N"
+            ),
+        "{}",
+        text(&out)
+    );
+    let out = agent(&["--input", "/dev/null", "--len", "10"]);
+    assert!(
+        !out.status.success() && text(&out).contains("/dev/null: 0 bytes, where --len asks for 40"),
+        "{}",
+        text(&out)
+    );
+    // Exactly 1000 elements read from /dev/zero: the agent gets as far as
+    // the switch (none there: it says so).
+    let out = agent(&["--input", "/dev/zero", "--len", "1000"]);
+    assert!(
+        !out.status.success() && text(&out).contains("no result from the switch at 127.0.0.1:1"),
+        "{}",
+        text(&out)
+    );
+    let out = agent(&["--input", "/dev/zero", "--len", "10", "--verify"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--verify"), "{}", text(&out));
+}
+
 #[test]
 fn the_emulator_serves_prometheus_metrics() {
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")

@@ -27,31 +27,8 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Python that has torch, or why there is none.
 fn torch_python() -> Result<PathBuf, String> {
-    let python = match std::env::var_os("INAGG_TORCH_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => repo().join("target/torch-venv/bin/python"),
-    };
-    if !python.exists() {
-        return Err(format!(
-            "{} not found (set INAGG_TORCH_PYTHON, or run scripts/test, which makes it)",
-            python.display()
-        ));
-    }
-    let ok = Command::new(&python)
-        .args(["-c", "import torch, sklearn"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        Ok(python)
-    } else {
-        Err(format!(
-            "{} cannot import torch and sklearn",
-            python.display()
-        ))
-    }
+    inagg::bench_torch::torch_python(repo())
 }
 
 macro_rules! python_or_skip {
@@ -81,12 +58,11 @@ fn python_env(python: &Path) -> Command {
     c
 }
 
-/// `torchrun --standalone --nproc-per-node N script args...`.
+/// `torchrun --standalone --nproc-per-node N script args...`, with the
+/// library cargo built for this test.
 fn torchrun(python: &Path, ranks: usize, script: &str, args: &[&str]) -> Output {
-    python_env(python)
-        .args(["-m", "torch.distributed.run", "--standalone"])
-        .arg(format!("--nproc-per-node={ranks}"))
-        .arg(repo().join(script))
+    inagg::bench_torch::torchrun(python, repo(), ranks, script)
+        .env("INAGG_LIBRARY", library())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,7 +8,7 @@ and communication::
 
     inagg emu &                                         # the switch
     inagg controller --switch 127.0.0.1:47001 --state ctl.redb &
-    inagg ctl --controller 127.0.0.1:47100 job create --name digits --count 4 --slots 64
+    inagg ctl --controller 127.0.0.1:47100 job create --name digits --count 4 --slots 16 --elements 16370
     torchrun --nproc-per-node 4 examples/torch/train.py --backend inagg \\
         --controller 127.0.0.1:47100 --job digits
     torchrun --nproc-per-node 4 examples/torch/train.py --backend gloo

@@ -137,10 +137,12 @@ impl ClusterFile {
 
 /// A configuration file's text; an error names the file.
 pub(crate) fn read_text(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| ControlError::Config {
-        path: path.into(),
-        message: format!("cannot read: {e}"),
-    })
+    crate::files::read_text_limited(std::path::Path::new(path), crate::files::CONFIG_LIMIT).map_err(
+        |e| ControlError::Config {
+            path: path.into(),
+            message: format!("cannot read: {e}"),
+        },
+    )
 }
 
 /// One step of a plan.

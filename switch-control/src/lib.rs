@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod controller;
 mod ctl_controller;
 pub mod emu;
+pub mod files;
 pub mod metrics;
 pub mod sched;
 pub mod target;

@@ -37,8 +37,13 @@ import queue
 import socket
 import threading
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:
+    raise ImportError(
+        "inagg.torch needs PyTorch (pip install torch); the rest of inagg does not: %s" % e
+    ) from e
 
 import inagg
 

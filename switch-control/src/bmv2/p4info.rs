@@ -195,7 +195,8 @@ pub fn load(path: &Path) -> Result<P4Info> {
         path: path.display().to_string(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let bytes = crate::files::read_limited(path, crate::files::PROGRAM_LIMIT)
+        .map_err(|e| err(format!("cannot read: {e}")))?;
     if looks_like_text(&bytes) {
         return Err(err(
             "this is a text P4Info; pass the binary one (inagg.p4info.bin, written by p4/build.sh \

@@ -163,12 +163,14 @@ impl Bmv2Target {
             None => None,
         };
         let json = match (&options.bmv2_json, &file) {
-            (Some(path), Some(_)) => {
-                Some(std::fs::read(path).map_err(|e| ControlError::Config {
-                    path: path.display().to_string(),
-                    message: format!("cannot read: {e}"),
-                })?)
-            }
+            (Some(path), Some(_)) => Some(
+                crate::files::read_limited(path, crate::files::PROGRAM_LIMIT).map_err(|e| {
+                    ControlError::Config {
+                        path: path.display().to_string(),
+                        message: format!("cannot read: {e}"),
+                    }
+                })?,
+            ),
             (Some(path), None) => {
                 return Err(ControlError::Config {
                     path: path.display().to_string(),

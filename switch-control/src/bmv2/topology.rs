@@ -147,10 +147,13 @@ impl Topology {
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<Topology> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ControlError::Config {
-            path: name.clone(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text =
+            crate::files::read_text_limited(path, crate::files::CONFIG_LIMIT).map_err(|e| {
+                ControlError::Config {
+                    path: name.clone(),
+                    message: format!("cannot read: {e}"),
+                }
+            })?;
         Self::parse(&name, &text)
     }
 
