@@ -490,6 +490,16 @@ fn ctl_apply_plans_checks_and_applies_cluster_files() {
     );
     let again = text(&emu.ctl(&["apply", "-f", good.to_str().unwrap()]));
     assert!(again.contains("= job 1: unchanged"), "{again}");
+    // An empty file keeps every job (no --prune) and says so.
+    let empty = dir.join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let out = emu.ctl(&["apply", "-f", empty.to_str().unwrap()]);
+    assert!(
+        out.status.success()
+            && text(&out).contains("nothing to do: the switch already holds what the file says"),
+        "{}",
+        text(&out)
+    );
     let overlapping = dir.join("overlap.toml");
     std::fs::write(
         &overlapping,

@@ -699,6 +699,12 @@ pub(crate) fn emit_plan<T: Serialize + std::fmt::Display>(
         for item in items {
             writeln!(o, "{item}")?;
         }
+        if items.is_empty() {
+            writeln!(
+                o,
+                "nothing to do: the switch already holds what the file says"
+            )?;
+        }
         let done = if dry_run {
             "dry run: nothing changed"
         } else {
