@@ -835,6 +835,12 @@ pub enum ApiError {
         message: String,
     },
     /// A setting is out of range (the client's fault).
+    /// The endpoint holds as many connections as it serves, all at work.
+    #[error("busy: {message}")]
+    Busy {
+        /// Why, and what to do.
+        message: String,
+    },
     #[error("invalid setting: {message}")]
     Invalid {
         /// What is wrong.

@@ -5,6 +5,7 @@
 //! Both listen on loopback by default; exposing the control endpoint
 //! elsewhere is an explicit choice of address.
 
+use inagg_wire::conns::{Conn, Conns, Limits};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -341,15 +342,24 @@ fn serve_control(
     stop: &Arc<AtomicBool>,
 ) {
     let mut conns = Vec::new();
+    let open = Conns::new(Limits::default());
     while !stop.load(Ordering::Relaxed) {
         if !inagg_wire::udp::wait(&listener, IDLE_POLL, false).unwrap_or(false) {
             continue;
         }
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((mut stream, peer)) => {
+                let Some(conn) = open.admit(&stream) else {
+                    tracing::warn!(
+                        "control connection from {peer} refused: {} open",
+                        open.open()
+                    );
+                    let _ = reply(&mut stream, &Response::Err(busy(open.open())));
+                    continue;
+                };
                 let (state, stop) = (state.clone(), stop.clone());
                 conns.push(std::thread::spawn(move || {
-                    serve_connection(stream, &state, data_addr, &stop)
+                    serve_connection(stream, &conn, &state, data_addr, &stop)
                 }));
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
@@ -362,10 +372,22 @@ fn serve_control(
     }
 }
 
-/// Serves JSON-lines requests on one connection until EOF or stop, then
-/// gives up its claim on the switch, if it made one.
+/// The refusal a connection gets when every place is held by one at work.
+fn busy(open: usize) -> ApiError {
+    ApiError::Busy {
+        message: format!(
+            "the control endpoint holds {open} connections, every one at work; try again \
+             when one closes"
+        ),
+    }
+}
+
+/// Serves JSON-lines requests on one connection until EOF, stop, or its
+/// place is taken (inagg_wire::conns), then gives up its claim on the
+/// switch, if it made one.
 fn serve_connection(
     stream: TcpStream,
+    conn: &Conn,
     state: &Mutex<State>,
     data_addr: SocketAddr,
     stop: &AtomicBool,
@@ -377,7 +399,7 @@ fn serve_connection(
         conn: lock(state).arbitration.open(),
         peer,
     };
-    serve_requests(stream, state, caller, data_addr, stop);
+    serve_requests(stream, conn, state, caller, data_addr, stop);
     lock(state).arbitration.close(caller.conn);
 }
 
@@ -392,6 +414,7 @@ pub struct Caller {
 
 fn serve_requests(
     stream: TcpStream,
+    conn: &Conn,
     state: &Mutex<State>,
     caller: Caller,
     data_addr: SocketAddr,
@@ -423,13 +446,17 @@ fn serve_requests(
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                continue
+                if conn.expired() {
+                    return; // silent too long, or its place was taken
+                }
+                continue;
             }
             Err(_) => return,
         }
         if !line.ends_with(b"\n") {
             continue; // partial line; the rest follows
         }
+        conn.completed();
         let response = match serde_json::from_slice::<Request>(&line) {
             Ok(request) => {
                 let changes = request.changes_state();

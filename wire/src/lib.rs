@@ -16,6 +16,7 @@
 //! Untrusted input enters through [`Packet::new_checked`] and [`Repr::parse`];
 //! they return an [`Error`] rather than panic.
 
+pub mod conns;
 pub mod frame;
 pub mod header;
 pub mod payload;

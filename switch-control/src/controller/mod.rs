@@ -19,7 +19,8 @@ pub mod file;
 mod state;
 mod store;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use inagg_wire::conns::{Conn, Conns, Limits};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -240,13 +241,24 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// non-blocking accepts made each wait up to the sleep).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     let mut next = 0u64;
+    let open = Conns::new(Limits::default());
     while !shared.stop.load(Ordering::Acquire) {
         if !inagg_wire::udp::wait(listener, ACCEPT_POLL, false).unwrap_or(false) {
             continue;
         }
         match listener.accept() {
-            Ok((stream, peer)) => {
+            Ok((mut stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
+                let Some(conn) = open.admit(&stream) else {
+                    tracing::warn!("API connection from {peer} refused: {} open", open.open());
+                    let refusal = Response::Error(format!(
+                        "busy: the controller holds {} connections, every one at work; try \
+                         again when one closes",
+                        open.open()
+                    ));
+                    let _ = write_response(&mut stream, &refusal);
+                    continue;
+                };
                 let id = next;
                 next += 1;
                 if let Ok(c) = stream.try_clone() {
@@ -256,7 +268,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                 // Connection threads are detached: a blocked registration
                 // ends at its deadline or when the controller stops.
                 std::thread::spawn(move || {
-                    serve(&shared, stream, peer);
+                    serve(&shared, stream, peer, &conn);
                     shared.conns().remove(&id);
                 });
             }
@@ -295,40 +307,65 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
 /// Longest request line the API reads (a job with 64 endpoints is ~3 KiB).
 const MAX_LINE: u64 = 1 << 20;
 
-/// One client connection: requests until it closes.
-fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
+/// How often a connection's reader wakes to see whether the connection has
+/// outstayed its welcome (inagg_wire::conns) or the controller stops.
+const READ_POLL: Duration = Duration::from_millis(200);
+
+/// One client connection: requests until it closes, the controller stops,
+/// or its place is taken.
+fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
+    let _ = stream.set_read_timeout(Some(READ_POLL));
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
-        line.clear();
-        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
+        let room = MAX_LINE.saturating_sub(line.len() as u64);
+        match (&mut reader).take(room).read_until(b'\n', &mut line) {
+            Ok(0) if room > 0 => return, // end of stream
             Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if conn.expired() || shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => return,
         }
         let too_long = !line.ends_with(b"\n") && line.len() as u64 >= MAX_LINE;
+        if !line.ends_with(b"\n") && !too_long {
+            continue; // partial line; the rest follows
+        }
+        conn.completed();
         let response = if too_long {
             Response::Error(format!("request line longer than {MAX_LINE} bytes"))
         } else {
             match std::str::from_utf8(&line) {
                 Err(_) => Response::Error("request is not UTF-8 JSON".into()),
-                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) if text.trim().is_empty() => {
+                    line.clear();
+                    continue;
+                }
                 Ok(text) => respond(shared, text, peer, reader.get_ref()),
             }
         };
+        line.clear();
         if let Response::Error(e) = &response {
             tracing::warn!("refused a request from {peer}: {e}");
         }
-        let mut out = serde_json::to_vec(&response).unwrap_or_else(|e| {
-            format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes()
-        });
-        out.push(b'\n');
-        if writer.write_all(&out).is_err() || too_long {
+        if write_response(&mut writer, &response).is_err() || too_long {
             return;
         }
     }
+}
+
+/// Writes one reply line.
+fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(response)
+        .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes());
+    out.push(b'\n');
+    writer.write_all(&out)
 }
 
 /// One request line: token check, then the request.
