@@ -95,6 +95,20 @@ impl LocalCluster {
         })
     }
 
+    /// An emulator whose ports send at `rate_bps` each, with queues of
+    /// `queue_bytes`: a switch that cannot send faster than its links.
+    pub fn paced(rate_bps: u64, queue_bytes: usize, faults: FaultConfig) -> Result<LocalCluster> {
+        Self::start_config(EmulatorConfig {
+            link: Some(inagg_emu::egress::LinkConfig {
+                rate_bps,
+                queue_bytes,
+                per_host: false,
+            }),
+            faults,
+            ..EmulatorConfig::ephemeral()
+        })
+    }
+
     /// An emulator with any configuration (line rate included).
     pub fn start_config(config: EmulatorConfig) -> Result<LocalCluster> {
         let emu = Emulator::start(config).context("start the emulator")?;

@@ -14,21 +14,11 @@ use std::time::Duration;
 
 use inagg::local::{run_all, JobParams, LocalCluster};
 use inagg::verify::check_i32;
-use inagg_emu::egress::LinkConfig;
-use inagg_emu::{EmulatorConfig, FaultConfig};
+use inagg_emu::FaultConfig;
 use inagg_host_agent::Window;
 
 fn paced(rate_bps: u64, faults: FaultConfig) -> LocalCluster {
-    LocalCluster::start_config(EmulatorConfig {
-        link: Some(LinkConfig {
-            rate_bps,
-            queue_bytes: 4 << 20,
-            per_host: false,
-        }),
-        faults,
-        ..EmulatorConfig::ephemeral()
-    })
-    .unwrap()
+    LocalCluster::paced(rate_bps, 4 << 20, faults).unwrap()
 }
 
 fn inputs(workers: usize, len: usize, seed: i32) -> Vec<Vec<i32>> {

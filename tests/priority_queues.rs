@@ -12,15 +12,7 @@ use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
 
 fn paced(rate_bps: u64, queue_bytes: usize) -> LocalCluster {
-    LocalCluster::start_config(EmulatorConfig {
-        link: Some(LinkConfig {
-            rate_bps,
-            queue_bytes,
-            per_host: false,
-        }),
-        ..EmulatorConfig::ephemeral()
-    })
-    .unwrap()
+    LocalCluster::paced(rate_bps, queue_bytes, inagg_emu::FaultConfig::default()).unwrap()
 }
 
 fn inputs(workers: usize, len: usize, seed: i32) -> Vec<Vec<i32>> {

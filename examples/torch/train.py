@@ -61,6 +61,8 @@ def arguments():
     p.add_argument("--switch", help="the switch's data address (with --job as its id and --pool-size)")
     p.add_argument("--job", default="digits")
     p.add_argument("--pool-size", type=int, default=64)
+    p.add_argument("--bind", default="127.0.0.1:47500",
+                   help="with --switch: HOST:PORT of rank 0; rank r binds PORT + r (the job's endpoints)")
     p.add_argument("--token", help="the controller's token")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before a rank fails")
     p.add_argument("--epochs", type=int, default=8)
@@ -101,7 +103,9 @@ def hook_for(args, model, rank, world):
         if args.controller:
             options.update(controller=args.controller, token=args.token)
         elif args.switch:
-            options.update(switch=args.switch, pool_size=args.pool_size, job=int(args.job))
+            host, port = args.bind.rsplit(":", 1)
+            options.update(switch=args.switch, pool_size=args.pool_size, job=int(args.job),
+                           bind="%s:%d" % (host, int(port) + rank))
         else:
             sys.exit("train.py: --backend inagg needs --controller (or --switch)")
         state = inagg.torch.HookState(**options)

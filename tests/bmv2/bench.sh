@@ -25,6 +25,7 @@ k=64
 len=${LEN:-300000}
 pool=${POOL:-256}
 workers=4
+agent_timeout=60
 
 P4_BUILD_DIR="$tmp/p4" K="$k" "$repo/p4/build.sh" v1model >/dev/null
 (cd "$repo" && cargo build --release --quiet)
@@ -56,22 +57,10 @@ measure() {
     job=$((job + 1))
     ctl job create --id "$job" --workers "$(seq -s, -f "10.0.0.%g:5000" 1 "$n")" \
         --pool-base 0 --pool-size "$pool" --elements "$k" >/dev/null
-    local agents=() w
     local start end
     start=$(date +%s.%N)
-    for ((w = 0; w < n; w++)); do
-        ip netns exec "ibh${id}w$w" "$inagg" agent --switch 10.0.0.254:47000 \
-            --bind "10.0.0.$((w + 1)):5000" --job "$job" --worker "$w" --workers "$n" \
-            --pool-size "$pool" --elements "$k" --dtype "$dtype" --len "$len" \
-            --verify --json --timeout 60 "$@" >"$tmp/agent-$w.json" 2>"$tmp/agent-$w.err" &
-        agents+=($!)
-    done
-    local resent=0
-    for ((w = 0; w < n; w++)); do
-        wait "${agents[$w]}" || { cat "$tmp/agent-$w.err" >&2; fail "job $job: worker $w"; }
-        grep -q '"verified": *true' "$tmp/agent-$w.json" || fail "job $job: worker $w did not verify"
-        resent=$((resent + $(json_field "$tmp/agent-$w.json" retransmissions)))
-    done
+    allreduce "$job" "$n" "$dtype" "$@"
+    local resent=$retransmissions
     end=$(date +%s.%N)
     ctl --json job show "$job" >"$tmp/job.json"
     python3 - "$tmp/job.json" "$label" "$n" "$dtype" "$start" "$end" "$rounds" "$len" "$resent" <<'EOF'

@@ -121,3 +121,32 @@ json_field() {
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
 
+# Runs one agent per worker of job $1 ($2 workers, members 0..$2-1 in
+# namespaces w0..), dtype $3, extra agent flags after, with the caller's
+# $inagg, ctl, $pool, $k and $len (and $agent_timeout, 30 s by default); fails
+# on any error or unverified result. Sums the agents' retransmissions into
+# $retransmissions.
+retransmissions=0
+allreduce() {
+    local job=$1 n=$2 dtype=$3
+    shift 3
+    local agents=() w
+    for ((w = 0; w < n; w++)); do
+        ip netns exec "ibh${id}w$w" "$inagg" agent --switch 10.0.0.254:47000 \
+            --bind "10.0.0.$((w + 1)):5000" --job "$job" --worker "$w" --workers "$n" \
+            --pool-size "$pool" --elements "$k" --dtype "$dtype" --len "$len" \
+            --verify --json --timeout "${agent_timeout:-30}" "$@" >"$tmp/agent-$w.json" 2>"$tmp/agent-$w.err" &
+        agents+=($!)
+    done
+    retransmissions=0
+    for ((w = 0; w < n; w++)); do
+        if ! wait "${agents[$w]}"; then
+            cat "$tmp/agent-$w.err" >&2
+            ctl counters >&2 || true
+            fail "job $job, $dtype all-reduce: worker $w"
+        fi
+        grep -q '"verified": *true' "$tmp/agent-$w.json" ||
+            fail "job $job, $dtype: worker $w's result did not verify"
+        retransmissions=$((retransmissions + $(json_field "$tmp/agent-$w.json" retransmissions)))
+    done
+}
