@@ -60,7 +60,8 @@ def arguments():
     p.add_argument("--controller", help="inagg controller's API address (with --job, the name)")
     p.add_argument("--switch", help="the switch's data address (with --job as its id and --pool-size)")
     p.add_argument("--job", default="digits")
-    p.add_argument("--pool-size", type=int, default=64)
+    p.add_argument("--pool-size", type=int, default=64, help="with --switch: the job's pool")
+    p.add_argument("--elements", type=int, default=64, help="with --switch: the job's K")
     p.add_argument("--bind", default="127.0.0.1:47500",
                    help="with --switch: HOST:PORT of rank 0; rank r binds PORT + r (the job's endpoints)")
     p.add_argument("--token", help="the controller's token")
@@ -105,7 +106,7 @@ def hook_for(args, model, rank, world):
         elif args.switch:
             host, port = args.bind.rsplit(":", 1)
             options.update(switch=args.switch, pool_size=args.pool_size, job=int(args.job),
-                           bind="%s:%d" % (host, int(port) + rank))
+                           elements=args.elements, bind="%s:%d" % (host, int(port) + rank))
         else:
             sys.exit("train.py: --backend inagg needs --controller (or --switch)")
         state = inagg.torch.HookState(**options)
