@@ -105,6 +105,47 @@ fn a_second_session_of_one_round_per_slot_sums_its_own_values() {
     int_session(&cluster, &endpoints, 4, WAVE / 2);
 }
 
+/// One forged contribution from an idle worker's endpoint before any
+/// session (worker 0, slot 0, set 0, weight 1, and a packet id of epoch 1,
+/// which no worker would send in set 0): two sessions after it still sum
+/// their own values, in a handful of packets. The forged id used to send
+/// every worker's handshake back to set 0, whose stored result sent it back
+/// again at once: a storm of packets, no retransmission, no progress.
+#[test]
+fn a_forged_contribution_before_a_session_does_not_poison_the_slot() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let endpoints = install(&cluster);
+    let forger = std::net::UdpSocket::bind(endpoints[0]).unwrap();
+    let mut datagram = vec![0u8; inagg_wire::HEADER_LEN + usize::from(K) * 4];
+    inagg_wire::Repr {
+        kind: inagg_wire::Kind::Contribution,
+        set: 0,
+        priority: 0,
+        job: 1,
+        slot: 0,
+        worker: 0,
+        generation: 0,
+        exponent: 0,
+        count: 0,
+        elements: K,
+        packet_id: 1 << 16,
+    }
+    .emit(&mut inagg_wire::Packet::new_unchecked(&mut datagram[..]));
+    forger.send_to(&datagram, cluster.emu.data_addr()).unwrap();
+    drop(forger);
+    std::thread::sleep(Duration::from_millis(50));
+    for seed in [1, 2] {
+        let stats = int_session(&cluster, &endpoints, seed, 3 * WAVE);
+        let sent: u64 = stats.iter().map(|s| s.packets_sent).sum();
+        // 3 rounds and a handshake per slot per worker, a few retries.
+        let rounds = u64::from(WORKERS) * u64::from(POOL) * 4;
+        assert!(
+            sent <= 2 * rounds,
+            "session {seed}: {sent} packets for {rounds} rounds"
+        );
+    }
+}
+
 #[test]
 fn a_session_after_a_worker_gave_up_alone_sums_its_own_values() {
     let cluster = LocalCluster::start(FaultConfig::default()).unwrap();

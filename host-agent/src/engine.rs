@@ -214,7 +214,7 @@ impl<L: Link> Engine<'_, L> {
                             stats.handshakes += 1;
                             bad_weight = None;
                             let session = &mut self.sessions[slot];
-                            session.move_past(packet_id);
+                            session.move_past(packet_id, slots[slot].set);
                             session.joined = true;
                             let entry = &mut slots[slot];
                             entry.rollback = Some(entry.round);
@@ -238,7 +238,7 @@ impl<L: Link> Engine<'_, L> {
                             bad_weight = own_weight.or(bad_weight);
                             stats.handshake_retries += 1;
                             let session = &mut self.sessions[slot];
-                            session.move_past(packet_id);
+                            session.move_past(packet_id, slots[slot].set);
                             session.joined = false;
                             session.attempt = session.attempt.wrapping_add(1);
                             let entry = &mut slots[slot];

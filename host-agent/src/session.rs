@@ -54,10 +54,17 @@ pub(crate) struct SlotSession {
 }
 
 impl SlotSession {
-    /// Leaves the set of a result with packet id `packet_id` for the other
-    /// one, in step with every worker that left on the same result.
-    pub fn move_past(&mut self, packet_id: u32) {
-        self.epoch = (packet_id >> 16).wrapping_add(1);
+    /// Leaves set `set`, whose result has packet id `packet_id`, for the
+    /// other one, in step with every worker that left on the same result:
+    /// the epoch after the result's, or the one after that when the
+    /// result's epoch does not match its set (a packet id no worker of the
+    /// session wrote, forged or foreign; docs/PROTOCOL.md, "Sessions").
+    pub fn move_past(&mut self, packet_id: u32, set: u8) {
+        let mut epoch = (packet_id >> 16).wrapping_add(1);
+        if epoch & 1 == u32::from(set) {
+            epoch = epoch.wrapping_add(1);
+        }
+        self.epoch = epoch;
     }
 }
 
@@ -252,12 +259,17 @@ mod tests {
     }
 
     #[test]
-    fn moving_past_a_result_takes_its_epoch() {
+    fn moving_past_a_result_takes_its_epoch_and_the_other_set() {
         let mut s = SlotSession::default();
-        s.move_past(7 << 16 | 3);
+        s.move_past(7 << 16 | 3, 1);
         assert_eq!(s.epoch, 8);
-        s.move_past(u32::MAX);
+        s.move_past(u32::MAX, 1);
         assert_eq!(s.epoch, 0x1_0000);
+        // A packet id of epoch 1 found in set 0 (written by no worker of
+        // the session): epoch 2 would be set 0 again.
+        s.move_past(1 << 16, 0);
+        assert_eq!(s.epoch, 3);
+        assert_eq!(s.epoch & 1, 1, "the other set");
     }
 
     #[test]
