@@ -137,8 +137,9 @@ pub struct AgentArgs {
     /// regular file; from a pipe or a device, exactly --len elements.
     #[arg(long)]
     pub input: Option<String>,
-    /// Use the built-in pattern of this many elements; with --input, the
-    /// tensor's length (required when the input is not a regular file).
+    /// Use the built-in pattern of this many elements (a worker's values
+    /// depend on its --tree-rank, which defaults to --worker); with --input,
+    /// the tensor's length (required when the input is not a regular file).
     #[arg(long)]
     pub len: Option<usize>,
     /// Write the reduced tensor here (raw little-endian values).
@@ -419,7 +420,7 @@ fn run_i32(
     worker: &mut Worker,
     output: &mut Option<Output>,
 ) -> Result<(Stats, Option<bool>)> {
-    let (rank, workers) = (worker.config().worker, worker.config().workers);
+    let (rank, workers) = (worker.config().rank, worker.config().workers);
     let mut data = load(a, rank, pattern_i32)?;
     let stats = worker.allreduce_i32(&mut data)?;
     save(output, &data)?;
@@ -440,7 +441,7 @@ fn run_float<T: Float + FileElement>(
     from: fn(f32) -> T,
 ) -> Result<(Stats, Option<bool>)> {
     let c = worker.config();
-    let (rank, workers, k) = (c.worker, c.workers, usize::from(c.elements));
+    let (rank, workers, k) = (c.rank, c.workers, usize::from(c.elements));
     let pattern = |w: u16, i: usize| from(pattern_f32(w, i));
     let mut data = load(a, rank, pattern)?;
     let stats = worker.allreduce_float(&mut data, None)?;

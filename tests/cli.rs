@@ -703,6 +703,63 @@ fn a_tree_by_hand_sums_each_sessions_own_values() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A tree of two emulators with two workers at each: the leaf's workers are
+/// its members 0 and 1 and the tree's ranks 2 and 3. `--verify` sums the
+/// pattern over the tree's ranks, and each worker contributes its tree
+/// rank's values (with its member id instead, the leaf's workers repeated
+/// the root's values and every result was 6/10 of the expected sum).
+#[test]
+fn a_tree_with_two_workers_per_switch_verifies_by_tree_rank() {
+    let root = Emu::start(&[]);
+    let leaf = Emu::start(&[]);
+    let binds: Vec<SocketAddr> = (0..4).map(|_| free_udp_port()).collect();
+    let job = ["job", "create", "--id", "30", "--pool-base", "0"];
+    let root_members = format!("{},{},{}", binds[0], binds[1], leaf.data);
+    let out = root.ctl(&[&job[..], &["--pool-size", "16", "--workers", &root_members]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let leaf_members = format!("{},{}", binds[2], binds[3]);
+    let upstream = format!("{}/30/2", root.data);
+    let leaf_job = [
+        "--pool-size",
+        "16",
+        "--workers",
+        &leaf_members,
+        "--upstream",
+        &upstream,
+    ];
+    let out = leaf.ctl(&[&job[..], &leaf_job].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    for dtype in ["i32", "f32"] {
+        let children: Vec<Child> = binds
+            .iter()
+            .enumerate()
+            .map(|(rank, bind)| {
+                let (switch, member) = if rank < 2 {
+                    (root.data, rank)
+                } else {
+                    (leaf.data, rank - 2)
+                };
+                Command::new(INAGG)
+                    .args(["agent", "--switch", &switch.to_string()])
+                    .args(["--bind", &bind.to_string(), "--job", "30"])
+                    .args(["--worker", &member.to_string()])
+                    .args(["--tree-rank", &rank.to_string(), "--workers", "4"])
+                    .args(["--pool-size", "16", "--dtype", dtype, "--len", "5000"])
+                    .args(["--verify", "--json"])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (rank, child) in children.into_iter().enumerate() {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{dtype}, rank {rank}: {}", text(&out));
+            let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(stats["verified"], true, "{dtype}, rank {rank}");
+        }
+    }
+}
+
 #[test]
 fn demo_prints_a_verified_json_report() {
     let out = Command::new(INAGG)

@@ -85,6 +85,11 @@ pub struct Bmv2Args {
     /// `"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }`.
     #[arg(long, global = true, value_name = "PATH")]
     pub topology: Option<PathBuf>,
+    /// Connect without an election id when none is given: the command only
+    /// reads, so it should work beside the switch's controller (which
+    /// holds the default id) without taking the switch from it.
+    #[arg(skip)]
+    pub observe: bool,
 }
 
 impl Bmv2Args {
@@ -301,13 +306,30 @@ pub enum GroupCommand {
     },
 }
 
+impl CtlCommand {
+    /// Whether the command only reads the switch (so `ctl` connects to
+    /// bmv2 as an observer unless given an election id or a pipeline).
+    fn reads_only(&self) -> bool {
+        match self {
+            CtlCommand::Info
+            | CtlCommand::Pool
+            | CtlCommand::Queues
+            | CtlCommand::Counters { reset: false }
+            | CtlCommand::Job(JobCommand::List | JobCommand::Show { .. })
+            | CtlCommand::Group(GroupCommand::List)
+            | CtlCommand::Relay(relay::RelayCommand::List) => true,
+            _ => false,
+        }
+    }
+}
+
 /// Connects to the target `args` name.
 pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target + Send>> {
-    connect_target(
-        args.target.unwrap_or(TargetKind::Emu),
-        args.addr,
-        &args.bmv2,
-    )
+    let bmv2 = Bmv2Args {
+        observe: args.command.reads_only() && args.bmv2.bmv2_json.is_none(),
+        ..args.bmv2.clone()
+    };
+    connect_target(args.target.unwrap_or(TargetKind::Emu), args.addr, &bmv2)
 }
 
 /// Connects for `ctl apply -f FILE`: the file's `[switch]` table names the
@@ -358,7 +380,11 @@ fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target
     let options = Bmv2Options {
         addr: addr.unwrap_or(defaults.addr),
         device_id: b.device_id.unwrap_or(defaults.device_id),
-        election_id: b.election_id.map_or(defaults.election_id, u128::from),
+        election_id: match b.election_id {
+            Some(id) => Some(u128::from(id)),
+            None if b.observe => None,
+            None => defaults.election_id,
+        },
         p4info: b.p4info.clone(),
         bmv2_json: b.bmv2_json.clone(),
         topology: b.topology.as_deref().map(Topology::load).transpose()?,

@@ -71,6 +71,18 @@ pub enum ControlError {
         /// What the switch said.
         message: String,
     },
+    /// A write on a P4Runtime connection made without an election id (an
+    /// observer, as `inagg ctl` makes for commands that only read).
+    #[error(
+        "{op} on the P4Runtime server at {addr}: this connection only reads (it has no \
+         election id); pass --election-id to change the switch"
+    )]
+    ReadOnly {
+        /// The server.
+        addr: SocketAddr,
+        /// The refused call.
+        op: String,
+    },
     /// A P4Runtime call failed: the switch refused it (the message says
     /// why) or the connection broke.
     #[error("P4Runtime {op} failed: {}: {message}", rpc_code_name(*.code))]

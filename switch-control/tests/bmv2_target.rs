@@ -2188,7 +2188,7 @@ fn connection_problems_are_clear_errors_within_the_timeout() {
         "{msg}"
     );
     let t = Bmv2Target::connect(Bmv2Options {
-        election_id: 11,
+        election_id: Some(11),
         ..sw.options()
     });
     assert!(t.is_ok());

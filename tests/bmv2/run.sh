@@ -83,7 +83,7 @@ topology="$tmp/topology.toml"
     for ((w = 0; w < max_workers; w++)); do
         printf '"10.0.0.%d" = { port = %d, mac = "02:00:00:00:00:%02x" }\n' $((w + 1)) $((w + 1)) $((w + 1))
     done
-    echo '"10.0.1.254" = { port = 9, mac = "02:00:00:00:01:fe" }'
+    echo '"10.0.0.253" = { port = 9, mac = "02:00:00:00:01:fe" }'
 } >"$topology"
 
 ctl() {
@@ -121,7 +121,7 @@ done
 ctl job create --id 20 --workers 10.0.0.1:5000,10.0.0.2:5000,10.0.0.3:5000 --pool-base 0 \
     --pool-size 64 --elements "$k" >/dev/null || fail "creating job 20"
 for dtype in i32 f32; do
-    allreduce 20 3 "$dtype"
+    pool=64 allreduce 20 3 "$dtype"
     [ "$retransmissions" -gt 0 ] || fail "no retransmission under loss ($dtype)"
     pass "$dtype all-reduce over 3 workers under loss verified ($retransmissions retransmissions)"
 done
@@ -210,7 +210,10 @@ kill "$controller_pid"
 wait "$controller_pid" 2>/dev/null || true
 
 # --- 5. An aggregation tree: the leaf switch holds workers 2 and 3 (its
-#     members 0 and 1), the root holds workers 0 and 1 and the leaf. -------
+#     members 0 and 1), the root holds workers 0 and 1 and the leaf. The
+#     leaf's aggregation address is 10.0.0.253 (MAC 02:00:00:00:01:fe): a
+#     switch sends its partial sums from the address its workers send to,
+#     and the root knows its members by address. -------------------------
 lns="ibq$id"
 ip netns add "$lns"
 namespaces+=("$lns")
@@ -225,6 +228,7 @@ wait "$root_pid" 2>/dev/null || true
 for w in 2 3; do
     ip link set "ibs${id}w$w" netns "$lns"
     ip -n "$lns" link set "ibs${id}w$w" up
+    ip -n "ibh${id}w$w" neigh replace 10.0.0.253 lladdr 02:00:00:00:01:fe dev veth0 nud permanent
 done
 start_switch - "$grpc_port" $((port_base + 1)) "1@ibs${id}w0 2@ibs${id}w1 9@${leaf_link}a" root
 root_pid=$switch_pid
@@ -244,14 +248,15 @@ leaf_ctl() {
         --topology "$leaf_topology" "$@"
 }
 leaf_ctl --p4info "$p4info" --bmv2-json "$json" info >/dev/null || fail "pushing the pipeline (leaf)"
-ctl job create --id 30 --workers 10.0.0.1:5000,10.0.0.2:5000,10.0.1.254:47000 --pool-base 0 \
+ctl job create --id 30 --workers 10.0.0.1:5000,10.0.0.2:5000,10.0.0.253:47000 --pool-base 0 \
     --pool-size 64 --elements "$k" >/dev/null || fail "creating the root's job"
 leaf_ctl job create --id 30 --workers 10.0.0.3:5000,10.0.0.4:5000 --pool-base 0 --pool-size 64 \
     --elements "$k" --upstream 10.0.0.254:47000/30/2 >/dev/null || fail "creating the leaf's job"
 tree_agents=()
 for w in 0 1 2 3; do
     member=$((w < 2 ? w : w - 2))
-    ip netns exec "ibh${id}w$w" "$inagg" agent --switch 10.0.0.254:47000 \
+    switch=$((w < 2 ? 254 : 253))
+    ip netns exec "ibh${id}w$w" "$inagg" agent --switch "10.0.0.$switch:47000" \
         --bind "10.0.0.$((w + 1)):5000" --job 30 --worker "$member" --tree-rank "$w" --workers 4 \
         --pool-size 64 --elements "$k" --dtype i32 --len "$len" --verify --json --timeout 30 \
         >"$tmp/agent-$w.json" 2>"$tmp/agent-$w.err" &

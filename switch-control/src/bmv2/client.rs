@@ -7,7 +7,10 @@
 //! configured timeout, so a missing or silent switch is an error, not a hang.
 //! The arbitration stream stays open for the client's lifetime: a P4Runtime
 //! server lets only the primary's requests write, and forgets the primary
-//! when its stream closes.
+//! when its stream closes. A client without an election id is an observer:
+//! it opens no stream (P4Runtime serves reads to anyone), so it can look at
+//! a switch another controller owns without disturbing it, and it refuses
+//! to write.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,19 +33,22 @@ const DEADLINE_EXCEEDED: i32 = 4;
 /// Largest reply accepted (a P4Info with many registers, big reads).
 const MAX_MESSAGE: usize = 64 << 20;
 
-/// A connected, primary P4Runtime client for one device.
+/// The arbitration stream: kept open, since closing it gives up being
+/// primary.
+type Arbitration = (
+    mpsc::Sender<p4::StreamMessageRequest>,
+    tonic::Streaming<p4::StreamMessageResponse>,
+);
+
+/// A connected P4Runtime client for one device: primary, or an observer
+/// (no election id) that only reads.
 pub(crate) struct Client {
     grpc: P4RuntimeClient<Channel>,
     addr: SocketAddr,
     device_id: u64,
-    election_id: u128,
+    election_id: Option<u128>,
     timeout: Duration,
-    /// The arbitration stream: kept open, since closing it gives up being
-    /// primary.
-    _stream: (
-        mpsc::Sender<p4::StreamMessageRequest>,
-        tonic::Streaming<p4::StreamMessageResponse>,
-    ),
+    _stream: Option<Arbitration>,
     /// Declared last so it is dropped last, after everything that lives on it.
     rt: Runtime,
 }
@@ -79,11 +85,12 @@ fn uint128(v: u128) -> p4::Uint128 {
 }
 
 impl Client {
-    /// Connects and becomes the primary controller of `device_id`.
+    /// Connects and, with an election id, becomes the primary controller of
+    /// `device_id`; without one, connects as an observer.
     pub(crate) fn connect(
         addr: SocketAddr,
         device_id: u64,
-        election_id: u128,
+        election_id: Option<u128>,
         timeout: Duration,
     ) -> Result<Client> {
         let unreachable = |reason: String| ControlError::P4RuntimeUnreachable { addr, reason };
@@ -100,8 +107,39 @@ impl Client {
                 Ok(Err(e)) => return Err(unreachable(chain(&e))),
                 Ok(Ok(c)) => c,
             };
-        let mut grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        let grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        let stream = match election_id {
+            Some(id) => Some(Self::arbitrate(
+                &rt,
+                grpc.clone(),
+                addr,
+                device_id,
+                id,
+                timeout,
+            )?),
+            None => None,
+        };
+        Ok(Client {
+            rt,
+            grpc,
+            addr,
+            device_id,
+            election_id,
+            timeout,
+            _stream: stream,
+        })
+    }
 
+    /// Opens the StreamChannel with `election_id` and waits for the switch
+    /// to make us primary.
+    fn arbitrate(
+        rt: &Runtime,
+        mut grpc: P4RuntimeClient<Channel>,
+        addr: SocketAddr,
+        device_id: u64,
+        election_id: u128,
+        timeout: Duration,
+    ) -> Result<Arbitration> {
         // Arbitration: send our election id, wait for the switch's verdict.
         let (tx, rx) = mpsc::channel(4);
         let hello = p4::StreamMessageRequest {
@@ -141,9 +179,21 @@ impl Client {
         let (update, replies) =
             match rt.block_on(async { tokio::time::timeout(timeout, arbitration).await }) {
                 Err(_) => {
-                    return Err(unreachable(format!(
-                        "no arbitration answer within {timeout:?}"
-                    )))
+                    return Err(ControlError::P4RuntimeUnreachable {
+                        addr,
+                        reason: format!("no arbitration answer within {timeout:?}"),
+                    })
+                }
+                Ok(Err(status)) if status.message().contains("already exists") => {
+                    // PI refuses a second stream with the primary's id.
+                    return Err(ControlError::NotPrimary {
+                        device_id,
+                        ours: election_id,
+                        message: format!(
+                            "another client is connected with the same election id ({})",
+                            status.message()
+                        ),
+                    });
                 }
                 Ok(Err(status)) => {
                     return Err(status_error(addr, "StreamChannel (arbitration)", &status))
@@ -175,15 +225,17 @@ impl Client {
                 ),
             });
         }
-        Ok(Client {
-            rt,
-            grpc,
-            addr,
-            device_id,
-            election_id,
-            timeout,
-            _stream: (tx, replies),
-        })
+        Ok((tx, replies))
+    }
+
+    /// Our election id, or the error for a write on an observer.
+    fn primary(&self, op: &str) -> Result<p4::Uint128> {
+        self.election_id
+            .map(uint128)
+            .ok_or_else(|| ControlError::ReadOnly {
+                addr: self.addr,
+                op: op.into(),
+            })
     }
 
     /// Runs one call with the timeout (the timer is made inside the runtime,
@@ -209,17 +261,16 @@ impl Client {
 
     /// Writes a batch of updates. `op` says what they are, for errors.
     pub(crate) fn write(&self, op: &str, updates: Vec<p4::Update>) -> Result<()> {
+        let op = format!("Write ({op})");
         let request = p4::WriteRequest {
             device_id: self.device_id,
             role: String::new(),
-            election_id: Some(uint128(self.election_id)),
+            election_id: Some(self.primary(&op)?),
             updates,
             atomicity: p4::write_request::Atomicity::ContinueOnError as i32,
         };
         let mut grpc = self.grpc.clone();
-        self.call(&format!("Write ({op})"), async move {
-            grpc.write(request).await.map(|_| ())
-        })
+        self.call(&op, async move { grpc.write(request).await.map(|_| ()) })
     }
 
     /// Reads entities (a table entry with only its table id reads the whole
@@ -246,7 +297,7 @@ impl Client {
         let request = p4::SetForwardingPipelineConfigRequest {
             device_id: self.device_id,
             role: String::new(),
-            election_id: Some(uint128(self.election_id)),
+            election_id: Some(self.primary("SetForwardingPipelineConfig")?),
             action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
             config: Some(config),
         };

@@ -66,8 +66,10 @@ pub struct Bmv2Options {
     pub addr: SocketAddr,
     /// The P4Runtime device id (`simple_switch_grpc --device-id`).
     pub device_id: u64,
-    /// Our election id: the highest connected one is the primary.
-    pub election_id: u128,
+    /// Our election id: the highest connected one is the primary. None
+    /// connects as an observer, which reads and never writes (nor pushes
+    /// a pipeline), and leaves the switch's primary alone.
+    pub election_id: Option<u128>,
     /// A binary P4Info to resolve names with; without it, the switch's
     /// installed pipeline's P4Info is used.
     pub p4info: Option<PathBuf>,
@@ -85,7 +87,7 @@ impl Default for Bmv2Options {
         Bmv2Options {
             addr: SocketAddr::from(([127, 0, 0, 1], 9559)),
             device_id: 0,
-            election_id: 1,
+            election_id: Some(1),
             p4info: None,
             bmv2_json: None,
             topology: None,
