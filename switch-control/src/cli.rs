@@ -310,16 +310,16 @@ impl CtlCommand {
     /// Whether the command only reads the switch (so `ctl` connects to
     /// bmv2 as an observer unless given an election id or a pipeline).
     fn reads_only(&self) -> bool {
-        match self {
+        matches!(
+            self,
             CtlCommand::Info
-            | CtlCommand::Pool
-            | CtlCommand::Queues
-            | CtlCommand::Counters { reset: false }
-            | CtlCommand::Job(JobCommand::List | JobCommand::Show { .. })
-            | CtlCommand::Group(GroupCommand::List)
-            | CtlCommand::Relay(relay::RelayCommand::List) => true,
-            _ => false,
-        }
+                | CtlCommand::Pool
+                | CtlCommand::Queues
+                | CtlCommand::Counters { reset: false }
+                | CtlCommand::Job(JobCommand::List | JobCommand::Show { .. })
+                | CtlCommand::Group(GroupCommand::List)
+                | CtlCommand::Relay(relay::RelayCommand::List)
+        )
     }
 }
 

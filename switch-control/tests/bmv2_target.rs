@@ -1,10 +1,20 @@
 //! The bmv2 target end to end, against a recording P4Runtime server.
 //!
-//! **This is not bmv2.** `simple_switch_grpc` cannot be installed on the
-//! build machine, so these tests stand a small P4Runtime server written for
-//! them in its place (`Recorder`, below). It implements the service the way
-//! the specification and simple_switch_grpc do, as far as the control plane
-//! can tell:
+//! **This is not bmv2.** tests/bmv2_switch.rs runs the target against the
+//! real simple_switch_grpc where it is installed (pipeline push,
+//! arbitration, observers, jobs, groups, trees, relays, counters read back),
+//! and tests/bmv2/run.sh sends packets through it. This stand-in (`Recorder`,
+//! below) stays for what the real switch cannot be made to do or show:
+//!
+//! - the exact requests, their order and their bytes (a real switch only
+//!   shows the state they leave);
+//! - a write that fails in the middle of an install, a job left half
+//!   installed by an interrupted run, entries missing under a job;
+//! - counter values without traffic, a server that accepts and never
+//!   answers, another controller already primary with a given id.
+//!
+//! It implements the service the way the specification and
+//! simple_switch_grpc do, as far as the control plane can tell:
 //!
 //! - StreamChannel arbitration: the highest election id is primary, a lower
 //!   one gets an error status, the primary is forgotten when its stream
@@ -20,9 +30,9 @@
 //! - Set/GetForwardingPipelineConfig: VERIFY_AND_COMMIT stores the pipeline
 //!   and clears all state; Get answers COOKIE_ONLY and P4INFO_AND_COOKIE.
 //!
-//! It records every request, so the tests check the exact entries, their
-//! order and their bytes. Where p4c and simple_switch_grpc are installed,
-//! tests/bmv2/run.sh runs the real switch.
+//! Its P4Info (`bmv2::testing::v1model_p4info`) is checked against the one
+//! p4c makes by tests/bmv2_switch.rs. It records every request, so the
+//! tests check the exact entries, their order and their bytes.
 //!
 //! ```text
 //!   Bmv2Target --gRPC (127.0.0.1:ephemeral)--> Recorder (tonic server, own thread)
@@ -2215,7 +2225,7 @@ fn a_pipeline_that_is_not_inaggs_is_refused_by_name() {
         msg,
         format!(
             "table InaggIngress.admission.job_table not in P4Info; is the pipeline inagg's \
-             p4/v1model? (P4Info from the switch at {})",
+             p4/v1model? (P4Info from device 0 of the switch at {})",
             sw.addr
         )
     );

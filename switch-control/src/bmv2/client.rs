@@ -330,6 +330,11 @@ impl Client {
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// The P4Runtime device id.
+    pub(crate) fn device_id(&self) -> u64 {
+        self.device_id
+    }
 }
 
 /// A failed call as a [`ControlError`]: UNAVAILABLE is an unreachable

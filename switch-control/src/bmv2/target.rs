@@ -121,7 +121,11 @@ pub struct Bmv2Target {
 /// Resolves the names through the P4Info of the pipeline the switch runs.
 fn schema_from_switch(client: &Client) -> Result<Schema> {
     use p4::get_forwarding_pipeline_config_request::ResponseType;
-    let source = format!("the switch at {}", client.addr());
+    let source = format!(
+        "device {} of the switch at {}",
+        client.device_id(),
+        client.addr()
+    );
     let no_pipeline = |why: String| ControlError::P4Info {
         source_name: source.clone(),
         message: format!(
@@ -135,7 +139,12 @@ fn schema_from_switch(client: &Client) -> Result<Schema> {
     let info = config
         .and_then(|c| c.p4info)
         .filter(|i| !i.tables.is_empty())
-        .ok_or_else(|| no_pipeline("the switch has no pipeline".into()))?;
+        .ok_or_else(|| {
+            no_pipeline(format!(
+                "no pipeline on device {} (is that simple_switch_grpc's --device-id?)",
+                client.device_id()
+            ))
+        })?;
     Schema::resolve(&info, &source)
 }
 
@@ -203,11 +212,28 @@ impl Bmv2Target {
             if installed == Some(cookie) {
                 pipeline = PipelineAction::AlreadyInstalled;
             } else {
-                client.set_pipeline(p4::ForwardingPipelineConfig {
-                    p4info: Some(info.clone()),
-                    p4_device_config: json.clone(),
-                    cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie }),
-                })?;
+                client
+                    .set_pipeline(p4::ForwardingPipelineConfig {
+                        p4info: Some(info.clone()),
+                        p4_device_config: json.clone(),
+                        cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie }),
+                    })
+                    .map_err(|e| match e {
+                        // PI's answer when the server runs no such device.
+                        ControlError::Rpc { op, code, message }
+                            if message.contains("assign device") =>
+                        {
+                            ControlError::Rpc {
+                                op,
+                                code,
+                                message: format!(
+                                    "{message} {} (is that simple_switch_grpc's --device-id?)",
+                                    options.device_id
+                                ),
+                            }
+                        }
+                        e => e,
+                    })?;
                 pipeline = PipelineAction::Pushed;
             }
         }
