@@ -8,9 +8,10 @@
 //! Timers cost nothing per packet: sending stores a deadline in the slot's
 //! entry, and the loop scans the (small) slot table for expired deadlines
 //! once per scan interval, not once per packet. The round-trip estimate
-//! (Jacobson/Karels, Karn's rule: no samples from retransmitted rounds) sets
-//! each slot's timeout; a slot that times out again doubles its own timeout,
-//! up to the configured maximum.
+//! (Jacobson/Karels, Karn's rule with the exception in [`answered`], and a
+//! backoff for what is sent after a timeout: [`crate::path`]) sets each
+//! slot's timeout; a slot that times out again doubles its own timeout, up
+//! to the configured maximum.
 //!
 //! A slot's first round in a worker's session is a handshake
 //! ([`crate::session`]): the engine sends it, judges its result and, when
@@ -111,7 +112,10 @@ struct Slot<B> {
     sent_at: Nanos,
     deadline: Nanos,
     rto: Nanos,
-    retransmitted: bool,
+    /// Copies of the current round sent after the first.
+    resends: u32,
+    /// When the last of them was sent.
+    resent_at: Nanos,
     /// Sent and not yet answered (a slot between rounds waits in
     /// [`Flight`] for room in the window).
     in_flight: bool,
@@ -175,6 +179,7 @@ impl<L: Link> Engine<'_, L> {
             ..Stats::default()
         };
         self.path.window.restart_clock();
+        self.path.rtt.restart_clock();
         // Slots whose packet is due: sent from the slots' own buffers (kept
         // for retransmission), so nothing is copied on the way out.
         let mut tx: Vec<usize> = Vec::with_capacity(window);
@@ -359,7 +364,8 @@ impl<L: Link> Engine<'_, L> {
                 sent_at: 0,
                 deadline: 0,
                 rto: self.path.rtt.rto(self.config),
-                retransmitted: false,
+                resends: 0,
+                resent_at: 0,
                 in_flight: false,
                 rollback: None,
                 packet,
@@ -412,7 +418,7 @@ impl<L: Link> Engine<'_, L> {
         slot.sent_at = now;
         slot.rto = self.path.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
-        slot.retransmitted = false;
+        slot.resends = 0;
         tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.wire_len() as u64;
@@ -548,9 +554,11 @@ impl<L: Link> Engine<'_, L> {
             if self.path.window.on_timeout(slot.sent_at, now) {
                 stats.window_cuts += 1;
             }
+            self.path.rtt.on_timeout(slot.sent_at, now);
             stats.timeouts += 1;
             stats.retransmissions += 1;
-            slot.retransmitted = true;
+            slot.resends = slot.resends.saturating_add(1);
+            slot.resent_at = now;
             slot.rto = slot.rto.saturating_mul(2).min(nanos(self.config.max_rto));
             slot.deadline = now + slot.rto;
             tx.push(s);
@@ -577,10 +585,23 @@ impl<L: Link> Engine<'_, L> {
 }
 
 /// A slot's packet was answered: a sample for the round-trip estimate and
-/// growth for the window, unless it was retransmitted (Karn's rule: which
-/// copy was answered is unknown).
+/// growth for the window. After a retransmission, which copy was answered
+/// is unknown (Karn's rule: no sample), except when the answer comes sooner
+/// after the one resend than half the quickest round trip seen: then it
+/// answers the first copy, whose round trip is a true sample, and a late
+/// one. Without that exception a timeout shorter than the round trip drops
+/// every sample, and neither the timeout nor the window learns of the
+/// queue that made it fire.
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
-    if !entry.retransmitted {
+    let first_copy = match entry.resends {
+        0 => true,
+        1 => path
+            .window
+            .base_rtt()
+            .is_some_and(|base| now.saturating_sub(entry.resent_at) < base / 2),
+        _ => false,
+    };
+    if first_copy {
         let rtt = now.saturating_sub(entry.sent_at);
         path.rtt.sample(rtt);
         path.window.on_result(rtt);
@@ -645,5 +666,64 @@ impl Flight {
         self.sent_round[s] = slots[s].round;
         self.flying.insert((slots[s].round, s));
         Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::Path;
+    use crate::{AgentConfig, Window};
+
+    const MS: Nanos = 1_000_000;
+
+    fn slot(sent_at: Nanos, resends: u32, resent_at: Nanos) -> Slot<()> {
+        Slot {
+            round: 0,
+            rounds: 1,
+            packet_id: 0,
+            set: 0,
+            sent_at,
+            deadline: 0,
+            rto: 0,
+            resends,
+            resent_at,
+            in_flight: true,
+            rollback: None,
+            packet: (),
+        }
+    }
+
+    fn path() -> (AgentConfig, Path) {
+        let mut c = AgentConfig::new(([127, 0, 0, 1], 1).into(), 1, 0, 2, 64, 64);
+        c.window = Window::Adaptive { initial: 4 };
+        let p = Path::new(&c);
+        (c, p)
+    }
+
+    /// Karn's rule, and its exception: an answer too quick to be the
+    /// resend's is the first copy's, and its round trip is learnt.
+    #[test]
+    fn an_answer_too_quick_for_the_resend_is_a_sample_of_the_first_copy() {
+        let (c, mut p) = path();
+        for _ in 0..8 {
+            answered(&mut p, &slot(0, 0, 0), 4 * MS);
+        }
+        let before = p.rtt.rto(&c);
+        // Resent at 30 ms, answered at 31 ms: 1 ms after the resend, under
+        // half the quickest round trip (4 ms), so it answers the copy sent
+        // at 0, 31 ms before.
+        answered(&mut p, &slot(0, 1, 30 * MS), 31 * MS);
+        assert!(p.rtt.rto(&c) > before, "{} {before}", p.rtt.rto(&c));
+        // Answered 3 ms after the resend: either copy; no sample.
+        let (_, mut q) = path();
+        for _ in 0..8 {
+            answered(&mut q, &slot(0, 0, 0), 4 * MS);
+        }
+        answered(&mut q, &slot(0, 1, 30 * MS), 33 * MS);
+        assert_eq!(q.rtt.rto(&c), before);
+        // Two resends: never.
+        answered(&mut q, &slot(0, 2, 30 * MS), 30 * MS);
+        assert_eq!(q.rtt.rto(&c), before);
     }
 }
