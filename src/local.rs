@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use inagg_emu::egress::ClassQueue;
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Stats, Window, Worker};
+use inagg_switch_api::queues::ClassQueue;
 use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::{install_job, Target};
 use inagg_switch_control::EmuTarget;

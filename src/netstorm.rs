@@ -50,8 +50,8 @@
 use std::net::SocketAddr;
 
 use anyhow::{bail, ensure, Context, Result};
-use inagg_emu::api::{AuxPath, Detour, JobSpec, RelayKey, RelaySpec, Upstream};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_switch_api::{AuxPath, Detour, JobSpec, RelayKey, RelaySpec, Upstream};
 use inagg_switch_control::sched::netstorm::{self, Graph, Tree};
 use inagg_switch_control::target::Target;
 

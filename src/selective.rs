@@ -41,9 +41,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::Receiver;
-use inagg_emu::api::validate_job;
-use inagg_emu::JobSpec;
 use inagg_host_agent::{AgentConfig, Worker};
+use inagg_switch_api::validate_job;
+use inagg_switch_api::JobSpec;
 use inagg_switch_control::sched::selective_reduce::{
     all_reduce, partial_reduce, Cdf, Controller, Params, Ready, Training,
 };

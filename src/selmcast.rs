@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use inagg_emu::api::GroupSpec;
 use inagg_host_agent::group::GroupSocket;
+use inagg_switch_api::GroupSpec;
 use inagg_switch_control::sched::selmcast::{
     orpheus, selmcast_bsp, History, Multicast, Round, Selection,
 };

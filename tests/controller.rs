@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use inagg::local::LocalCluster;
 use inagg::verify::check_i32;
-use inagg_emu::egress::ClassQueue;
 use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_host_agent::Worker;
+use inagg_switch_api::queues::ClassQueue;
 use inagg_switch_control::controller::api::{Admission, JobDecl, JobStatus, Placement, SiteStatus};
 use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::Target;

@@ -7,9 +7,9 @@
 
 use inagg::dsync::{RoundKind, TwoTier};
 use inagg::local::{JobParams, LocalCluster};
-use inagg_emu::counters::DropReason;
 use inagg_emu::FaultConfig;
 use inagg_host_agent::Worker;
+use inagg_switch_api::counters::DropReason;
 
 const LEN: usize = 1000;
 const T: u32 = 3;

@@ -15,9 +15,9 @@ use inagg::netstorm::{
     bind_workers, detours_sent, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker,
     Site,
 };
-use inagg_emu::counters::DropReason;
 use inagg_emu::egress::LinkConfig;
 use inagg_emu::{EmulatorConfig, FaultConfig};
+use inagg_switch_api::counters::DropReason;
 use inagg_switch_control::sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
 use inagg_switch_control::EmuTarget;
 

@@ -60,7 +60,7 @@ fn each_class_leaves_by_its_queue_and_both_jobs_stay_exact() {
     let report = t.queues().unwrap();
     assert_eq!(
         report.map,
-        [inagg_emu::egress::ClassQueue { class: 5, queue: 7 }]
+        [inagg_switch_api::queues::ClassQueue { class: 5, queue: 7 }]
     );
     assert_eq!(report.link.map(|l| l.rate_bps), Some(500_000_000));
     let port = |w: &inagg_host_agent::Worker| {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use inagg::local::LocalCluster;
 use inagg::selective::{Assignment, Coordinator, CoordinatorConfig, GroupWorker, Policy, Report};
-use inagg_emu::counters::DropReason;
 use inagg_emu::FaultConfig;
 use inagg_host_agent::AgentConfig;
+use inagg_switch_api::counters::DropReason;
 use inagg_switch_control::sched::selective_reduce::{Params, Progress};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;

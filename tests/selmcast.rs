@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use inagg::local::LocalCluster;
 use inagg::selmcast::{Exchange, Manager, ManagerConfig, Peer, PeerTimers, Report, Selector};
-use inagg_emu::counters::DropReason;
 use inagg_emu::FaultConfig;
+use inagg_switch_api::counters::DropReason;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
 

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use crate::api::ApiError;
+use inagg_switch_api::ApiError;
 
 /// A control connection, numbered by the server.
 pub type ConnId = u64;

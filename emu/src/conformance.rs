@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::api::{GroupInfo, GroupSpec, JobSpec, Upstream};
-use crate::counters::{Counters, DropReason};
-use crate::detour::{Detour, RelaySpec};
 use crate::switch::{Action, Switch, SwitchConfig};
+use inagg_switch_api::counters::{Counters, DropReason};
+use inagg_switch_api::detour::{Detour, RelaySpec};
+use inagg_switch_api::{GroupInfo, GroupSpec, JobSpec, Upstream};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
 use serde::Deserialize;
 

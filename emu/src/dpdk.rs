@@ -20,10 +20,10 @@ use inagg_dpdk::{Eal, Mbuf, Mempool, Port, PortConfig, RxBatch, RxQueue, TxQueue
 use inagg_wire::frame::{self, Endpoint, Frame, UdpFlow};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
-use crate::counters::DropReason;
 use crate::neighbours::{Neighbours, MAX_NEIGHBOURS};
 use crate::pipeline::{Egress, Pipeline};
 use crate::server::{lock, validate, Emulator, EmulatorConfig, State};
+use inagg_switch_api::counters::DropReason;
 
 /// Which DPDK ports to serve.
 #[derive(Debug, Clone, PartialEq, Eq)]

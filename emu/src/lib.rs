@@ -4,21 +4,19 @@
 //! over real UDP datagrams, so the whole stack runs without a switch: in CI,
 //! on a laptop, in benchmarks.
 //!
+//! The switch's vocabulary (job specs and their checks, counters, relays,
+//! queues, the control messages) is `inagg_switch_api`'s; here:
+//!
 //! - [`switch`]: the job table, aggregator memory and slot state machine
 //!   (pure, no I/O);
-//! - [`counters`]: what is counted, drops by reason;
 //! - [`faults`]: seeded loss, duplication and reordering;
-//! - [`detour`]: auxiliary paths (relay entries, detours, the sender's rule);
-//! - [`api`]: job specs, their validation, and the control messages;
+//! - [`egress`]: paced ports with strict-priority queues;
 //! - `pipeline`: what happens to each datagram, whatever the ports are;
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
 //! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
-pub mod api;
 pub mod arbitration;
 pub mod conformance;
-pub mod counters;
-pub mod detour;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod egress;
@@ -28,8 +26,6 @@ mod pipeline;
 pub mod server;
 pub mod switch;
 
-pub use api::{JobError, JobSpec};
-pub use counters::DropReason;
-pub use faults::FaultConfig;
+pub use inagg_switch_api::{DropReason, FaultConfig, JobError, JobSpec};
 pub use server::{Emulator, EmulatorConfig};
 pub use switch::{Switch, SwitchConfig};

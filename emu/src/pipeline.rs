@@ -10,11 +10,11 @@ use std::time::Instant;
 use inagg_wire::udp::{SendBatch, Staged};
 use inagg_wire::{Kind, Packet, HEADER_LEN};
 
-use crate::counters::DropReason;
-use crate::detour::AuxPath;
 use crate::faults::{Direction, Fate};
 use crate::server::State;
 use crate::switch::Action;
+use inagg_switch_api::counters::DropReason;
+use inagg_switch_api::detour::AuxPath;
 
 /// Where outgoing datagrams go.
 pub(crate) trait Egress {

@@ -1,6 +1,6 @@
 //! The emulator as a running switch: a data-plane thread serving UDP
 //! datagrams through [`Switch`] and the [`FaultInjector`], and a control
-//! thread serving the JSON-lines API of [`crate::api`] over TCP.
+//! thread serving the JSON-lines API of [`inagg_switch_api::control`] over TCP.
 //!
 //! Both listen on loopback by default; exposing the control endpoint
 //! elsewhere is an explicit choice of address.
@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
-use crate::api::{ApiError, Reply, Request, Response};
 use crate::arbitration::{Arbitration, ConnId};
 use crate::egress::{check_rate, LinkConfig, PortRate, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
 use crate::switch::{Switch, SwitchConfig};
+use inagg_switch_api::{ApiError, Reply, Request, Response};
 
 /// Datagrams moved per system call.
 const BATCH: usize = 64;

@@ -8,45 +8,14 @@ use std::net::SocketAddr;
 
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
-use crate::api::{
-    check_group, validate_job, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap,
-    SwitchInfo, Upstream,
+use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
+use inagg_switch_api::detour::{check_relay, AuxPath, RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::job::{
+    check_group, detours_unrelayed, relay_meets_no_detour, validate_job, GroupInfo, GroupSpec,
+    JobError, JobInfo, JobSpec, PoolMap, SwitchInfo, Upstream,
 };
-use crate::counters::{Counters, DropReason, JobCounters};
-use crate::detour::{
-    check_relay, detours_unrelayed, relay_meets_no_detour, AuxPath, RelayInfo, RelayKey, RelaySpec,
-};
-
-/// Size of the switch's aggregator memory and the packets it accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SwitchConfig {
-    /// Slots of aggregator memory shared by all jobs' pools.
-    pub slots: u32,
-    /// Largest element count (K) a job may use.
-    pub max_elements: u16,
-    /// Bytes of aggregator values (both shadow sets of every slot) the
-    /// pools may take together. An ASIC's registers are a fixed size; the
-    /// emulator's grow with each job's K, so without a budget a few large
-    /// pools would grow the process until the OS killed it. A job that
-    /// would pass it is refused instead (`JobError::OutOfMemory`).
-    pub memory: u64,
-}
-
-/// The emulator's default value memory: 4 GiB, room for the default 8192
-/// slots at the largest K four times over.
-pub const DEFAULT_MEMORY: u64 = 4 << 30;
-
-impl Default for SwitchConfig {
-    /// 8192 slots, as SwitchML's Tofino program holds per pipeline stage;
-    /// K up to the largest that fits one UDP datagram.
-    fn default() -> Self {
-        SwitchConfig {
-            slots: 8192,
-            max_elements: inagg_wire::MAX_ELEMENTS as u16,
-            memory: DEFAULT_MEMORY,
-        }
-    }
-}
+pub use inagg_switch_api::job::{SwitchConfig, DEFAULT_MEMORY};
+pub use inagg_switch_api::queues::{check_queue, EGRESS_QUEUES};
 
 /// One shadow set of one slot: what a Tofino program holds in registers.
 #[derive(Debug, Clone, Default)]
@@ -128,18 +97,6 @@ pub enum Action {
     },
 }
 
-/// Refuses an egress queue the ports do not have (shared with the
-/// controller, which checks a priority map before storing it).
-pub fn check_queue(queue: u8) -> Result<(), JobError> {
-    if queue >= EGRESS_QUEUES {
-        return Err(JobError::BadQueue {
-            queue,
-            queues: EGRESS_QUEUES,
-        });
-    }
-    Ok(())
-}
-
 /// One entry of the multicast group table.
 #[derive(Debug, Clone)]
 struct Group {
@@ -171,10 +128,6 @@ pub struct Switch {
     /// table); every class starts on queue 0.
     queues: [u8; 256],
 }
-
-/// Strict-priority egress queues per port, as on bmv2 (`--priority-queues
-/// 8`) and Tofino: queue 7 is served first.
-pub const EGRESS_QUEUES: u8 = 8;
 
 impl Switch {
     /// An empty switch.
@@ -1478,7 +1431,7 @@ mod tests {
     /// Job 1 (three workers) taking member 2's detours from 3000.
     fn detour_job() -> JobSpec {
         let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
-        job.detours = vec![crate::detour::Detour {
+        job.detours = vec![inagg_switch_api::detour::Detour {
             member: 2,
             relay: addr(3000),
         }];
@@ -1565,7 +1518,7 @@ mod tests {
     fn a_job_taking_detours_drops_late_copies_of_finished_rounds() {
         let mut sw = empty_switch();
         let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
-        job.detours = vec![crate::detour::Detour {
+        job.detours = vec![inagg_switch_api::detour::Detour {
             member: 1,
             relay: addr(3000),
         }];

@@ -14,9 +14,9 @@
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 
-use inagg_emu::api::JobSpec;
 use inagg_emu::server::Emulator;
 use inagg_emu::SwitchConfig;
+use inagg_switch_api::JobSpec;
 use inagg_switch_control::cluster::{self, ClusterFile, Step};
 use inagg_switch_control::{ControlError, EmuTarget, Target};
 

@@ -1,9 +1,9 @@
 //! A running emulator, reached over its TCP control port as `inagg ctl`
 //! reaches one: what the `cluster` and `controller` targets drive.
 
-use inagg_emu::api::JobSpec;
 use inagg_emu::server::{Emulator, EmulatorConfig};
 use inagg_emu::SwitchConfig;
+use inagg_switch_api::JobSpec;
 use inagg_switch_control::{EmuTarget, Target};
 
 /// An emulator on loopback with `switch`'s memory, and a connection to it.

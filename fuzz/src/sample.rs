@@ -3,10 +3,10 @@
 
 use std::net::SocketAddr;
 
-use inagg_emu::api::Upstream;
-use inagg_emu::detour::{AuxPath, Detour, RelaySpec};
 use inagg_emu::switch::Action;
 use inagg_emu::{JobSpec, Switch, SwitchConfig};
+use inagg_switch_api::detour::{AuxPath, Detour, RelaySpec};
+use inagg_switch_api::Upstream;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 /// K of every job of the sample switch.

@@ -6,9 +6,9 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
-use inagg_emu::api::{GroupSpec, Request};
 use inagg_emu::conformance;
-use inagg_emu::detour::RelaySpec;
+use inagg_switch_api::detour::RelaySpec;
+use inagg_switch_api::{GroupSpec, Request};
 use inagg_switch_control::controller::api::{Envelope, GroupDecl, JobDecl, Request as CtlRequest};
 use inagg_wire::frame::{self as eth, Endpoint, UdpFlow, MIN_FRAME};
 use inagg_wire::{payload, Kind, Packet, Repr};

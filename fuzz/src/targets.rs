@@ -1,11 +1,11 @@
 //! The targets: each takes any bytes and panics only when a check fails.
 
-use inagg_emu::api::Request;
 use inagg_emu::arbitration::Arbitration;
 use inagg_emu::faults::FaultInjector;
 use inagg_emu::server::{handle, Caller, State};
 use inagg_emu::switch::Action;
 use inagg_emu::{FaultConfig, Switch, SwitchConfig};
+use inagg_switch_api::Request;
 use inagg_wire::frame::{self as eth, Frame};
 use inagg_wire::{payload, Packet, Repr, HEADER_LEN};
 

@@ -33,7 +33,7 @@ const bit<8>  RESULT_TTL = 64;
 #define INAGG_MAX_WORKERS 64
 
 /*
- * Drop reasons, in the emulator's order (emu/src/counters.rs,
+ * Drop reasons, in the emulator's order (switch-api/src/counters.rs,
  * DropReason::ALL): the index of the drop counter. Reasons 8 and 9 are the
  * emulator's fault injector, which a switch does not have; the counter keeps
  * their indices so that both count the same things at the same place.

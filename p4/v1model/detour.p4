@@ -1,5 +1,5 @@
 /*
- * Auxiliary paths (docs/PROTOCOL.md, "Auxiliary paths"; emu/src/detour.rs
+ * Auxiliary paths (docs/PROTOCOL.md, "Auxiliary paths"; switch-api/src/detour.rs
  * and emu/src/pipeline.rs, choose_path): what a child switch needs to send a
  * partial sum round a busy link, and what a switch on the way does with it.
  *

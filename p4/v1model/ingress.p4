@@ -44,7 +44,7 @@
  *                                          ... by entry (relay_to's index)
  *   group_packets        [INAGG_MAX_JOBS]  group datagrams admitted, by group
  *                                          id (copies: InaggEgress)
- * They are the emulator's Counters and JobCounters (emu/src/counters.rs),
+ * They are the emulator's Counters and JobCounters (switch-api/src/counters.rs),
  * its groups' `packets` (GroupInfo) and its relay entries' `packets`
  * (RelayInfo).
  */

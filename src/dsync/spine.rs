@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use crossbeam_channel::Receiver;
-use inagg_emu::api::JobSpec;
+use inagg_switch_api::JobSpec;
 use inagg_switch_control::sched::dsyncps::{GlobalSync, Join};
 use inagg_switch_control::target::Target;
 use serde::{Deserialize, Serialize};

@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
-use inagg_emu::api::GroupSpec;
 use inagg_host_agent::group::{GroupDatagram, GroupSocket};
+use inagg_switch_api::GroupSpec;
 use inagg_switch_control::sched::selmcast::Multicast;
 use inagg_switch_control::sched::selmcast_ssp::{Online, SenderHistory, Task};
 use inagg_switch_control::target::Target;

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use inagg_emu::api::{
+use inagg_switch_api::counters::{Counters, DropReason};
+use inagg_switch_api::queues::{describe_map, ClassQueue};
+use inagg_switch_api::FaultConfig;
+use inagg_switch_api::{
     ApiError, AuxPath, Detour, GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Upstream,
 };
-use inagg_emu::counters::{Counters, DropReason};
-use inagg_emu::egress::{describe_map, ClassQueue};
-use inagg_emu::FaultConfig;
 use serde::Serialize;
 
 mod relay;
@@ -443,8 +443,8 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
                         writeln!(
                             o,
                             "memory        {} of {} used",
-                            inagg_emu::api::size_text(info.memory_used),
-                            inagg_emu::api::size_text(info.memory)
+                            inagg_switch_api::size_text(info.memory_used),
+                            inagg_switch_api::size_text(info.memory)
                         )?;
                     }
                     writeln!(o, "jobs          {}", info.jobs)

@@ -20,8 +20,8 @@
 
 use std::net::SocketAddr;
 
-use inagg_emu::api::{validate_job, JobSpec};
-use inagg_emu::egress::ClassQueue;
+use inagg_switch_api::queues::ClassQueue;
+use inagg_switch_api::{validate_job, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::target::{ControlError, Result, Target};
@@ -218,7 +218,7 @@ pub fn plan(
         }
     }
     for new in &wanted {
-        let config_err = |e: inagg_emu::JobError| ControlError::Config {
+        let config_err = |e: inagg_switch_api::JobError| ControlError::Config {
             path: path.into(),
             message: e.to_string(),
         };

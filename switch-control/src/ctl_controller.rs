@@ -141,7 +141,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             emit(out, json, &j, |o| {
                 write_jobs(o, std::slice::from_ref(&j))?;
                 if !j.decl.queues.is_empty() {
-                    let map = inagg_emu::egress::describe_map(&j.decl.queues);
+                    let map = inagg_switch_api::queues::describe_map(&j.decl.queues);
                     writeln!(o, "  priority map  {map}")?;
                 }
                 Ok(())
@@ -292,8 +292,8 @@ fn write_sites(o: &mut dyn Write, sites: &[SiteStatus], jobs: &[JobStatus]) -> s
             writeln!(
                 o,
                 "  {} of {} of value memory taken by its pools",
-                inagg_emu::api::size_text(used),
-                inagg_emu::api::size_text(total)
+                inagg_switch_api::size_text(used),
+                inagg_switch_api::size_text(total)
             )?;
         }
     }
@@ -311,7 +311,7 @@ fn write_stats(o: &mut dyn Write, sites: &[SiteStats]) -> std::io::Result<()> {
                     "  rx {} packets {} bytes; tx {} packets {} bytes",
                     c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
                 )?;
-                let drops: Vec<String> = inagg_emu::counters::DropReason::ALL
+                let drops: Vec<String> = inagg_switch_api::counters::DropReason::ALL
                     .iter()
                     .filter(|r| c.dropped(**r) > 0)
                     .map(|r| format!("{} {}", r.name(), c.dropped(*r)))

@@ -5,12 +5,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use inagg_emu::api::{
+use inagg_switch_api::counters::Counters;
+use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::FaultConfig;
+use inagg_switch_api::{
     GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
-use inagg_emu::counters::Counters;
-use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
-use inagg_emu::FaultConfig;
 
 use crate::target::{ControlError, QueueReport, Result, Target};
 
@@ -248,7 +248,8 @@ impl Target for EmuTarget {
 mod tests {
     use super::*;
     use crate::target::install_job;
-    use inagg_emu::{Emulator, EmulatorConfig, JobError};
+    use inagg_emu::{Emulator, EmulatorConfig};
+    use inagg_switch_api::JobError;
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {

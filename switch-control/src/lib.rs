@@ -36,5 +36,5 @@ pub mod target;
 #[cfg(feature = "bmv2")]
 pub use bmv2::Bmv2Target;
 pub use emu::EmuTarget;
-pub use inagg_emu::api::{JobInfo, JobSpec, PoolMap, SwitchInfo};
+pub use inagg_switch_api::{JobInfo, JobSpec, PoolMap, SwitchInfo};
 pub use target::{ControlError, Target};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use inagg_emu::counters::{Counters, DropReason, JobCounters};
+use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
 
 use crate::target::QueueReport;
 

@@ -2,13 +2,13 @@
 
 use std::net::SocketAddr;
 
-use inagg_emu::api::{
+use inagg_switch_api::counters::Counters;
+use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::queues::{ClassQueue, LinkConfig, PortStats};
+use inagg_switch_api::FaultConfig;
+use inagg_switch_api::{
     validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
-use inagg_emu::counters::Counters;
-use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
-use inagg_emu::egress::{ClassQueue, LinkConfig, PortStats};
-use inagg_emu::FaultConfig;
 
 /// Control-plane errors. Each variant says whose fault it is.
 #[derive(Debug, thiserror::Error)]

@@ -22,8 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use inagg_emu::api::GroupSpec;
-use inagg_emu::detour::RelaySpec;
+use inagg_switch_api::detour::RelaySpec;
+use inagg_switch_api::GroupSpec;
 use inagg_switch_control::bmv2::p4info;
 use inagg_switch_control::bmv2::proto::p4::config::v1 as cfg;
 use inagg_switch_control::bmv2::target::PipelineAction;
@@ -359,9 +359,11 @@ fn pipeline_push_arbitration_and_observers() {
         "P4Runtime SetForwardingPipelineConfig failed: UNKNOWN: Error when trying to assign \
          device 3 (is that simple_switch_grpc's --device-id?)"
     );
+    // (Another election id: the server may not have seen the last
+    // connection's stream close yet.)
     let msg = Bmv2Target::connect(Bmv2Options {
         device_id: 3,
-        election_id: Some(3),
+        election_id: Some(4),
         p4info: None,
         bmv2_json: None,
         ..sw.options(program)

@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use inagg_emu::detour::RelaySpec;
-use inagg_emu::JobError;
+use inagg_switch_api::detour::RelaySpec;
+use inagg_switch_api::JobError;
 use inagg_switch_control::bmv2::p4info::P4Info;
 use inagg_switch_control::bmv2::proto::google::rpc;
 use inagg_switch_control::bmv2::proto::p4::config::v1 as cfg;
@@ -1269,7 +1269,7 @@ fn delete_job_removes_everything_in_reverse_order() {
 /// counters, shares no id with a job's result group, and goes in reverse.
 #[test]
 fn groups_made_by_hand_write_the_documented_entries_and_read_back() {
-    use inagg_emu::api::GroupSpec;
+    use inagg_switch_api::GroupSpec;
     let sw = Switch::with_pipeline();
     let ids = Ids::new();
     let mut t = sw.connect();
@@ -2533,7 +2533,7 @@ fn ctl_drives_the_bmv2_target() {
 /// does not say where its data plane is.
 #[test]
 fn the_controller_places_jobs_on_bmv2_and_keeps_a_refusal_to_its_job() {
-    use inagg_emu::egress::ClassQueue;
+    use inagg_switch_api::queues::ClassQueue;
     use inagg_switch_control::controller::api::{JobDecl, Placement};
     use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 

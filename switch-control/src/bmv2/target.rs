@@ -33,12 +33,13 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use inagg_emu::api::{
+use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
+use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::job::detours_unrelayed;
+use inagg_switch_api::SwitchConfig;
+use inagg_switch_api::{
     validate_job, ApiError, GroupInfo, GroupSpec, JobError, JobInfo, JobSpec, PoolMap, SwitchInfo,
 };
-use inagg_emu::counters::{Counters, DropReason, JobCounters};
-use inagg_emu::detour::{detours_unrelayed, RelayInfo, RelayKey, RelaySpec};
-use inagg_emu::switch::SwitchConfig;
 use prost::Message;
 
 use super::bytestring;

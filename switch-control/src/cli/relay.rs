@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use clap::{Args, Subcommand};
-use inagg_emu::detour::{RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
 
 use super::emit;
 use crate::target::{Result, Target};

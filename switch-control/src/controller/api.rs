@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use inagg_emu::egress::ClassQueue;
+use inagg_switch_api::queues::ClassQueue;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::Grant;
@@ -367,7 +367,7 @@ pub struct SiteStats {
     /// Its control address.
     pub control: SocketAddr,
     /// Switch-wide counters (drops by reason), or why they could not be read.
-    pub counters: Result<inagg_emu::counters::Counters, String>,
+    pub counters: Result<inagg_switch_api::counters::Counters, String>,
     /// Each installed job's counters, with the controller's name for it.
     pub jobs: Vec<NamedJobCounters>,
 }
@@ -380,7 +380,7 @@ pub struct NamedJobCounters {
     /// Id in packets.
     pub id: u16,
     /// The counters.
-    pub counters: inagg_emu::counters::JobCounters,
+    pub counters: inagg_switch_api::counters::JobCounters,
 }
 
 /// A reply line: `{"ok": ...}` or `{"error": "..."}`.

@@ -154,7 +154,7 @@ impl Client {
     }
 
     /// The switch-wide class -> queue map.
-    pub fn priority(&mut self) -> Result<Vec<inagg_emu::egress::ClassQueue>, ClientError> {
+    pub fn priority(&mut self) -> Result<Vec<inagg_switch_api::queues::ClassQueue>, ClientError> {
         match self.call(Request::Priority, Duration::ZERO)? {
             Reply::Priority { map } => Ok(map),
             other => Err(unexpected(other)),

@@ -27,7 +27,7 @@
 
 use std::collections::BTreeSet;
 
-use inagg_emu::egress::ClassQueue;
+use inagg_switch_api::queues::ClassQueue;
 use serde::{Deserialize, Serialize};
 
 use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus};
@@ -58,7 +58,7 @@ impl ControllerFile {
             message,
         };
         let file: ControllerFile = toml::from_str(text).map_err(|e| config(e.to_string()))?;
-        inagg_emu::api::check_queue_map(&file.priority)
+        inagg_switch_api::check_queue_map(&file.priority)
             .map_err(|e| config(format!("priority: {e}")))?;
         for d in &file.jobs {
             check_decl(d).map_err(|e| config(e.to_string()))?;

@@ -7,7 +7,7 @@
 //! - [`api`]: the JSON-lines protocol;
 //! - [`client`]: its client, used by `inagg ctl --controller` and by agents
 //!   that register;
-//! - [`file`]: declarative files (`inagg ctl --controller ADDR apply -f`);
+//! - [`file`](mod@file): declarative files (`inagg ctl --controller ADDR apply -f`);
 //! - `state`: jobs, placement, registration, reconciliation;
 //! - `store`: the database;
 //! - this module: the server (a thread per connection, one lock over the
@@ -445,7 +445,7 @@ fn handle(
                 .lock()
                 .priority
                 .iter()
-                .map(|(&class, &queue)| inagg_emu::egress::ClassQueue { class, queue })
+                .map(|(&class, &queue)| inagg_switch_api::queues::ClassQueue { class, queue })
                 .collect(),
         }),
         Request::SetPriority { class, queue } => {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use inagg_emu::api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
+use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use super::api::{
@@ -486,7 +486,7 @@ pub enum CoreError {
     },
     /// Refused as the switch would refuse it (a queue it does not have).
     #[error(transparent)]
-    Refused(#[from] inagg_emu::api::JobError),
+    Refused(#[from] inagg_switch_api::JobError),
     /// Every job id is in use.
     #[error("all 65535 job ids are in use")]
     NoIds,
@@ -913,7 +913,7 @@ impl Core {
             .filter(|j| self.site_index(&j.placement) == Some(i))
             .filter_map(|j| {
                 let g = j.placement.grant()?;
-                Some(u64::from(g.size) * inagg_emu::api::slot_bytes(j.decl.elements))
+                Some(u64::from(g.size) * inagg_switch_api::slot_bytes(j.decl.elements))
             })
             .sum()
     }
@@ -925,7 +925,7 @@ impl Core {
     fn memory_cap(&self, i: usize, decl: &JobDecl) -> u32 {
         let used = self.memory_used(i);
         let room =
-            self.sites[i].memory.saturating_sub(used) / inagg_emu::api::slot_bytes(decl.elements);
+            self.sites[i].memory.saturating_sub(used) / inagg_switch_api::slot_bytes(decl.elements);
         room.min(u64::from(decl.slots)) as u32
     }
 
@@ -1135,7 +1135,7 @@ impl Core {
     /// Sets a class -> queue entry (installed by the next reconcile).
     pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), CoreError> {
         // Checked as every aggregator will check it, before it is stored.
-        inagg_emu::switch::check_queue(queue)?;
+        inagg_switch_api::queues::check_queue(queue)?;
         self.priority.insert(class, queue);
         self.store.set_meta(PRIORITY_KEY, &self.priority)?;
         Ok(())
@@ -1283,7 +1283,7 @@ pub(crate) fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
             inagg_wire::MAX_ELEMENTS
         ));
     }
-    if let Err(e) = inagg_emu::api::check_queue_map(&d.queues) {
+    if let Err(e) = inagg_switch_api::check_queue_map(&d.queues) {
         return bad(e.to_string());
     }
     if let Some(e) = &d.endpoints {

@@ -26,10 +26,9 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use inagg_emu::api::{ApiError, JobError, JobSpec};
-use inagg_emu::detour::{
-    check_relay, relay_meets_no_detour, Detour, RelayInfo, RelayKey, RelaySpec,
-};
+use inagg_switch_api::detour::{check_relay, Detour, RelayInfo, RelayKey, RelaySpec};
+use inagg_switch_api::job::relay_meets_no_detour;
+use inagg_switch_api::{ApiError, JobError, JobSpec};
 
 use super::{
     action, counter_entity, entry_action, exact, ipv4, key_of, match_value, narrow, param,

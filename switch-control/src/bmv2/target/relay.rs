@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
 
-use inagg_emu::api::{check_group, GroupInfo, GroupSpec, JobError};
+use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError};
 
 use super::{
     action, endpoint_steps, entry_action, exact, group_entity, job_group, key_of, match_value,

@@ -18,8 +18,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use inagg_emu::api::{JobSpec, Upstream};
-use inagg_emu::detour::AuxPath;
+use inagg_switch_api::detour::AuxPath;
+use inagg_switch_api::{JobSpec, Upstream};
 
 use super::{
     action, entry_action, exact, ipv4, key_of, match_value, narrow, param, param_value,

@@ -1,16 +1,48 @@
-//! The emulator's management API: what a job is, the checks a job must pass,
-//! and the request/response messages of the control endpoint (one JSON object
-//! per line over TCP). The control plane's emulator target is its client.
+//! What a switch holds and the checks it makes: jobs (their workers and
+//! pools), groups made by hand, the switch's memory and limits, the pool
+//! map. Every switch (the emulator, bmv2, Tofino) and every control plane
+//! speaks in these.
 
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::counters::{Counters, JobCounters};
-pub use crate::detour::{AuxPath, Detour, RelayInfo, RelayKey, RelaySpec};
-use crate::egress::{ClassQueue, LinkConfig, PortStats};
-use crate::faults::FaultConfig;
-use crate::switch::SwitchConfig;
+use crate::counters::JobCounters;
+pub use crate::detour::AuxPath;
+use crate::detour::{Detour, RelayKey, RelaySpec};
+pub use crate::error::JobError;
+use crate::queues::ClassQueue;
+
+/// Size of the switch's aggregator memory and the packets it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// Slots of aggregator memory shared by all jobs' pools.
+    pub slots: u32,
+    /// Largest element count (K) a job may use.
+    pub max_elements: u16,
+    /// Bytes of aggregator values (both shadow sets of every slot) the
+    /// pools may take together. An ASIC's registers are a fixed size; the
+    /// emulator's grow with each job's K, so without a budget a few large
+    /// pools would grow the process until the OS killed it. A job that
+    /// would pass it is refused instead (`JobError::OutOfMemory`).
+    pub memory: u64,
+}
+
+/// The emulator's default value memory: 4 GiB, room for the default 8192
+/// slots at the largest K four times over.
+pub const DEFAULT_MEMORY: u64 = 4 << 30;
+
+impl Default for SwitchConfig {
+    /// 8192 slots, as SwitchML's Tofino program holds per pipeline stage;
+    /// K up to the largest that fits one UDP datagram.
+    fn default() -> Self {
+        SwitchConfig {
+            slots: 8192,
+            max_elements: inagg_wire::MAX_ELEMENTS as u16,
+            memory: DEFAULT_MEMORY,
+        }
+    }
+}
 
 /// A job as installed on the switch: who its workers are and which slots of
 /// aggregator memory it owns.
@@ -118,213 +150,6 @@ pub fn slot_bytes(elements: u16) -> u64 {
     2 * u64::from(elements) * 4
 }
 
-/// Why a job or a multicast group cannot be installed, found or removed.
-/// The operator's fault: every message says what to change.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "error", rename_all = "snake_case")]
-pub enum JobError {
-    /// A priority class mapped to a queue the ports do not have.
-    #[error("queue {queue} does not exist: ports have queues 0 to {}", .queues.saturating_sub(1))]
-    BadQueue {
-        /// The queue asked for.
-        queue: u8,
-        /// Queues per port.
-        queues: u8,
-    },
-    /// A job's priority map lists a class twice.
-    #[error("priority class {class} is mapped twice; give each class one queue")]
-    DuplicateClass {
-        /// The repeated class.
-        class: u8,
-    },
-    /// The id is taken.
-    #[error("job {id} already exists; delete it first or pick another id")]
-    DuplicateId {
-        /// The id asked for.
-        id: u16,
-    },
-    /// No such job.
-    #[error("no job {id} is installed")]
-    UnknownJob {
-        /// The id asked for.
-        id: u16,
-    },
-    /// A job needs at least one worker.
-    #[error("job {id} has no workers")]
-    NoWorkers {
-        /// The job.
-        id: u16,
-    },
-    /// More workers than the slot bitmap holds.
-    #[error("job {id} has {count} workers; at most {max} are supported")]
-    TooManyWorkers {
-        /// The job.
-        id: u16,
-        /// Workers given.
-        count: usize,
-        /// The bitmap width.
-        max: usize,
-    },
-    /// Two workers with the same endpoint: the switch could not tell them apart.
-    #[error("job {id}: worker endpoint {addr} is listed twice")]
-    DuplicateWorker {
-        /// The job.
-        id: u16,
-        /// The repeated endpoint.
-        addr: SocketAddr,
-    },
-    /// A zero-sized pool, or one larger than a 16-bit slot index reaches.
-    #[error("job {id}: pool size {size} must be between 1 and 65536 slots")]
-    BadPoolSize {
-        /// The job.
-        id: u16,
-        /// Slots asked for.
-        size: u32,
-    },
-    /// The pool runs past the end of aggregator memory.
-    #[error("job {id}: pool [{base}, {end}) runs past the switch's {slots} slots")]
-    PoolBeyondMemory {
-        /// The job.
-        id: u16,
-        /// First slot.
-        base: u32,
-        /// End of the pool.
-        end: u64,
-        /// Slots the switch has.
-        slots: u32,
-    },
-    /// The pool's values would pass the switch's memory budget.
-    #[error(
-        "job {id}: a pool of {size} slots at K = {elements} takes {} of aggregator memory, and \
-         {} of the switch's {} is free; give a smaller pool or K, or start the emulator with \
-         a larger --memory-mib",
-        size_text(*.needs), size_text(*.free), size_text(*.total)
-    )]
-    OutOfMemory {
-        /// The job.
-        id: u16,
-        /// Its pool size.
-        size: u32,
-        /// Its K.
-        elements: u16,
-        /// Bytes its pool takes.
-        needs: u64,
-        /// Bytes free before it.
-        free: u64,
-        /// The budget.
-        total: u64,
-    },
-    /// The pool overlaps another job's.
-    #[error(
-        "job {id}: pool [{base}, {end}) overlaps job {other}'s pool [{other_base}, {other_end})"
-    )]
-    PoolOverlap {
-        /// The job.
-        id: u16,
-        /// First slot.
-        base: u32,
-        /// End of the pool.
-        end: u64,
-        /// The job it collides with.
-        other: u16,
-        /// That job's first slot.
-        other_base: u32,
-        /// That job's pool end.
-        other_end: u64,
-    },
-    /// Group id 0 means "no group" on a switch (as in P4Runtime).
-    #[error("multicast group 0 is reserved; pick a group id from 1 to 65535")]
-    GroupZero,
-    /// The group id is taken by a job's group or a group made by hand.
-    #[error("multicast group {group} is in use ({owner}); pick another id or delete it first")]
-    GroupInUse {
-        /// The id asked for.
-        group: u16,
-        /// Who holds it: "job N" or "made by hand".
-        owner: String,
-    },
-    /// No such group.
-    #[error("no multicast group {group} is installed")]
-    UnknownGroup {
-        /// The id asked for.
-        group: u16,
-    },
-    /// A group made by hand cannot be deleted alone while it is a job's.
-    #[error("multicast group {group} belongs to job {job}; it goes when the job is deleted")]
-    GroupOfJob {
-        /// The group.
-        group: u16,
-        /// Its job.
-        job: u16,
-    },
-    /// A group without members, or with more than the switch replicates.
-    #[error("multicast group {group} has {count} members; give 1 to {max}")]
-    BadMembers {
-        /// The group.
-        group: u16,
-        /// Members given.
-        count: usize,
-        /// The most a group may have.
-        max: usize,
-    },
-    /// Two members with the same endpoint.
-    #[error("multicast group {group}: member {addr} is listed twice")]
-    DuplicateMember {
-        /// The group.
-        group: u16,
-        /// The repeated endpoint.
-        addr: SocketAddr,
-    },
-    /// A tree job whose upstream is unusable: a member id beyond the
-    /// bitmap, or one of the job's own workers named as its parent.
-    #[error("job {id}: upstream {reason}")]
-    BadUpstream {
-        /// The job.
-        id: u16,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A relay entry that cannot work (it loops, or names a member no
-    /// parent has).
-    #[error("relay {key}: {reason}")]
-    BadRelay {
-        /// The entry's match fields.
-        key: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The relay table already matches these fields.
-    #[error("relay {key} is already installed; delete it first")]
-    RelayInUse {
-        /// The entry's match fields.
-        key: String,
-    },
-    /// No relay entry matches these fields.
-    #[error("no relay {key} is installed")]
-    UnknownRelay {
-        /// The match fields asked for.
-        key: String,
-    },
-    /// A job's detours or auxiliary path cannot work.
-    #[error("job {id}: {reason}")]
-    BadDetour {
-        /// The job.
-        id: u16,
-        /// What is wrong.
-        reason: String,
-    },
-    /// K is zero or larger than the switch supports.
-    #[error("job {id}: {elements} elements per packet; the switch supports 1 to {max}")]
-    BadElements {
-        /// The job.
-        id: u16,
-        /// K asked for.
-        elements: u16,
-        /// The switch's maximum.
-        max: u16,
-    },
-}
-
 /// Checks a new job against the switch's memory and the jobs installed.
 pub fn validate_job<'a>(
     spec: &JobSpec,
@@ -372,7 +197,7 @@ pub fn validate_job<'a>(
     check_queue_map(&spec.queues)?;
     if let Some(up) = spec.upstream {
         check_upstream(id, &up, &spec.workers)?;
-        crate::detour::check_aux_path(id, &up)?;
+        check_aux_path(id, &up)?;
     }
     crate::detour::check_detours(id, &spec.workers, &spec.detours)?;
     if spec.group == Some(0) {
@@ -457,7 +282,7 @@ fn check_upstream(id: u16, up: &Upstream, workers: &[SocketAddr]) -> Result<(), 
 /// (shared with the controller, which checks a map before storing it).
 pub fn check_queue_map(queues: &[ClassQueue]) -> Result<(), JobError> {
     for (i, cq) in queues.iter().enumerate() {
-        crate::switch::check_queue(cq.queue)?;
+        crate::queues::check_queue(cq.queue)?;
         if queues[..i].iter().any(|o| o.class == cq.class) {
             return Err(JobError::DuplicateClass { class: cq.class });
         }
@@ -633,264 +458,72 @@ impl PoolMap {
     }
 }
 
-/// A request to the control endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
-    /// Memory, limits and the data-plane address.
-    Info,
-    /// Install a job.
-    CreateJob {
-        /// The job.
-        spec: JobSpec,
-    },
-    /// Remove a job.
-    DeleteJob {
-        /// Its id.
-        id: u16,
-    },
-    /// One job with counters.
-    GetJob {
-        /// Its id.
-        id: u16,
-    },
-    /// Every job with counters.
-    ListJobs,
-    /// The memory layout.
-    Pools,
-    /// Switch-wide counters.
-    Counters,
-    /// Zero every counter.
-    ResetCounters,
-    /// The fault injector's settings.
-    GetFaults,
-    /// Change the fault injector's settings (reseeds it).
-    SetFaults {
-        /// New settings.
-        faults: FaultConfig,
-    },
-    /// The egress ports' line rate and per-queue counters.
-    Queues,
-    /// Install a multicast group made by hand.
-    CreateGroup {
-        /// The group.
-        group: GroupSpec,
-    },
-    /// Remove a group made by hand.
-    DeleteGroup {
-        /// Its id.
-        id: u16,
-    },
-    /// Every multicast group, the jobs' and those made by hand.
-    ListGroups,
-    /// Give one egress port a rate of its own (a slower link to one
-    /// destination), or the line rate back with `rate_bps: None`. Needs a
-    /// line rate (paced ports).
-    SetPortRate {
-        /// The destination the port leads to.
-        port: SocketAddr,
-        /// Bits per second; `None`: the line rate.
-        rate_bps: Option<u64>,
-    },
-    /// Send a priority class's packets through an egress queue (the P4
-    /// programs' `priority_to_queue` entry).
-    SetPriorityQueue {
-        /// The class (the header's priority field).
-        class: u8,
-        /// The queue, below 8 (7 is served first).
-        queue: u8,
-    },
-    /// Install a relay entry: detours matching it are forwarded unchanged.
-    CreateRelay {
-        /// The entry.
-        relay: RelaySpec,
-    },
-    /// Remove a relay entry.
-    DeleteRelay {
-        /// Its match fields.
-        key: RelayKey,
-    },
-    /// Every relay entry with its counter.
-    ListRelays,
-    /// Claim the switch for this connection's controller (P4Runtime's
-    /// arbitration: the highest election id connected is the primary, and
-    /// only it changes jobs, groups, relays and the priority map; see
-    /// `arbitration`). Refused if another connection holds this id or a
-    /// higher one.
-    Arbitrate {
-        /// 1 or more.
-        election_id: u64,
-    },
-}
-
-impl Request {
-    /// Whether the request changes what a controller keeps in step (jobs,
-    /// groups, relays, the priority map): while a controller holds the
-    /// switch, only it may send these. The emulator's own knobs (faults,
-    /// port rates, counters) stay open to any connection.
-    pub fn managed(&self) -> bool {
-        matches!(
-            self,
-            Request::CreateJob { .. }
-                | Request::DeleteJob { .. }
-                | Request::CreateGroup { .. }
-                | Request::DeleteGroup { .. }
-                | Request::CreateRelay { .. }
-                | Request::DeleteRelay { .. }
-                | Request::SetPriorityQueue { .. }
-        )
+/// One meaning per match (docs/PROTOCOL.md, "Auxiliary paths"): the relay
+/// table is looked up before the jobs, so a relay entry with the fields
+/// under which `job` (the installed job of the entry's id, if any) takes a
+/// detour would carry that member's detours past it. Every target checks
+/// this before installing a relay entry.
+pub fn relay_meets_no_detour(spec: &RelaySpec, job: Option<&JobSpec>) -> Result<(), JobError> {
+    let Some(job) = job else {
+        return Ok(());
+    };
+    if !job.detours.iter().any(|d| d.key(spec.job) == spec.key()) {
+        return Ok(());
     }
+    Err(JobError::BadRelay {
+        key: spec.key().to_string(),
+        reason: format!(
+            "job {} here takes member {}'s detours from {}; the entry would carry them past it",
+            spec.job, spec.member, spec.from
+        ),
+    })
+}
 
-    /// Whether the request changes the switch (logged at info level; reads
-    /// at debug).
-    pub fn changes_state(&self) -> bool {
-        !matches!(
-            self,
-            Request::Info
-                | Request::GetJob { .. }
-                | Request::ListJobs
-                | Request::ListGroups
-                | Request::ListRelays
-                | Request::Pools
-                | Request::Counters
-                | Request::GetFaults
-                | Request::Queues
-        )
+/// The same rule from the job's side: none of its detours may arrive under
+/// the fields of a relay entry already installed (`relayed` says whether
+/// one is).
+pub fn detours_unrelayed(
+    spec: &JobSpec,
+    relayed: impl Fn(&RelayKey) -> bool,
+) -> Result<(), JobError> {
+    for d in &spec.detours {
+        let key = d.key(spec.id);
+        if relayed(&key) {
+            return Err(JobError::BadDetour {
+                id: spec.id,
+                reason: format!(
+                    "member {}'s detours from {} would be carried on by relay {key}; delete the relay first",
+                    d.member, d.relay
+                ),
+            });
+        }
     }
+    Ok(())
 }
 
-/// A successful reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "reply", rename_all = "snake_case")]
-pub enum Reply {
-    /// To `Info`.
-    Info {
-        /// Memory and limits.
-        info: SwitchInfo,
-        /// Where the data plane listens.
-        data_addr: SocketAddr,
-    },
-    /// Done, nothing to report.
-    Done,
-    /// One job.
-    Job {
-        /// The job.
-        job: JobInfo,
-    },
-    /// Every job.
-    Jobs {
-        /// The jobs.
-        jobs: Vec<JobInfo>,
-    },
-    /// The memory layout.
-    Pools {
-        /// The map.
-        pools: PoolMap,
-    },
-    /// Switch-wide counters.
-    Counters {
-        /// The counters.
-        counters: Counters,
-    },
-    /// Fault settings.
-    Faults {
-        /// The settings.
-        faults: FaultConfig,
-    },
-    /// To `ListGroups`.
-    Groups {
-        /// The groups, by id.
-        groups: Vec<GroupInfo>,
-    },
-    /// To `ListRelays`.
-    Relays {
-        /// The entries, by match fields.
-        relays: Vec<RelayInfo>,
-    },
-    /// To `Queues`.
-    Queues {
-        /// Priority class -> queue, for the classes not on queue 0.
-        map: Vec<ClassQueue>,
-        /// The ports' line rate and queue size; `None`: not paced.
-        link: Option<LinkConfig>,
-        /// Each port's queues (ports appear as they are first used).
-        ports: Vec<PortStats>,
-    },
-}
-
-/// Why a request failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ApiError {
-    /// The job operation was refused.
-    #[error("{error}")]
-    Job {
-        /// Why.
-        error: JobError,
-    },
-    /// The request was not understood (the client's fault).
-    #[error("bad request: {message}")]
-    BadRequest {
-        /// What the parser said.
-        message: String,
-    },
-    /// A setting is out of range (the client's fault).
-    /// The endpoint holds as many connections as it serves, all at work.
-    #[error("busy: {message}")]
-    Busy {
-        /// Why, and what to do.
-        message: String,
-    },
-    #[error("invalid setting: {message}")]
-    Invalid {
-        /// What is wrong.
-        message: String,
-    },
-    /// Another connection is the primary controller (`arbitration`).
-    #[error(
-        "another controller manages this switch: the one connected from {peer}, with election \
-         id {primary}{}; change the switch through it (ctl --controller), stop it, or claim \
-         with a higher --election-id",
-        ours.map_or(String::new(), |o| format!(" (this connection claimed {o})"))
-    )]
-    NotPrimary {
-        /// This connection's claim, if it made one.
-        ours: Option<u64>,
-        /// The primary's election id.
-        primary: u64,
-        /// Where the primary is connected from.
-        peer: SocketAddr,
-    },
-}
-
-impl From<JobError> for ApiError {
-    fn from(error: JobError) -> Self {
-        ApiError::Job { error }
+/// Checks a tree job's auxiliary path, if it has one: a port other than
+/// the primary's, a queue that can hold a packet.
+pub fn check_aux_path(id: u16, up: &Upstream) -> Result<(), JobError> {
+    let bad = |reason: String| Err(JobError::BadDetour { id, reason });
+    let Some(aux) = up.aux else {
+        return Ok(());
+    };
+    if aux.via == up.switch {
+        return bad(format!(
+            "the auxiliary path starts at the parent {} itself; give another switch",
+            up.switch
+        ));
     }
-}
-
-/// One line of response: a reply or an error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Response {
-    /// Success.
-    Ok(Reply),
-    /// Failure.
-    Err(ApiError),
-}
-
-/// Bytes for messages and tables: "1.5 MiB", or "12.0 KiB" below a MiB.
-pub fn size_text(bytes: u64) -> String {
-    if bytes < 1 << 20 {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    } else {
-        format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    if aux.queue_length == 0 {
+        return bad("an auxiliary queue length of 0 never takes a packet".into());
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::*;
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
         JobSpec {

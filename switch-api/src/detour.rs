@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{JobError, JobSpec, Upstream};
+use crate::error::JobError;
 
 /// PRIMARY_BUSY_BOUND of NetStorm's Table II.
 pub const DEFAULT_BUSY_BOUND: u16 = 2;
@@ -224,71 +224,10 @@ pub fn check_detours(id: u16, workers: &[SocketAddr], detours: &[Detour]) -> Res
     Ok(())
 }
 
-/// One meaning per match (docs/PROTOCOL.md, "Auxiliary paths"): the relay
-/// table is looked up before the jobs, so a relay entry with the fields
-/// under which `job` (the installed job of the entry's id, if any) takes a
-/// detour would carry that member's detours past it. Every target checks
-/// this before installing a relay entry.
-pub fn relay_meets_no_detour(spec: &RelaySpec, job: Option<&JobSpec>) -> Result<(), JobError> {
-    let Some(job) = job else {
-        return Ok(());
-    };
-    if !job.detours.iter().any(|d| d.key(spec.job) == spec.key()) {
-        return Ok(());
-    }
-    Err(JobError::BadRelay {
-        key: spec.key().to_string(),
-        reason: format!(
-            "job {} here takes member {}'s detours from {}; the entry would carry them past it",
-            spec.job, spec.member, spec.from
-        ),
-    })
-}
-
-/// The same rule from the job's side: none of its detours may arrive under
-/// the fields of a relay entry already installed (`relayed` says whether
-/// one is).
-pub fn detours_unrelayed(
-    spec: &JobSpec,
-    relayed: impl Fn(&RelayKey) -> bool,
-) -> Result<(), JobError> {
-    for d in &spec.detours {
-        let key = d.key(spec.id);
-        if relayed(&key) {
-            return Err(JobError::BadDetour {
-                id: spec.id,
-                reason: format!(
-                    "member {}'s detours from {} would be carried on by relay {key}; delete the relay first",
-                    d.member, d.relay
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Checks a tree job's auxiliary path, if it has one: a port other than
-/// the primary's, a queue that can hold a packet.
-pub fn check_aux_path(id: u16, up: &Upstream) -> Result<(), JobError> {
-    let bad = |reason: String| Err(JobError::BadDetour { id, reason });
-    let Some(aux) = up.aux else {
-        return Ok(());
-    };
-    if aux.via == up.switch {
-        return bad(format!(
-            "the auxiliary path starts at the parent {} itself; give another switch",
-            up.switch
-        ));
-    }
-    if aux.queue_length == 0 {
-        return bad("an auxiliary queue length of 0 never takes a packet".into());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::{check_aux_path, Upstream};
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
