@@ -626,7 +626,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
     assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 4 * 20_000 / 64);
 }
 
-/// README's aggregation tree by hand, two sessions in a row: a root and a
+/// docs/GUIDE.md's aggregation tree by hand, two sessions in a row: a root and a
 /// leaf emulator, one agent at each (member 0 at both switches, so the leaf's
 /// agent gives --tree-rank 1), one round per slot, then again with other
 /// values: the second session sums its own values, not the first's results

@@ -219,7 +219,7 @@ fn configs() -> Vec<Vec<u8>> {
     .collect()
 }
 
-/// Cluster files: README's and the module's examples, and files that keep,
+/// Cluster files: docs/GUIDE.md's and the module's examples, and files that keep,
 /// replace or collide with the job the `cluster` target's switch holds.
 fn cluster_files() -> Vec<Vec<u8>> {
     [

@@ -174,7 +174,7 @@ pub enum CtlCommand {
     /// name), groups and priority entries of a controller file. The changes
     /// are shown, then made.
     Apply {
-        /// The file (TOML); README.md shows both kinds.
+        /// The file (TOML); docs/GUIDE.md shows both kinds.
         #[arg(short = 'f', long = "file")]
         file: String,
         /// Also delete installed jobs the file does not list.

@@ -5,7 +5,7 @@
 //! Thrift on free local ports) and pushes the program compiled once per run
 //! into `CARGO_TARGET_TMPDIR`. Where p4c-bm2-ss or simple_switch_grpc is not
 //! on PATH every test prints "skipped: ..." and passes, so CI, which cannot
-//! build them, stays green; README.md ("bmv2") says how to put them on PATH.
+//! build them, stays green; docs/GUIDE.md ("The bmv2 target") says how to put them on PATH.
 //!
 //! Packets through the switch (aggregation, counters that move, trees and
 //! detours on the wire) are tests/bmv2/run.sh's: they need veth pairs and
