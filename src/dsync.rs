@@ -1,5 +1,5 @@
 //! dSyncPS on the stack: two-tier aggregation across switches
-//! (../shared/notes/dsyncps.md, "In inagg").
+//! (docs/PAPERS.md, "dSyncPS").
 //!
 //! Each rack's switch averages its workers' models every round (the
 //! paper's primary parameter server, local BSP); every T rounds a spine

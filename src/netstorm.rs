@@ -1,5 +1,5 @@
 //! NetStorm on the stack: multi-root aggregation trees across switches
-//! (../shared/notes/netstorm.md, "In inagg").
+//! (docs/PAPERS.md, "NetStorm").
 //!
 //! Each site (a data centre in the paper) has a switch and workers. A
 //! [`Forest`] is one aggregation tree per root over the sites: the

@@ -1,7 +1,7 @@
 //! Selective reduce on the stack: a coordinator that runs
 //! [`inagg_switch_control::sched::selective_reduce`] live, and the worker
-//! side that asks it for a group every round (seed 002;
-//! ../shared/notes/selective-reduce.md, "In inagg").
+//! side that asks it for a group every round
+//! (docs/PAPERS.md, "Selective reduce").
 //!
 //! A worker that has finished computing a round tells the coordinator it is
 //! ready ([`GroupWorker::sync`]). The coordinator keeps the ready queue and

@@ -1,8 +1,7 @@
 //! SELMCAST on the stack: a manager that picks each sender's receivers
 //! every round with [`inagg_switch_control::sched::selmcast`] and installs
 //! them as the switch's multicast groups, and the peers that multicast
-//! their updates through those groups (seed 000;
-//! ../shared/notes/selmcast.md, "In inagg").
+//! their updates through those groups (docs/PAPERS.md, "SELMCAST").
 //!
 //! One BSP round:
 //! 1. Every peer tells the manager it is ready, with its port bandwidths

@@ -1,5 +1,5 @@
 //! NetStorm's network awareness and its scheduler (Algorithm 2) on the
-//! stack (../shared/notes/netstorm.md, "Network awareness").
+//! stack (docs/PAPERS.md, "NetStorm: network awareness").
 //!
 //! The paper measures each in-tree link passively, with the model's own
 //! chunks as probes, and rebuilds the trees every UPDATE_TIME from what it

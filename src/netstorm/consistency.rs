@@ -1,13 +1,13 @@
-//! NetStorm's policy consistency as a service (../shared/notes/netstorm.md,
-//! "Policy consistency"): mixed old and new trees deadlock, so before each
-//! push every worker sends a topology request (TRP) and blocks; when every
-//! worker has asked, the scheduler ([`Scheduler::before_push`]) reads the
-//! switches' probes, plans if UPDATE_TIME has passed, rolls a changed
-//! forest out on every switch with the next generation, and only then
-//! answers everyone: the forest in force and its generation. A worker
-//! retargets its sockets when the generation moved. This is the authors'
-//! code's reading (the reply waits for every node: a per-iteration
-//! barrier).
+//! NetStorm's policy consistency as a service
+//! (docs/PAPERS.md, "NetStorm: policy consistency"): mixed old and new
+//! trees deadlock, so before each push every worker sends a topology
+//! request (TRP) and blocks; when every worker has asked, the scheduler
+//! ([`Scheduler::before_push`]) reads the switches' probes, plans if
+//! UPDATE_TIME has passed, rolls a changed forest out on every switch with
+//! the next generation, and only then answers everyone: the forest in
+//! force and its generation. A worker retargets its sockets when the
+//! generation moved. This is the authors' code's reading (the reply waits
+//! for every node: a per-iteration barrier).
 //!
 //! Protocol (JSON lines over TCP, [`crate::lines`]), one connection per
 //! worker:

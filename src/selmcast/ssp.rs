@@ -1,8 +1,7 @@
-//! SELMCAST for SSP training, live (seed 000, Algorithm 2; notes:
-//! ../shared/notes/selmcast.md, "Algorithm 2" and "In inagg"): peers
-//! multicast their updates whenever they are ready, each at its own pace,
-//! and a manager admits each update as a task with
-//! [`inagg_switch_control::sched::selmcast_ssp::Online`], the code the
+//! SELMCAST for SSP training, live (Algorithm 2; docs/PAPERS.md,
+//! "SELMCAST for SSP"): peers multicast their updates whenever they are
+//! ready, each at its own pace, and a manager admits each update as a task
+//! with [`inagg_switch_control::sched::selmcast_ssp::Online`], the code the
 //! simulator runs.
 //!
 //! One task (sender i, its round r):

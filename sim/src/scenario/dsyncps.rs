@@ -1,7 +1,7 @@
-//! dSyncPS (seed 001, Section V; the paper has no baseline): three
-//! parameter servers, workers joining two at a time, global sync every T
-//! local rounds through shared storage, a server joining mid-training, and
-//! worker-initiated load balancing from a 1/1/8 placement.
+//! dSyncPS (docs/PAPERS.md, "dSyncPS"; the paper's Section V, which has no
+//! baseline): three parameter servers, workers joining two at a time, global
+//! sync every T local rounds through shared storage, a server joining
+//! mid-training, and worker-initiated load balancing from a 1/1/8 placement.
 //!
 //! The paper trains LeNet on Fashion-MNIST; the simulator trains a stand-in
 //! with the same structure and a measurable convergence: each worker takes

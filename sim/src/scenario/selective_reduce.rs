@@ -1,7 +1,7 @@
-//! Selective reduce vs partial reduce vs all-reduce (seed 002, Section IV):
-//! n workers behind one switch, 500 MB model, bandwidth round(20u, 3) Gbit/s
-//! with u ~ U[0.05, 1], 1 ms latency, compute times from the CNN and
-//! Transformer stand-ins, 100 s of training.
+//! Selective reduce vs partial reduce vs all-reduce (docs/PAPERS.md,
+//! "Selective reduce"; Section IV): n workers behind one switch, 500 MB
+//! model, bandwidth round(20u, 3) Gbit/s with u ~ U[0.05, 1], 1 ms latency,
+//! compute times from the CNN and Transformer stand-ins, 100 s of training.
 //!
 //! Workers compute a round, queue as ready, synchronise in the group the
 //! scheme picks, then start their next round. The selective controller

@@ -1,6 +1,7 @@
-//! SELMCAST vs Orpheus vs the exact optimum (seed 000, Section V, BSP):
-//! n workers behind one big switch, egress b (1 + lambda x), ingress
-//! b mu (1 + lambda x), x ~ U[-1, 1], lambda = 0.5; p = 0.3n; k = 4.
+//! SELMCAST vs Orpheus vs the exact optimum (docs/PAPERS.md, "SELMCAST"; the
+//! paper's Section V, BSP): n workers behind one big switch, egress b (1 +
+//! lambda x), ingress b mu (1 + lambda x), x ~ U[-1, 1], lambda = 0.5; p =
+//! 0.3n; k = 4.
 //!
 //! Each round's selection is played out in the flow network: an L3
 //! multicast is one flow over the sender's uplink and its receivers'

@@ -1,7 +1,8 @@
-//! SELMCAST vs Orpheus for SSP training (seed 000, Section V-C): n = 50
-//! workers behind one big switch, L3 multicast of a 200 MB update per
-//! round, b = 40 Gbit/s with the BSP ports' spread (lambda = 0.5, mu = 1),
-//! p = 0.3n, k = 4, ssp = 4, eta = 0.75, 10 minutes of training.
+//! SELMCAST vs Orpheus for SSP training (docs/PAPERS.md, "SELMCAST for SSP";
+//! Section V-C): n = 50 workers behind one big switch, L3 multicast of a 200
+//! MB update per round, b = 40 Gbit/s with the BSP ports' spread (lambda =
+//! 0.5, mu = 1), p = 0.3n, k = 4, ssp = 4, eta = 0.75, 10 minutes of
+//! training.
 //!
 //! A worker computes a round (a draw from its workload's stand-in), then
 //! multicasts its update; when the multicast has reached its receivers it

@@ -1,8 +1,8 @@
 //! dSyncPS: local synchronisation every round at each worker's primary
 //! server, global synchronisation among servers every T local rounds, and
-//! servers and workers joining and leaving mid-training (seed 001; notes:
-//! ../shared/notes/dsyncps.md, which rebuilds the global-sync protocol the
-//! seed describes only in prose).
+//! servers and workers joining and leaving mid-training (docs/PAPERS.md,
+//! "dSyncPS", which rebuilds the global-sync protocol the paper describes
+//! only in prose).
 //!
 //! - [`GlobalSync`]: the status table and the advance/defer rule for a
 //!   server that joins while global syncs are under way.

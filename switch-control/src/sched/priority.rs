@@ -1,7 +1,7 @@
 //! Priority scheduling of a model's gradient slices over an in-network
 //! aggregation transport: FIFO (what a framework does with wait-free
 //! back-propagation), P3, ByteScheduler and Geryon (survey section 4.4;
-//! notes: ../shared/notes/survey.md). The live half, which runs these
+//! docs/PAPERS.md, "Priority scheduling"). The live half, which runs these
 //! orders on real agents, is `inagg_host_agent::sched`.
 //!
 //! Back-propagation hands gradients over last layer first; the next

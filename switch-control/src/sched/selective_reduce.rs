@@ -1,5 +1,5 @@
 //! Selective reduce: which ready workers synchronise together, and when
-//! (seed 002; notes: ../shared/notes/selective-reduce.md).
+//! (docs/PAPERS.md, "Selective reduce").
 //!
 //! Partial reduce (the baseline) launches a weighted all-reduce as soon as
 //! `p` workers are ready, first come first served. Selective reduce groups

@@ -1,6 +1,6 @@
 //! SELMCAST: which receivers each sender multicasts its update to in one
-//! round of peer-to-peer data-parallel training (seed 000; notes:
-//! ../shared/notes/selmcast.md).
+//! round of peer-to-peer data-parallel training (docs/PAPERS.md,
+//! "SELMCAST").
 //!
 //! The network is one non-blocking switch with congestion only at ports:
 //! sender i sends through its port at `uplink[i]` (the paper's b_i^I),

@@ -1,7 +1,7 @@
-//! SELMCAST for SSP training (seed 000, Algorithm 2; notes:
-//! ../shared/notes/selmcast.md): online receiver selection, run each time a
-//! worker finishes a round and becomes ready to multicast its update while
-//! other workers' multicasts (the running tasks G) are still in flight.
+//! SELMCAST for SSP training (Algorithm 2; docs/PAPERS.md,
+//! "SELMCAST for SSP"): online receiver selection, run each time a worker
+//! finishes a round and becomes ready to multicast its update while other
+//! workers' multicasts (the running tasks G) are still in flight.
 //!
 //! Admitting sender kappa may drop receivers from running tasks (they are
 //! preempted to make room) but never adds a receiver a task has dropped: a

@@ -1,5 +1,5 @@
 //! NetStorm vs the star, the balanced tree and TSEngine's tree over a WAN
-//! (seed 003, Section VI): nine data centres on an Internet2-like overlay,
+//! (docs/PAPERS.md, "NetStorm"; Section VI): nine data centres on an Internet2-like overlay,
 //! 30 ms per link, 0.02% loss, 20-155 Mbit/s per link (redrawn every three
 //! minutes in the dynamic scenario), AlexNet (61M parameters, 244 MB) cut
 //! into 1M-parameter chunks.

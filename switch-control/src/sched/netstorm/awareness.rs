@@ -1,5 +1,5 @@
-//! NetStorm's passive throughput estimation (../shared/notes/netstorm.md,
-//! "Network awareness (passive)"): what the scheduler knows of each overlay
+//! NetStorm's passive throughput estimation (docs/PAPERS.md,
+//! "NetStorm: network awareness"): what the scheduler knows of each overlay
 //! link, renewed from the traffic the trees themselves send.
 //!
 //! The paper's receiver times the model's own chunks: over PROBE_CHUNK_NUM

@@ -1,6 +1,6 @@
-//! NetStorm: aggregation trees over a WAN overlay (seed 003; notes:
-//! ../shared/notes/netstorm.md, which rebuilds the algorithm boxes the seed
-//! text lost).
+//! NetStorm: aggregation trees over a WAN overlay (docs/PAPERS.md,
+//! "NetStorm", which rebuilds from the prose the algorithm boxes the
+//! paper's text lacks).
 //!
 //! The overlay is an undirected graph of data centres; an edge's weight is
 //! the delay of one chunk over that link (chunk bytes / measured throughput,
@@ -14,8 +14,8 @@
 //! again and again with the used edges removed; [`dispatch_chunks`] is the
 //! sender's rule that spills chunks onto them.
 //!
-//! Readings (the seed lost the boxes): q_r = 1 / D(FAPT_r); Dijkstra
-//! instead of the code's exhaustive path search; quotas by largest
+//! Readings (the boxes are rebuilt from prose): q_r = 1 / D(FAPT_r);
+//! Dijkstra instead of the code's exhaustive path search; quotas by largest
 //! remainder so they sum to the chunk count exactly; a chunk is in flight
 //! on a path from its dispatch until it arrives, and a phase's chunks are
 //! dispatched together.
