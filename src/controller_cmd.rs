@@ -77,6 +77,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         .map(|&addr| {
             let claim = Bmv2Args {
                 election_id,
+                switch_token: a.bmv2.switch_token.clone(),
                 ..Bmv2Args::default()
             };
             let c: Connector =

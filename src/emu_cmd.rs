@@ -26,6 +26,11 @@ pub struct EmuArgs {
     /// TCP address of the control endpoint (loopback unless you say otherwise).
     #[arg(long, default_value = "127.0.0.1:47001")]
     pub control: SocketAddr,
+    /// A token every control connection must present before anything else
+    /// is answered (`ctl --switch-token`, the controller's
+    /// `--switch-token`); required when --control is off loopback.
+    #[arg(long, env = "INAGG_SWITCH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Slots of aggregator memory.
     #[arg(long, default_value_t = 8192)]
     pub slots: u32,
@@ -132,6 +137,13 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
         faults,
         link: link(args)?,
         port_rates: args.port_rate.clone(),
+        token: args
+            .token
+            .clone()
+            .map(inagg_wire::token::Token::new)
+            .transpose()
+            .map_err(anyhow::Error::msg)
+            .context("--token")?,
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;

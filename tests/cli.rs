@@ -760,6 +760,40 @@ fn a_tree_with_two_workers_per_switch_verifies_by_tree_rank() {
     }
 }
 
+/// An emulator with a control token: `ctl` without `--switch-token` is
+/// refused and told what to pass, with it works; off loopback the emulator
+/// will not start without a token.
+#[test]
+fn the_emulators_token_guards_its_control_endpoint() {
+    let emu = Emu::start(&["--token", "s3cret"]);
+    let create = ["job", "create", "--id", "1", "--workers", "127.0.0.1:5000"];
+    let pool = ["--pool-base", "0", "--pool-size", "8"];
+    let out = emu.ctl(&[&create[..], &pool].concat());
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains("unauthorized") && said.contains("--switch-token"),
+        "{said}"
+    );
+    let out = emu.ctl(&[&["--switch-token", "s3cret"][..], &create, &pool].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = emu.ctl(&["--switch-token", "wrong", "job", "list"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("wrong token"), "{}", text(&out));
+
+    let out = Command::new(INAGG)
+        .args(["emu", "--data", "127.0.0.1:0", "--control", "0.0.0.0:0"])
+        .env_remove("INAGG_SWITCH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("off this host, without a token: pass --token"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn demo_prints_a_verified_json_report() {
     let out = Command::new(INAGG)

@@ -6,6 +6,7 @@
 //! elsewhere is an explicit choice of address.
 
 use inagg_wire::conns::{Conn, Conns, Limits};
+use inagg_wire::token::Token;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +51,9 @@ pub struct EmulatorConfig {
     pub link: Option<LinkConfig>,
     /// Ports with a rate of their own (needs `link`).
     pub port_rates: Vec<PortRate>,
+    /// The control endpoint's token: a connection must present it before
+    /// anything else is answered. Required off loopback.
+    pub token: Option<Token>,
 }
 
 impl Default for EmulatorConfig {
@@ -61,6 +65,7 @@ impl Default for EmulatorConfig {
             faults: FaultConfig::default(),
             link: None,
             port_rates: Vec::new(),
+            token: None,
         }
     }
 }
@@ -135,9 +140,10 @@ impl Emulator {
         };
         let control = {
             let (state, stop) = (state.clone(), stop.clone());
+            let token = config.token.clone();
             std::thread::Builder::new()
                 .name("emu-control".into())
-                .spawn(move || serve_control(listener, state, data_addr, &stop))?
+                .spawn(move || serve_control(listener, state, data_addr, token, &stop))?
         };
         Ok(Emulator {
             data_addr,
@@ -193,6 +199,13 @@ impl Drop for Emulator {
 /// Rejects unusable fault settings before anything is bound.
 pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
     let invalid = |m| io::Error::new(io::ErrorKind::InvalidInput, m);
+    if config.token.is_none() && !config.control_addr.ip().is_loopback() {
+        return Err(invalid(format!(
+            "the control endpoint would listen on {}, off this host, without a token: \
+             pass --token (or listen on 127.0.0.1)",
+            config.control_addr
+        )));
+    }
     config.faults.validate().map_err(invalid)?;
     if let Some(link) = config.link {
         link.validate().map_err(invalid)?;
@@ -339,6 +352,7 @@ fn serve_control(
     listener: TcpListener,
     state: Arc<Mutex<State>>,
     data_addr: SocketAddr,
+    token: Option<Token>,
     stop: &Arc<AtomicBool>,
 ) {
     let mut conns = Vec::new();
@@ -357,9 +371,9 @@ fn serve_control(
                     let _ = reply(&mut stream, &Response::Err(busy(open.open())));
                     continue;
                 };
-                let (state, stop) = (state.clone(), stop.clone());
+                let (state, stop, token) = (state.clone(), stop.clone(), token.clone());
                 conns.push(std::thread::spawn(move || {
-                    serve_connection(stream, &conn, &state, data_addr, &stop)
+                    serve_connection(stream, &conn, &state, data_addr, token.as_ref(), &stop)
                 }));
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
@@ -369,6 +383,16 @@ fn serve_control(
     }
     for c in conns {
         let _ = c.join();
+    }
+}
+
+/// The refusal of a connection that has not presented the token.
+fn unauthorized(what: &str) -> ApiError {
+    ApiError::Unauthorized {
+        message: format!(
+            "{what}: this emulator's control endpoint has a token; pass it with \
+             --switch-token (or INAGG_SWITCH_TOKEN)"
+        ),
     }
 }
 
@@ -390,6 +414,7 @@ fn serve_connection(
     conn: &Conn,
     state: &Mutex<State>,
     data_addr: SocketAddr,
+    token: Option<&Token>,
     stop: &AtomicBool,
 ) {
     let Ok(peer) = stream.peer_addr() else {
@@ -399,7 +424,7 @@ fn serve_connection(
         conn: lock(state).arbitration.open(),
         peer,
     };
-    serve_requests(stream, conn, state, caller, data_addr, stop);
+    serve_requests(stream, conn, state, (caller, token), data_addr, stop);
     lock(state).arbitration.close(caller.conn);
 }
 
@@ -416,10 +441,12 @@ fn serve_requests(
     stream: TcpStream,
     conn: &Conn,
     state: &Mutex<State>,
-    caller: Caller,
+    (caller, token): (Caller, Option<&Token>),
     data_addr: SocketAddr,
     stop: &AtomicBool,
 ) {
+    // Without a token every connection is trusted (loopback only).
+    let mut authenticated = token.is_none();
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(IDLE_POLL));
     let Ok(mut writer) = stream.try_clone() else {
@@ -458,9 +485,27 @@ fn serve_requests(
         }
         conn.completed();
         let response = match serde_json::from_slice::<Request>(&line) {
+            Ok(Request::Authenticate { token: given }) => {
+                if token.is_some_and(|t| !t.matches(&given)) {
+                    // One guess per connection.
+                    tracing::warn!("control connection from {} gave a wrong token", caller.peer);
+                    let _ = reply(&mut writer, &Response::Err(unauthorized("wrong token")));
+                    return;
+                }
+                authenticated = true;
+                Response::Ok(Reply::Done)
+            }
+            Ok(request) if !authenticated => {
+                tracing::warn!(
+                    "refused {} from {}: not authenticated",
+                    request.summary(),
+                    caller.peer
+                );
+                Response::Err(unauthorized("present the token first"))
+            }
             Ok(request) => {
                 let changes = request.changes_state();
-                let summary = format!("{request:?}");
+                let summary = request.summary();
                 let response = handle(request, &mut lock(state), caller, data_addr);
                 log_request(changes, &summary, &response);
                 response
@@ -571,6 +616,8 @@ pub fn handle(
         Request::GetFaults => Ok(Reply::Faults {
             faults: state.faults.config(),
         }),
+        // Per connection, checked before a request gets here.
+        Request::Authenticate { .. } => Ok(Reply::Done),
         Request::Arbitrate { election_id } => state
             .arbitration
             .claim(caller.conn, election_id, caller.peer)

@@ -99,6 +99,13 @@ pub enum Request {
         /// 1 or more.
         election_id: u64,
     },
+    /// Present the endpoint's token (`inagg emu --token`). An emulator
+    /// started with one answers nothing else until a connection has
+    /// presented it.
+    Authenticate {
+        /// The token.
+        token: String,
+    },
 }
 
 impl Request {
@@ -119,12 +126,21 @@ impl Request {
         )
     }
 
+    /// The request for a log line: its Debug form, except a token.
+    pub fn summary(&self) -> String {
+        match self {
+            Request::Authenticate { .. } => "Authenticate".into(),
+            other => format!("{other:?}"),
+        }
+    }
+
     /// Whether the request changes the switch (logged at info level; reads
     /// at debug).
     pub fn changes_state(&self) -> bool {
         !matches!(
             self,
-            Request::Info
+            Request::Authenticate { .. }
+                | Request::Info
                 | Request::GetJob { .. }
                 | Request::ListJobs
                 | Request::ListGroups
@@ -213,6 +229,13 @@ pub enum ApiError {
         message: String,
     },
     /// A setting is out of range (the client's fault).
+    /// The endpoint has a token and this connection has not presented it
+    /// (or presented another).
+    #[error("unauthorized: {message}")]
+    Unauthorized {
+        /// What to do.
+        message: String,
+    },
     /// The endpoint holds as many connections as it serves, all at work.
     #[error("busy: {message}")]
     Busy {

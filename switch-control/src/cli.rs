@@ -71,6 +71,15 @@ pub struct Bmv2Args {
     /// an emulator claims nothing unless given one].
     #[arg(long, global = true)]
     pub election_id: Option<u64>,
+    /// The emulator's control token (`inagg emu --token`).
+    #[arg(
+        long,
+        global = true,
+        env = "INAGG_SWITCH_TOKEN",
+        hide_env_values = true,
+        help_heading = "Switch"
+    )]
+    pub switch_token: Option<String>,
     /// Binary P4Info (p4/build/v1model/inagg.p4info.bin) [default: the
     /// P4Info of the pipeline installed on the switch].
     #[arg(long, global = true, value_name = "PATH")]
@@ -364,10 +373,17 @@ pub fn connect_target(
                 });
             }
             let addr = addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
-            Ok(Box::new(match bmv2.election_id {
-                Some(id) => EmuTarget::connect_as(addr, id)?,
-                None => EmuTarget::connect(addr)?,
-            }))
+            let token = bmv2
+                .switch_token
+                .clone()
+                .map(inagg_wire::token::Token::new)
+                .transpose()
+                .map_err(|e| ControlError::Protocol(format!("--switch-token: {e}")))?;
+            Ok(Box::new(EmuTarget::connect_with(
+                addr,
+                token.as_ref(),
+                bmv2.election_id,
+            )?))
         }
         TargetKind::Bmv2 => connect_bmv2(addr, bmv2),
     }

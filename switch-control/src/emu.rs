@@ -12,6 +12,8 @@ use inagg_switch_api::{
     GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
 
+use inagg_wire::token::Token;
+
 use crate::target::{ControlError, QueueReport, Result, Target};
 
 /// How long to wait for the emulator to connect or answer.
@@ -27,6 +29,25 @@ pub struct EmuTarget {
 impl EmuTarget {
     /// Connects, with a timeout, so a missing emulator is an error not a hang.
     pub fn connect(addr: SocketAddr) -> Result<EmuTarget> {
+        EmuTarget::connect_with(addr, None, None)
+    }
+
+    /// Connects and claims the emulator for a controller with
+    /// `election_id` (P4Runtime's arbitration, as bmv2 does it): refused
+    /// with `ControlError::Arbitration` while another connection holds the
+    /// same id or a higher one. The claim lasts as long as the connection.
+    pub fn connect_as(addr: SocketAddr, election_id: u64) -> Result<EmuTarget> {
+        EmuTarget::connect_with(addr, None, Some(election_id))
+    }
+
+    /// Connects, presents `token` when given (an emulator started with
+    /// `--token` answers nothing before), and claims the switch with
+    /// `election_id` when given.
+    pub fn connect_with(
+        addr: SocketAddr,
+        token: Option<&Token>,
+        election_id: Option<u64>,
+    ) -> Result<EmuTarget> {
         let connect_err = |source| ControlError::Connect {
             target: "emulator",
             addr,
@@ -41,22 +62,24 @@ impl EmuTarget {
             .map_err(connect_err)?;
         let _ = stream.set_nodelay(true);
         let writer = stream.try_clone().map_err(connect_err)?;
-        Ok(EmuTarget {
+        let mut t = EmuTarget {
             reader: BufReader::new(stream),
             writer,
-        })
-    }
-
-    /// Connects and claims the emulator for a controller with
-    /// `election_id` (P4Runtime's arbitration, as bmv2 does it): refused
-    /// with `ControlError::Arbitration` while another connection holds the
-    /// same id or a higher one. The claim lasts as long as the connection.
-    pub fn connect_as(addr: SocketAddr, election_id: u64) -> Result<EmuTarget> {
-        let mut t = EmuTarget::connect(addr)?;
-        match t.call(&Request::Arbitrate { election_id })? {
-            Reply::Done => Ok(t),
-            other => Err(unexpected(other)),
+        };
+        if let Some(token) = token {
+            let token = token.secret().to_string();
+            match t.call(&Request::Authenticate { token })? {
+                Reply::Done => {}
+                other => return Err(unexpected(other)),
+            }
         }
+        if let Some(election_id) = election_id {
+            match t.call(&Request::Arbitrate { election_id })? {
+                Reply::Done => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(t)
     }
 
     fn call(&mut self, request: &Request) -> Result<Reply> {

@@ -10,6 +10,8 @@
 //! - [`payload`]: bulk conversion between int32 slices and payload bytes.
 //! - [`frame`]: Ethernet/IPv4/UDP frames and ARP for the raw-Ethernet
 //!   (DPDK) data paths.
+//! - [`token`]: control endpoints' shared secrets, compared in constant
+//!   time;
 //! - [`udp`]: batched datagram I/O (`recvmmsg`/`sendmmsg`) over a kernel UDP
 //!   socket, the fallback data path both ends use.
 //!
@@ -20,6 +22,7 @@ pub mod conns;
 pub mod frame;
 pub mod header;
 pub mod payload;
+pub mod token;
 pub mod udp;
 
 pub use header::{Kind, Packet, Repr, ELEMENT_LEN, HEADER_LEN, MAX_ELEMENTS, VERSION};

@@ -368,11 +368,21 @@ fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Resul
     writer.write_all(&out)
 }
 
+/// Whether a request may pass: the API has no token, or `given` is it
+/// (compared in constant time).
+fn token_ok(expected: Option<&str>, given: Option<&str>) -> bool {
+    let Some(expected) = expected else {
+        return true;
+    };
+    let expected = inagg_wire::token::Token::new(expected);
+    matches!((expected, given), (Ok(t), Some(g)) if t.matches(g))
+}
+
 /// One request line: token check, then the request.
 fn respond(shared: &Shared, line: &str, peer: SocketAddr, conn: &TcpStream) -> Response {
     match serde_json::from_str::<Envelope>(line) {
         Err(e) => Response::Error(format!("unreadable request: {e}")),
-        Ok(env) if env.token != shared.token && shared.token.is_some() => Response::Error(
+        Ok(env) if !token_ok(shared.token.as_deref(), env.token.as_deref()) => Response::Error(
             "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
         ),
         Ok(env) => {

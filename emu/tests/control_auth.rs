@@ -1,0 +1,140 @@
+//! The control endpoint's token (`inagg emu --token`): a connection that has
+//! not presented it gets nothing but refusals (no job made or deleted, no
+//! claim on the switch, no fault set); a wrong token ends the connection;
+//! the right one opens it. An emulator will not listen off loopback
+//! without a token.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use inagg_emu::{Emulator, EmulatorConfig};
+use inagg_wire::token::Token;
+use serde_json::{json, Value};
+
+struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    fn connect(emu: &Emulator) -> Client {
+        let stream = TcpStream::connect(emu.control_addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// Sends one request and reads its answer (None: the connection closed).
+    fn ask(&mut self, request: Value) -> Option<Value> {
+        let mut line = serde_json::to_vec(&request).unwrap();
+        line.push(b'\n');
+        self.writer.write_all(&line).ok()?;
+        let mut answer = String::new();
+        match self.reader.read_line(&mut answer) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&answer).unwrap()),
+        }
+    }
+}
+
+fn kind(answer: &Value) -> &str {
+    answer["err"]["kind"].as_str().unwrap_or("ok")
+}
+
+fn job(id: u16) -> Value {
+    json!({"op": "create_job", "spec": {
+        "id": id, "workers": ["127.0.0.1:5000"], "pool_base": 0, "pool_size": 8,
+        "elements": 64, "generation": 0
+    }})
+}
+
+fn with_token() -> Emulator {
+    Emulator::start(EmulatorConfig {
+        token: Some(Token::new("s3cret").unwrap()),
+        ..EmulatorConfig::ephemeral()
+    })
+    .unwrap()
+}
+
+#[test]
+fn without_the_token_a_connection_changes_nothing() {
+    let emu = with_token();
+    let mut owner = Client::connect(&emu);
+    let done = owner
+        .ask(json!({"op": "authenticate", "token": "s3cret"}))
+        .unwrap();
+    assert_eq!(kind(&done), "ok", "{done}");
+    assert_eq!(kind(&owner.ask(job(1)).unwrap()), "ok");
+    let claim = owner
+        .ask(json!({"op": "arbitrate", "election_id": 1}))
+        .unwrap();
+    assert_eq!(kind(&claim), "ok", "{claim}");
+
+    // A neighbour without the token: every request is refused and says
+    // what to do, the highest election id included.
+    let mut stranger = Client::connect(&emu);
+    for request in [
+        json!({"op": "arbitrate", "election_id": 1u64 << 63}),
+        json!({"op": "delete_job", "id": 1}),
+        job(2),
+        json!({"op": "set_faults", "faults": {"drop_ingress": 1.0, "drop_egress": 1.0}}),
+        json!({"op": "list_jobs"}),
+    ] {
+        let answer = stranger.ask(request.clone()).unwrap();
+        assert_eq!(kind(&answer), "unauthorized", "{request}: {answer}");
+        let message = answer["err"]["message"].as_str().unwrap();
+        assert!(message.contains("--switch-token"), "{message}");
+    }
+    // Nothing changed: the job is there, the owner still holds the switch,
+    // no fault is set.
+    let state = emu.state();
+    assert_eq!(state.switch.jobs().len(), 1);
+    assert!(!state.faults.config().any());
+    drop(state);
+    assert_eq!(
+        kind(&owner.ask(json!({"op": "delete_job", "id": 1})).unwrap()),
+        "ok"
+    );
+
+    // A wrong token is refused and ends the connection: one guess each.
+    let mut guesser = Client::connect(&emu);
+    let answer = guesser
+        .ask(json!({"op": "authenticate", "token": "s3cre"}))
+        .unwrap();
+    assert_eq!(kind(&answer), "unauthorized", "{answer}");
+    assert!(guesser.ask(json!({"op": "list_jobs"})).is_none());
+}
+
+#[test]
+fn off_loopback_the_control_endpoint_needs_a_token() {
+    let config = EmulatorConfig {
+        control_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        ..EmulatorConfig::ephemeral()
+    };
+    let err = Emulator::start(config.clone()).unwrap_err().to_string();
+    assert!(
+        err.contains("off this host, without a token: pass --token"),
+        "{err}"
+    );
+    let emu = Emulator::start(EmulatorConfig {
+        token: Some(Token::new("t").unwrap()),
+        ..config
+    })
+    .unwrap();
+    assert!(emu.control_addr().port() != 0);
+}
+
+#[test]
+fn without_a_token_on_loopback_every_connection_is_trusted() {
+    let emu = Emulator::start(EmulatorConfig::ephemeral()).unwrap();
+    let mut c = Client::connect(&emu);
+    assert_eq!(kind(&c.ask(job(1)).unwrap()), "ok");
+    // Presenting a token to an emulator without one is harmless.
+    let answer = c.ask(json!({"op": "authenticate", "token": "x"})).unwrap();
+    assert_eq!(kind(&answer), "ok", "{answer}");
+}
