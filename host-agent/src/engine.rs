@@ -189,6 +189,10 @@ impl<L: Link> Engine<'_, L> {
         let scan_every = nanos((self.config.min_rto / 4).max(Duration::from_micros(200)));
         let mut next_scan = scan_every;
         let mut last_progress = 0;
+        // Port unreachables seen so far, and when the count last grew: a
+        // switch that stops refusing came back (docs/PROTOCOL.md,
+        // "Retransmission").
+        let mut refusals: (u64, Nanos) = (self.link.refusals(), 0);
         let mut bad_weight = None;
         let clock = || nanos(start.elapsed());
         while active > 0 {
@@ -276,6 +280,10 @@ impl<L: Link> Engine<'_, L> {
             // Scan only once the path is drained: results already queued
             // in it (a worker descheduled for a while) are not losses.
             if n < self.link.batch() && now >= next_scan {
+                let refused = self.link.refusals();
+                if refused > refusals.0 {
+                    refusals = (refused, now);
+                }
                 let waited = Duration::from_nanos(now - last_progress);
                 if waited > self.config.give_up_after {
                     let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
@@ -290,7 +298,8 @@ impl<L: Link> Engine<'_, L> {
                         slot: stuck,
                         waited,
                         retransmissions: stats.retransmissions,
-                        refusals: self.link.refusals(),
+                        refusals: refusals.0,
+                        refused_last: Duration::from_nanos(now - refusals.1),
                         handshake_weight: bad_weight
                             .map(|w| (w, 2 * u32::from(self.config.workers))),
                     });

@@ -243,7 +243,7 @@ pub enum Error {
     #[error(
         "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
          {retransmissions} retransmissions; {}",
-        timeout_advice(*switch, *refusals, *handshake_weight)
+        timeout_advice(*switch, (*refusals, *refused_last), *handshake_weight)
     )]
     Timeout {
         /// The switch address.
@@ -258,6 +258,8 @@ pub enum Error {
         retransmissions: u64,
         /// ICMP port unreachables from the switch's address.
         refusals: u64,
+        /// How long before giving up the last of them came.
+        refused_last: Duration,
         /// The last result of this worker's own handshake whose weight was
         /// not 2n, with the 2n expected: (seen, expected).
         handshake_weight: Option<(u16, u32)>,
@@ -265,9 +267,27 @@ pub enum Error {
 }
 
 /// What to check after a timeout: nothing listening at the switch's
-/// address, when its host said so, or else the job and the other workers.
-fn timeout_advice(switch: SocketAddr, refusals: u64, weight: Option<(u16, u32)>) -> String {
-    if refusals > 0 {
+/// address, when its host said so (and still says so), a switch that went
+/// away and came back, or else the job and the other workers.
+fn timeout_advice(
+    switch: SocketAddr,
+    (refusals, quiet): (u64, Duration),
+    weight: Option<(u16, u32)>,
+) -> String {
+    // A worker resends at least once per max_rto (1 s by default) and a
+    // host refuses each (rate-limited) while nothing listens: refusals that
+    // stopped this long before giving up mean something listens again.
+    const BACK_AFTER: Duration = Duration::from_secs(3);
+    if refusals > 0 && quiet >= BACK_AFTER {
+        format!(
+            "the host at {switch} answered 'port unreachable' {refusals} times, the last {:.1} s \
+             before giving up, then took this worker's packets without answering: the switch \
+             went away and came back (restarted?), and a restarted switch has lost the partial \
+             sums and stored results this all-reduce was waiting on, so it cannot finish; run \
+             it again (a controller re-installs the job)",
+            quiet.as_secs_f64()
+        )
+    } else if refusals > 0 {
         format!(
             "the host at {switch} answered 'port unreachable' {refusals} times: nothing listens \
              there; is the switch running, at that address?"
@@ -749,5 +769,28 @@ async fn run_blocking<T: Send + 'static>(
             "run the all-reduce task",
             std::io::Error::other(e.to_string()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timeout's advice tells a switch that is not there from one that
+    /// went away and came back (a restart, which loses what it held).
+    #[test]
+    fn timeout_advice_tells_a_missing_switch_from_a_restarted_one() {
+        let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
+        let still = timeout_advice(switch, (40, Duration::from_millis(300)), None);
+        assert!(still.contains("nothing listens there"), "{still}");
+        let back = timeout_advice(switch, (40, Duration::from_secs(12)), None);
+        assert!(
+            back.contains("the last 12.0 s before giving up")
+                && back.contains("came back (restarted?)")
+                && back.contains("run it again"),
+            "{back}"
+        );
+        let never = timeout_advice(switch, (0, Duration::ZERO), None);
+        assert!(never.contains("check that the job is installed"), "{never}");
     }
 }
