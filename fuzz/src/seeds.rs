@@ -25,6 +25,7 @@ pub fn of(name: &str) -> Vec<Vec<u8>> {
         "config" => configs(),
         "cluster" => cluster_files(),
         "controller" => controller_sessions(),
+        "sessions" => forgeries(),
         _ => Vec::new(),
     }
 }
@@ -362,4 +363,43 @@ fn controller_sessions() -> Vec<Vec<u8>> {
             .to_vec(),
     );
     out
+}
+
+/// Forged datagrams for the `sessions` target, 14 bytes each (see
+/// `sessions::forged`): none; the contribution that once poisoned every
+/// later session (worker 0, slot 0, set 0, an id of epoch 1); session
+/// handshakes (weight 2) from both endpoints in both sets; results and
+/// detours from a worker's endpoint; a storm of contributions with ids
+/// of many epochs.
+fn forgeries() -> Vec<Vec<u8>> {
+    let record = |kind: u8, set_from: u8, slot: u8, worker: u8, count: u16, id: u32| {
+        let mut r = vec![kind, set_from, 0, slot, worker, 0];
+        r.extend_from_slice(&count.to_le_bytes());
+        r.extend_from_slice(&id.to_le_bytes());
+        r.extend_from_slice(&[7, 1]);
+        r
+    };
+    let mut storm = Vec::new();
+    for i in 0..32u32 {
+        storm.extend(record(
+            0,
+            (i % 2) as u8 | ((i % 4 / 2) as u8) << 7,
+            (i % 4) as u8,
+            (i % 2) as u8,
+            0,
+            i << 16 | (i % 4),
+        ));
+    }
+    vec![
+        Vec::new(),
+        record(0, 0, 0, 0, 0, 1 << 16),
+        [
+            record(0, 0, 1, 0, 2, 5 << 16 | 1),
+            record(0, 0x81, 1, 1, 2, 6 << 16 | 1),
+            record(0, 1, 2, 0, 2, 9 << 16 | 2),
+        ]
+        .concat(),
+        [record(5, 0, 0, 0, 4, 1 << 16), record(7, 0x80, 3, 1, 1, 0)].concat(),
+        storm,
+    ]
 }

@@ -20,6 +20,8 @@ const MUTATIONS: usize = 20_000;
 fn mutations(name: &str) -> usize {
     match name {
         "controller" => MUTATIONS / 4,
+        // A session of real workers per input (tens of milliseconds).
+        "sessions" => 150,
         _ => MUTATIONS,
     }
 }
@@ -99,6 +101,11 @@ fn cluster() {
 #[test]
 fn controller() {
     replay("controller");
+}
+
+#[test]
+fn sessions() {
+    replay("sessions");
 }
 
 /// The seeds start past the first checks: most datagrams parse, the

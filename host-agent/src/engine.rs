@@ -114,6 +114,9 @@ struct Slot<B> {
     rto: Nanos,
     /// Copies of the current round sent after the first.
     resends: u32,
+    /// Moves to a new handshake within a timeout of the one before, in a
+    /// row, and when the last was ([`Slot::quick_moves`]).
+    moves: (u32, Nanos),
     /// When the last of them was sent.
     resent_at: Nanos,
     /// Sent and not yet answered (a slot between rounds waits in
@@ -124,6 +127,31 @@ struct Slot<B> {
     rollback: Option<usize>,
     /// The packet in flight, kept for retransmission.
     packet: B,
+}
+
+/// Moves on from a slot's handshake that a result answers at once, in a
+/// row, before the next waits for the slot's timer. A result that moves a
+/// slot on is answered by a new handshake at once, which is what lets
+/// sessions start in a round trip; but results that keep coming (a forger,
+/// a peer out of step, a bug) would make every one of them a packet, as
+/// fast as they arrive. Past this many moves within a timeout of each
+/// other, the handshake waits for its timer: a slot that cannot make
+/// progress costs a packet per timeout, not a storm.
+const QUICK_MOVES: u32 = 4;
+
+impl<B> Slot<B> {
+    /// Counts a move on at `now`: the moves in a row, each within the
+    /// slot's timeout of the one before.
+    fn quick_moves(&mut self, now: Nanos) -> u32 {
+        let (n, last) = self.moves;
+        let n = if now.saturating_sub(last) <= self.rto {
+            n + 1
+        } else {
+            1
+        };
+        self.moves = (n, now);
+        n
+    }
 }
 
 /// Everything one all-reduce needs from its worker.
@@ -255,6 +283,12 @@ impl<L: Link> Engine<'_, L> {
                                 entry.round = round;
                             }
                             self.send(codec, entry, slot, window, now, &mut tx, &mut stats)?;
+                            if entry.quick_moves(now) > QUICK_MOVES {
+                                // Sent by its timer instead: see QUICK_MOVES.
+                                tx.pop();
+                                stats.packets_sent -= 1;
+                                stats.bytes_sent -= entry.packet.wire_len() as u64;
+                            }
                             continue;
                         }
                     };
@@ -375,6 +409,7 @@ impl<L: Link> Engine<'_, L> {
                 rto: self.path.rtt.rto(self.config),
                 resends: 0,
                 resent_at: 0,
+                moves: (0, 0),
                 in_flight: false,
                 rollback: None,
                 packet,
@@ -697,6 +732,7 @@ mod tests {
             rto: 0,
             resends,
             resent_at,
+            moves: (0, 0),
             in_flight: true,
             rollback: None,
             packet: (),
@@ -734,5 +770,20 @@ mod tests {
         // Two resends: never.
         answered(&mut q, &slot(0, 2, 30 * MS), 30 * MS);
         assert_eq!(q.rtt.rto(&c), before);
+    }
+
+    /// Moves on within a timeout of each other are counted in a row; one
+    /// after a quiet timeout starts the count again.
+    #[test]
+    fn quick_moves_count_in_a_row_within_a_timeout() {
+        let mut s = slot(0, 0, 0);
+        s.rto = 20 * MS;
+        let counts: Vec<u32> = [1, 2, 3, 4, 5]
+            .iter()
+            .map(|&t| s.quick_moves(t * MS))
+            .collect();
+        assert_eq!(counts, [1, 2, 3, 4, 5]);
+        assert_eq!(s.quick_moves(30 * MS), 1, "more than a timeout after");
+        assert_eq!(s.quick_moves(31 * MS), 2);
     }
 }
