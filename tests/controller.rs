@@ -1433,3 +1433,53 @@ fn pools_of_jobs_between_all_reduces_are_moved_to_make_room() {
     drop(ctl);
     let _ = std::fs::remove_file(state);
 }
+
+/// A connection that displaces the controller (a higher election id, on an
+/// emulator without a token) and changes the switch: deletes the job, sets
+/// 100% loss. When it goes, the controller takes the switch back whole:
+/// the job installed again and the faults it first found put back, so a
+/// job runs.
+#[test]
+fn the_controller_takes_the_switch_back_whole() {
+    let switch = emulator(64, 0.0, 1);
+    let state = state_file("take-back");
+    let ctl = start(switch.control_addr(), &[], &state);
+    let mut c = Client::connect(ctl.addr(), None).unwrap();
+    let job = c.create_job(decl("j", 1, 8)).unwrap();
+    run_job(ctl.addr(), "j", 1, 1_000, 1);
+
+    let mut rogue = EmuTarget::connect_as(switch.control_addr(), 1 << 62).unwrap();
+    rogue.delete_job(job.id).unwrap();
+    rogue
+        .set_faults(FaultConfig {
+            drop_ingress: 1.0,
+            drop_egress: 1.0,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    until(&mut c, "the controller displaced", |sites, _| {
+        sites[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("another controller manages this switch"))
+    });
+    drop(rogue);
+    until(&mut c, "the switch taken back", |sites, _| sites[0].up);
+    let mut look = EmuTarget::connect(switch.control_addr()).unwrap();
+    for _ in 0..100 {
+        if look.jobs().unwrap().len() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(look.jobs().unwrap()[0].spec.id, job.id);
+    // As the emulator started: no faults, its seed 1.
+    let seed_only = FaultConfig {
+        seed: 1,
+        ..FaultConfig::default()
+    };
+    assert_eq!(look.faults().unwrap(), seed_only);
+    run_job(ctl.addr(), "j", 1, 1_000, 2);
+    drop(ctl);
+    let _ = std::fs::remove_file(state);
+}

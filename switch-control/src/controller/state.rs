@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
+use inagg_switch_api::{check_group, FaultConfig, GroupInfo, GroupSpec, JobError, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use super::api::{
@@ -126,6 +126,13 @@ pub struct Site {
     held: BTreeMap<u16, JobSpec>,
     kind: &'static str,
     error: Option<String>,
+    /// The emulator's faults as the controller first found them: put back
+    /// when it takes the switch back from a connection that displaced it
+    /// (which may have changed them). `None` where the target has none.
+    faults: Option<FaultConfig>,
+    /// Another connection took the switch (an arbitration refusal) since
+    /// the controller last held it.
+    displaced: bool,
 }
 
 impl Site {
@@ -150,6 +157,8 @@ impl Site {
             held: BTreeMap::new(),
             kind: "?",
             error: None,
+            faults: None,
+            displaced: false,
         }
     }
 
@@ -268,7 +277,8 @@ impl Site {
             Ok::<_, ControlError>((t, info, data))
         })();
         match attempt {
-            Ok((t, info, data)) => {
+            Ok((mut t, info, data)) => {
+                self.keep_faults(t.as_mut());
                 let slots = info.slots;
                 tracing::info!(
                     "reached the {} ({}) at {}: {slots} slots",
@@ -299,7 +309,25 @@ impl Site {
         }
     }
 
+    /// On the first contact, notes the target's faults; on taking the
+    /// switch back from a connection that displaced the controller, puts
+    /// them back (whatever it set meanwhile: 100% drop, say).
+    fn keep_faults(&mut self, t: &mut (dyn Target + Send)) {
+        match self.faults {
+            None => self.faults = t.faults().ok(),
+            Some(faults) if self.displaced => match t.set_faults(faults) {
+                Ok(()) => tracing::info!("{}: faults restored after taking it back", self.name()),
+                Err(e) => tracing::warn!("{}: cannot restore its faults: {e}", self.name()),
+            },
+            Some(_) => {}
+        }
+        self.displaced = false;
+    }
+
     fn fail(&mut self, e: ControlError) {
+        if matches!(e, ControlError::Arbitration(_)) {
+            self.displaced = true;
+        }
         if self.target.is_some() || self.error.is_none() {
             tracing::warn!("{} is down: {e}", self.name());
         }
