@@ -4,42 +4,20 @@
 //! the right one opens it. An emulator will not listen off loopback
 //! without a token.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use inagg_emu::{Emulator, EmulatorConfig};
 use inagg_wire::token::Token;
 use serde_json::{json, Value};
 
-struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
+mod common;
+use common::Client;
 
-impl Client {
-    fn connect(emu: &Emulator) -> Client {
-        let stream = TcpStream::connect(emu.control_addr()).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Client {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::new(stream),
-        }
-    }
-
-    /// Sends one request and reads its answer (None: the connection closed).
-    fn ask(&mut self, request: Value) -> Option<Value> {
-        let mut line = serde_json::to_vec(&request).unwrap();
-        line.push(b'\n');
-        self.writer.write_all(&line).ok()?;
-        let mut answer = String::new();
-        match self.reader.read_line(&mut answer) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&answer).unwrap()),
-        }
-    }
+/// Sends one request as a JSON line (None: the connection closed).
+fn ask(c: &mut Client, request: Value) -> Option<Value> {
+    let mut line = serde_json::to_vec(&request).unwrap();
+    line.push(b'\n');
+    c.try_ask(&line)
 }
 
 fn kind(answer: &Value) -> &str {
@@ -65,14 +43,10 @@ fn with_token() -> Emulator {
 fn without_the_token_a_connection_changes_nothing() {
     let emu = with_token();
     let mut owner = Client::connect(&emu);
-    let done = owner
-        .ask(json!({"op": "authenticate", "token": "s3cret"}))
-        .unwrap();
+    let done = ask(&mut owner, json!({"op": "authenticate", "token": "s3cret"})).unwrap();
     assert_eq!(kind(&done), "ok", "{done}");
-    assert_eq!(kind(&owner.ask(job(1)).unwrap()), "ok");
-    let claim = owner
-        .ask(json!({"op": "arbitrate", "election_id": 1}))
-        .unwrap();
+    assert_eq!(kind(&ask(&mut owner, job(1)).unwrap()), "ok");
+    let claim = ask(&mut owner, json!({"op": "arbitrate", "election_id": 1})).unwrap();
     assert_eq!(kind(&claim), "ok", "{claim}");
 
     // A neighbour without the token: every request is refused and says
@@ -85,7 +59,7 @@ fn without_the_token_a_connection_changes_nothing() {
         json!({"op": "set_faults", "faults": {"drop_ingress": 1.0, "drop_egress": 1.0}}),
         json!({"op": "list_jobs"}),
     ] {
-        let answer = stranger.ask(request.clone()).unwrap();
+        let answer = ask(&mut stranger, request.clone()).unwrap();
         assert_eq!(kind(&answer), "unauthorized", "{request}: {answer}");
         let message = answer["err"]["message"].as_str().unwrap();
         assert!(message.contains("--switch-token"), "{message}");
@@ -97,17 +71,19 @@ fn without_the_token_a_connection_changes_nothing() {
     assert!(!state.faults.config().any());
     drop(state);
     assert_eq!(
-        kind(&owner.ask(json!({"op": "delete_job", "id": 1})).unwrap()),
+        kind(&ask(&mut owner, json!({"op": "delete_job", "id": 1})).unwrap()),
         "ok"
     );
 
     // A wrong token is refused and ends the connection: one guess each.
     let mut guesser = Client::connect(&emu);
-    let answer = guesser
-        .ask(json!({"op": "authenticate", "token": "s3cre"}))
-        .unwrap();
+    let answer = ask(
+        &mut guesser,
+        json!({"op": "authenticate", "token": "s3cre"}),
+    )
+    .unwrap();
     assert_eq!(kind(&answer), "unauthorized", "{answer}");
-    assert!(guesser.ask(json!({"op": "list_jobs"})).is_none());
+    assert!(ask(&mut guesser, json!({"op": "list_jobs"})).is_none());
 }
 
 #[test]
@@ -133,8 +109,8 @@ fn off_loopback_the_control_endpoint_needs_a_token() {
 fn without_a_token_on_loopback_every_connection_is_trusted() {
     let emu = Emulator::start(EmulatorConfig::ephemeral()).unwrap();
     let mut c = Client::connect(&emu);
-    assert_eq!(kind(&c.ask(job(1)).unwrap()), "ok");
+    assert_eq!(kind(&ask(&mut c, job(1)).unwrap()), "ok");
     // Presenting a token to an emulator without one is harmless.
-    let answer = c.ask(json!({"op": "authenticate", "token": "x"})).unwrap();
+    let answer = ask(&mut c, json!({"op": "authenticate", "token": "x"})).unwrap();
     assert_eq!(kind(&answer), "ok", "{answer}");
 }

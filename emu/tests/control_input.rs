@@ -4,38 +4,14 @@
 //! with its own answer; and none of it changes the switch or stops it
 //! serving other clients.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use inagg_emu::{Emulator, EmulatorConfig};
 use serde_json::Value;
 
-struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Client {
-    fn connect(emu: &Emulator) -> Client {
-        let stream = TcpStream::connect(emu.control_addr()).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Client {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::new(stream),
-        }
-    }
-
-    /// Sends `bytes` as they are and reads one answer line.
-    fn ask(&mut self, bytes: &[u8]) -> Value {
-        self.writer.write_all(bytes).unwrap();
-        let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-    }
-}
+mod common;
+use common::Client;
 
 /// The message of a `bad_request` answer (panics on anything else).
 fn bad_request(answer: &Value) -> String {

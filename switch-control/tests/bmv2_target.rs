@@ -56,8 +56,8 @@ use inagg_switch_control::bmv2::proto::p4::config::v1 as cfg;
 use inagg_switch_control::bmv2::proto::p4::v1 as p4;
 use inagg_switch_control::bmv2::proto::p4::v1::p4_runtime_server::{P4Runtime, P4RuntimeServer};
 use inagg_switch_control::bmv2::target::PipelineAction;
-use inagg_switch_control::bmv2::testing::v1model_p4info;
-use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target, Topology};
+use inagg_switch_control::bmv2::testing::{job as spec, topology, v1model_p4info, TOPOLOGY};
+use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::{ControlError, JobSpec, Target};
 use prost::Message;
@@ -573,33 +573,6 @@ impl Switch {
 // ---------------------------------------------------------------------------
 // Fixtures: the P4Info's ids looked up by name here, independently of the
 // target's resolution.
-
-const TOPOLOGY: &str = r#"
-[workers]
-"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }
-"10.0.0.2" = { port = 2, mac = "02:00:00:00:00:02" }
-"10.0.0.3" = { port = 3, mac = "02:00:00:00:00:03" }
-"10.0.9.1" = { port = 9, mac = "02:00:00:00:00:09" }
-"#;
-
-fn topology() -> Topology {
-    Topology::parse("topology.toml", TOPOLOGY).unwrap()
-}
-
-fn spec(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> JobSpec {
-    JobSpec {
-        detours: Vec::new(),
-        upstream: None,
-        id,
-        workers: workers.iter().map(|w| w.parse().unwrap()).collect(),
-        pool_base,
-        pool_size,
-        elements: 64,
-        generation: 0,
-        queues: Vec::new(),
-        group: None,
-    }
-}
 
 struct Ids(P4Info);
 

@@ -370,3 +370,38 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
     });
     info
 }
+
+/// The topology the bmv2 target's tests use: three workers on ports 1-3
+/// and a parent switch (or relay) on port 9.
+pub const TOPOLOGY: &str = r#"
+[workers]
+"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }
+"10.0.0.2" = { port = 2, mac = "02:00:00:00:00:02" }
+"10.0.0.3" = { port = 3, mac = "02:00:00:00:00:03" }
+"10.0.9.1" = { port = 9, mac = "02:00:00:00:00:09" }
+"#;
+
+/// [`TOPOLOGY`], parsed.
+pub fn topology() -> super::Topology {
+    super::Topology::parse("topology.toml", TOPOLOGY).expect("the test topology parses")
+}
+
+/// A job of K = 64 with the given workers ("ADDR:PORT") and pool, nothing
+/// else set.
+pub fn job(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> inagg_switch_api::JobSpec {
+    inagg_switch_api::JobSpec {
+        detours: Vec::new(),
+        upstream: None,
+        id,
+        workers: workers
+            .iter()
+            .map(|w| w.parse().expect("a worker endpoint"))
+            .collect(),
+        pool_base,
+        pool_size,
+        elements: 64,
+        generation: 0,
+        queues: Vec::new(),
+        group: None,
+    }
+}
