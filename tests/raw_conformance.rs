@@ -19,6 +19,9 @@ use common::{in_ns, sh, skip_reason};
 const SWITCH_IP: &str = "10.0.0.100";
 const SWITCH_MAC: &str = "02:5e:00:00:00:01";
 const CONTROL: &str = "192.168.77.2:47001";
+/// The control endpoint is off loopback, so the emulator needs a token;
+/// every command here passes it through the environment.
+const TOKEN: &str = "raw-conformance";
 
 /// Two namespaces, removed (with the emulator) when dropped.
 struct Lab {
@@ -142,6 +145,7 @@ fn start_emulator(lab: &mut Lab) {
             "--control",
             CONTROL,
         ])
+        .env("INAGG_SWITCH_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .spawn()
         .expect("start the emulator");
@@ -152,6 +156,7 @@ fn start_emulator(lab: &mut Lab) {
         let ok = Command::new("ip")
             .args(["netns", "exec", &lab.hosts, env!("CARGO_BIN_EXE_inagg")])
             .args(["ctl", "--addr", CONTROL, "info"])
+            .env("INAGG_SWITCH_TOKEN", TOKEN)
             .output()
             .is_ok_and(|o| o.status.success());
         if ok {
@@ -171,6 +176,7 @@ fn replay(lab: &Lab, dir: &Path) -> Output {
         .args(["--ports", &ports.join(",")])
         .args(["--switch", &format!("{SWITCH_IP}:47000")])
         .args(["--switch-mac", SWITCH_MAC, "--addr", CONTROL])
+        .env("INAGG_SWITCH_TOKEN", TOKEN)
         .output()
         .expect("run inagg conformance")
 }
