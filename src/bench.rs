@@ -57,6 +57,11 @@ pub struct BenchArgs {
     /// links (--repeat iterations).
     #[arg(long, conflicts_with = "priority")]
     pub netstorm: bool,
+    /// Measure goodput under loss instead: 4 workers at 0-30% loss per
+    /// direction next to lossless, for K = 16370 (pool 8) and K = 64 (pool
+    /// 512), with retransmissions and the emulator's drops.
+    #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
+    pub loss: bool,
     /// PyTorch: DDP training steps with inagg's hook next to gloo, 2 and 4
     /// ranks, and the all-reduce alone for ResNet-50's 25.6M parameters
     /// (needs a Python with torch: $INAGG_TORCH_PYTHON or the one
@@ -151,6 +156,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     }
     if args.torch {
         return crate::bench_torch::run(args.repeat, out);
+    }
+    if args.loss {
+        return crate::bench_loss::run(args.elements, args.json, out);
     }
     if args.priority {
         return crate::bench_priority::run(args.repeat, args.json, out);

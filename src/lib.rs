@@ -13,6 +13,7 @@ pub mod backend;
 pub mod bench;
 #[cfg(feature = "dpdk")]
 pub mod bench_dpdk;
+pub mod bench_loss;
 pub mod bench_netstorm;
 pub mod bench_netstorm_aux;
 pub mod bench_priority;
