@@ -424,7 +424,7 @@ fn serve_connection(
         conn: lock(state).arbitration.open(),
         peer,
     };
-    serve_requests(stream, conn, state, (caller, token), data_addr, stop);
+    serve_requests(stream, conn, state, caller, token, data_addr, stop);
     lock(state).arbitration.close(caller.conn);
 }
 
@@ -441,7 +441,8 @@ fn serve_requests(
     stream: TcpStream,
     conn: &Conn,
     state: &Mutex<State>,
-    (caller, token): (Caller, Option<&Token>),
+    caller: Caller,
+    token: Option<&Token>,
     data_addr: SocketAddr,
     stop: &AtomicBool,
 ) {

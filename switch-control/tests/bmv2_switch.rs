@@ -154,6 +154,15 @@ impl Switch {
     fn connect(&self, program: &Program) -> Bmv2Target {
         Bmv2Target::connect(self.options(program)).unwrap()
     }
+
+    /// Connects with its own election id, pushing nothing new.
+    fn connect_as(&self, program: &Program, election_id: u128) -> Bmv2Target {
+        Bmv2Target::connect(Bmv2Options {
+            election_id: Some(election_id),
+            ..self.options(program)
+        })
+        .unwrap()
+    }
 }
 
 impl Drop for Switch {
@@ -303,11 +312,7 @@ fn pipeline_push_arbitration_and_observers() {
     // A higher election id takes the switch; the old primary's writes are
     // refused by the switch.
     let mut old = primary;
-    let mut new = Bmv2Target::connect(Bmv2Options {
-        election_id: Some(2),
-        ..sw.options(program)
-    })
-    .unwrap();
+    let mut new = sw.connect_as(program, 2);
     assert_eq!(new.pipeline_action(), PipelineAction::AlreadyInstalled);
     let msg = old
         .create_job(&spec(1, &["10.0.0.1:5000"], 0, 8))
@@ -366,11 +371,7 @@ fn jobs_install_read_back_and_delete() {
 
     // Another connection reads them back from the switch.
     drop(t);
-    let mut t = Bmv2Target::connect(Bmv2Options {
-        election_id: Some(5),
-        ..sw.options(program)
-    })
-    .unwrap();
+    let mut t = sw.connect_as(program, 5);
     assert_eq!(t.pipeline_action(), PipelineAction::AlreadyInstalled);
     let jobs = t.jobs().unwrap();
     let specs: Vec<&JobSpec> = jobs.iter().map(|j| &j.spec).collect();
@@ -485,14 +486,4 @@ fn counters_read_and_reset() {
     assert_eq!(counters.rx_packets, 0);
     t.reset_counters().unwrap();
     assert_eq!(t.job(1).unwrap().counters.contributions, 0);
-}
-
-impl Switch {
-    fn connect_as(&self, program: &Program, election_id: u128) -> Bmv2Target {
-        Bmv2Target::connect(Bmv2Options {
-            election_id: Some(election_id),
-            ..self.options(program)
-        })
-        .unwrap()
-    }
 }

@@ -20,6 +20,7 @@ mod state;
 mod store;
 
 use inagg_wire::conns::{Conn, Conns, Limits};
+use inagg_wire::token::Token;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -92,7 +93,7 @@ struct Shared {
     /// Signalled only when stopping: the reconcile thread's periodic wait
     /// (changes are reconciled by the request that made them).
     tick: Condvar,
-    token: Option<String>,
+    token: Option<Token>,
     stop: AtomicBool,
     /// Open client connections by number, shut when the controller stops
     /// (each removes itself when it ends).
@@ -139,10 +140,13 @@ pub struct Controller {
 impl Controller {
     /// Opens the state, binds the API, and starts serving and reconciling.
     pub fn start(config: ControllerConfig) -> Result<Controller, StartError> {
-        if config.token.as_deref() == Some("") {
-            return Err(StartError::EmptyToken);
-        }
-        if !config.listen.ip().is_loopback() && config.token.is_none() {
+        let token = config
+            .token
+            .clone()
+            .map(Token::new)
+            .transpose()
+            .map_err(|_| StartError::EmptyToken)?;
+        if !config.listen.ip().is_loopback() && token.is_none() {
             return Err(StartError::NoToken(config.listen));
         }
         let mut seen = std::collections::HashSet::from([config.switch.0]);
@@ -175,7 +179,7 @@ impl Controller {
             core: Mutex::new(core),
             changed: Condvar::new(),
             tick: Condvar::new(),
-            token: config.token,
+            token,
             stop: AtomicBool::new(false),
             conns: Mutex::new(std::collections::HashMap::new()),
         });
@@ -370,19 +374,19 @@ fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Resul
 
 /// Whether a request may pass: the API has no token, or `given` is it
 /// (compared in constant time).
-fn token_ok(expected: Option<&str>, given: Option<&str>) -> bool {
-    let Some(expected) = expected else {
-        return true;
-    };
-    let expected = inagg_wire::token::Token::new(expected);
-    matches!((expected, given), (Ok(t), Some(g)) if t.matches(g))
+fn token_ok(expected: Option<&Token>, given: Option<&str>) -> bool {
+    match (expected, given) {
+        (None, _) => true,
+        (Some(t), Some(g)) => t.matches(g),
+        (Some(_), None) => false,
+    }
 }
 
 /// One request line: token check, then the request.
 fn respond(shared: &Shared, line: &str, peer: SocketAddr, conn: &TcpStream) -> Response {
     match serde_json::from_str::<Envelope>(line) {
         Err(e) => Response::Error(format!("unreadable request: {e}")),
-        Ok(env) if !token_ok(shared.token.as_deref(), env.token.as_deref()) => Response::Error(
+        Ok(env) if !token_ok(shared.token.as_ref(), env.token.as_deref()) => Response::Error(
             "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
         ),
         Ok(env) => {
