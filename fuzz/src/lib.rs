@@ -9,7 +9,7 @@
 //! | [`control`] | lines of the emulator's control protocol (JSON) | no panic; pools stay inside the switch and disjoint; each job still takes a contribution and answers well-formed |
 //! | [`config`] | a C API configuration string (`key=value ...`) | no panic; every refusal says why |
 //! | [`controller`] | lines of `inagg controller`'s API, to a real controller that owns two emulators (a switch and a fallback) | no panic; every line answered, a refusal with its reason; each job the controller reports installed is on its aggregator as granted, the aggregators hold nothing else, and grants lie inside each aggregator, disjoint, with the free slots it reports the rest |
-//! | [`sessions`] | datagrams of any kind and fields from a job's idle worker endpoints, then a session of real workers | no panic; the session sums its own values exactly, in a bounded number of packets |
+//! | [`sessions`] | datagrams of any kind and fields from one of a job's idle worker endpoints, then a session of real workers | no panic; the session sums its own values exactly, in a bounded number of packets |
 //! | [`cluster`] | a cluster file (TOML), applied to a real emulator holding a job | no panic; a refusal names the file and leaves the switch as it was; an accepted file reads back the same once written, its plan executes without error, the switch then holds exactly the file's jobs, and a second application changes nothing |
 //!
 //! Each target is a plain function, run two ways:

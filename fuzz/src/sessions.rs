@@ -1,11 +1,16 @@
-//! The `sessions` target: any datagrams a neighbour sends from a job's
-//! worker endpoints while they are idle (contributions, results, group
+//! The `sessions` target: any datagrams a neighbour sends from one of a
+//! job's worker endpoints while it is idle (contributions, results, group
 //! datagrams and detours with any slot, set, member, generation, weight,
 //! packet id and exponent), then a session of real workers on those
 //! endpoints: it must sum its own values exactly, and in a bounded number
 //! of packets (a slot that a forged packet spoiled must not become a
 //! packet storm). Datagrams still on their way when the session starts
 //! arrive during it. docs/PROTOCOL.md, "Sessions", is what makes this hold.
+//!
+//! One endpoint, the one the input's first datagram names: a forger who
+//! sends from every member's endpoint can complete rounds in both sets of
+//! a slot with every member's bit set, and then no member can start a
+//! round there again (docs/SECURITY.md says so); this target found that.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Mutex, OnceLock};
@@ -121,8 +126,10 @@ pub fn sessions(data: &[u8]) {
     let world = world().lock().unwrap_or_else(|e| e.into_inner());
     let switch = world.emu.data_addr();
     let mut forgeries = 0u64;
+    let mut endpoint = None;
     for record in data.chunks_exact(RECORD).take(MAX_FORGED) {
         let (from, datagram) = forged(record);
+        let from = *endpoint.get_or_insert(from);
         // The endpoint is idle between sessions, so anyone can bind it.
         let socket = UdpSocket::bind(world.endpoints[from]).expect("bind an idle endpoint");
         let _ = socket.send_to(&datagram, switch);
