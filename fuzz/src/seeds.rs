@@ -366,11 +366,11 @@ fn controller_sessions() -> Vec<Vec<u8>> {
 }
 
 /// Forged datagrams for the `sessions` target, 14 bytes each (see
-/// `sessions::forged`; all from the endpoint the first one names): none; the contribution that once poisoned every
-/// later session (worker 0, slot 0, set 0, an id of epoch 1); session
-/// handshakes (weight 2) in both sets; results and
-/// detours from a worker's endpoint; a storm of contributions with ids
-/// of many epochs.
+/// `sessions::forged`; all from the endpoint the first one names): none;
+/// the contribution that once poisoned every later session (worker 0,
+/// slot 0, set 0, an id of epoch 1); session handshakes (weight 2) in both
+/// sets; results and detours from a worker's endpoint; a storm of
+/// contributions with ids of many epochs.
 fn forgeries() -> Vec<Vec<u8>> {
     let record = |kind: u8, set_from: u8, slot: u8, worker: u8, count: u16, id: u32| {
         let mut r = vec![kind, set_from, 0, slot, worker, 0];
