@@ -33,6 +33,9 @@ pub struct DpdkArgs {
     pub queues: u16,
 }
 
+// Read only by the DPDK data paths, which a build without the `dpdk`
+// feature leaves out.
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
 impl DpdkArgs {
     /// The EAL arguments, required with the DPDK backend.
     pub fn eal(&self) -> anyhow::Result<&str> {
@@ -69,6 +72,7 @@ impl DpdkArgs {
 }
 
 /// The error for `--backend dpdk` in a build without DPDK.
+#[cfg(not(feature = "dpdk"))]
 pub fn not_built() -> anyhow::Error {
     anyhow::anyhow!(
         "this inagg was built without DPDK: rebuild with `cargo build --release --features dpdk` \

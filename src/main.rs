@@ -1,10 +1,16 @@
 //! `inagg`: in-network aggregation for distributed training.
 
+mod args;
+mod backend;
+mod bench;
+mod cmd;
+mod limits;
+
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use inagg::{agent_cmd, bench, conformance_cmd, controller_cmd, demo, emu_cmd, sim_cmd};
+use cmd::{agent, conformance, controller, demo, emu, sim};
 use inagg_switch_control::cli as ctl;
 
 /// In-network aggregation: all-reduce through a (software) switch.
@@ -28,13 +34,13 @@ enum Command {
     /// Measure quantization, the emulator, and all-reduce against a TCP ring.
     Bench(bench::BenchArgs),
     /// Run the software switch.
-    Emu(emu_cmd::EmuArgs),
+    Emu(emu::EmuArgs),
     /// Run one worker.
-    Agent(agent_cmd::AgentArgs),
+    Agent(agent::AgentArgs),
     /// Program and inspect a switch, directly or through the controller.
     Ctl(ctl::CtlArgs),
     /// Run the control-plane daemon: jobs of many tenants, pools, fallback.
-    Controller(controller_cmd::ControllerArgs),
+    Controller(controller::ControllerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell),
     /// e.g. `inagg completions bash > /etc/bash_completion.d/inagg`.
     Completions {
@@ -42,9 +48,9 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Replay the conformance vectors against the emulator or a switch on real ports.
-    Conformance(conformance_cmd::ConformanceArgs),
+    Conformance(conformance::ConformanceArgs),
     /// Reproduce the source papers' scheduling results in the flow-level simulator.
-    Sim(sim_cmd::SimArgs),
+    Sim(sim::SimArgs),
 }
 
 /// Logs through `tracing` to stderr, filtered by `--log`, else INAGG_LOG,
@@ -93,11 +99,11 @@ fn main() -> ExitCode {
         // Not locked: the daemons and the agent run for long, and a line
         // printed from another thread must not wait for them to end.
         Command::Bench(args) => bench::run(&args, &mut std::io::stdout()),
-        Command::Emu(args) => emu_cmd::run(&args, &mut std::io::stdout()),
-        Command::Agent(args) => agent_cmd::run(&args, &mut std::io::stdout()),
-        Command::Conformance(args) => conformance_cmd::run(&args, &mut std::io::stdout()),
-        Command::Controller(args) => controller_cmd::run(&args),
-        Command::Sim(args) => sim_cmd::run(&args, &mut std::io::stdout().lock()),
+        Command::Emu(args) => emu::run(&args, &mut std::io::stdout()),
+        Command::Agent(args) => agent::run(&args, &mut std::io::stdout()),
+        Command::Conformance(args) => conformance::run(&args, &mut std::io::stdout()),
+        Command::Controller(args) => controller::run(&args),
+        Command::Sim(args) => sim::run(&args, &mut std::io::stdout().lock()),
         Command::Completions { shell } => {
             // Into a buffer first: clap_complete panics on a write error
             // (a closed pipe), and a closed pipe is not worth a panic.
@@ -112,7 +118,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("inagg: error: {}", inagg::report::error_text(&err));
+            eprintln!("inagg: error: {}", inagg_policy::report::error_text(&err));
             ExitCode::FAILURE
         }
     }

@@ -11,11 +11,11 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use inagg::local::{run_all, JobParams, LocalCluster};
-use inagg::verify::{check_f32, check_float, check_i32, gradient};
 use inagg_emu::{DropReason, FaultConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16, AsyncWorker, Error, Window, Worker};
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::{check_f32, check_float, check_i32, gradient};
 
 fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
     JobParams {

@@ -5,11 +5,11 @@
 
 use std::net::TcpStream;
 
-use inagg::local::LocalCluster;
 use inagg_emu::FaultConfig;
 use inagg_switch_control::controller::Client;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::LocalCluster;
 
 /// This process's threads (Linux).
 fn threads() -> usize {

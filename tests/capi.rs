@@ -17,8 +17,6 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use inagg::local::LocalCluster;
-use inagg::verify::{check_float, check_i32};
 use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16};
@@ -26,6 +24,8 @@ use inagg_switch_control::controller::api::JobDecl;
 use inagg_switch_control::controller::Client;
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::LocalCluster;
+use inagg_testbed::verify::{check_float, check_i32};
 use serde_json::{json, Value};
 
 fn repo() -> &'static Path {

@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use inagg::local::{run_all, JobParams, LocalCluster};
-use inagg::verify::check_i32;
 use inagg_emu::FaultConfig;
 use inagg_host_agent::Window;
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::check_i32;
 
 fn paced(rate_bps: u64, faults: FaultConfig) -> LocalCluster {
     LocalCluster::paced(rate_bps, 4 << 20, faults).unwrap()

@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use inagg::local::LocalCluster;
-use inagg::verify::check_i32;
 use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_host_agent::Worker;
 use inagg_switch_api::queues::ClassQueue;
@@ -22,6 +20,8 @@ use inagg_switch_control::controller::api::{Admission, JobDecl, JobStatus, Place
 use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::LocalCluster;
+use inagg_testbed::verify::check_i32;
 
 fn emulator(slots: u32, loss: f64, seed: u64) -> LocalCluster {
     LocalCluster::start_with(

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg::local::LocalCluster;
 use inagg_emu::FaultConfig;
 use inagg_host_agent::group::GroupSocket;
 use inagg_switch_api::counters::DropReason;
 use inagg_switch_api::GroupSpec;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::LocalCluster;
 
 const SENT: u32 = 200;
 

@@ -6,19 +6,19 @@
 
 use std::net::SocketAddr;
 
-use inagg::local::LocalCluster;
+use inagg_testbed::local::LocalCluster;
 use std::time::{Duration, Instant};
 
-use inagg::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
-use inagg::netstorm::consistency::{ConsistencyService, ForestSession};
-use inagg::netstorm::{
+use inagg_emu::egress::LinkConfig;
+use inagg_emu::{EmulatorConfig, FaultConfig};
+use inagg_policy::netstorm::awareness::{Awareness, AwarenessConfig, Scheduler};
+use inagg_policy::netstorm::consistency::{ConsistencyService, ForestSession};
+use inagg_policy::netstorm::{
     bind_workers, detours_sent, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker,
     Site,
 };
-use inagg_emu::egress::LinkConfig;
-use inagg_emu::{EmulatorConfig, FaultConfig};
+use inagg_sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
 use inagg_switch_api::counters::DropReason;
-use inagg_switch_control::sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
 use inagg_switch_control::EmuTarget;
 
 const WORKERS: [u16; 4] = [2, 1, 2, 1];
@@ -502,7 +502,7 @@ fn the_scheduler_replans_auxiliary_paths_with_the_trees() {
     let mut sched = blind_scheduler(LINE).with_auxiliary_paths(2, 1);
     let first = sched.policy();
     assert!(first.forest.uses(slow), "{:?}", first.forest);
-    let crosses = |d: &inagg::netstorm::Detours| {
+    let crosses = |d: &inagg_policy::netstorm::Detours| {
         d.paths.iter().flatten().flatten().any(|p| {
             p.windows(2)
                 .any(|w| (w[0], w[1]) == slow || (w[1], w[0]) == slow)
@@ -567,7 +567,7 @@ fn a_path_whose_detours_would_be_relayed_past_its_parent_is_left_out() {
         parent: vec![Some(1), None, Some(3), Some(0)],
     };
     let forest = Forest::single(tree);
-    let detours = inagg::netstorm::Detours {
+    let detours = inagg_policy::netstorm::Detours {
         paths: vec![vec![
             Some(vec![0, 3, 1]),
             None,
@@ -598,7 +598,7 @@ fn a_path_whose_detours_would_be_relayed_past_its_parent_is_left_out() {
 /// site after), and nothing else.
 fn assert_relays_are(
     s: &mut Sites,
-    detours: &inagg::netstorm::Detours,
+    detours: &inagg_policy::netstorm::Detours,
     deployment: &Deployment,
     config: &ForestConfig,
 ) {
@@ -874,7 +874,7 @@ fn a_busy_tree_link_sends_partial_sums_round_an_auxiliary_path() {
         parent: vec![None, Some(0), Some(1), Some(0)],
     };
     let forest = Forest::single(tree);
-    let detours = inagg::netstorm::Detours::plan(&overlay(), &forest, 2, 4);
+    let detours = inagg_policy::netstorm::Detours::plan(&overlay(), &forest, 2, 4);
     assert_eq!(
         detours.paths[0],
         vec![

@@ -4,12 +4,12 @@
 //! tail drops are counted and recovered, that the sums stay exact. How much
 //! priority helps is a benchmark's business, not a test's.
 
-use inagg::local::{run_all, JobParams, LocalCluster};
-use inagg::verify::check_i32;
 use inagg_emu::egress::{ClassQueue, LinkConfig};
 use inagg_emu::{DropReason, EmulatorConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::check_i32;
 
 fn paced(rate_bps: u64, queue_bytes: usize) -> LocalCluster {
     LocalCluster::paced(rate_bps, queue_bytes, inagg_emu::FaultConfig::default()).unwrap()

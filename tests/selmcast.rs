@@ -10,12 +10,14 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg::local::LocalCluster;
-use inagg::selmcast::{Exchange, Manager, ManagerConfig, Peer, PeerTimers, Report, Selector};
 use inagg_emu::FaultConfig;
+use inagg_policy::selmcast::{
+    Exchange, Manager, ManagerConfig, Peer, PeerTimers, Report, Selector,
+};
 use inagg_switch_api::counters::DropReason;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::local::LocalCluster;
 
 const N: usize = 5;
 const P: usize = 2;
@@ -254,15 +256,15 @@ mod ssp {
     use std::collections::BTreeSet;
     use std::time::Duration;
 
-    use inagg::local::LocalCluster;
-    use inagg::selmcast::ssp::{
-        Multicasted, SspConfig, SspManager, SspPeer, SspReport, SspTimers, Update,
-    };
-    use inagg::selmcast::Selector;
     use inagg_emu::egress::LinkConfig;
     use inagg_emu::EmulatorConfig;
+    use inagg_policy::selmcast::Selector;
+    use inagg_policy::selmcast_ssp::{
+        Multicasted, SspConfig, SspManager, SspPeer, SspReport, SspTimers, Update,
+    };
     use inagg_switch_control::target::Target;
     use inagg_switch_control::EmuTarget;
+    use inagg_testbed::local::LocalCluster;
 
     use super::{loopback, lossy, update, N, P};
 
@@ -347,7 +349,7 @@ mod ssp {
     }
 
     fn check(outcomes: &[Outcome], report: &SspReport) {
-        let sum = |f: fn(&inagg::selmcast::ssp::TaskRecord) -> usize| -> usize {
+        let sum = |f: fn(&inagg_policy::selmcast_ssp::TaskRecord) -> usize| -> usize {
             report.tasks.iter().map(f).sum()
         };
         eprintln!(

@@ -10,10 +10,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg::local::{run_all, JobParams, LocalCluster};
-use inagg::verify::{check_f32, check_i32, gradient};
 use inagg_emu::FaultConfig;
 use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::{check_f32, check_i32, gradient};
 
 const WORKERS: u16 = 3;
 const POOL: u32 = 8;

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use inagg::local::LocalCluster;
 use inagg_emu::{FaultConfig, SwitchConfig};
 use inagg_switch_control::controller::api::JobDecl;
 use inagg_switch_control::controller::{Client, Controller};
+use inagg_testbed::local::LocalCluster;
 use serde_json::Value;
 
 fn repo() -> &'static Path {
@@ -28,7 +28,7 @@ fn repo() -> &'static Path {
 }
 
 fn torch_python() -> Result<PathBuf, String> {
-    inagg::bench_torch::torch_python(repo())
+    inagg_testbed::torch::torch_python(repo())
 }
 
 macro_rules! python_or_skip {
@@ -61,7 +61,7 @@ fn python_env(python: &Path) -> Command {
 /// `torchrun --standalone --nproc-per-node N script args...`, with the
 /// library cargo built for this test.
 fn torchrun(python: &Path, ranks: usize, script: &str, args: &[&str]) -> Output {
-    inagg::bench_torch::torchrun(python, repo(), ranks, script)
+    inagg_testbed::torch::torchrun(python, repo(), ranks, script)
         .env("INAGG_LIBRARY", library())
         .args(args)
         .stdout(Stdio::piped())

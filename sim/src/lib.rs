@@ -1,6 +1,6 @@
 //! inagg's flow-level discrete-event simulator, and the reproduction of the
 //! source papers' headline results with the policies of
-//! `inagg_switch_control::sched` (the same code the live controller runs).
+//! `inagg_sched` (the same code the live controller runs).
 //!
 //! - [`flow`]: links and flows with max-min fair sharing, strict-priority
 //!   classes, multicast at the slowest receiver's rate.

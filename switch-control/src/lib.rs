@@ -12,8 +12,7 @@
 //! - [`controller`]: the `inagg controller` daemon (jobs of many tenants,
 //!   pool allocation with fallback to host emulators, agent registration,
 //!   state in an embedded database) and its client;
-//! - [`alloc`]: the slot allocator the controller places pools with;
-//! - [`sched`]: the source papers' scheduling policies, pure.
+//! - [`alloc`]: the slot allocator the controller places pools with.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
 //! before they are sent, so a refused job never reaches the switch; the
@@ -30,7 +29,6 @@ mod ctl_controller;
 pub mod emu;
 pub mod files;
 pub mod metrics;
-pub mod sched;
 pub mod target;
 
 #[cfg(feature = "bmv2")]

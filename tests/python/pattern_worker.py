@@ -14,7 +14,7 @@ import inagg
 
 
 def pattern(w, n):
-    """src/agent_cmd.rs's pattern_i32: ((i mod 1000) - 500) * (w + 1)."""
+    """src/cmd/agent.rs's pattern_i32: ((i mod 1000) - 500) * (w + 1)."""
     return array.array("i", (((i % 1000) - 500) * (w + 1) for i in range(n)))
 
 

@@ -11,7 +11,7 @@
 //! 240 KB model over 1 Gbit/s server NICs with 1 ms RTT, global sync 50 ms
 //! of shared-storage lock, write and read plus 5 ms per server.
 
-use inagg_switch_control::sched::dsyncps::{should_switch, GlobalSync};
+use inagg_sched::dsyncps::{should_switch, GlobalSync};
 
 use crate::dist::{self, Compute, SimRng};
 use crate::report::{self, Claim, Report, Row};

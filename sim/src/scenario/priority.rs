@@ -14,7 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use inagg_switch_control::sched::priority::{Policy, Slice};
+use inagg_sched::priority::{Policy, Slice};
 
 use crate::dist;
 use crate::report::{Claim, Report, Row};

@@ -7,9 +7,7 @@
 //! scheme picks, then start their next round. The selective controller
 //! runs at every arrival and every `dt` (GETREADYWORKERID's timeout).
 
-use inagg_switch_control::sched::selective_reduce::{
-    self as sr, Cdf, Controller, Params, Ready, Training,
-};
+use inagg_sched::selective_reduce::{self as sr, Cdf, Controller, Params, Ready, Training};
 
 use crate::cost::CostModel;
 use crate::dist::{self, Compute, SimRng};

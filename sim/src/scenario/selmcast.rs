@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use inagg_switch_control::sched::selmcast::{self, History, Multicast, Round, Selection};
+use inagg_sched::selmcast::{self, History, Multicast, Round, Selection};
 
 use crate::dist::{self, SimRng};
 use crate::flow::FlowNet;

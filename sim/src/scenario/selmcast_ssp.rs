@@ -21,8 +21,8 @@
 //! compute at the workload's mean, plus a mean round for each further
 //! round the gap needs.
 
-use inagg_switch_control::sched::selmcast::Multicast;
-use inagg_switch_control::sched::selmcast_ssp::{Online, SenderHistory, Task};
+use inagg_sched::selmcast::Multicast;
+use inagg_sched::selmcast_ssp::{Online, SenderHistory, Task};
 
 use super::selmcast::Ports;
 use crate::dist::{self, Compute, SimRng};

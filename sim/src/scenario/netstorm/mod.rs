@@ -29,8 +29,8 @@
 //! [`topology`] holds the overlays (the paper's and generated ones),
 //! [`reproduce`] the experiments.
 
-use inagg_switch_control::sched::netstorm::awareness::{LinkRates, Probing};
-use inagg_switch_control::sched::netstorm::{self as ns, Graph, Tree};
+use inagg_sched::netstorm::awareness::{LinkRates, Probing};
+use inagg_sched::netstorm::{self as ns, Graph, Tree};
 
 use rand::Rng;
 

@@ -2,7 +2,7 @@
 //! backbone, and generated backbones of any size for the 5-15 DC scaling
 //! experiment (Fig. 19b).
 
-use inagg_switch_control::sched::netstorm::{self as ns, Edge, Graph};
+use inagg_sched::netstorm::{self as ns, Edge, Graph};
 use rand::Rng;
 
 use crate::dist::SimRng;

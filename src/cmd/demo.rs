@@ -1,0 +1,313 @@
+//! `inagg demo`: the main job. Starts the emulator, installs a job through
+//! the control plane, runs N workers, all-reduces a float tensor (f32, f16
+//! or bf16) under loss, checks every worker's result against an f64
+//! reference within the documented bound, and reports time and throughput.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use inagg_emu::{DropReason, FaultConfig};
+use inagg_host_agent::float::Float;
+use inagg_host_agent::{bf16, f16, Stats, Worker};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::args::PoolArgs;
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::{check_float, gradient, FloatCheck};
+
+/// Options of `inagg demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Workers in the job.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u16,
+    /// Float elements in the tensor.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub elements: usize,
+    /// The tensor's float format (16-bit ones are widened to f32 on the
+    /// way in and rounded back on the way out; the packets are the same).
+    #[arg(long, value_enum, default_value_t = FloatFormat::F32)]
+    pub dtype: FloatFormat,
+    // K and window.
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    /// Packet loss probability, each direction.
+    #[arg(long, default_value_t = 0.01)]
+    pub loss: f64,
+    /// Duplication probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Reordering probability, each direction.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Seed for the data and the faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// A float format of the demo's tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloatFormat {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl FloatFormat {
+    fn name(self) -> &'static str {
+        match self {
+            FloatFormat::F32 => f32::NAME,
+            FloatFormat::F16 => f16::NAME,
+            FloatFormat::Bf16 => bf16::NAME,
+        }
+    }
+
+    /// Bytes per element.
+    fn size(self) -> usize {
+        match self {
+            FloatFormat::F32 => 4,
+            FloatFormat::F16 | FloatFormat::Bf16 => 2,
+        }
+    }
+}
+
+/// The demo's result.
+#[derive(Debug, Serialize)]
+pub struct DemoReport {
+    /// Every element of every worker within the bound.
+    pub verified: bool,
+    /// Workers.
+    pub workers: u16,
+    /// Tensor elements.
+    pub elements: usize,
+    /// Their format: f32, f16 or bf16.
+    pub dtype: &'static str,
+    /// Bytes per element.
+    pub element_bytes: usize,
+    /// K.
+    pub k: u16,
+    /// Pool slots.
+    pub window: u32,
+    /// Loss per direction.
+    pub loss: f64,
+    /// Wall time of the all-reduce (slowest worker).
+    pub seconds: f64,
+    /// Tensor payload per second, Gbit/s.
+    pub goodput_gbps: f64,
+    /// Elements reduced per second.
+    pub elements_per_second: f64,
+    /// Retransmissions, all workers.
+    pub retransmissions: u64,
+    /// Packets the fault injector dropped.
+    pub injected_drops: u64,
+    /// Details of the check.
+    pub check: FloatCheck,
+    /// All workers' statistics, summed.
+    pub stats: Stats,
+}
+
+/// Runs the demo and prints its report.
+pub fn run(args: &DemoArgs) -> Result<DemoReport> {
+    if args.elements == 0 || args.workers == 0 {
+        bail!("--elements and --workers must be at least 1");
+    }
+    if usize::from(args.workers) > inagg_wire::MAX_WORKERS {
+        bail!(
+            "--workers {}: a job on one switch has at most {} workers",
+            args.workers,
+            inagg_wire::MAX_WORKERS
+        );
+    }
+    if !(0.0..1.0).contains(&args.loss) {
+        bail!("--loss {} must be in [0, 1)", args.loss);
+    }
+    // Each worker's gradient and its copy being reduced (the gradient is
+    // made in f32 first).
+    let size = (args.dtype.size() + 4) as u128;
+    let bytes = args.elements as u128 * size * u128::from(args.workers);
+    crate::limits::ensure_memory(
+        bytes,
+        &format!("--elements {} x --workers {}", args.elements, args.workers),
+    )?;
+    let faults = FaultConfig {
+        drop_ingress: args.loss,
+        drop_egress: args.loss,
+        duplicate: args.duplicate,
+        reorder: args.reorder,
+        seed: args.seed,
+    };
+    let cluster = LocalCluster::start(faults)?;
+    let params = JobParams {
+        id: 1,
+        workers: args.workers,
+        pool_base: 0,
+        pool_size: args.pool.window,
+        elements: args.pool.k,
+    };
+    let window = args.pool.congestion.window()?;
+    let mut workers = cluster.job(params, |c| c.window = window)?;
+    let (stats, check) = match args.dtype {
+        FloatFormat::F32 => reduce(args, &mut workers, |x| x)?,
+        FloatFormat::F16 => reduce(args, &mut workers, f16::from_f32)?,
+        FloatFormat::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
+    };
+    let counters = cluster.emu.state().switch.counters().clone();
+    let mut sum = Stats::default();
+    stats.iter().for_each(|s| sum.merge(s));
+    let seconds = sum.elapsed.as_secs_f64();
+    Ok(DemoReport {
+        verified: check.verified,
+        workers: args.workers,
+        elements: args.elements,
+        dtype: args.dtype.name(),
+        element_bytes: args.dtype.size(),
+        k: args.pool.k,
+        window: args.pool.window,
+        loss: args.loss,
+        seconds,
+        goodput_gbps: sum.goodput_gbps(),
+        elements_per_second: args.elements as f64 / seconds,
+        retransmissions: sum.retransmissions,
+        injected_drops: counters.dropped(DropReason::InjectedIngress)
+            + counters.dropped(DropReason::InjectedEgress),
+        check,
+        stats: sum,
+    })
+}
+
+/// Every worker's gradient in format `T`, all-reduced at once under the
+/// progress bar, and checked.
+fn reduce<T: Float>(
+    args: &DemoArgs,
+    workers: &mut [Worker],
+    from: fn(f32) -> T,
+) -> Result<(Vec<Stats>, FloatCheck)> {
+    let inputs: Vec<Vec<T>> = (0..args.workers as usize)
+        .map(|w| {
+            gradient(args.seed, w, args.elements)
+                .into_iter()
+                .map(from)
+                .collect()
+        })
+        .collect();
+    let mut data = inputs.clone();
+    let progress = Arc::new(AtomicU64::new(0));
+    for w in workers.iter_mut() {
+        w.set_progress(progress.clone());
+    }
+    let total = workers[0].rounds(args.elements, true) * u64::from(args.workers);
+    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
+    let stats = run_all(workers, &mut data, |w, d| w.allreduce_float(d, None));
+    bar.finish_and_clear();
+    Ok((
+        stats?,
+        check_float(&inputs, &data, usize::from(args.pool.k)),
+    ))
+}
+
+fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
+    if !show || total < 20_000 {
+        return Ticker {
+            bar: None,
+            stop: Arc::new(AtomicU64::new(1)),
+            thread: None,
+        };
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} all-reduce [{bar:40}] {percent}% {elapsed_precise}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    let stop = Arc::new(AtomicU64::new(0));
+    let thread = {
+        let (bar, stop) = (bar.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while stop.load(Ordering::Relaxed) == 0 {
+                bar.set_position(done.load(Ordering::Relaxed).min(total));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    Ticker {
+        bar: Some(bar),
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// A progress bar refreshed from a counter by a helper thread.
+struct Ticker {
+    bar: Option<ProgressBar>,
+    stop: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn finish_and_clear(mut self) {
+        self.stop.store(1, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The human summary, to `out` (a closed pipe is an error, not a panic).
+pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mib = (r.elements * r.element_bytes) as f64 / (1 << 20) as f64;
+    writeln!(
+        out,
+        "inagg demo: {} workers all-reduce {} {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
+        r.workers,
+        r.elements,
+        r.dtype,
+        r.k,
+        r.window,
+        r.loss * 100.0
+    )?;
+    if r.verified {
+        writeln!(
+            out,
+            "result:      VERIFIED on every worker (max error {:.3e}, at most {:.1}% of the documented bound)",
+            r.check.max_abs_error,
+            r.check.max_bound_fraction * 100.0
+        )?;
+    } else {
+        let (w, i) = r.check.first_failure.unwrap_or_default();
+        writeln!(
+            out,
+            "result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})",
+            r.check.failures
+        )?;
+    }
+    writeln!(out, "time:        {:.3} s", r.seconds)?;
+    writeln!(
+        out,
+        "throughput:  {:.3} Gbit/s of payload, {:.3e} elements/s",
+        r.goodput_gbps, r.elements_per_second
+    )?;
+    writeln!(
+        out,
+        "loss:        {} packets dropped by the emulator, {} retransmissions",
+        r.injected_drops, r.retransmissions
+    )?;
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! A whole aggregation cluster in one process, for the demo, the
+//! benchmarks and the end-to-end tests: an emulator on loopback, jobs
+//! installed through the control plane, workers on their own threads and
+//! sockets ([`local`]); checks of their results ([`verify`]); many tensors
+//! through the agent's priority scheduler ([`priority`]); PyTorch runs on
+//! this checkout ([`torch`]). Real UDP and TCP all the way.
+
+pub mod local;
+pub mod priority;
+pub mod torch;
+pub mod verify;

@@ -1,0 +1,172 @@
+//! A whole aggregation cluster in one process: an emulator on loopback, a job
+//! installed through the control plane, and N workers on their own threads
+//! and sockets. Real UDP and TCP all the way; used by the demo, the
+//! benchmarks and the end-to-end tests.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
+use inagg_host_agent::{AgentConfig, Stats, Worker};
+use inagg_switch_api::queues::ClassQueue;
+use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
+use inagg_switch_control::target::{install_job, Target};
+use inagg_switch_control::EmuTarget;
+
+/// A job to set up: id, size, pool and K.
+#[derive(Debug, Clone, Copy)]
+pub struct JobParams {
+    /// Job id.
+    pub id: u16,
+    /// Workers.
+    pub workers: u16,
+    /// First slot of the pool.
+    pub pool_base: u32,
+    /// Slots (the window).
+    pub pool_size: u32,
+    /// Elements per packet.
+    pub elements: u16,
+}
+
+/// An emulator running in this process.
+pub struct LocalCluster {
+    /// The emulator.
+    pub emu: Emulator,
+}
+
+impl LocalCluster {
+    /// Starts an emulator on loopback ephemeral ports with these faults.
+    pub fn start(faults: FaultConfig) -> Result<LocalCluster> {
+        Self::start_with(faults, SwitchConfig::default())
+    }
+
+    /// Same, with a switch configuration.
+    pub fn start_with(faults: FaultConfig, switch: SwitchConfig) -> Result<LocalCluster> {
+        Self::start_config(EmulatorConfig {
+            faults,
+            switch,
+            ..EmulatorConfig::ephemeral()
+        })
+    }
+
+    /// An emulator whose ports send at `rate_bps` each, with queues of
+    /// `queue_bytes`: a switch that cannot send faster than its links.
+    pub fn paced(rate_bps: u64, queue_bytes: usize, faults: FaultConfig) -> Result<LocalCluster> {
+        Self::start_config(EmulatorConfig {
+            link: Some(inagg_emu::egress::LinkConfig {
+                rate_bps,
+                queue_bytes,
+                per_host: false,
+            }),
+            faults,
+            ..EmulatorConfig::ephemeral()
+        })
+    }
+
+    /// An emulator with any configuration (line rate included).
+    pub fn start_config(config: EmulatorConfig) -> Result<LocalCluster> {
+        let emu = Emulator::start(config).context("start the emulator")?;
+        Ok(LocalCluster { emu })
+    }
+
+    /// The emulator's control endpoint.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.emu.control_addr()
+    }
+
+    /// An `inagg controller` owning this emulator (election id 1, as the
+    /// daemon claims it), its API on a loopback ephemeral port, its state in
+    /// `state`; it reconciles every 100 ms.
+    pub fn controller(&self, state: &std::path::Path) -> Result<Controller> {
+        let addr = self.control_addr();
+        let connect: Connector = Box::new(move || {
+            Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>)
+        });
+        Controller::start(ControllerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: None,
+            state: state.to_path_buf(),
+            switch: (addr, connect),
+            switch_data: None,
+            fallbacks: Vec::new(),
+            reconcile_every: std::time::Duration::from_millis(100),
+        })
+        .context("start the controller")
+    }
+
+    /// Binds the job's workers, then installs the job with their endpoints
+    /// through the control plane. `tune` adjusts each worker's configuration.
+    pub fn job(&self, p: JobParams, tune: impl Fn(&mut AgentConfig)) -> Result<Vec<Worker>> {
+        self.job_with_queues(p, Vec::new(), tune)
+    }
+
+    /// [`LocalCluster::job`] with the job's own priority class -> queue map.
+    pub fn job_with_queues(
+        &self,
+        p: JobParams,
+        queues: Vec<ClassQueue>,
+        tune: impl Fn(&mut AgentConfig),
+    ) -> Result<Vec<Worker>> {
+        let workers = (0..p.workers)
+            .map(|w| {
+                let mut c = AgentConfig::new(
+                    self.emu.data_addr(),
+                    p.id,
+                    w,
+                    p.workers,
+                    p.pool_size,
+                    p.elements,
+                );
+                c.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+                tune(&mut c);
+                Worker::new(c).with_context(|| format!("start worker {w}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let spec = JobSpec {
+            detours: Vec::new(),
+            upstream: None,
+            id: p.id,
+            workers: workers.iter().map(Worker::local_addr).collect(),
+            pool_base: p.pool_base,
+            pool_size: p.pool_size,
+            elements: p.elements,
+            generation: 0,
+            queues,
+            group: None,
+        };
+        let mut target = EmuTarget::connect(self.control_addr())?;
+        install_job(&mut target, &spec).with_context(|| format!("install job {}", p.id))?;
+        Ok(workers)
+    }
+}
+
+/// Runs one all-reduce on every worker at once, each on its own thread.
+pub fn run_all<T: Send>(
+    workers: &mut [Worker],
+    data: &mut [Vec<T>],
+    op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
+) -> Result<Vec<Stats>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .zip(data.iter_mut())
+            .map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice())))
+            .collect();
+        join_workers(handles)
+    })
+}
+
+/// Joins one thread per worker, in worker order; the first failure (or
+/// panic) names its worker.
+pub fn join_workers<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, inagg_host_agent::Result<T>>>,
+) -> Result<Vec<T>> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| match h.join() {
+            Ok(r) => r.with_context(|| format!("worker {i}")),
+            Err(_) => Err(anyhow::anyhow!("worker {i} panicked")),
+        })
+        .collect()
+}
