@@ -10,8 +10,8 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use cmd::ctl;
 use cmd::{agent, conformance, controller, demo, emu, sim};
-use inagg_switch_control::cli as ctl;
 
 /// In-network aggregation: all-reduce through a (software) switch.
 #[derive(Debug, Parser)]

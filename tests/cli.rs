@@ -849,6 +849,14 @@ fn bad_arguments_get_clear_errors_not_panics() {
         "{}",
         text(&out)
     );
+    // bmv2 options with the emulator target are a mistake, said before
+    // connecting.
+    let out = run(&["ctl", "--topology", "topology.toml", "info"]);
+    assert!(
+        !out.status.success() && text(&out).contains("use them with --target bmv2"),
+        "{}",
+        text(&out)
+    );
     let out = run(&["demo", "--workers", "100"]);
     assert!(
         !out.status.success()

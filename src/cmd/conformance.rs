@@ -17,12 +17,12 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cmd::ctl::{connect_target, Bmv2Args, TargetKind};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use crossbeam_channel::{Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use inagg_emu::conformance::{self, parse_mac, Case, Sent};
-use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::target::{ControlError, Target};
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
 

@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cmd::ctl::{connect_target, Bmv2Args, TargetKind};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use inagg_switch_control::cli::{connect_target, Bmv2Args, TargetKind};
 use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
 use inagg_switch_control::metrics::{self, MetricsServer};
 

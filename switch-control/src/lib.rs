@@ -8,7 +8,6 @@
 //!   client for `simple_switch_grpc` running p4/v1model;
 //! - [`cluster`]: declarative cluster files (`inagg ctl apply -f`), checked
 //!   as a whole before anything touches the switch;
-//! - [`cli`]: the operator CLI `inagg ctl`, one subcommand per noun;
 //! - [`controller`]: the `inagg controller` daemon (jobs of many tenants,
 //!   pool allocation with fallback to host emulators, agent registration,
 //!   state in an embedded database) and its client;
@@ -22,10 +21,8 @@
 pub mod alloc;
 #[cfg(feature = "bmv2")]
 pub mod bmv2;
-pub mod cli;
 pub mod cluster;
 pub mod controller;
-mod ctl_controller;
 pub mod emu;
 pub mod files;
 pub mod metrics;

@@ -16,77 +16,22 @@
 #![cfg(feature = "bmv2")]
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use inagg_switch_api::detour::RelaySpec;
 use inagg_switch_api::GroupSpec;
 use inagg_switch_control::bmv2::p4info;
 use inagg_switch_control::bmv2::proto::p4::config::v1 as cfg;
 use inagg_switch_control::bmv2::target::PipelineAction;
-use inagg_switch_control::bmv2::testing::{job as spec, topology, v1model_p4info};
+use inagg_switch_control::bmv2::testing::{job as spec, program, v1model_p4info, SimpleSwitch};
 use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::{ControlError, JobSpec, Target};
 
-/// p4/v1model compiled by p4c-bm2-ss.
-struct Program {
-    p4info: PathBuf,
-    json: PathBuf,
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false)
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Compiles p4/v1model (K = 64, 8192 slots) once per test run, or says why
-/// the tests skip.
-fn program() -> Result<&'static Program, &'static str> {
-    static PROGRAM: OnceLock<Result<Program, &'static str>> = OnceLock::new();
-    PROGRAM
-        .get_or_init(|| {
-            if !on_path("p4c-bm2-ss") {
-                return Err("p4c-bm2-ss not on PATH");
-            }
-            if !on_path("simple_switch_grpc") {
-                return Err("simple_switch_grpc not on PATH");
-            }
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bmv2-switch");
-            let out = Command::new("bash")
-                .arg(repo().join("p4/build.sh"))
-                .arg("v1model")
-                .env("P4_BUILD_DIR", &dir)
-                .env("K", "64")
-                .env("SLOTS", "8192")
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "p4/build.sh v1model: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(Program {
-                p4info: dir.join("v1model/inagg.p4info.bin"),
-                json: dir.join("v1model/inagg.json"),
-            })
-        })
-        .as_ref()
-        .map_err(|why| *why)
-}
-
 /// Returns the program, or prints why the test skips.
 macro_rules! program_or_skip {
     () => {
-        match program() {
+        match program(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("bmv2-switch")) {
             Ok(p) => p,
             Err(why) => {
                 eprintln!("skipped: {why}");
@@ -94,82 +39,6 @@ macro_rules! program_or_skip {
             }
         }
     };
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A simple_switch_grpc process; killed when dropped.
-struct Switch {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Switch {
-    /// Starts one with no program and no ports; returns once P4Runtime
-    /// accepts connections.
-    fn start() -> Switch {
-        let port = free_port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut child = Command::new("simple_switch_grpc")
-            .args(["--device-id", "0", "--no-p4"])
-            .args(["--thrift-port", &free_port().to_string()])
-            .args(["--", "--grpc-server-addr", &addr.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while TcpStream::connect(addr).is_err() {
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "simple_switch_grpc exited"
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "simple_switch_grpc did not open {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Switch { child, addr }
-    }
-
-    /// Options that push `program` and know the test topology.
-    fn options(&self, program: &Program) -> Bmv2Options {
-        Bmv2Options {
-            addr: self.addr,
-            p4info: Some(program.p4info.clone()),
-            bmv2_json: Some(program.json.clone()),
-            topology: Some(topology()),
-            timeout: Duration::from_secs(10),
-            ..Bmv2Options::default()
-        }
-    }
-
-    fn connect(&self, program: &Program) -> Bmv2Target {
-        Bmv2Target::connect(self.options(program)).unwrap()
-    }
-
-    /// Connects with its own election id, pushing nothing new.
-    fn connect_as(&self, program: &Program, election_id: u128) -> Bmv2Target {
-        Bmv2Target::connect(Bmv2Options {
-            election_id: Some(election_id),
-            ..self.options(program)
-        })
-        .unwrap()
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// What of a P4Info the control plane depends on, by name: every table's
@@ -265,7 +134,7 @@ fn the_stand_ins_p4info_is_the_one_p4c_makes() {
 #[test]
 fn pipeline_push_arbitration_and_observers() {
     let program = program_or_skip!();
-    let sw = Switch::start();
+    let sw = SimpleSwitch::start();
 
     // An empty switch: an observer cannot push, and says why.
     let msg = Bmv2Target::connect(Bmv2Options {
@@ -355,7 +224,7 @@ fn pipeline_push_arbitration_and_observers() {
 #[test]
 fn jobs_install_read_back_and_delete() {
     let program = program_or_skip!();
-    let sw = Switch::start();
+    let sw = SimpleSwitch::start();
     let mut t = sw.connect(program);
 
     let a = spec(
@@ -414,7 +283,7 @@ fn jobs_install_read_back_and_delete() {
 #[test]
 fn groups_trees_and_relays_read_back() {
     let program = program_or_skip!();
-    let sw = Switch::start();
+    let sw = SimpleSwitch::start();
     let mut t = sw.connect(program);
 
     // A group made by hand.
@@ -479,7 +348,7 @@ fn groups_trees_and_relays_read_back() {
 #[test]
 fn counters_read_and_reset() {
     let program = program_or_skip!();
-    let sw = Switch::start();
+    let sw = SimpleSwitch::start();
     let mut t = sw.connect(program);
     install_job(&mut t, &spec(1, &["10.0.0.1:5000"], 0, 8)).unwrap();
     let counters = t.counters().unwrap();

@@ -1,5 +1,9 @@
 //! Test support: the P4Info of p4/v1model as p4c would produce it, for tests
-//! that run where p4c is not installed.
+//! that run where p4c is not installed; the test topology and job fixtures;
+//! and, where p4c and bmv2 are on PATH, p4/v1model compiled once per test
+//! run ([`program`]) and real `simple_switch_grpc` processes to run it
+//! ([`SimpleSwitch`]), for the tests of this crate and of the `inagg ctl`
+//! command that drive a real switch.
 //!
 //! Names, match kinds, widths and sizes are written out here from
 //! p4/README.md ("Control-plane interface"), deliberately not taken from
@@ -8,7 +12,14 @@
 //! p4c's: the object kind in the top byte (0x01 action, 0x02 table, 0x12
 //! counter, 0x16 register), then a number.
 
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use super::proto::p4::config::v1 as cfg;
+use super::{Bmv2Options, Bmv2Target};
 
 fn preamble(kind: u32, n: &mut u32, name: &str) -> Option<cfg::Preamble> {
     *n += 1;
@@ -403,5 +414,150 @@ pub fn job(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> inagg_s
         generation: 0,
         queues: Vec::new(),
         group: None,
+    }
+}
+
+/// p4/v1model compiled by p4c-bm2-ss.
+#[derive(Debug)]
+pub struct Program {
+    /// The binary P4Info.
+    pub p4info: PathBuf,
+    /// The bmv2 JSON.
+    pub json: PathBuf,
+}
+
+/// Whether `tool` is a file in one of PATH's directories.
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+/// Compiles p4/v1model (K = 64, 8192 slots) into `build_dir` once per
+/// process, or says why a test that needs the real switch skips: p4c-bm2-ss
+/// or simple_switch_grpc not on PATH.
+///
+/// # Panics
+/// When p4/build.sh fails: the program no longer compiles.
+pub fn program(build_dir: &Path) -> Result<&'static Program, &'static str> {
+    static PROGRAM: OnceLock<Result<Program, &'static str>> = OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            if !on_path("p4c-bm2-ss") {
+                return Err("p4c-bm2-ss not on PATH");
+            }
+            if !on_path("simple_switch_grpc") {
+                return Err("simple_switch_grpc not on PATH");
+            }
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let out = Command::new("bash")
+                .arg(repo.join("p4/build.sh"))
+                .arg("v1model")
+                .env("P4_BUILD_DIR", build_dir)
+                .env("K", "64")
+                .env("SLOTS", "8192")
+                .output()
+                .expect("run bash p4/build.sh");
+            assert!(
+                out.status.success(),
+                "p4/build.sh v1model: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(Program {
+                p4info: build_dir.join("v1model/inagg.p4info.bin"),
+                json: build_dir.join("v1model/inagg.json"),
+            })
+        })
+        .as_ref()
+        .map_err(|why| *why)
+}
+
+/// Two distinct free local ports (both listeners are held until both are
+/// chosen: one at a time, the kernel may hand out the same port twice).
+fn free_ports() -> [u16; 2] {
+    let bind = || TcpListener::bind("127.0.0.1:0").expect("a free local port");
+    let (a, b) = (bind(), bind());
+    let port = |l: &TcpListener| l.local_addr().expect("a bound port").port();
+    [port(&a), port(&b)]
+}
+
+/// A simple_switch_grpc process with no ports, P4Runtime and Thrift on free
+/// local ports; killed when dropped.
+#[derive(Debug)]
+pub struct SimpleSwitch {
+    child: Child,
+    /// Its P4Runtime server.
+    pub addr: SocketAddr,
+}
+
+impl SimpleSwitch {
+    /// Starts one with no program; returns once P4Runtime accepts
+    /// connections.
+    ///
+    /// # Panics
+    /// When it cannot be started or does not listen within 20 s.
+    pub fn start() -> SimpleSwitch {
+        let [grpc, thrift] = free_ports();
+        let addr = SocketAddr::from(([127, 0, 0, 1], grpc));
+        let mut child = Command::new("simple_switch_grpc")
+            .args(["--device-id", "0", "--no-p4"])
+            .args(["--thrift-port", &thrift.to_string()])
+            .args(["--", "--grpc-server-addr", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start simple_switch_grpc");
+        let started = Instant::now();
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                matches!(child.try_wait(), Ok(None)),
+                "simple_switch_grpc exited"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "simple_switch_grpc did not open {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SimpleSwitch { child, addr }
+    }
+
+    /// Options that push `program` and know the test [`topology`].
+    pub fn options(&self, program: &Program) -> Bmv2Options {
+        Bmv2Options {
+            addr: self.addr,
+            p4info: Some(program.p4info.clone()),
+            bmv2_json: Some(program.json.clone()),
+            topology: Some(topology()),
+            timeout: Duration::from_secs(10),
+            ..Bmv2Options::default()
+        }
+    }
+
+    /// Connects with [`SimpleSwitch::options`].
+    ///
+    /// # Panics
+    /// When the connection or the push fails.
+    pub fn connect(&self, program: &Program) -> Bmv2Target {
+        Bmv2Target::connect(self.options(program)).expect("connect to simple_switch_grpc")
+    }
+
+    /// Connects with its own election id, pushing nothing new.
+    ///
+    /// # Panics
+    /// When the connection fails.
+    pub fn connect_as(&self, program: &Program, election_id: u128) -> Bmv2Target {
+        Bmv2Target::connect(Bmv2Options {
+            election_id: Some(election_id),
+            ..self.options(program)
+        })
+        .expect("connect to simple_switch_grpc")
+    }
+}
+
+impl Drop for SimpleSwitch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -4,12 +4,14 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-use crate::cli::{emit, emit_plan, usage, CtlCommand, GroupCommand, JobCommand};
-use crate::controller::api::{
-    GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStats, SiteStatus,
+use super::jobs::{group_decl, GroupCommand, JobCommand};
+use super::output::{emit, emit_plan, usage};
+use super::CtlCommand;
+use inagg_switch_control::controller::api::{
+    GroupStatus, JobStatus, Placement, SiteStats, SiteStatus,
 };
-use crate::controller::Client;
-use crate::target::{ControlError, Result};
+use inagg_switch_control::controller::Client;
+use inagg_switch_control::target::{ControlError, Result};
 
 /// Runs one ctl command against the controller.
 pub fn run(
@@ -56,7 +58,7 @@ pub fn run(
             prune,
             dry_run,
         } => {
-            use crate::controller::file::{execute, plan, ControllerFile};
+            use inagg_switch_control::controller::file::{execute, plan, ControllerFile};
             let parsed = ControllerFile::load(&file)?;
             let changes = plan(&parsed, &file, &mut c, prune)?;
             if !dry_run {
@@ -73,50 +75,8 @@ pub fn run(
 
 fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
-        JobCommand::Create {
-            id,
-            name,
-            count,
-            slots,
-            no_fallback,
-            workers,
-            pool_base,
-            pool_size,
-            elements,
-            generation: _,
-            class_queue,
-            group,
-            upstream,
-            aux_path: _,
-            detour,
-        } => {
-            if id.is_some() || pool_base.is_some() || pool_size.is_some() || group.is_some() {
-                return Err(usage(
-                    "--id, --pool-base, --pool-size and --group are the controller's to choose: \
-                     give --name, --count and --slots",
-                ));
-            }
-            if upstream.is_some() || !detour.is_empty() {
-                return Err(usage(
-                    "--upstream and --detour install a tree node on one switch directly (without \
-                     --controller): the controller places jobs on switches of its own choosing",
-                ));
-            }
-            let name = name.ok_or_else(|| usage("--name is needed"))?;
-            let count = match (count, workers.len()) {
-                (Some(n), _) => n,
-                (None, 0) => return Err(usage("--count N (workers in the job) is needed")),
-                (None, n) => u16::try_from(n).map_err(|_| usage("too many --workers"))?,
-            };
-            let decl = JobDecl {
-                name,
-                workers: count,
-                slots: slots.ok_or_else(|| usage("--slots is needed"))?,
-                elements,
-                fallback: !no_fallback,
-                endpoints: (!workers.is_empty()).then_some(workers),
-                queues: class_queue,
-            };
+        JobCommand::Create(create) => {
+            let decl = create.decl()?;
             let job = c.create_job(decl)?;
             emit(out, json, &job, |o| {
                 writeln!(
@@ -159,8 +119,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
 fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
         GroupCommand::Create { id, name, members } => {
-            let name = name.ok_or_else(|| usage("--name is needed"))?;
-            let g = c.create_group(GroupDecl { name, id, members })?;
+            let g = c.create_group(group_decl(id, name, members)?)?;
             emit(out, json, &g, |o| {
                 writeln!(
                     o,

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use clap::{Args, Subcommand};
 use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
 
-use super::emit;
-use crate::target::{Result, Target};
+use super::output::emit;
+use inagg_switch_control::target::{Result, Target};
 
 /// Relay-table verbs.
 #[derive(Debug, Subcommand)]
