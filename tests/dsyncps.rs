@@ -344,7 +344,7 @@ fn racks_join_and_leave_mid_training_through_the_spine_manager() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let report = manager.finish();
+    let report = manager.finish().unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.joins.len(), 1, "{report:?}");
     assert_eq!(report.joins[0].0, 2);

@@ -5,9 +5,10 @@
 //! Both listen on loopback by default; exposing the control endpoint
 //! elsewhere is an explicit choice of address.
 
-use inagg_wire::conns::{Conn, Conns, Limits};
+use inagg_wire::conns::{Conn, Limits};
+use inagg_wire::lines::{self, Accept, LineReader, Next, MAX_LINE};
 use inagg_wire::token::Token;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,8 +33,6 @@ const MTU: usize = HEADER_LEN + MAX_ELEMENTS * 4;
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long a reordered packet may wait for a successor.
 const HOLD_POLL: Duration = Duration::from_millis(1);
-/// Longest control request line accepted.
-const MAX_REQUEST: u64 = 1 << 20;
 
 /// How to run an emulator.
 #[derive(Debug, Clone)]
@@ -347,7 +346,8 @@ fn precise_timers() {
     }
 }
 
-/// Accepts control connections until stopped; one thread per connection.
+/// Accepts control connections until stopped; one thread per connection,
+/// at most [`Limits::default`]'s number (inagg_wire::conns).
 fn serve_control(
     listener: TcpListener,
     state: Arc<Mutex<State>>,
@@ -355,35 +355,27 @@ fn serve_control(
     token: Option<Token>,
     stop: &Arc<AtomicBool>,
 ) {
-    let mut conns = Vec::new();
-    let open = Conns::new(Limits::default());
-    while !stop.load(Ordering::Relaxed) {
-        if !inagg_wire::udp::wait(&listener, IDLE_POLL, false).unwrap_or(false) {
-            continue;
-        }
-        match listener.accept() {
-            Ok((mut stream, peer)) => {
-                let Some(conn) = open.admit(&stream) else {
-                    tracing::warn!(
-                        "control connection from {peer} refused: {} open",
-                        open.open()
-                    );
-                    let _ = reply(&mut stream, &Response::Err(busy(open.open())));
-                    continue;
-                };
-                let (state, stop, token) = (state.clone(), stop.clone(), token.clone());
-                conns.push(std::thread::spawn(move || {
-                    serve_connection(stream, &conn, &state, data_addr, token.as_ref(), &stop)
-                }));
-            }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            Err(err) => tracing::warn!("control accept failed: {err}"),
-        }
-        conns.retain(|c: &JoinHandle<()>| !c.is_finished());
-    }
-    for c in conns {
-        let _ = c.join();
-    }
+    let refusal = |peer: SocketAddr, open: usize| {
+        tracing::warn!("control connection from {peer} refused: {open} open");
+        serde_json::to_vec(&Response::Err(busy(open))).unwrap_or_default()
+    };
+    let accept = Accept {
+        limits: Limits::default(),
+        poll: IDLE_POLL,
+        refusal: &refusal,
+    };
+    let flag = stop.clone();
+    lines::serve(&listener, stop, &accept, move |stream, peer, conn| {
+        serve_connection(
+            stream,
+            peer,
+            &conn,
+            &state,
+            data_addr,
+            token.as_ref(),
+            &flag,
+        )
+    });
 }
 
 /// The refusal of a connection that has not presented the token.
@@ -411,15 +403,13 @@ fn busy(open: usize) -> ApiError {
 /// switch, if it made one.
 fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     conn: &Conn,
     state: &Mutex<State>,
     data_addr: SocketAddr,
     token: Option<&Token>,
     stop: &AtomicBool,
 ) {
-    let Ok(peer) = stream.peer_addr() else {
-        return;
-    };
     let caller = Caller {
         conn: lock(state).arbitration.open(),
         peer,
@@ -448,17 +438,16 @@ fn serve_requests(
 ) {
     // Without a token every connection is trusted (loopback only).
     let mut authenticated = token.is_none();
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(IDLE_POLL));
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        match (&mut reader).take(MAX_REQUEST).read_until(b'\n', &mut line) {
-            Ok(0) => return,
-            Ok(_) if !line.ends_with(b"\n") && line.len() as u64 >= MAX_REQUEST => {
+    let Ok(mut lines) = LineReader::new(stream, MAX_LINE, IDLE_POLL) else {
+        return;
+    };
+    loop {
+        let line = match lines.next_request(conn, stop) {
+            Next::Line(line) => line,
+            Next::TooLong => {
                 let _ = reply(
                     &mut writer,
                     &Response::Err(ApiError::BadRequest {
@@ -467,25 +456,9 @@ fn serve_requests(
                 );
                 return;
             }
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if conn.expired() {
-                    return; // silent too long, or its place was taken
-                }
-                continue;
-            }
-            Err(_) => return,
-        }
-        if !line.ends_with(b"\n") {
-            continue; // partial line; the rest follows
-        }
-        conn.completed();
-        let response = match serde_json::from_slice::<Request>(&line) {
+            Next::Closed | Next::TimedOut | Next::Failed(_) => return,
+        };
+        let response = match serde_json::from_slice::<Request>(line) {
             Ok(Request::Authenticate { token: given }) => {
                 if token.is_some_and(|t| !t.matches(&given)) {
                     // One guess per connection.
@@ -518,7 +491,6 @@ fn serve_requests(
                 })
             }
         };
-        line.clear();
         if reply(&mut writer, &response).is_err() {
             return;
         }
@@ -535,9 +507,8 @@ fn log_request(changes: bool, request: &str, response: &Response) {
 }
 
 fn reply(writer: &mut TcpStream, response: &Response) -> io::Result<()> {
-    let mut out = serde_json::to_vec(response).map_err(io::Error::other)?;
-    out.push(b'\n');
-    writer.write_all(&out)
+    let out = serde_json::to_vec(response).map_err(io::Error::other)?;
+    lines::write_line(writer, &out)
 }
 
 /// Executes one control request against the switch. Changes a controller

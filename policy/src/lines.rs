@@ -1,21 +1,36 @@
 //! JSON lines over TCP between a coordinator and its workers: the plumbing
-//! the live policies share (`selective`, `selmcast`). One connection per
-//! worker; a thread per connection turns each line into an [`Event`] on
-//! one channel, so the coordinator's own thread owns all the state and
-//! handles one event at a time.
+//! the live policies share, on the transport every control channel uses
+//! (`inagg_wire::lines`: bounded connections and lines, a poll-driven
+//! accept loop). One connection per worker; a thread per connection turns
+//! each line into an [`Event`] on one channel, so the coordinator's own
+//! thread owns all the state and handles one event at a time.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
+use inagg_wire::conns::{Conn, Limits};
+use inagg_wire::lines::{self, Accept, CallError, LineReader, Next, MAX_LINE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// The bounds of a coordinator's connections: one per worker, and a worker
+/// may connect a while before its first message (it connects, then
+/// starts its all-reduce).
+const LIMITS: Limits = Limits {
+    max: 256,
+    first_request: Duration::from_secs(60),
+    evict_idle: Duration::from_secs(60),
+};
+
+/// How often the accept loop and each connection's reader look at the
+/// stop flag.
+const POLL: Duration = Duration::from_millis(50);
 
 /// What a connection thread hands the coordinator.
 pub enum Event<R> {
@@ -82,12 +97,15 @@ pub fn drive<R>(
 pub struct Server<T> {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
     thread: Option<JoinHandle<T>>,
 }
 
 impl<T: Send + 'static> Server<T> {
     /// Binds `bind` and starts accepting, with `run` on its own thread.
-    pub fn start<R, F>(bind: SocketAddr, run: F) -> Result<Server<T>>
+    /// (Each policy's coordinator is a `Server` of its own report, with a
+    /// `start` that checks its configuration and then calls this.)
+    pub fn spawn<R, F>(bind: SocketAddr, run: F) -> Result<Server<T>>
     where
         R: DeserializeOwned + Send + 'static,
         F: FnOnce(Receiver<Event<R>>, &AtomicBool) -> T + Send + 'static,
@@ -96,12 +114,13 @@ impl<T: Send + 'static> Server<T> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = crossbeam_channel::unbounded();
-        spawn_acceptor(listener, tx, stop.clone());
+        let acceptor = spawn_acceptor(listener, tx, stop.clone());
         let flag = stop.clone();
         let thread = std::thread::spawn(move || run(rx, &flag));
         Ok(Server {
             addr,
             stop,
+            acceptor: Some(acceptor),
             thread: Some(thread),
         })
     }
@@ -115,142 +134,157 @@ impl<T: Send + 'static> Server<T> {
     /// or it panicked).
     pub fn stop(&mut self) -> Option<T> {
         self.stop.store(true, Ordering::SeqCst);
-        wake(self.addr);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
         self.thread.take()?.join().ok()
+    }
+
+    /// Stops and returns the report, or says the coordinator's thread
+    /// panicked.
+    pub fn finish(mut self) -> Result<T> {
+        self.stop()
+            .ok_or_else(|| anyhow::anyhow!("the coordinator's thread panicked"))
     }
 }
 
 impl<T> Drop for Server<T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        wake(self.addr);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-/// Accepts connections on `listener` until `stop` is set (then one more
-/// connection, e.g. [`wake`], lets it see the flag).
+/// Accepts workers on `listener` until `stop` is set, each connection's
+/// lines turned into events on `tx` by a thread of its own.
 fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
     listener: TcpListener,
     tx: Sender<Event<R>>,
     stop: Arc<AtomicBool>,
-) {
+) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        for (conn, stream) in (0u64..).zip(listener.incoming()) {
-            if stop.load(Ordering::SeqCst) {
-                return;
-            }
-            let Ok(stream) = stream else { continue };
-            // Messages are small and often back to back (a plan to every
-            // worker): without this, Nagle's algorithm holds each one after
-            // the first until the previous is acknowledged, and a delayed
-            // acknowledgement makes that up to 40 ms.
-            let _ = stream.set_nodelay(true);
-            let Ok(writer) = stream.try_clone() else {
-                continue;
-            };
-            if tx.send(Event::Opened { conn, writer }).is_err() {
-                return;
-            }
-            let tx = tx.clone();
-            std::thread::spawn(move || read_requests(conn, stream, &tx));
-        }
-    });
-}
-
-/// Lets a stopping acceptor see its flag.
-fn wake(addr: SocketAddr) {
-    let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
-}
-
-fn read_requests<R: DeserializeOwned>(conn: u64, stream: TcpStream, tx: &Sender<Event<R>>) {
-    for line in BufReader::new(stream).lines() {
-        let event = match line {
-            Err(e) => Event::Closed {
-                conn,
-                why: e.to_string(),
-            },
-            Ok(line) => match serde_json::from_str::<R>(&line) {
-                Ok(request) => Event::Message { conn, request },
-                Err(e) => Event::Closed {
-                    conn,
-                    why: format!("unreadable request {line:?}: {e}"),
-                },
-            },
+        let refusal = |peer: SocketAddr, open: usize| {
+            tracing::warn!("coordinator connection from {peer} refused: {open} open");
+            format!("{{\"error\":\"busy: {open} connections open\"}}").into_bytes()
         };
-        let closed = matches!(event, Event::Closed { .. });
-        if tx.send(event).is_err() || closed {
+        let accept = Accept {
+            limits: LIMITS,
+            poll: POLL,
+            refusal: &refusal,
+        };
+        let next = Arc::new(AtomicU64::new(0));
+        let flag = stop.clone();
+        lines::serve(&listener, &stop, &accept, move |stream, _, conn| {
+            let id = next.fetch_add(1, Ordering::Relaxed);
+            let Ok(writer) = stream.try_clone() else {
+                return;
+            };
+            if tx.send(Event::Opened { conn: id, writer }).is_ok() {
+                read_requests(id, stream, &conn, &tx, &flag);
+            }
+        });
+    })
+}
+
+/// Turns one connection's lines into events until it closes or the
+/// coordinator stops.
+fn read_requests<R: DeserializeOwned>(
+    id: u64,
+    stream: TcpStream,
+    conn: &Conn,
+    tx: &Sender<Event<R>>,
+    stop: &AtomicBool,
+) {
+    let closed = |why: String| Event::Closed { conn: id, why };
+    let Ok(mut lines) = LineReader::new(stream, MAX_LINE, POLL) else {
+        let _ = tx.send(closed("cannot read the connection".into()));
+        return;
+    };
+    loop {
+        let event = match lines.next_request(conn, stop) {
+            Next::Line(line) => match serde_json::from_slice::<R>(line) {
+                Ok(request) => Event::Message { conn: id, request },
+                Err(e) => closed(format!(
+                    "unreadable request {:?}: {e}",
+                    String::from_utf8_lossy(line).trim_end()
+                )),
+            },
+            Next::TooLong => closed(format!("a line longer than {MAX_LINE} bytes")),
+            Next::Failed(e) => closed(e.to_string()),
+            Next::Closed | Next::TimedOut => closed("closed".into()),
+        };
+        let last = matches!(event, Event::Closed { .. });
+        if tx.send(event).is_err() || last {
             return;
         }
     }
-    let _ = tx.send(Event::Closed {
-        conn,
-        why: "closed".into(),
-    });
 }
 
 /// Writes one message as a line.
 pub fn send<T: Serialize>(w: &mut TcpStream, message: &T) -> std::io::Result<()> {
-    let mut line = serde_json::to_string(message).map_err(std::io::Error::other)?;
-    line.push('\n');
-    w.write_all(line.as_bytes())
+    let line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    lines::write_line(w, &line)
 }
 
 /// A worker's connection to a coordinator.
 pub struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    lines: lines::Client,
 }
 
 impl Client {
     /// Connects (5 s at most); `wait` bounds every [`Client::receive`].
     pub fn connect(coordinator: SocketAddr, wait: Duration) -> Result<Client> {
-        let stream = TcpStream::connect_timeout(&coordinator, Duration::from_secs(5))
+        let lines = lines::Client::connect(coordinator, Duration::from_secs(5))
             .with_context(|| format!("connect to the coordinator at {coordinator}"))?;
-        stream.set_read_timeout(Some(wait))?;
-        // As on the coordinator's side: no Nagle delay on small messages.
-        stream.set_nodelay(true)?;
-        Ok(Client {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-        })
+        lines.set_read_timeout(wait)?;
+        Ok(Client { lines })
     }
 
     /// The connection's read and write sides (the read side for a reader
     /// thread).
-    pub fn into_parts(self) -> (BufReader<TcpStream>, TcpStream) {
-        (self.reader, self.writer)
+    pub fn into_parts(self) -> (LineReader, TcpStream) {
+        self.lines.into_parts()
     }
 
     /// Sends one request.
     pub fn send<T: Serialize>(&mut self, message: &T) -> Result<()> {
-        send(&mut self.writer, message).context("write to the coordinator")
+        let line = serde_json::to_vec(message)?;
+        self.lines.send(&line).context("write to the coordinator")
     }
 
     /// The next reply; an error after the wait limit, on a close or on
     /// unreadable input.
     pub fn receive<T: DeserializeOwned>(&mut self) -> Result<T> {
-        receive(&mut self.reader)
+        parse(self.lines.receive())
     }
 }
 
-/// Reads one reply line.
-pub fn receive<T: DeserializeOwned>(reader: &mut BufReader<TcpStream>) -> Result<T> {
-    let mut line = String::new();
-    match reader.read_line(&mut line) {
-        Ok(0) => bail!("the coordinator closed the connection"),
-        Ok(_) => serde_json::from_str(&line)
+/// Reads one reply line from a connection's read side.
+pub fn receive<T: DeserializeOwned>(reader: &mut LineReader) -> Result<T> {
+    parse(match reader.next(|| false) {
+        Next::Line(line) => std::str::from_utf8(line)
+            .map(str::to_string)
+            .map_err(|_| CallError::NotText),
+        Next::TooLong => Err(CallError::TooLong),
+        Next::Closed => Err(CallError::Closed),
+        Next::TimedOut => Err(CallError::TimedOut),
+        Next::Failed(e) => Err(CallError::Io(e)),
+    })
+}
+
+/// A reply line as a message, or what went wrong, in the worker's words.
+fn parse<T: DeserializeOwned>(line: std::result::Result<String, CallError>) -> Result<T> {
+    match line {
+        Ok(line) => serde_json::from_str(&line)
             .with_context(|| format!("unreadable reply from the coordinator: {line:?}")),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            bail!("no word from the coordinator within the wait limit")
-        }
-        Err(e) => Err(e).context("read from the coordinator"),
+        Err(CallError::Closed) => bail!("the coordinator closed the connection"),
+        Err(CallError::TimedOut) => bail!("no word from the coordinator within the wait limit"),
+        Err(CallError::Io(e)) => Err(e).context("read from the coordinator"),
+        Err(e) => bail!("the coordinator {e}"),
     }
 }

@@ -206,11 +206,11 @@ pub struct Report {
     pub unfinished: usize,
 }
 
-/// The coordinator: a TCP endpoint for workers and a thread that runs the
-/// policy and installs the groups' jobs.
-pub struct Coordinator {
-    server: lines::Server<Report>,
-}
+/// The coordinator: a TCP endpoint for workers (`addr`) and a thread that
+/// runs the policy and installs the groups' jobs; `finish` stops it
+/// (deleting the jobs of launches still running) and returns what was
+/// launched.
+pub type Coordinator = lines::Server<Report>;
 
 impl Coordinator {
     /// Checks the configuration against the switch (sub-pools within its
@@ -223,21 +223,7 @@ impl Coordinator {
         config.check()?;
         check_switch(target.as_mut(), &config)?;
         let state = State::new(target, config);
-        let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
-        Ok(Coordinator { server })
-    }
-
-    /// Where workers connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Stops (deleting the jobs of launches still running) and returns
-    /// what was launched.
-    pub fn finish(mut self) -> Result<Report> {
-        self.server
-            .stop()
-            .ok_or_else(|| anyhow::anyhow!("the coordinator thread panicked"))
+        lines::Server::spawn(bind, move |rx, stop| state.run(rx, stop))
     }
 }
 

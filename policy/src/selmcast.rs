@@ -121,7 +121,7 @@ pub(crate) fn check_groups_free(
 
 /// A thread that turns the manager's reply lines into a channel, so a peer
 /// can wait for a reply with a timeout or poll for one.
-pub(crate) fn reply_reader<R>(mut reader: std::io::BufReader<TcpStream>) -> Receiver<Result<R>>
+pub(crate) fn reply_reader<R>(mut reader: inagg_wire::lines::LineReader) -> Receiver<Result<R>>
 where
     R: serde::de::DeserializeOwned + Send + 'static,
 {
@@ -199,11 +199,10 @@ pub struct Report {
     pub broken: Option<String>,
 }
 
-/// The manager: a TCP endpoint for peers and a thread that selects,
-/// installs groups and runs the rounds.
-pub struct Manager {
-    server: lines::Server<Report>,
-}
+/// The manager: a TCP endpoint for peers (`addr`) and a thread that
+/// selects, installs groups and runs the rounds; `finish` stops it,
+/// removes the groups, and returns the rounds run.
+pub type Manager = lines::Server<Report>;
 
 impl Manager {
     /// Checks the configuration and that its group ids are free, binds
@@ -216,20 +215,7 @@ impl Manager {
         config.check()?;
         check_groups_free(target.as_mut(), config.first_group, config.workers)?;
         let state = State::new(target, config);
-        let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
-        Ok(Manager { server })
-    }
-
-    /// Where peers connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Stops, removes the groups, and returns the rounds run.
-    pub fn finish(mut self) -> Result<Report> {
-        self.server
-            .stop()
-            .ok_or_else(|| anyhow::anyhow!("the manager thread panicked"))
+        lines::Server::spawn(bind, move |rx, stop| state.run(rx, stop))
     }
 }
 

@@ -198,11 +198,10 @@ pub struct SspReport {
     pub broken: Option<String>,
 }
 
-/// The SSP manager: a TCP endpoint for peers and a thread that admits
-/// tasks, installs and rewrites their groups, and ends them.
-pub struct SspManager {
-    server: lines::Server<SspReport>,
-}
+/// The SSP manager: a TCP endpoint for peers (`addr`) and a thread that
+/// admits tasks, installs and rewrites their groups, and ends them;
+/// `finish` stops it and returns its report.
+pub type SspManager = lines::Server<SspReport>;
 
 impl SspManager {
     /// Checks the configuration and that its group ids are free, binds
@@ -215,20 +214,7 @@ impl SspManager {
         config.check()?;
         check_groups_free(target.as_mut(), config.first_group, config.workers)?;
         let state = State::new(target, config);
-        let server = lines::Server::start(bind, move |rx, stop| state.run(rx, stop))?;
-        Ok(SspManager { server })
-    }
-
-    /// Where peers connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Stops, removes the groups, and returns the tasks run.
-    pub fn finish(mut self) -> Result<SspReport> {
-        self.server
-            .stop()
-            .ok_or_else(|| anyhow!("the SSP manager thread panicked"))
+        lines::Server::spawn(bind, move |rx, stop| state.run(rx, stop))
     }
 }
 

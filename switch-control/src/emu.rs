@@ -1,8 +1,7 @@
 //! The emulator target: a client of `inagg emu`'s control endpoint (one JSON
 //! request per line, one JSON response per line, over TCP).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use inagg_switch_api::counters::Counters;
@@ -12,6 +11,7 @@ use inagg_switch_api::{
     GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
 
+use inagg_wire::lines::{self, CallError, Endpoint};
 use inagg_wire::token::Token;
 
 use crate::target::{ControlError, QueueReport, Result, Target};
@@ -22,8 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection to an emulator's control endpoint.
 #[derive(Debug)]
 pub struct EmuTarget {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    lines: lines::Client,
 }
 
 impl EmuTarget {
@@ -53,18 +52,8 @@ impl EmuTarget {
             addr,
             source,
         };
-        let stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(connect_err)?;
-        stream
-            .set_read_timeout(Some(TIMEOUT))
-            .map_err(connect_err)?;
-        stream
-            .set_write_timeout(Some(TIMEOUT))
-            .map_err(connect_err)?;
-        let _ = stream.set_nodelay(true);
-        let writer = stream.try_clone().map_err(connect_err)?;
         let mut t = EmuTarget {
-            reader: BufReader::new(stream),
-            writer,
+            lines: lines::Client::connect(addr, TIMEOUT).map_err(connect_err)?,
         };
         if let Some(token) = token {
             let token = token.secret().to_string();
@@ -83,37 +72,22 @@ impl EmuTarget {
     }
 
     fn call(&mut self, request: &Request) -> Result<Reply> {
-        let mut line =
+        let line =
             serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        line.push(b'\n');
-        self.writer.write_all(&line)?;
-        let mut answer = String::new();
-        if self.reader.read_line(&mut answer)? == 0 {
-            return Err(ControlError::Protocol(
-                "the emulator closed the connection".into(),
-            ));
-        }
+        let answer = self.lines.call(&line).map_err(|e| match e {
+            CallError::Io(e) => ControlError::Io(e),
+            e => ControlError::Protocol(format!("the emulator {e}")),
+        })?;
         match serde_json::from_str::<Response>(&answer) {
             Ok(Response::Ok(reply)) => Ok(reply),
             Ok(Response::Err(e)) => Err(e.into()),
             Err(e) => Err(ControlError::Protocol(
-                misdirected(&answer).unwrap_or(format!("{e}: {}", answer.trim_end())),
+                Endpoint::Emulator
+                    .misdirected(&answer)
+                    .unwrap_or(format!("{e}: {answer}")),
             )),
         }
     }
-}
-
-/// A reply in the controller's shape (`{"error": ...}`) means the operator
-/// pointed `ctl --addr` at an `inagg controller`: say so, instead of the
-/// JSON parser's complaint.
-fn misdirected(answer: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(answer).ok()?;
-    value.get("error")?;
-    Some(format!(
-        "this endpoint is an inagg controller, not an emulator's control port: \
-         use `ctl --controller ADDR` for it (it answered {})",
-        answer.trim_end()
-    ))
 }
 
 fn unexpected(reply: Reply) -> ControlError {

@@ -10,6 +10,9 @@
 //! - [`payload`]: bulk conversion between int32 slices and payload bytes.
 //! - [`frame`]: Ethernet/IPv4/UDP frames and ARP for the raw-Ethernet
 //!   (DPDK) data paths.
+//! - [`lines`]: JSON lines over TCP, the framing of every control
+//!   channel: the bounded accept loop, line reader and client they share;
+//! - [`conns`]: the bounds on a control endpoint's connections;
 //! - [`token`]: control endpoints' shared secrets, compared in constant
 //!   time;
 //! - [`udp`]: batched datagram I/O (`recvmmsg`/`sendmmsg`) over a kernel UDP
@@ -21,6 +24,7 @@
 pub mod conns;
 pub mod frame;
 pub mod header;
+pub mod lines;
 pub mod payload;
 pub mod token;
 pub mod udp;

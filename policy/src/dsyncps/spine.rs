@@ -38,7 +38,7 @@ use inagg_switch_api::JobSpec;
 use inagg_switch_control::target::Target;
 use serde::{Deserialize, Serialize};
 
-use crate::lines::{self, Event, Server, Writers};
+use crate::lines::{self, Event, Writers};
 
 /// The spine's shape and the sync period.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,10 +135,9 @@ pub struct SpineReport {
     pub errors: Vec<String>,
 }
 
-/// A running spine manager.
-pub struct SpineManager {
-    server: Server<SpineReport>,
-}
+/// A running spine manager: rack leaders connect to `addr`; `finish` stops
+/// it (deleting the spine job) and returns its report.
+pub type SpineManager = lines::Server<SpineReport>;
 
 impl SpineManager {
     /// Starts the manager on `bind` with the spine switch's `target`.
@@ -151,18 +150,7 @@ impl SpineManager {
             bail!("the global period T must be at least 1 round");
         }
         let state = State::new(target, config);
-        let server = Server::start(bind, move |rx, stop| state.run(rx, stop))?;
-        Ok(SpineManager { server })
-    }
-
-    /// Where rack leaders connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Stops the manager (deleting the spine job) and returns its report.
-    pub fn finish(mut self) -> SpineReport {
-        self.server.stop().unwrap_or_default()
+        lines::Server::spawn(bind, move |rx, stop| state.run(rx, stop))
     }
 }
 

@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use crossbeam_channel::Receiver;
 use inagg_host_agent::{AgentConfig, Stats};
 use inagg_sched::netstorm::Tree;
@@ -110,10 +110,10 @@ pub struct ConsistencyReport {
     pub broken: Option<String>,
 }
 
-/// The scheduler's endpoint: owns the sites' control targets.
-pub struct ConsistencyService {
-    server: lines::Server<ConsistencyReport>,
-}
+/// The scheduler's endpoint: owns the sites' control targets; workers
+/// connect to `addr`; `finish` stops it, removes the forest's jobs, and
+/// reports.
+pub type ConsistencyService = lines::Server<ConsistencyReport>;
 
 impl ConsistencyService {
     /// Serves `per_site[v]` workers at every site v on `bind`; the jobs'
@@ -152,22 +152,9 @@ impl ConsistencyService {
                 ..ConsistencyReport::default()
             },
         };
-        let server = lines::Server::start(bind, move |rx: Receiver<Event<Request>>, stop| {
+        lines::Server::spawn(bind, move |rx: Receiver<Event<Request>>, stop| {
             state.run(&rx, stop)
-        })?;
-        Ok(ConsistencyService { server })
-    }
-
-    /// Where workers connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Stops, removes the forest's jobs, and reports.
-    pub fn finish(mut self) -> Result<ConsistencyReport> {
-        self.server
-            .stop()
-            .context("the consistency service's thread panicked")
+        })
     }
 }
 

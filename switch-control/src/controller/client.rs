@@ -1,8 +1,9 @@
 //! A client of the controller's API.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use inagg_wire::lines::{self, CallError, Endpoint};
 
 use super::api::{
     Admission, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request, Response,
@@ -36,8 +37,7 @@ pub enum ClientError {
 
 /// A connection to `inagg controller`.
 pub struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    lines: lines::Client,
     token: Option<String>,
     local: SocketAddr,
 }
@@ -46,13 +46,10 @@ impl Client {
     /// Connects; `token` is the controller's `--token`, if it has one.
     pub fn connect(addr: SocketAddr, token: Option<String>) -> Result<Client, ClientError> {
         let err = |source| ClientError::Connect { addr, source };
-        let stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(err)?;
-        let _ = stream.set_nodelay(true);
-        let local = stream.local_addr().map_err(err)?;
-        let writer = stream.try_clone().map_err(err)?;
+        let lines = lines::Client::connect(addr, TIMEOUT).map_err(err)?;
+        let local = lines.local_addr().map_err(err)?;
         Ok(Client {
-            reader: BufReader::new(stream),
-            writer,
+            lines,
             token,
             local,
         })
@@ -64,27 +61,23 @@ impl Client {
     }
 
     fn call(&mut self, request: Request, wait: Duration) -> Result<Reply, ClientError> {
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(wait + TIMEOUT))?;
-        let mut line = serde_json::to_vec(&Envelope {
+        self.lines.set_read_timeout(wait + TIMEOUT)?;
+        let line = serde_json::to_vec(&Envelope {
             token: self.token.clone(),
             request,
         })
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        line.push(b'\n');
-        self.writer.write_all(&line)?;
-        let mut answer = String::new();
-        if self.reader.read_line(&mut answer)? == 0 {
-            return Err(ClientError::Protocol(
-                "the controller closed the connection".into(),
-            ));
-        }
+        let answer = self.lines.call(&line).map_err(|e| match e {
+            CallError::Io(e) => ClientError::Io(e),
+            e => ClientError::Protocol(format!("the controller {e}")),
+        })?;
         match serde_json::from_str::<Response>(&answer) {
             Ok(Response::Ok(r)) => Ok(r),
             Ok(Response::Error(e)) => Err(ClientError::Refused(e)),
             Err(e) => Err(ClientError::Protocol(
-                misdirected(&answer).unwrap_or(format!("{e}: {}", answer.trim_end())),
+                Endpoint::Controller
+                    .misdirected(&answer)
+                    .unwrap_or(format!("{e}: {answer}")),
             )),
         }
     }
@@ -201,17 +194,4 @@ impl Client {
 
 fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
-}
-
-/// A reply in the emulator's shape (`{"err": ...}`) means `--controller`
-/// names an `inagg emu` control port: say so, instead of the JSON parser's
-/// complaint.
-fn misdirected(answer: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(answer).ok()?;
-    value.get("err")?;
-    Some(format!(
-        "this endpoint is an emulator's control port, not an inagg controller: \
-         program it with `ctl --addr ADDR` (no --controller) (it answered {})",
-        answer.trim_end()
-    ))
 }

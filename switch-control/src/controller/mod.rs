@@ -19,9 +19,9 @@ pub mod file;
 mod state;
 mod store;
 
-use inagg_wire::conns::{Conn, Conns, Limits};
+use inagg_wire::conns::{Conn, Limits};
+use inagg_wire::lines::{self, Accept, LineReader, Next, MAX_LINE};
 use inagg_wire::token::Token;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,12 +219,15 @@ impl Drop for Controller {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.changed.notify_all();
         self.shared.tick.notify_all();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        // Shut the clients' connections first: the accept loop waits for
+        // their threads, and one may be blocked writing to a client that
+        // does not read.
         let conns = std::mem::take(&mut *self.shared.conns());
         for c in conns.into_values() {
             let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
         self.shared.lock().close();
     }
@@ -240,50 +243,37 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
 /// How often the accept loop looks at the stop flag while no client comes.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
-/// Accepts clients until the controller stops. It waits in `poll` for the
-/// next client, so one is served the moment it connects (sleeping between
-/// non-blocking accepts made each wait up to the sleep).
+/// Accepts clients until the controller stops, at most
+/// [`Limits::default`]'s number at once (inagg_wire::lines).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
-    let mut next = 0u64;
-    let open = Conns::new(Limits::default());
-    while !shared.stop.load(Ordering::Acquire) {
-        if !inagg_wire::udp::wait(listener, ACCEPT_POLL, false).unwrap_or(false) {
-            continue;
-        }
-        match listener.accept() {
-            Ok((mut stream, peer)) => {
-                let _ = stream.set_nonblocking(false);
-                let Some(conn) = open.admit(&stream) else {
-                    tracing::warn!("API connection from {peer} refused: {} open", open.open());
-                    let refusal = Response::Error(format!(
-                        "busy: the controller holds {} connections, every one at work; try \
-                         again when one closes",
-                        open.open()
-                    ));
-                    let _ = write_response(&mut stream, &refusal);
-                    continue;
-                };
-                let id = next;
-                next += 1;
-                if let Ok(c) = stream.try_clone() {
-                    shared.conns().insert(id, c);
-                }
-                let shared = shared.clone();
-                // Connection threads are detached: a blocked registration
-                // ends at its deadline or when the controller stops.
-                std::thread::spawn(move || {
-                    serve(&shared, stream, peer, &conn);
-                    shared.conns().remove(&id);
-                });
+    let refusal = |peer: SocketAddr, open: usize| {
+        tracing::warn!("API connection from {peer} refused: {open} open");
+        let refusal = Response::Error(format!(
+            "busy: the controller holds {open} connections, every one at work; try again when \
+             one closes"
+        ));
+        serde_json::to_vec(&refusal).unwrap_or_default()
+    };
+    let accept = Accept {
+        limits: Limits::default(),
+        poll: ACCEPT_POLL,
+        refusal: &refusal,
+    };
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let served = shared.clone();
+    lines::serve(
+        listener,
+        &shared.stop,
+        &accept,
+        move |stream, peer, conn| {
+            let id = next.fetch_add(1, Ordering::Relaxed);
+            if let Ok(c) = stream.try_clone() {
+                served.conns().insert(id, c);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                // Out of file descriptors, say: wait for some to close.
-                tracing::warn!("accept: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
+            serve(&served, stream, peer, &conn);
+            served.conns().remove(&id);
+        },
+    );
 }
 
 fn reconcile_loop(shared: &Shared, every: Duration) {
@@ -308,9 +298,6 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
     }
 }
 
-/// Longest request line the API reads (a job with 64 endpoints is ~3 KiB).
-const MAX_LINE: u64 = 1 << 20;
-
 /// How often a connection's reader wakes to see whether the connection has
 /// outstayed its welcome (inagg_wire::conns) or the controller stops.
 const READ_POLL: Duration = Duration::from_millis(200);
@@ -321,44 +308,32 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
-    let _ = stream.set_read_timeout(Some(READ_POLL));
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
+    let Ok(mut lines) = LineReader::new(stream, MAX_LINE, READ_POLL) else {
+        return;
+    };
     loop {
-        let room = MAX_LINE.saturating_sub(line.len() as u64);
-        match (&mut reader).take(room).read_until(b'\n', &mut line) {
-            Ok(0) if room > 0 => return, // end of stream
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                if conn.expired() || shared.stop.load(Ordering::Acquire) {
-                    return;
-                }
-                continue;
-            }
-            Err(_) => return,
-        }
-        let too_long = !line.ends_with(b"\n") && line.len() as u64 >= MAX_LINE;
-        if !line.ends_with(b"\n") && !too_long {
-            continue; // partial line; the rest follows
-        }
-        conn.completed();
-        let response = if too_long {
-            Response::Error(format!("request line longer than {MAX_LINE} bytes"))
-        } else {
-            match std::str::from_utf8(&line) {
+        let response = match lines.next_request(conn, &shared.stop) {
+            Next::Line(line) => match std::str::from_utf8(line) {
                 Err(_) => Response::Error("request is not UTF-8 JSON".into()),
-                Ok(text) if text.trim().is_empty() => {
-                    line.clear();
-                    continue;
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => {
+                    let text = text.to_string();
+                    respond(shared, &text, peer, lines.get_ref())
                 }
-                Ok(text) => respond(shared, text, peer, reader.get_ref()),
+            },
+            Next::TooLong => {
+                let too_long =
+                    Response::Error(format!("request line longer than {MAX_LINE} bytes"));
+                tracing::warn!("refused a request from {peer}: {MAX_LINE} bytes without a newline");
+                let _ = write_response(&mut writer, &too_long);
+                return;
             }
+            Next::Closed | Next::TimedOut | Next::Failed(_) => return,
         };
-        line.clear();
         if let Response::Error(e) = &response {
             tracing::warn!("refused a request from {peer}: {e}");
         }
-        if write_response(&mut writer, &response).is_err() || too_long {
+        if write_response(&mut writer, &response).is_err() {
             return;
         }
     }
@@ -366,10 +341,9 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
 
 /// Writes one reply line.
 fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Result<()> {
-    let mut out = serde_json::to_vec(response)
+    let out = serde_json::to_vec(response)
         .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes());
-    out.push(b'\n');
-    writer.write_all(&out)
+    lines::write_line(writer, &out)
 }
 
 /// Whether a request may pass: the API has no token, or `given` is it

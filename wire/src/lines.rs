@@ -1,0 +1,399 @@
+//! JSON lines over TCP: the framing of every control channel (the
+//! emulator's control endpoint, the controller's API, the live policies'
+//! coordinators). One message per line; a client sends a request line and
+//! reads the reply line. This module is the transport, byte for byte; the
+//! JSON is its users':
+//!
+//! - [`serve`]: the accept loop. It waits in `poll` (so a client is served
+//!   the moment it connects, and a stop is seen within `poll`), admits
+//!   connections through [`Conns`] (so idle or half-written connections
+//!   cannot take unbounded threads) and serves each on a thread of its own;
+//! - [`LineReader`]: reads one line at a time, at most a bounded length,
+//!   waking every read timeout to ask whether to keep waiting (a stop, a
+//!   connection whose place was taken);
+//! - [`Client`]: connects with timeouts and no Nagle delay (messages are
+//!   small and back to back: Nagle's algorithm and delayed
+//!   acknowledgements held them up to 40 ms), sends lines, reads lines;
+//! - [`Endpoint`]: which kind of endpoint a reply came from, told by the
+//!   shape of its error, so a client pointed at the wrong kind says so
+//!   instead of quoting the JSON parser.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::conns::{Conn, Conns, Limits};
+
+/// The longest line an endpoint reads (a job with 64 endpoints is about
+/// 3 KiB).
+pub const MAX_LINE: u64 = 1 << 20;
+
+/// How an endpoint accepts: its connection bounds, how often it looks at
+/// the stop flag, and what it says to a connection it has no place for.
+pub struct Accept<'a> {
+    /// The bounds of its connection table.
+    pub limits: Limits,
+    /// How long it waits in `poll` for a client before looking at the
+    /// stop flag.
+    pub poll: Duration,
+    /// The line (without its newline) a connection from this peer gets
+    /// when every place is held, given how many are open: the endpoint's
+    /// own error reply (and its log line: this crate logs nothing).
+    pub refusal: &'a dyn Fn(SocketAddr, usize) -> Vec<u8>,
+}
+
+/// Accepts connections on `listener` until `stop` is set, handing each
+/// admitted one to `handle` on a thread of its own (blocking, with its
+/// place in the connection table), then waits for those threads: they
+/// must end soon after `stop` (a [`LineReader`] sees it within its read
+/// timeout).
+pub fn serve<H>(listener: &TcpListener, stop: &AtomicBool, accept: &Accept, handle: H)
+where
+    H: Fn(TcpStream, SocketAddr, Conn) + Clone + Send + 'static,
+{
+    let open = Conns::new(accept.limits);
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        if !crate::udp::wait(listener, accept.poll, false).unwrap_or(false) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((mut stream, peer)) => {
+                let _ = stream.set_nonblocking(false);
+                let Some(conn) = open.admit(&stream) else {
+                    let _ = write_line(&mut stream, &(accept.refusal)(peer, open.open()));
+                    continue;
+                };
+                let handle = handle.clone();
+                threads.push(std::thread::spawn(move || handle(stream, peer, conn)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // Out of file descriptors, say: wait for some to close.
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+        threads.retain(|t| !t.is_finished());
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// What [`LineReader::next`] found.
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// One line, with its newline.
+    Line(&'a [u8]),
+    /// A line longer than the limit: the connection should be closed.
+    TooLong,
+    /// The peer closed the connection (a partial last line is dropped).
+    Closed,
+    /// Nothing within the read timeout and the caller would not wait more.
+    TimedOut,
+    /// The connection failed.
+    Failed(io::Error),
+}
+
+/// Reads lines of at most a bounded length from one connection.
+#[derive(Debug)]
+pub struct LineReader {
+    reader: BufReader<TcpStream>,
+    line: Vec<u8>,
+    max: u64,
+}
+
+impl LineReader {
+    /// Reads from `stream`, waking every `poll` while no line completes.
+    pub fn new(stream: TcpStream, max: u64, poll: Duration) -> io::Result<LineReader> {
+        stream.set_read_timeout(Some(poll))?;
+        Ok(LineReader {
+            reader: BufReader::new(stream),
+            line: Vec::new(),
+            max,
+        })
+    }
+
+    /// The connection.
+    pub fn get_ref(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
+
+    /// The next line. While none completes it asks `keep_waiting` at every
+    /// read timeout, and returns [`Next::TimedOut`] when told not to wait.
+    pub fn next(&mut self, mut keep_waiting: impl FnMut() -> bool) -> Next<'_> {
+        self.line.clear();
+        loop {
+            let room = self.max.saturating_sub(self.line.len() as u64);
+            match (&mut self.reader)
+                .take(room)
+                .read_until(b'\n', &mut self.line)
+            {
+                Ok(0) if room > 0 => return Next::Closed,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if !keep_waiting() {
+                        return Next::TimedOut;
+                    }
+                    continue;
+                }
+                Err(e) => return Next::Failed(e),
+            }
+            if self.line.ends_with(b"\n") {
+                return Next::Line(&self.line);
+            }
+            if self.line.len() as u64 >= self.max {
+                return Next::TooLong;
+            }
+            // A partial line: the rest follows.
+        }
+    }
+
+    /// The next line on a server's connection: waits while `stop` is clear
+    /// and the connection keeps its place, and marks a request completed.
+    pub fn next_request(&mut self, conn: &Conn, stop: &AtomicBool) -> Next<'_> {
+        let next = self.next(|| !conn.expired() && !stop.load(Ordering::Acquire));
+        if matches!(next, Next::Line(_)) {
+            conn.completed();
+        }
+        next
+    }
+}
+
+/// Writes `line` and a newline in one write.
+pub fn write_line(w: &mut impl Write, line: &[u8]) -> io::Result<()> {
+    let mut out = Vec::with_capacity(line.len() + 1);
+    out.extend_from_slice(line);
+    out.push(b'\n');
+    w.write_all(&out)
+}
+
+/// Why a [`Client`] got no reply line.
+#[derive(Debug)]
+pub enum CallError {
+    /// The peer closed the connection.
+    Closed,
+    /// No reply within the read timeout.
+    TimedOut,
+    /// A reply line longer than [`MAX_LINE`].
+    TooLong,
+    /// A reply that is not UTF-8.
+    NotText,
+    /// The connection failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Closed => write!(f, "closed the connection"),
+            CallError::TimedOut => write!(f, "did not answer in time"),
+            CallError::TooLong => write!(f, "answered a line longer than {MAX_LINE} bytes"),
+            CallError::NotText => write!(f, "answered a line that is not UTF-8"),
+            CallError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// A client's connection to a JSON-lines endpoint.
+#[derive(Debug)]
+pub struct Client {
+    reader: LineReader,
+    writer: TcpStream,
+}
+
+impl Client {
+    /// Connects within `timeout`; reads and writes then wait `timeout` at
+    /// most.
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<Client> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_write_timeout(Some(timeout))?;
+        let _ = stream.set_nodelay(true);
+        let writer = stream.try_clone()?;
+        Ok(Client {
+            reader: LineReader::new(stream, MAX_LINE, timeout)?,
+            writer,
+        })
+    }
+
+    /// How long a read waits from now on.
+    pub fn set_read_timeout(&self, wait: Duration) -> io::Result<()> {
+        self.writer.set_read_timeout(Some(wait))
+    }
+
+    /// This end of the connection.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.writer.local_addr()
+    }
+
+    /// Sends one line (a newline is added).
+    pub fn send(&mut self, line: &[u8]) -> io::Result<()> {
+        write_line(&mut self.writer, line)
+    }
+
+    /// The next line, within the read timeout, without its newline.
+    pub fn receive(&mut self) -> Result<String, CallError> {
+        match self.reader.next(|| false) {
+            Next::Line(line) => std::str::from_utf8(line)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|_| CallError::NotText),
+            Next::TooLong => Err(CallError::TooLong),
+            Next::Closed => Err(CallError::Closed),
+            Next::TimedOut => Err(CallError::TimedOut),
+            Next::Failed(e) => Err(CallError::Io(e)),
+        }
+    }
+
+    /// Sends a request line and reads the reply line.
+    pub fn call(&mut self, request: &[u8]) -> Result<String, CallError> {
+        self.send(request).map_err(CallError::Io)?;
+        self.receive()
+    }
+
+    /// The connection's read and write sides, for a reader thread.
+    pub fn into_parts(self) -> (LineReader, TcpStream) {
+        (self.reader, self.writer)
+    }
+}
+
+/// The kinds of JSON-lines endpoint, each with its own shape of error
+/// reply: the emulator's control endpoint answers `{"err": {...}}`, the
+/// controller `{"error": "..."}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// An emulator's control endpoint (`inagg emu --control`).
+    Emulator,
+    /// The controller's API (`inagg controller`).
+    Controller,
+}
+
+impl Endpoint {
+    /// The kind of endpoint whose error reply `answer` is, if it is one.
+    pub fn of_error(answer: &str) -> Option<Endpoint> {
+        let body = answer.trim_start().strip_prefix('{')?.trim_start();
+        if body.starts_with("\"err\"") {
+            Some(Endpoint::Emulator)
+        } else if body.starts_with("\"error\"") {
+            Some(Endpoint::Controller)
+        } else {
+            None
+        }
+    }
+
+    /// What a client that expected `self` says when `answer` came from
+    /// another kind of endpoint; `None` when it did not.
+    pub fn misdirected(self, answer: &str) -> Option<String> {
+        let other = Endpoint::of_error(answer).filter(|k| *k != self)?;
+        let answer = answer.trim_end();
+        Some(match other {
+            Endpoint::Controller => format!(
+                "this endpoint is an inagg controller, not an emulator's control port: use \
+                 `ctl --controller ADDR` for it (it answered {answer})"
+            ),
+            Endpoint::Emulator => format!(
+                "this endpoint is an emulator's control port, not an inagg controller: program \
+                 it with `ctl --addr ADDR` (no --controller) (it answered {answer})"
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn endpoints_are_told_apart_by_their_error_replies() {
+        let emu = r#"{"err":{"kind":"bad_request","message":"x"}}"#;
+        let ctl = r#"{ "error": "unreadable request" }"#;
+        assert_eq!(Endpoint::of_error(emu), Some(Endpoint::Emulator));
+        assert_eq!(Endpoint::of_error(ctl), Some(Endpoint::Controller));
+        assert_eq!(Endpoint::of_error(r#"{"ok":"done"}"#), None);
+        assert_eq!(Endpoint::Emulator.misdirected(emu), None);
+        let said = Endpoint::Emulator.misdirected(ctl).unwrap();
+        assert!(
+            said.contains("is an inagg controller, not an emulator's"),
+            "{said}"
+        );
+        let said = Endpoint::Controller.misdirected(emu).unwrap();
+        assert!(
+            said.contains("is an emulator's control port, not an inagg"),
+            "{said}"
+        );
+    }
+
+    /// An echo server on `serve`: each line back, upper-cased; at most
+    /// `max` connections.
+    fn echo(max: usize) -> (SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let accept = Accept {
+                limits: Limits {
+                    max,
+                    ..Limits::default()
+                },
+                poll: Duration::from_millis(20),
+                refusal: &|_, open| format!("busy {open}").into_bytes(),
+            };
+            let stop = flag.clone();
+            serve(&listener, &flag, &accept, move |stream, _, conn| {
+                let mut writer = stream.try_clone().unwrap();
+                let mut lines = LineReader::new(stream, 16, Duration::from_millis(20)).unwrap();
+                loop {
+                    match lines.next_request(&conn, &stop) {
+                        Next::Line(l) => {
+                            let _ = writer.write_all(&l.to_ascii_uppercase());
+                        }
+                        Next::TooLong => {
+                            let _ = write_line(&mut writer, b"too long");
+                            return;
+                        }
+                        _ => return,
+                    }
+                }
+            });
+        });
+        (addr, stop, thread)
+    }
+
+    #[test]
+    fn lines_are_answered_bounded_and_connections_counted() {
+        let (addr, stop, thread) = echo(1);
+        let wait = Duration::from_secs(5);
+        let mut a = Client::connect(addr, wait).unwrap();
+        // A line in two writes is one request.
+        a.writer.write_all(b"hel").unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(a.call(b"lo").unwrap(), "HELLO");
+        // The table is full: a second client is refused, and told so.
+        let mut b = Client::connect(addr, wait).unwrap();
+        assert_eq!(b.receive().unwrap(), "busy 1");
+        // A line past the bound ends the connection.
+        assert_eq!(a.call(&[b'x'; 40]).unwrap(), "too long");
+        assert!(matches!(
+            a.receive(),
+            Err(CallError::Closed | CallError::Io(_))
+        ));
+        stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_peer_times_out_a_client() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c =
+            Client::connect(listener.local_addr().unwrap(), Duration::from_millis(50)).unwrap();
+        assert!(matches!(c.call(b"anyone?"), Err(CallError::TimedOut)));
+    }
+}
