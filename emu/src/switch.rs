@@ -838,7 +838,7 @@ mod tests {
         assert_eq!(sw.counters().dropped(DropReason::DuplicatePending), 1);
     }
 
-    /// CI (stop 32), ten per cent loss with duplication and reordering: a
+    /// Seen in CI, at ten per cent loss with duplication and reordering: a
     /// worker's last contribution of round 0 completed it, and the
     /// duplicate of that packet, held back one place by the reorder fault,
     /// arrived right after the same worker's round 1.
