@@ -14,7 +14,7 @@ use std::time::Duration;
 use inagg_emu::{DropReason, FaultConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16, AsyncWorker, Error, Window, Worker};
-use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::local::{allreduce_i32_side_by_side, run_all, JobParams, LocalCluster};
 use inagg_testbed::verify::{check_f32, check_float, check_i32, gradient};
 
 fn job(id: u16, workers: u16, pool_base: u32, pool_size: u32, elements: u16) -> JobParams {
@@ -277,15 +277,7 @@ fn two_jobs_at_once_with_disjoint_pools_are_independent() {
     let mut a = cluster.job(job(1, 3, 0, 32, 64), |_| {}).unwrap();
     let mut b = cluster.job(job(2, 2, 32, 16, 128), |_| {}).unwrap();
     let (ia, ib) = (int_inputs(3, 30_000, 1), int_inputs(2, 25_000, 2));
-    let (mut da, mut db) = (ia.clone(), ib.clone());
-    std::thread::scope(|s| {
-        let ta = s.spawn(|| run_all(&mut a, &mut da, |w, d| w.allreduce_i32(d)).unwrap());
-        let tb = s.spawn(|| run_all(&mut b, &mut db, |w, d| w.allreduce_i32(d)).unwrap());
-        ta.join().unwrap();
-        tb.join().unwrap();
-    });
-    check_i32(&ia, &da).unwrap();
-    check_i32(&ib, &db).unwrap();
+    allreduce_i32_side_by_side(&mut a, &ia, &mut b, &ib).unwrap();
     let jobs = cluster.emu.state().switch.jobs();
     // One slot round per chunk, and the session handshake of each slot in
     // the window (an int32 all-reduce's round of its own; on a fresh job
@@ -343,20 +335,7 @@ fn malformed_and_foreign_packets_are_counted_and_change_nothing() {
     let to = cluster.emu.data_addr();
     let mut good = vec![0u8; 24 + 64 * 4];
     let mut p = inagg_wire::Packet::new_unchecked(&mut good[..]);
-    inagg_wire::Repr {
-        kind: inagg_wire::Kind::Contribution,
-        set: 0,
-        priority: 0,
-        job: 1,
-        slot: 0,
-        worker: 0,
-        generation: 0,
-        exponent: 0,
-        count: 0,
-        elements: 64,
-        packet_id: 0,
-    }
-    .emit(&mut p);
+    inagg_wire::Repr::contribution(1, 0, 0, 0, 64, 0).emit(&mut p);
     p.payload_mut().fill(0x11);
     let unknown_job = {
         let mut b = good.clone();

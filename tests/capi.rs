@@ -184,18 +184,7 @@ fn check_calls(dir: &Path, ranks: u16, calls: &Value, k: usize) {
 }
 
 fn install(cluster: &LocalCluster, id: u16, workers: Vec<SocketAddr>, pool: (u32, u32), k: u16) {
-    let spec = JobSpec {
-        detours: Vec::new(),
-        upstream: None,
-        id,
-        workers,
-        pool_base: pool.0,
-        pool_size: pool.1,
-        elements: k,
-        generation: 0,
-        queues: Vec::new(),
-        group: None,
-    };
+    let spec = JobSpec::new(id, workers, pool.0, pool.1, k);
     let mut target = EmuTarget::connect(cluster.control_addr()).unwrap();
     install_job(&mut target, &spec).unwrap();
 }

@@ -17,7 +17,7 @@ use inagg_policy::netstorm::{
     bind_workers, detours_sent, site_endpoints, Deployment, Forest, ForestConfig, ForestWorker,
     Site,
 };
-use inagg_sched::netstorm::{fapt, kway_tree, star, Edge, Graph, Tree};
+use inagg_sched::netstorm::{fapt, kway_tree, star, Graph, Tree};
 use inagg_switch_api::counters::DropReason;
 use inagg_switch_control::EmuTarget;
 
@@ -34,17 +34,16 @@ const CONFIG: ForestConfig = ForestConfig {
 /// A ring 0-1-2-3 of fast links with a slow chord 0-3 and a middling 1-3:
 /// the best roots' trees are chains two or three hops deep.
 fn overlay() -> Graph {
-    let e = |a, b, weight| Edge { a, b, weight };
-    Graph {
-        nodes: 4,
-        edges: vec![
-            e(0, 1, 1.0),
-            e(1, 2, 1.0),
-            e(2, 3, 1.0),
-            e(0, 3, 5.0),
-            e(1, 3, 2.5),
+    Graph::new(
+        4,
+        &[
+            (0, 1, 1.0),
+            (1, 2, 1.0),
+            (2, 3, 1.0),
+            (0, 3, 5.0),
+            (1, 3, 2.5),
         ],
-    }
+    )
 }
 
 /// The tests run one at a time: the awareness tests measure paced links

@@ -8,7 +8,7 @@ use inagg_emu::egress::{ClassQueue, LinkConfig};
 use inagg_emu::{DropReason, EmulatorConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
-use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::local::{allreduce_i32_side_by_side, run_all, JobParams, LocalCluster};
 use inagg_testbed::verify::check_i32;
 
 fn paced(rate_bps: u64, queue_bytes: usize) -> LocalCluster {
@@ -47,15 +47,7 @@ fn each_class_leaves_by_its_queue_and_both_jobs_stay_exact() {
     let mut a = cluster.job(urgent, |c| c.priority = 5).unwrap();
     let mut b = cluster.job(bulk, |_| {}).unwrap();
     let (ia, ib) = (inputs(2, 20_000, 1), inputs(2, 60_000, 2));
-    let (mut da, mut db) = (ia.clone(), ib.clone());
-    std::thread::scope(|s| {
-        let ta = s.spawn(|| run_all(&mut a, &mut da, |w, d| w.allreduce_i32(d)).unwrap());
-        let tb = s.spawn(|| run_all(&mut b, &mut db, |w, d| w.allreduce_i32(d)).unwrap());
-        ta.join().unwrap();
-        tb.join().unwrap();
-    });
-    check_i32(&ia, &da).unwrap();
-    check_i32(&ib, &db).unwrap();
+    allreduce_i32_side_by_side(&mut a, &ia, &mut b, &ib).unwrap();
 
     let report = t.queues().unwrap();
     assert_eq!(

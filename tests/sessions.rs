@@ -117,20 +117,8 @@ fn a_forged_contribution_before_a_session_does_not_poison_the_slot() {
     let endpoints = install(&cluster);
     let forger = std::net::UdpSocket::bind(endpoints[0]).unwrap();
     let mut datagram = vec![0u8; inagg_wire::HEADER_LEN + usize::from(K) * 4];
-    inagg_wire::Repr {
-        kind: inagg_wire::Kind::Contribution,
-        set: 0,
-        priority: 0,
-        job: 1,
-        slot: 0,
-        worker: 0,
-        generation: 0,
-        exponent: 0,
-        count: 0,
-        elements: K,
-        packet_id: 1 << 16,
-    }
-    .emit(&mut inagg_wire::Packet::new_unchecked(&mut datagram[..]));
+    inagg_wire::Repr::contribution(1, 0, 0, 0, K, 1 << 16)
+        .emit(&mut inagg_wire::Packet::new_unchecked(&mut datagram[..]));
     forger.send_to(&datagram, cluster.emu.data_addr()).unwrap();
     drop(forger);
     std::thread::sleep(Duration::from_millis(50));

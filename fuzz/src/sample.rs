@@ -18,18 +18,13 @@ pub fn addr(port: u16) -> SocketAddr {
 }
 
 fn job(id: u16, workers: &[u16], pool_base: u32) -> JobSpec {
-    JobSpec {
+    JobSpec::new(
         id,
-        workers: workers.iter().map(|&p| addr(p)).collect(),
+        workers.iter().map(|&p| addr(p)).collect(),
         pool_base,
-        pool_size: 8,
-        elements: K,
-        generation: 0,
-        queues: Vec::new(),
-        group: None,
-        upstream: None,
-        detours: Vec::new(),
-    }
+        8,
+        K,
+    )
 }
 
 /// Job 1: flat, three workers, multicast group 5. Job 2: a tree job whose

@@ -96,17 +96,13 @@ pub struct CoordinatorConfig {
 impl CoordinatorConfig {
     /// Sub-pool `pool`'s job for a group with these members.
     fn group_job(&self, pool: usize, workers: Vec<SocketAddr>, generation: u16) -> JobSpec {
+        let (id, base) = (
+            self.first_job + pool as u16,
+            self.pool_base + pool as u32 * self.slots,
+        );
         JobSpec {
-            detours: Vec::new(),
-            upstream: None,
-            id: self.first_job + pool as u16,
-            workers,
-            pool_base: self.pool_base + pool as u32 * self.slots,
-            pool_size: self.slots,
-            elements: self.elements,
             generation,
-            queues: Vec::new(),
-            group: None,
+            ..JobSpec::new(id, workers, base, self.slots, self.elements)
         }
     }
 

@@ -146,6 +146,14 @@ fn paced() -> Result<LocalCluster> {
     })
 }
 
+/// The urgent job, in both measurements: 2 workers, K = 1024, 32 slots.
+const URGENT: JobParams = JobParams {
+    id: 1,
+    workers: 2,
+    pool_base: 0,
+    pool_size: 32,
+    elements: 1024,
+};
 /// Worker `w` of a job binds on host 127.0.0.(2 + w).
 fn on_host(c: &mut AgentConfig) {
     c.bind = std::net::SocketAddr::from(([127, 0, 0, 2 + c.worker as u8], 0));
@@ -155,13 +163,7 @@ fn on_host(c: &mut AgentConfig) {
 /// with priorities on, and with them off.
 fn between_jobs(repeat: usize) -> Result<(Duration, Duration, Duration)> {
     let cluster = paced()?;
-    let urgent = JobParams {
-        id: 1,
-        workers: 2,
-        pool_base: 0,
-        pool_size: 32,
-        elements: 1024,
-    };
+    let urgent = URGENT;
     let bulk = JobParams {
         id: 2,
         workers: 2,
@@ -243,13 +245,7 @@ fn saturate(workers: &mut [Worker], stop: &AtomicBool) -> Result<()> {
 /// the time for both.
 fn within_a_job(repeat: usize) -> Result<Vec<PolicyRow>> {
     let cluster = paced()?;
-    let job = JobParams {
-        id: 1,
-        workers: 2,
-        pool_base: 0,
-        pool_size: 32,
-        elements: 1024,
-    };
+    let job = URGENT;
     let mut workers = cluster.job(job, on_host)?;
     let slice = 32 * 1024;
     let policies = [

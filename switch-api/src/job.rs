@@ -133,6 +133,30 @@ impl std::fmt::Display for Upstream {
 }
 
 impl JobSpec {
+    /// A plain job: generation 0, the switch-wide priority map, the
+    /// target's multicast group, no tree entries (set those fields after,
+    /// or with `..JobSpec::new(..)`).
+    pub fn new(
+        id: u16,
+        workers: Vec<SocketAddr>,
+        pool_base: u32,
+        pool_size: u32,
+        elements: u16,
+    ) -> JobSpec {
+        JobSpec {
+            id,
+            workers,
+            pool_base,
+            pool_size,
+            elements,
+            generation: 0,
+            queues: Vec::new(),
+            group: None,
+            upstream: None,
+            detours: Vec::new(),
+        }
+    }
+
     /// End of the pool (exclusive).
     pub fn pool_end(&self) -> u64 {
         u64::from(self.pool_base) + u64::from(self.pool_size)
@@ -526,21 +550,11 @@ mod tests {
     use crate::control::*;
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
-        JobSpec {
-            detours: Vec::new(),
-            upstream: None,
-            id,
-            workers: vec![
-                "127.0.0.1:1".parse().unwrap(),
-                "127.0.0.1:2".parse().unwrap(),
-            ],
-            pool_base: base,
-            pool_size: size,
-            elements: 64,
-            generation: 0,
-            queues: Vec::new(),
-            group: None,
-        }
+        let workers = vec![
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        ];
+        JobSpec::new(id, workers, base, size, 64)
     }
 
     const CONFIG: SwitchConfig = SwitchConfig {

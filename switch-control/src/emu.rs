@@ -249,18 +249,7 @@ mod tests {
     use inagg_switch_api::JobError;
 
     fn spec(id: u16, base: u32, size: u32) -> JobSpec {
-        JobSpec {
-            detours: Vec::new(),
-            upstream: None,
-            id,
-            workers: vec!["127.0.0.1:7001".parse().unwrap()],
-            pool_base: base,
-            pool_size: size,
-            elements: 64,
-            generation: 0,
-            queues: Vec::new(),
-            group: None,
-        }
+        JobSpec::new(id, vec!["127.0.0.1:7001".parse().unwrap()], base, size, 64)
     }
 
     #[test]

@@ -170,3 +170,28 @@ pub fn join_workers<T>(
         })
         .collect()
 }
+
+/// Runs two jobs' int32 all-reduces at once, `a`'s workers on `inputs_a`
+/// and `b`'s on `inputs_b`, and checks both sums exact.
+pub fn allreduce_i32_side_by_side(
+    a: &mut [Worker],
+    inputs_a: &[Vec<i32>],
+    b: &mut [Worker],
+    inputs_b: &[Vec<i32>],
+) -> Result<()> {
+    let (mut da, mut db) = (inputs_a.to_vec(), inputs_b.to_vec());
+    std::thread::scope(|s| {
+        let ta = s.spawn(|| run_all(a, &mut da, |w, d| w.allreduce_i32(d)));
+        let tb = s.spawn(|| run_all(b, &mut db, |w, d| w.allreduce_i32(d)));
+        let ra = ta
+            .join()
+            .map_err(|_| anyhow::anyhow!("job a's all-reduce panicked"))?;
+        let rb = tb
+            .join()
+            .map_err(|_| anyhow::anyhow!("job b's all-reduce panicked"))?;
+        ra.context("job a")?;
+        rb.context("job b")
+    })?;
+    crate::verify::check_i32(inputs_a, &da).map_err(|e| anyhow::anyhow!("job a: {e}"))?;
+    crate::verify::check_i32(inputs_b, &db).map_err(|e| anyhow::anyhow!("job b: {e}"))
+}

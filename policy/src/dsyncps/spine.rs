@@ -406,17 +406,11 @@ impl State {
                 .map_err(|e| format!("deleting the spine job: {e}"))?;
             self.generation = generation.wrapping_add(1);
         }
+        let c = &self.config;
+        let workers = racks.iter().map(|id| self.racks[id].endpoint).collect();
         let spec = JobSpec {
-            detours: Vec::new(),
-            id: self.config.job,
-            workers: racks.iter().map(|id| self.racks[id].endpoint).collect(),
-            pool_base: self.config.pool_base,
-            pool_size: self.config.pool_size,
-            elements: self.config.elements,
             generation: self.generation,
-            queues: Vec::new(),
-            group: None,
-            upstream: None,
+            ..JobSpec::new(c.job, workers, c.pool_base, c.pool_size, c.elements)
         };
         self.target
             .create_job(&spec)

@@ -86,6 +86,17 @@ impl Tree {
 }
 
 impl Graph {
+    /// A graph of `nodes` nodes and the undirected edges `(a, b, weight)`.
+    pub fn new(nodes: usize, edges: &[(usize, usize, f64)]) -> Graph {
+        Graph {
+            nodes,
+            edges: edges
+                .iter()
+                .map(|&(a, b, weight)| Edge { a, b, weight })
+                .collect(),
+        }
+    }
+
     /// Neighbours of v with the edge weight.
     fn neighbours(&self, v: usize) -> impl Iterator<Item = (usize, f64)> + '_ {
         self.edges.iter().filter_map(move |e| match () {
@@ -363,17 +374,16 @@ mod tests {
 
     /// A square 0-1-2-3-0 with a slow edge 0-1 and a diagonal 1-3.
     fn square() -> Graph {
-        let e = |a, b, weight| Edge { a, b, weight };
-        Graph {
-            nodes: 4,
-            edges: vec![
-                e(0, 1, 10.0),
-                e(1, 2, 1.0),
-                e(2, 3, 1.0),
-                e(3, 0, 1.0),
-                e(1, 3, 5.0),
+        Graph::new(
+            4,
+            &[
+                (0, 1, 10.0),
+                (1, 2, 1.0),
+                (2, 3, 1.0),
+                (3, 0, 1.0),
+                (1, 3, 5.0),
             ],
-        }
+        )
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use super::jobs::{group_decl, GroupCommand, JobCommand};
-use super::output::{emit, emit_plan, usage};
+use super::output::{emit, emit_plan, endpoints, table, usage};
 use super::CtlCommand;
 use inagg_switch_control::controller::api::{
     GroupStatus, JobStatus, Placement, SiteStats, SiteStatus,
@@ -144,15 +144,12 @@ fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> 
 }
 
 fn write_groups(o: &mut dyn Write, groups: &[GroupStatus]) -> std::io::Result<()> {
-    writeln!(
-        o,
+    let header = format!(
         "{:<16} {:>5} {:>5} {:>7} {:>9} {:>10} {:>10}  MEMBERS",
         "NAME", "ID", "OWNER", "MEMBERS", "STATE", "PACKETS", "COPIES"
-    )?;
-    for g in groups {
-        let members: Vec<String> = g.members.iter().map(ToString::to_string).collect();
-        writeln!(
-            o,
+    );
+    table(o, &header, groups, "(no multicast groups)", |g| {
+        format!(
             "{:<16} {:>5} {:>5} {:>7} {:>9} {:>10} {:>10}  {}",
             g.name,
             g.id,
@@ -161,13 +158,9 @@ fn write_groups(o: &mut dyn Write, groups: &[GroupStatus]) -> std::io::Result<()
             if g.installed { "installed" } else { "pending" },
             g.packets,
             g.copies,
-            members.join(",")
-        )?;
-    }
-    if groups.is_empty() {
-        writeln!(o, "(no multicast groups)")?;
-    }
-    Ok(())
+            endpoints(&g.members)
+        )
+    })
 }
 
 /// Where a job runs, in words, with a partial grant's request.
@@ -181,12 +174,11 @@ fn placement(j: &JobStatus) -> String {
 }
 
 fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
-    writeln!(
-        o,
+    let header = format!(
         "{:<16} {:>5} {:>9} {:>4} {:>9}  PLACEMENT",
         "NAME", "ID", "WORKERS", "GEN", "STATE"
-    )?;
-    for j in jobs {
+    );
+    table(o, &header, jobs, "(no jobs)", |j| {
         let state = if j.installed {
             "installed".to_string()
         } else if j.refused.is_some() {
@@ -196,8 +188,7 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
         } else {
             format!("{}/{} reg", j.registered, j.decl.workers)
         };
-        writeln!(
-            o,
+        format!(
             "{:<16} {:>5} {:>9} {:>4} {:>9}  {}",
             j.decl.name,
             j.id,
@@ -205,11 +196,8 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
             j.generation,
             state,
             placement(j)
-        )?;
-    }
-    if jobs.is_empty() {
-        writeln!(o, "(no jobs)")?;
-    }
+        )
+    })?;
     for j in jobs {
         if let Some(why) = &j.refused {
             writeln!(

@@ -345,21 +345,26 @@ mod tests {
 
     #[test]
     fn a_flag_of_the_other_way_is_named_in_the_refusal() {
-        let err = create("--name a --id 3 --workers 10.0.0.1:1 --pool-base 0 --pool-size 4")
-            .spec()
+        let cases: [(&str, Via, &str); 2] = [
+            (
+                "--name a --id 3 --workers 10.0.0.1:1 --pool-base 0 --pool-size 4",
+                Via::Switch,
+                "--name: for jobs created through --controller ADDR",
+            ),
+            (
+                "--name a --count 2 --slots 4 --pool-base 0 --detour 1=10.0.0.2:47000",
+                Via::Controller,
+                "--pool-base, --detour: for jobs installed on one switch directly",
+            ),
+        ];
+        for (args, via, said) in cases {
+            let c = create(args);
+            let err = match via {
+                Via::Switch => c.spec().map(drop),
+                Via::Controller => c.decl().map(drop),
+            }
             .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("--name: for jobs created through --controller ADDR"),
-            "{err}"
-        );
-        let err = create("--name a --count 2 --slots 4 --pool-base 0 --detour 1=10.0.0.2:47000")
-            .decl()
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("--pool-base, --detour: for jobs installed on one switch directly"),
-            "{err}"
-        );
+            assert!(err.to_string().contains(said), "{args}: {err}");
+        }
     }
 }

@@ -59,3 +59,28 @@ pub fn emit<T: Serialize>(
     }
     Ok(())
 }
+
+/// Writes a table: its header line, then one line per item, or `empty`
+/// when there is none.
+pub fn table<T>(
+    o: &mut dyn Write,
+    header: &str,
+    items: &[T],
+    empty: &str,
+    row: impl Fn(&T) -> String,
+) -> std::io::Result<()> {
+    writeln!(o, "{header}")?;
+    for item in items {
+        writeln!(o, "{}", row(item))?;
+    }
+    if items.is_empty() {
+        writeln!(o, "{empty}")?;
+    }
+    Ok(())
+}
+
+/// Endpoints as one comma-separated field.
+pub fn endpoints(members: &[std::net::SocketAddr]) -> String {
+    let members: Vec<String> = members.iter().map(ToString::to_string).collect();
+    members.join(",")
+}

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use clap::{Args, Subcommand};
 use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
 
-use super::output::emit;
+use super::output::{emit, table};
 use inagg_switch_control::target::{Result, Target};
 
 /// Relay-table verbs.
@@ -90,25 +90,19 @@ pub fn run(cmd: RelayCommand, t: &mut dyn Target, json: bool, out: &mut dyn Writ
 
 /// The relay table: match fields, next hop, packets.
 fn write_relays(o: &mut dyn Write, relays: &[RelayInfo]) -> std::io::Result<()> {
-    writeln!(
-        o,
+    let header = format!(
         "{:>5}  {:>6}  {:<21}  {:<21}  {:>10}",
         "JOB", "MEMBER", "FROM", "TO", "PACKETS"
-    )?;
-    for r in relays {
+    );
+    table(o, &header, relays, "(no relay entries)", |r| {
         let s = &r.spec;
-        writeln!(
-            o,
+        format!(
             "{:>5}  {:>6}  {:<21}  {:<21}  {:>10}",
             s.job,
             s.member,
             s.from.to_string(),
             s.to.to_string(),
             r.packets
-        )?;
-    }
-    if relays.is_empty() {
-        writeln!(o, "(no relay entries)")?;
-    }
-    Ok(())
+        )
+    })
 }

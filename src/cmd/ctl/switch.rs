@@ -12,7 +12,7 @@ use inagg_switch_control::cluster::{self, ClusterFile};
 use inagg_switch_control::target::{install_job, ControlError, QueueReport, Result, Target};
 
 use super::jobs::{group_id, group_spec, job_id, GroupCommand, JobCommand};
-use super::output::{emit, emit_plan};
+use super::output::{emit, emit_plan, endpoints, table};
 use super::{relay, CtlCommand};
 
 /// Runs `command` on the switch behind `t`. `cluster_file` is `apply`'s
@@ -224,31 +224,24 @@ fn run_group(cmd: GroupCommand, t: &mut dyn Target, json: bool, out: &mut dyn Wr
 
 /// The switch's group table: id, owner, members, counters.
 fn write_groups(o: &mut dyn Write, groups: &[GroupInfo]) -> std::io::Result<()> {
-    writeln!(
-        o,
+    let header = format!(
         "{:>5}  {:<16}  {:>7}  {:>10}  {:>10}  MEMBERS",
         "GROUP", "OWNER", "MEMBERS", "PACKETS", "COPIES"
-    )?;
-    for g in groups {
+    );
+    table(o, &header, groups, "(no multicast groups)", |g| {
         let owner = g
             .job
             .map_or_else(|| "by hand".to_string(), |j| format!("job {j}"));
-        let members: Vec<String> = g.members.iter().map(ToString::to_string).collect();
-        writeln!(
-            o,
+        format!(
             "{:>5}  {:<16}  {:>7}  {:>10}  {:>10}  {}",
             g.id,
             owner,
             g.members.len(),
             g.packets,
             g.copies,
-            members.join(",")
-        )?;
-    }
-    if groups.is_empty() {
-        writeln!(o, "(no multicast groups)")?;
-    }
-    Ok(())
+            endpoints(&g.members)
+        )
+    })
 }
 
 fn counters_json(c: &Counters) -> serde_json::Value {
@@ -266,15 +259,13 @@ fn counters_json(c: &Counters) -> serde_json::Value {
 }
 
 fn write_jobs(o: &mut dyn Write, jobs: &[JobInfo]) -> std::io::Result<()> {
-    writeln!(
-        o,
+    let header = format!(
         "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}",
         "JOB", "WORKERS", "POOL", "K", "GEN", "CONTRIB", "RESULTS"
-    )?;
-    for j in jobs {
+    );
+    table(o, &header, jobs, "(no jobs)", |j| {
         let s = &j.spec;
-        writeln!(
-            o,
+        format!(
             "{:>5}  {:>7}  {:>13}  {:>5}  {:>3}  {:>12}  {:>10}",
             s.id,
             s.workers.len(),
@@ -283,12 +274,8 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobInfo]) -> std::io::Result<()> {
             s.generation,
             j.counters.contributions,
             j.counters.results
-        )?;
-    }
-    if jobs.is_empty() {
-        writeln!(o, "(no jobs)")?;
-    }
-    Ok(())
+        )
+    })
 }
 
 fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {

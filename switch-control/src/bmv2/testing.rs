@@ -400,21 +400,11 @@ pub fn topology() -> super::Topology {
 /// A job of K = 64 with the given workers ("ADDR:PORT") and pool, nothing
 /// else set.
 pub fn job(id: u16, workers: &[&str], pool_base: u32, pool_size: u32) -> inagg_switch_api::JobSpec {
-    inagg_switch_api::JobSpec {
-        detours: Vec::new(),
-        upstream: None,
-        id,
-        workers: workers
-            .iter()
-            .map(|w| w.parse().expect("a worker endpoint"))
-            .collect(),
-        pool_base,
-        pool_size,
-        elements: 64,
-        generation: 0,
-        queues: Vec::new(),
-        group: None,
-    }
+    let workers = workers
+        .iter()
+        .map(|w| w.parse().expect("a worker endpoint"))
+        .collect();
+    inagg_switch_api::JobSpec::new(id, workers, pool_base, pool_size, 64)
 }
 
 /// p4/v1model compiled by p4c-bm2-ss.
