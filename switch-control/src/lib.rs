@@ -6,11 +6,13 @@
 //!   control endpoint;
 //! - `bmv2` (feature `bmv2`, on by default): the bmv2 target, a P4Runtime
 //!   client for `simple_switch_grpc` running p4/v1model;
-//! - [`cluster`]: declarative cluster files (`inagg ctl apply -f`), checked
-//!   as a whole before anything touches the switch;
-//! - [`controller`]: the `inagg controller` daemon (jobs of many tenants,
-//!   pool allocation with fallback to host emulators, agent registration,
-//!   state in an embedded database) and its client;
+//! - `cluster` (feature `controller`, on by default): declarative cluster
+//!   files (`inagg ctl apply -f`), checked as a whole before anything
+//!   touches the switch;
+//! - [`controller`]: the `inagg controller` daemon (feature `controller`:
+//!   jobs of many tenants, pool allocation with fallback to host emulators,
+//!   agent registration, state in an embedded database) and its API and
+//!   client (always);
 //! - [`alloc`]: the slot allocator the controller places pools with.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
@@ -21,6 +23,7 @@
 pub mod alloc;
 #[cfg(feature = "bmv2")]
 pub mod bmv2;
+#[cfg(feature = "controller")]
 pub mod cluster;
 pub mod controller;
 pub mod emu;

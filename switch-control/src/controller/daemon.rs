@@ -1,0 +1,636 @@
+//! The `inagg controller` daemon: the server (a thread per connection, one
+//! lock over the state, a reconcile thread) over `state` and `store`.
+
+use inagg_wire::conns::{Conn, Limits};
+use inagg_wire::lines::{self, Accept, LineReader, Next, MAX_LINE};
+use inagg_wire::token::Token;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use super::state::Connector;
+
+use super::api::{Admission, Envelope, Placement, Reply, Request, Response};
+use super::state::{Core, CoreError, JobRecord, Site};
+use super::store::Store;
+
+/// Longest a registration waits for the rest of its job.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// What the daemon runs with.
+pub struct ControllerConfig {
+    /// The API's address.
+    pub listen: SocketAddr,
+    /// Required from every client when set; needed to listen off loopback.
+    pub token: Option<String>,
+    /// The database file.
+    pub state: PathBuf,
+    /// The switch: its control address and how to connect.
+    pub switch: (SocketAddr, Connector),
+    /// Where workers send to the switch's data plane, when the target does
+    /// not say (bmv2) or says otherwise.
+    pub switch_data: Option<SocketAddr>,
+    /// Host emulators for fallback: control address and connector.
+    pub fallbacks: Vec<(SocketAddr, Connector)>,
+    /// How often every aggregator is checked and brought in step.
+    pub reconcile_every: Duration,
+}
+
+/// Why the daemon cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Off loopback without a token.
+    #[error("the API would listen on {0}, off this host, without a token: pass --token (or listen on 127.0.0.1)")]
+    NoToken(SocketAddr),
+    /// A token of no characters, which any client would present.
+    #[error("the token is empty: give a token of at least one character, or none")]
+    EmptyToken,
+    /// The address is taken or not ours.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// One aggregator given twice: two sites would each remove the
+    /// other's jobs from it at every reconcile.
+    #[error(
+        "the aggregator at {0} is given twice (as the switch and a fallback, or as two \
+         fallbacks): each must be its own"
+    )]
+    Twice(SocketAddr),
+    /// The stored state.
+    #[error(transparent)]
+    State(#[from] CoreError),
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    /// Signalled on every change, for waiting registrations.
+    changed: Condvar,
+    /// Signalled only when stopping: the reconcile thread's periodic wait
+    /// (changes are reconciled by the request that made them).
+    tick: Condvar,
+    token: Option<Token>,
+    stop: AtomicBool,
+    /// Open client connections by number, shut when the controller stops
+    /// (each removes itself when it ends).
+    conns: Mutex<std::collections::HashMap<u64, TcpStream>>,
+}
+
+impl Shared {
+    fn conns(&self) -> MutexGuard<'_, std::collections::HashMap<u64, TcpStream>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies a change, brings every aggregator in step with it at once
+    /// (so a worker admitted next finds its job installed), and wakes the
+    /// waiting registrations. Returns the state, still locked.
+    fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Core) -> Result<T, CoreError>,
+    ) -> Result<(MutexGuard<'_, Core>, T), String> {
+        let mut core = self.lock();
+        let out = f(&mut core).map_err(|e| e.to_string())?;
+        log(&core.reconcile());
+        self.changed.notify_all();
+        Ok((core, out))
+    }
+}
+
+fn log(problems: &[String]) {
+    for p in problems {
+        tracing::warn!("{p}");
+    }
+}
+
+/// A running controller; stopped when dropped.
+pub struct Controller {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Opens the state, binds the API, and starts serving and reconciling.
+    pub fn start(config: ControllerConfig) -> Result<Controller, StartError> {
+        let token = config
+            .token
+            .clone()
+            .map(Token::new)
+            .transpose()
+            .map_err(|_| StartError::EmptyToken)?;
+        if !config.listen.ip().is_loopback() && token.is_none() {
+            return Err(StartError::NoToken(config.listen));
+        }
+        let mut seen = std::collections::HashSet::from([config.switch.0]);
+        if let Some((addr, _)) = config.fallbacks.iter().find(|(a, _)| !seen.insert(*a)) {
+            return Err(StartError::Twice(*addr));
+        }
+        // Bound before anything touches the aggregators: a second
+        // controller started by mistake stops here, not after removing
+        // the first one's jobs from the switch.
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let store = Store::open(&config.state).map_err(CoreError::from)?;
+        let switch = Site::new("switch", config.switch.0, config.switch.1);
+        let mut sites = vec![switch.with_data_addr(config.switch_data)];
+        for (addr, connect) in config.fallbacks {
+            sites.push(Site::new("fallback", addr, connect));
+        }
+        let mut core = Core::load(store, sites)?;
+        log(&core.reconcile());
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Listen { addr, source })?;
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            changed: Condvar::new(),
+            tick: Condvar::new(),
+            token,
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(std::collections::HashMap::new()),
+        });
+        let every = config.reconcile_every;
+        let threads = vec![
+            spawn_named("ctl-accept", {
+                let shared = shared.clone();
+                move || accept_loop(&shared, &listener)
+            }),
+            spawn_named("ctl-reconcile", {
+                let shared = shared.clone();
+                move || reconcile_loop(&shared, every)
+            }),
+        ];
+        Ok(Controller {
+            shared,
+            addr,
+            threads,
+        })
+    }
+
+    /// Where the API listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Runs until the process ends.
+    pub fn wait(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.changed.notify_all();
+        self.shared.tick.notify_all();
+        // Shut the clients' connections first: the accept loop waits for
+        // their threads, and one may be blocked writing to a client that
+        // does not read.
+        let conns = std::mem::take(&mut *self.shared.conns());
+        for c in conns.into_values() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.shared.lock().close();
+    }
+}
+
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawn a controller thread")
+}
+
+/// How often the accept loop looks at the stop flag while no client comes.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// Accepts clients until the controller stops, at most
+/// [`Limits::default`]'s number at once (inagg_wire::lines).
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    let refusal = |peer: SocketAddr, open: usize| {
+        tracing::warn!("API connection from {peer} refused: {open} open");
+        let refusal = Response::Error(format!(
+            "busy: the controller holds {open} connections, every one at work; try again when \
+             one closes"
+        ));
+        serde_json::to_vec(&refusal).unwrap_or_default()
+    };
+    let accept = Accept {
+        limits: Limits::default(),
+        poll: ACCEPT_POLL,
+        refusal: &refusal,
+    };
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let served = shared.clone();
+    lines::serve(
+        listener,
+        &shared.stop,
+        &accept,
+        move |stream, peer, conn| {
+            let id = next.fetch_add(1, Ordering::Relaxed);
+            if let Ok(c) = stream.try_clone() {
+                served.conns().insert(id, c);
+            }
+            serve(&served, stream, peer, &conn);
+            served.conns().remove(&id);
+        },
+    );
+}
+
+fn reconcile_loop(shared: &Shared, every: Duration) {
+    let mut last_problems = Vec::new();
+    while !shared.stop.load(Ordering::Acquire) {
+        let guard = shared.lock();
+        let (mut core, _) = shared
+            .tick
+            .wait_timeout(guard, every)
+            .unwrap_or_else(|p| p.into_inner());
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let problems = core.reconcile();
+        drop(core);
+        // Registrations wait for installation, which reconcile does.
+        shared.changed.notify_all();
+        if problems != last_problems {
+            log(&problems);
+            last_problems = problems;
+        }
+    }
+}
+
+/// How often a connection's reader wakes to see whether the connection has
+/// outstayed its welcome (inagg_wire::conns) or the controller stops.
+const READ_POLL: Duration = Duration::from_millis(200);
+
+/// One client connection: requests until it closes, the controller stops,
+/// or its place is taken.
+fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let Ok(mut lines) = LineReader::new(stream, MAX_LINE, READ_POLL) else {
+        return;
+    };
+    loop {
+        let response = match lines.next_request(conn, &shared.stop) {
+            Next::Line(line) => match std::str::from_utf8(line) {
+                Err(_) => Response::Error("request is not UTF-8 JSON".into()),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => {
+                    let text = text.to_string();
+                    respond(shared, &text, peer, lines.get_ref())
+                }
+            },
+            Next::TooLong => {
+                let too_long =
+                    Response::Error(format!("request line longer than {MAX_LINE} bytes"));
+                tracing::warn!("refused a request from {peer}: {MAX_LINE} bytes without a newline");
+                let _ = write_response(&mut writer, &too_long);
+                return;
+            }
+            Next::Closed | Next::TimedOut | Next::Failed(_) => return,
+        };
+        if let Response::Error(e) = &response {
+            tracing::warn!("refused a request from {peer}: {e}");
+        }
+        if write_response(&mut writer, &response).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes one reply line.
+fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Result<()> {
+    let out = serde_json::to_vec(response)
+        .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes());
+    lines::write_line(writer, &out)
+}
+
+/// Whether a request may pass: the API has no token, or `given` is it
+/// (compared in constant time).
+fn token_ok(expected: Option<&Token>, given: Option<&str>) -> bool {
+    match (expected, given) {
+        (None, _) => true,
+        (Some(t), Some(g)) => t.matches(g),
+        (Some(_), None) => false,
+    }
+}
+
+/// One request line: token check, then the request.
+fn respond(shared: &Shared, line: &str, peer: SocketAddr, conn: &TcpStream) -> Response {
+    match serde_json::from_str::<Envelope>(line) {
+        Err(e) => Response::Error(format!("unreadable request: {e}")),
+        Ok(env) if !token_ok(shared.token.as_ref(), env.token.as_deref()) => Response::Error(
+            "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
+        ),
+        Ok(env) => {
+            let summary = env.request.summary();
+            match handle(shared, env.request, peer, conn) {
+                Ok(r) => {
+                    if summary.1 {
+                        tracing::info!("{} from {peer}", summary.0);
+                    } else {
+                        tracing::debug!("{} from {peer}", summary.0);
+                    }
+                    Response::Ok(r)
+                }
+                Err(e) => Response::Error(e),
+            }
+        }
+    }
+}
+
+fn handle(
+    shared: &Shared,
+    request: Request,
+    peer: SocketAddr,
+    conn: &TcpStream,
+) -> Result<Reply, String> {
+    match request {
+        Request::CreateJob { decl } => {
+            let (core, ()) = shared.change(|c| c.create(decl.clone()).map(drop))?;
+            // The status after reconciling (a waiting job may have been placed).
+            let job = core.status(&core.jobs[&decl.name]);
+            Ok(Reply::Job { job })
+        }
+        Request::DeleteJob { name } => {
+            drop(shared.change(|c| c.delete(&name))?);
+            Ok(Reply::Done)
+        }
+        Request::Jobs => {
+            let core = shared.lock();
+            let jobs = core.jobs.values().map(|j| core.status(j)).collect();
+            Ok(Reply::Jobs { jobs })
+        }
+        Request::CreateGroup { decl } => {
+            let (mut core, record) = shared.change(|c| c.create_group(decl))?;
+            let group = core
+                .group_status()
+                .into_iter()
+                .find(|g| g.id == record.id && g.owner == "hand");
+            Ok(Reply::Groups {
+                groups: group.into_iter().collect(),
+            })
+        }
+        Request::DeleteGroup { name } => {
+            drop(shared.change(|c| c.delete_group(&name))?);
+            Ok(Reply::Done)
+        }
+        Request::Groups => Ok(Reply::Groups {
+            groups: shared.lock().group_status(),
+        }),
+        Request::Sites => {
+            let core = shared.lock();
+            Ok(Reply::Sites {
+                sites: core.site_status(),
+            })
+        }
+        Request::Stats => Ok(Reply::Stats {
+            sites: shared.lock().stats(),
+        }),
+        Request::Priority => Ok(Reply::Priority {
+            map: shared
+                .lock()
+                .priority
+                .iter()
+                .map(|(&class, &queue)| inagg_switch_api::queues::ClassQueue { class, queue })
+                .collect(),
+        }),
+        Request::SetPriority { class, queue } => {
+            let mut core = shared.lock();
+            core.set_priority(class, queue).map_err(|e| e.to_string())?;
+            let problems = core.reconcile();
+            if let Some(p) = problems.first() {
+                return Err(format!("stored, but not installed everywhere yet: {p}"));
+            }
+            Ok(Reply::Done)
+        }
+        Request::Register {
+            job,
+            rank,
+            endpoint,
+            port,
+            wait_ms,
+        } => {
+            let endpoint = match (endpoint, port) {
+                (Some(e), _) => e,
+                (None, Some(p)) => SocketAddr::new(peer.ip(), p),
+                (None, None) => {
+                    return Err("registration needs an endpoint or a port".into());
+                }
+            };
+            register(
+                shared,
+                &job,
+                rank,
+                endpoint,
+                Duration::from_millis(wait_ms),
+                conn,
+            )
+        }
+    }
+}
+
+/// Why a registered worker's job cannot run as things stand, so that the
+/// worker is told at once rather than when its wait runs out: its
+/// aggregator refused this session's install, no aggregator it may run on
+/// takes its K, or its aggregator does not say where workers send.
+fn cannot_run(core: &Core, job: &JobRecord) -> Option<String> {
+    let site = core.site_of(job);
+    if let Some(why) = site.and_then(|s| s.refused(job)) {
+        return Some(format!(
+            "cannot run where it is placed: {why}; \
+             delete it and create it again with settings that aggregator takes"
+        ));
+    }
+    if job.placement == Placement::Waiting {
+        return core
+            .too_wide(&job.decl)
+            .map(|why| format!("cannot be placed: {why}"));
+    }
+    site.filter(|s| s.lacks_data_addr()).map(|s| {
+        format!(
+            "is on {}, which does not say where workers send their packets: start the \
+             controller with --switch-data ADDR (an address routed through the switch, at \
+             inagg's UDP port)",
+            s.name()
+        )
+    })
+}
+
+/// How often a waiting registration looks whether its worker is still
+/// connected.
+const GONE_POLL: Duration = Duration::from_millis(200);
+
+/// Records the worker, then waits until its job is installed with this
+/// worker in it, and tells it where and how to run. A registration that
+/// ends otherwise (its wait runs out, the job cannot run, the worker closes
+/// its connection: killed while it waited) is taken back, so that it does
+/// not complete a session for the others.
+fn register(
+    shared: &Shared,
+    name: &str,
+    rank: u16,
+    endpoint: SocketAddr,
+    wait: Duration,
+    conn: &TcpStream,
+) -> Result<Reply, String> {
+    let (core, ()) = shared.change(|c| c.register(name, rank, endpoint))?;
+    let this = Registration {
+        name,
+        rank,
+        endpoint,
+        generation: core.jobs[name].generation,
+        wait,
+        deadline: Instant::now() + wait.min(MAX_WAIT),
+    };
+    let (mut core, outcome) = admission(shared, core, &this, conn);
+    if outcome.is_err() {
+        match core.withdraw(name, rank, endpoint, this.generation) {
+            Ok(true) => {
+                tracing::info!("job {name:?}: rank {rank} at {endpoint} left before admission");
+                shared.changed.notify_all();
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("job {name:?}: rank {rank} left, but: {e}"),
+        }
+    }
+    outcome
+}
+
+/// A registration waiting for admission.
+struct Registration<'a> {
+    name: &'a str,
+    rank: u16,
+    endpoint: SocketAddr,
+    /// The session it joined.
+    generation: u16,
+    /// As asked, for the message.
+    wait: Duration,
+    deadline: Instant,
+}
+
+/// Waits for a registration's admission; returns the state, still locked.
+fn admission<'a>(
+    shared: &'a Shared,
+    mut core: MutexGuard<'a, Core>,
+    this: &Registration<'_>,
+    conn: &TcpStream,
+) -> (MutexGuard<'a, Core>, Result<Reply, String>) {
+    let Registration {
+        name,
+        rank,
+        endpoint,
+        generation,
+        wait,
+        deadline,
+    } = *this;
+    loop {
+        let Some(job) = core.jobs.get(name) else {
+            return (
+                core,
+                Err(format!("job {name:?} was deleted while rank {rank} waited")),
+            );
+        };
+        if job.generation != generation {
+            let e = format!(
+                "job {name:?}: rank {rank} registered again elsewhere, starting a new session"
+            );
+            return (core, Err(e));
+        }
+        // A rank registering again while this one waited (a restarted
+        // worker) takes its place.
+        if let Some(other) = job.endpoints[usize::from(rank)].filter(|&e| e != endpoint) {
+            let e = format!(
+                "job {name:?}: rank {rank} registered again from {other} while this \
+                 registration waited; that one takes its place"
+            );
+            return (core, Err(e));
+        }
+        if let Some(why) = cannot_run(&core, job) {
+            return (core, Err(format!("job {name:?} {why}")));
+        }
+        if let Some(admission) = admitted(&core, job, rank) {
+            return (core, Ok(Reply::Admitted { admission }));
+        }
+        let now = Instant::now();
+        if now >= deadline || shared.stop.load(Ordering::Acquire) {
+            let e = format!(
+                "job {name:?} not ready after {:.1} s: {}",
+                wait.as_secs_f64(),
+                core.why_waiting(job)
+            );
+            return (core, Err(e));
+        }
+        if closed(conn) {
+            return (
+                core,
+                Err(format!("job {name:?}: rank {rank}'s worker went away")),
+            );
+        }
+        core = shared
+            .changed
+            .wait_timeout(core, (deadline - now).min(GONE_POLL))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}
+
+/// The admission of rank `rank`, once its job is installed.
+fn admitted(core: &Core, job: &JobRecord, rank: u16) -> Option<Admission> {
+    let status = core.status(job);
+    let grant = job.placement.grant()?;
+    if !status.installed {
+        return None;
+    }
+    Some(Admission {
+        job: job.decl.name.clone(),
+        id: job.id,
+        worker: rank,
+        workers: job.decl.workers,
+        pool_size: grant.size,
+        elements: job.decl.elements,
+        generation: job.generation,
+        data_addr: status.data_addr?,
+        fallback: matches!(job.placement, Placement::Fallback { .. }),
+    })
+}
+
+/// Whether the client closed its connection (a worker killed while it
+/// waited). The API is request and reply: a client that shuts its sending
+/// side has no more to ask, so end of stream is taken as the client gone.
+fn closed(conn: &TcpStream) -> bool {
+    if conn.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let peeked = conn.peek(&mut [0u8; 1]);
+    let _ = conn.set_nonblocking(false);
+    match peeked {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    }
+}
