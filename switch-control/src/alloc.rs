@@ -165,6 +165,45 @@ impl SlotAllocator {
     }
 }
 
+/// A pool to move: from where it is to where a repacked memory puts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move<K> {
+    /// Whose pool (the controller's job name).
+    pub key: K,
+    /// Where it is.
+    pub from: Grant,
+    /// Where it goes.
+    pub to: Grant,
+}
+
+/// Packs memory of `slots` slots again: the `fixed` pools stay where they
+/// are, the `movable` ones are placed again, largest first, each best fit
+/// (the big ones find room while there is). Returns the new memory and the
+/// pools that move, or `None` when that does not make the largest free
+/// range larger than `before`'s, or a movable pool does not fit whole, or
+/// two fixed pools overlap.
+pub fn repack<K: Clone + Ord>(
+    before: &SlotAllocator,
+    fixed: &[Grant],
+    movable: &[(K, Grant)],
+) -> Option<(SlotAllocator, Vec<Move<K>>)> {
+    let mut next = SlotAllocator::new(before.slots());
+    for g in fixed {
+        next.reserve(*g).ok()?;
+    }
+    let mut movable = movable.to_vec();
+    movable.sort_by_key(|(key, g)| (std::cmp::Reverse(g.size), key.clone()));
+    let mut moves = Vec::new();
+    for (key, from) in movable {
+        let to = next.allocate(from.size).filter(|g| g.size == from.size)?;
+        if to != from {
+            moves.push(Move { key, from, to });
+        }
+    }
+    let size = |a: &SlotAllocator| a.largest_free().map_or(0, |g| g.size);
+    (size(&next) > size(before)).then_some((next, moves))
+}
+
 /// The largest of `ranges`, the first of equals.
 fn largest(ranges: &[Grant]) -> Option<Grant> {
     ranges
@@ -218,5 +257,48 @@ mod tests {
         ));
         a.reserve(Grant { base: 0, size: 8 }).unwrap();
         assert_eq!(a.free_ranges(), vec![Grant { base: 16, size: 16 }]);
+    }
+
+    /// Memory of 64 slots holding `pools` (name, base, size).
+    fn memory(pools: &[(&str, u32, u32)]) -> (SlotAllocator, Vec<(String, Grant)>) {
+        let mut a = SlotAllocator::new(64);
+        let pools: Vec<(String, Grant)> = pools
+            .iter()
+            .map(|&(name, base, size)| (name.to_string(), Grant { base, size }))
+            .collect();
+        for (_, g) in &pools {
+            a.reserve(*g).unwrap();
+        }
+        (a, pools)
+    }
+
+    #[test]
+    fn repacking_moves_pools_between_all_reduces_around_the_fixed_ones() {
+        // [0,8) a, [16,24) b (installed), [40,48) c: free 8+16+16, largest 16.
+        let (a, pools) = memory(&[("a", 0, 8), ("b", 16, 8), ("c", 40, 8)]);
+        let fixed = [pools[1].1];
+        let movable = [pools[0].clone(), pools[2].clone()];
+        let (next, moves) = repack(&a, &fixed, &movable).unwrap();
+        // a stays at 0 (best fit in [0,16)); c goes to [8,16): [24,64) is free.
+        assert_eq!(
+            moves,
+            vec![Move {
+                key: "c".to_string(),
+                from: Grant { base: 40, size: 8 },
+                to: Grant { base: 8, size: 8 },
+            }]
+        );
+        assert_eq!(next.largest_free(), Some(Grant { base: 24, size: 40 }));
+    }
+
+    #[test]
+    fn repacking_that_gains_nothing_is_refused() {
+        // Already packed: nothing to gain.
+        let (a, pools) = memory(&[("a", 0, 8), ("b", 8, 8)]);
+        assert_eq!(repack(&a, &[], &pools), None);
+        // Installed pools alone fragment the memory: moving none gains nothing.
+        let (a, pools) = memory(&[("a", 8, 8), ("b", 32, 8)]);
+        let fixed: Vec<Grant> = pools.iter().map(|(_, g)| *g).collect();
+        assert_eq!(repack::<String>(&a, &fixed, &[]), None);
     }
 }

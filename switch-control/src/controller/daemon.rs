@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use super::state::Connector;
+pub use super::link::Connector;
 
 use super::api::{Admission, Envelope, Placement, Reply, Request, Response};
-use super::state::{Core, CoreError, JobRecord, Site};
+use super::book::{CoreError, JobRecord, Site};
+use super::link::Link;
+use super::state::Core;
 use super::store::Store;
 
 /// Longest a registration waits for the rest of its job.
@@ -142,10 +144,10 @@ impl Controller {
             source,
         })?;
         let store = Store::open(&config.state).map_err(CoreError::from)?;
-        let switch = Site::new("switch", config.switch.0, config.switch.1);
-        let mut sites = vec![switch.with_data_addr(config.switch_data)];
+        let switch = Site::new("switch", config.switch.0).with_data_addr(config.switch_data);
+        let mut sites = vec![(switch, Link::new(config.switch.1))];
         for (addr, connect) in config.fallbacks {
-            sites.push(Site::new("fallback", addr, connect));
+            sites.push((Site::new("fallback", addr), Link::new(connect)));
         }
         let mut core = Core::load(store, sites)?;
         log(&core.reconcile());

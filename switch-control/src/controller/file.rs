@@ -31,7 +31,7 @@ use inagg_switch_api::queues::ClassQueue;
 use serde::{Deserialize, Serialize};
 
 use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus};
-use super::state::{check_decl, check_group_decl};
+use super::book::{check_decl, check_group_decl};
 use super::Client;
 use crate::target::{ControlError, Result};
 

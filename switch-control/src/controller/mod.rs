@@ -8,7 +8,11 @@
 //! - [`client`]: its client, used by `inagg ctl --controller` and by agents
 //!   that register;
 //! - [`file`](mod@file): declarative files (`inagg ctl --controller ADDR apply -f`);
-//! - `state`: jobs, placement, registration, reconciliation;
+//! - `book`: the bookkeeping, pure (jobs, placement, grants, sessions and
+//!   generations, groups), unit-tested transition by transition;
+//! - `link`: the connection to one aggregator and what goes over it;
+//! - `state`: the book, the links and the database together:
+//!   reconciliation;
 //! - `store`: the database;
 //! - `daemon`: the server (a thread per connection, one lock over the
 //!   state, a reconcile thread).
@@ -20,9 +24,13 @@
 pub mod api;
 pub mod client;
 #[cfg(feature = "controller")]
+mod book;
+#[cfg(feature = "controller")]
 mod daemon;
 #[cfg(feature = "controller")]
 pub mod file;
+#[cfg(feature = "controller")]
+mod link;
 #[cfg(feature = "controller")]
 mod state;
 #[cfg(feature = "controller")]

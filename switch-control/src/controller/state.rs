@@ -1,733 +1,159 @@
-//! The controller's state: the jobs it admitted, where their pools are, who
-//! has registered, and the aggregators (the switch and host emulators) it
-//! keeps in step with that state.
+//! The controller's state as it runs: the [`Book`] (pure bookkeeping), a
+//! [`Link`] to each aggregator, and the database. Every change to the book
+//! is written before the request that made it is answered; `reconcile`
+//! brings the aggregators in step with the book.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::ops::Deref;
 
-use inagg_switch_api::{check_group, FaultConfig, GroupInfo, GroupSpec, JobError, JobSpec};
-use serde::{Deserialize, Serialize};
+use inagg_switch_api::GroupInfo;
 
-use super::api::{
-    GroupDecl, GroupStatus, JobDecl, JobStatus, NamedJobCounters, Placement, SiteStats, SiteStatus,
-};
-use super::store::{Store, StoreError};
-use crate::alloc::{Grant, SlotAllocator};
-use crate::target::{ControlError, Target};
-
-/// A job as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRecord {
-    /// What was asked.
-    pub decl: JobDecl,
-    /// Id in packets.
-    pub id: u16,
-    /// Where the pool is.
-    pub placement: Placement,
-    /// Each rank's endpoint, once known.
-    pub endpoints: Vec<Option<SocketAddr>>,
-    /// Ranks registered in the current session (all of them once installed).
-    pub session: Vec<bool>,
-    /// Membership generation of the current session.
-    pub generation: u16,
-    /// Admission order: waiting jobs are placed first come, first served.
-    pub order: u64,
-    /// The multicast group of its results, allocated with the job and
-    /// freed with it (0 in records stored before groups were allocated:
-    /// given one on load).
-    #[serde(default)]
-    pub group: u16,
-}
-
-/// A multicast group made by hand, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupRecord {
-    /// What was asked.
-    pub decl: GroupDecl,
-    /// The id in packets (the asked one, or allocated).
-    pub id: u16,
-}
-
-impl GroupRecord {
-    /// The switch entry.
-    pub fn spec(&self) -> GroupSpec {
-        GroupSpec {
-            id: self.id,
-            members: self.decl.members.clone(),
-        }
-    }
-}
-
-impl JobRecord {
-    /// Ranks registered in this session.
-    pub fn registered(&self) -> u16 {
-        self.session.iter().filter(|&&r| r).count() as u16
-    }
-
-    /// Every rank known in this session: the job can be installed.
-    pub fn complete(&self) -> bool {
-        self.session.iter().all(|&r| r) && self.endpoints.iter().all(Option::is_some)
-    }
-
-    /// The switch entry, once complete and placed.
-    pub fn spec(&self) -> Option<JobSpec> {
-        let grant = self.placement.grant()?;
-        if !self.complete() {
-            return None;
-        }
-        Some(JobSpec {
-            detours: Vec::new(),
-            upstream: None,
-            id: self.id,
-            workers: self.endpoints.iter().flatten().copied().collect(),
-            pool_base: grant.base,
-            pool_size: grant.size,
-            elements: self.decl.elements,
-            generation: self.generation,
-            queues: self.decl.queues.clone(),
-            group: (self.group != 0).then_some(self.group),
-        })
-    }
-}
-
-/// Opens a connection to an aggregator.
-pub type Connector = Box<dyn Fn() -> Result<Box<dyn Target + Send>, ControlError> + Send>;
-
-/// One aggregator: the switch, or a host emulator serving as fallback.
-pub struct Site {
-    /// "switch" or "fallback".
-    pub role: &'static str,
-    /// Its control address (the key of fallback placements).
-    pub control: SocketAddr,
-    connect: Connector,
-    target: Option<Box<dyn Target + Send>>,
-    /// Its memory, once reached.
-    pub alloc: Option<SlotAllocator>,
-    /// Where its data plane listens, once reached.
-    pub data_addr: Option<SocketAddr>,
-    /// Where workers reach its data plane, as the operator gave it: for a
-    /// target that does not say (a P4 switch takes inagg's UDP port at any
-    /// address routed through it), or to override what it says.
-    data_given: Option<SocketAddr>,
-    /// The largest K it takes, once reached, and whether that is the only
-    /// K it takes (a P4 program's is fixed when it is compiled).
-    elements: Option<(u16, bool)>,
-    /// Bytes of aggregator values its pools may take together (an
-    /// emulator's budget; unlimited for a P4 switch, whose slots are fixed).
-    memory: u64,
-    /// Jobs it refused to install, by id: the session (generation) it
-    /// refused and its reason. Kept while the job is placed here, so that
-    /// a new session's workers see why the last one did not run; cleared
-    /// when an install is taken.
-    refusals: BTreeMap<u16, (u16, String)>,
-    /// The jobs the target held after the last sync, by id. A worker is
-    /// admitted only to a job its aggregator holds: one whose every rank
-    /// has registered is not yet installed while its aggregator is down.
-    held: BTreeMap<u16, JobSpec>,
-    kind: &'static str,
-    error: Option<String>,
-    /// The emulator's faults as the controller first found them: put back
-    /// when it takes the switch back from a connection that displaced it
-    /// (which may have changed them). `None` where the target has none.
-    faults: Option<FaultConfig>,
-    /// Another connection took the switch (an arbitration refusal) since
-    /// the controller last held it.
-    displaced: bool,
-}
-
-impl Site {
-    /// How messages name it: "the switch at ADDR", "the fallback at ADDR".
-    pub fn name(&self) -> String {
-        format!("the {} at {}", self.role, self.control)
-    }
-
-    /// An aggregator not yet reached.
-    pub fn new(role: &'static str, control: SocketAddr, connect: Connector) -> Site {
-        Site {
-            role,
-            control,
-            connect,
-            target: None,
-            alloc: None,
-            data_addr: None,
-            data_given: None,
-            elements: None,
-            memory: u64::MAX,
-            refusals: BTreeMap::new(),
-            held: BTreeMap::new(),
-            kind: "?",
-            error: None,
-            faults: None,
-            displaced: false,
-        }
-    }
-
-    /// The site, with the address workers reach its data plane at given by
-    /// the operator (`None`: what the target says).
-    pub fn with_data_addr(mut self, data: Option<SocketAddr>) -> Site {
-        self.data_given = data;
-        self
-    }
-
-    /// Why it refused the job's current session, if it did.
-    pub fn refused(&self, job: &JobRecord) -> Option<&str> {
-        self.refusals
-            .get(&job.id)
-            .filter(|(g, _)| *g == job.generation)
-            .map(|(_, why)| why.as_str())
-    }
-
-    /// Whether it holds the job as specified (so its workers may start).
-    pub fn holds(&self, spec: &JobSpec) -> bool {
-        self.target.is_some() && self.held.get(&spec.id) == Some(spec)
-    }
-
-    /// Why it is down, if it is ("not reached yet" before the first try).
-    pub fn down(&self) -> Option<String> {
-        match (&self.target, &self.error) {
-            (Some(_), _) => None,
-            (None, Some(e)) => Some(e.clone()),
-            (None, None) => Some("not reached yet".into()),
-        }
-    }
-
-    /// Reached, but with no data-plane address to give workers.
-    pub fn lacks_data_addr(&self) -> bool {
-        self.target.is_some() && self.data_addr.is_none()
-    }
-
-    /// Whether a job's K is one this site takes, as far as is known (a
-    /// site not reached yet might).
-    fn may_take(&self, decl: &JobDecl) -> bool {
-        match self.elements {
-            None => true,
-            Some((k, true)) => decl.elements == k,
-            Some((max, false)) => decl.elements <= max,
-        }
-    }
-
-    /// The K it takes, in words, once reached.
-    fn elements_taken(&self) -> Option<String> {
-        self.elements.map(|e| match e {
-            (k, true) => format!("K = {k} only"),
-            (max, false) => format!("K up to {max}"),
-        })
-    }
-
-    /// What `inagg ctl sites` shows.
-    pub fn status(&self) -> SiteStatus {
-        SiteStatus {
-            role: self.role.into(),
-            kind: self.kind.into(),
-            control: self.control,
-            up: self.target.is_some(),
-            error: self.error.clone(),
-            slots: self.alloc.as_ref().map(SlotAllocator::slots),
-            elements: self.elements_taken(),
-            free: self.alloc.as_ref().map(SlotAllocator::free),
-            free_ranges: self
-                .alloc
-                .as_ref()
-                .map(SlotAllocator::free_ranges)
-                .unwrap_or_default(),
-            memory: None,
-        }
-    }
-
-    /// The site's counters and its jobs', named by `name_of`.
-    fn stats(&mut self, name_of: impl Fn(u16) -> Option<String>) -> SiteStats {
-        let read = self.target.as_mut().map(|t| {
-            let counters = t.counters()?;
-            let jobs = t.jobs()?;
-            Ok::<_, ControlError>((counters, jobs))
-        });
-        let (counters, jobs) = match read {
-            // Not connected: `down` says why.
-            None => (Err(self.down().unwrap_or_default()), Vec::new()),
-            Some(Err(e)) => (Err(e.to_string()), Vec::new()),
-            Some(Ok((c, jobs))) => (
-                Ok(c),
-                jobs.into_iter()
-                    .map(|j| NamedJobCounters {
-                        name: name_of(j.spec.id),
-                        id: j.spec.id,
-                        counters: j.counters,
-                    })
-                    .collect(),
-            ),
-        };
-        SiteStats {
-            role: self.role.into(),
-            control: self.control,
-            counters,
-            jobs,
-        }
-    }
-
-    /// Connects if not connected; on the first contact learns the memory
-    /// size and the data address. Returns whether the site is up.
-    fn ensure(&mut self) -> bool {
-        if self.target.is_some() {
-            return true;
-        }
-        let attempt = (|| {
-            let mut t = (self.connect)()?;
-            let info = t.info()?;
-            let data = t.data_addr()?;
-            Ok::<_, ControlError>((t, info, data))
-        })();
-        match attempt {
-            Ok((mut t, info, data)) => {
-                self.keep_faults(t.as_mut());
-                let slots = info.slots;
-                tracing::info!(
-                    "reached the {} ({}) at {}: {slots} slots",
-                    self.role,
-                    t.kind(),
-                    self.control
-                );
-                self.kind = t.kind();
-                self.target = Some(t);
-                // Filled from the stored placements by `Core::reserve_site`.
-                self.alloc = Some(SlotAllocator::new(slots));
-                self.elements = Some((info.max_elements, info.fixed_elements));
-                self.memory = info.memory;
-                // An emulator bound to 0.0.0.0 is reached at its control host.
-                self.data_addr = self.data_given.or(data.map(|mut a| {
-                    if a.ip().is_unspecified() {
-                        a.set_ip(self.control.ip());
-                    }
-                    a
-                }));
-                self.error = None;
-                true
-            }
-            Err(e) => {
-                self.fail(e);
-                false
-            }
-        }
-    }
-
-    /// On the first contact, notes the target's faults; on taking the
-    /// switch back from a connection that displaced the controller, puts
-    /// them back (whatever it set meanwhile: 100% drop, say).
-    fn keep_faults(&mut self, t: &mut (dyn Target + Send)) {
-        match self.faults {
-            None => self.faults = t.faults().ok(),
-            Some(faults) if self.displaced => match t.set_faults(faults) {
-                Ok(()) => tracing::info!("{}: faults restored after taking it back", self.name()),
-                Err(e) => tracing::warn!("{}: cannot restore its faults: {e}", self.name()),
-            },
-            Some(_) => {}
-        }
-        self.displaced = false;
-    }
-
-    fn fail(&mut self, e: ControlError) {
-        if matches!(e, ControlError::Arbitration(_)) {
-            self.displaced = true;
-        }
-        if self.target.is_some() || self.error.is_none() {
-            tracing::warn!("{} is down: {e}", self.name());
-        }
-        self.target = None;
-        self.held.clear();
-        self.error = Some(e.to_string());
-    }
-
-    /// Makes the target hold exactly `want` (jobs by id, hand-made groups
-    /// by id) and the priority map. A connection error marks the site down
-    /// (retried next time); a refused job or group is reported and the rest
-    /// still installed.
-    fn sync(&mut self, want: &Desired, priority: &BTreeMap<u8, u8>) -> Vec<String> {
-        let mut problems = Vec::new();
-        let Some(t) = self.target.as_mut() else {
-            return problems;
-        };
-        let result = (|| {
-            let have: BTreeMap<u16, JobSpec> =
-                t.jobs()?.into_iter().map(|j| (j.spec.id, j.spec)).collect();
-            self.held = have.clone();
-            for (id, spec) in &have {
-                if want.jobs.get(id) != Some(spec) {
-                    t.delete_job(*id)?;
-                    self.held.remove(id);
-                    tracing::info!("removed job {id} from the {}", self.role);
-                }
-            }
-            // Stale groups go before jobs are created: a job's group may
-            // take a freed id.
-            let groups = hand_groups(t.as_mut(), !want.groups.is_empty())?;
-            for (id, spec) in &groups {
-                if want.groups.get(id) != Some(spec) {
-                    t.delete_group(*id)?;
-                }
-            }
-            self.refusals.retain(|id, _| want.placed.contains(id));
-            for (id, spec) in &want.jobs {
-                if have.get(id) == Some(spec) {
-                    continue;
-                }
-                match refusal(t.create_job(spec))? {
-                    None => {
-                        self.refusals.remove(id);
-                        self.held.insert(*id, spec.clone());
-                        let (base, end) = (spec.pool_base, spec.pool_end());
-                        let (n, g) = (spec.workers.len(), spec.generation);
-                        tracing::info!(
-                            "installed job {id} on the {}: slots [{base}, {end}), {n} workers, \
-                             generation {g}",
-                            self.role
-                        );
-                    }
-                    // Said once, not at every reconcile that tries again.
-                    Some(why) => {
-                        let refusal = (spec.generation, why);
-                        if self.refusals.get(id) != Some(&refusal) {
-                            problems
-                                .push(format!("the {} refused job {id}: {}", self.role, refusal.1));
-                            self.refusals.insert(*id, refusal);
-                        }
-                    }
-                }
-            }
-            for (id, spec) in &want.groups {
-                if groups.get(id) != Some(spec) {
-                    problems.extend(refusal(t.create_group(spec))?);
-                }
-            }
-            sync_priority(t.as_mut(), priority)
-        })();
-        if let Err(e) = result {
-            problems.push(e.to_string());
-            if !matches!(e, ControlError::Job(_) | ControlError::Api(_)) {
-                self.fail(e);
-            }
-        }
-        problems
-    }
-}
-
-/// A target's answer to an install: `None` when done, the reason when it
-/// refused (the request's fault, reported while the rest goes on), or an
-/// error of the connection (which marks the site down).
-fn refusal(r: Result<(), ControlError>) -> Result<Option<String>, ControlError> {
-    match r {
-        Ok(()) => Ok(None),
-        Err(
-            e @ (ControlError::Job(_) | ControlError::Api(_) | ControlError::Unsupported { .. }),
-        ) => Ok(Some(e.to_string())),
-        Err(e) => Err(e),
-    }
-}
-
-/// What one aggregator should hold.
-#[derive(Debug, Default)]
-struct Desired {
-    /// The jobs to install: those placed here with every worker known.
-    jobs: BTreeMap<u16, JobSpec>,
-    groups: BTreeMap<u16, GroupSpec>,
-    /// Every job placed here, installable or not.
-    placed: BTreeSet<u16>,
-}
-
-/// The hand-made groups a target holds. A target without groups holds none;
-/// that is an error only when some are wanted.
-fn hand_groups(t: &mut dyn Target, wanted: bool) -> Result<BTreeMap<u16, GroupSpec>, ControlError> {
-    let groups = match t.groups() {
-        Ok(g) => g,
-        Err(ControlError::Unsupported { .. }) if !wanted => return Ok(BTreeMap::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(groups
-        .into_iter()
-        .filter(|g| g.job.is_none())
-        .map(|g| {
-            (
-                g.id,
-                GroupSpec {
-                    id: g.id,
-                    members: g.members,
-                },
-            )
-        })
-        .collect())
-}
-
-/// Installs the class -> queue entries the target lacks (targets without
-/// queues are left alone).
-fn sync_priority(t: &mut dyn Target, want: &BTreeMap<u8, u8>) -> Result<(), ControlError> {
-    if want.is_empty() {
-        return Ok(());
-    }
-    let have: BTreeMap<u8, u8> = match t.queues() {
-        Ok(r) => r.map.iter().map(|m| (m.class, m.queue)).collect(),
-        Err(ControlError::Unsupported { .. }) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for (&class, &queue) in want {
-        if have.get(&class).copied().unwrap_or(0) != queue {
-            t.set_priority_queue(class, queue)?;
-        }
-    }
-    Ok(())
-}
-
-/// Why the controller refused a request (the caller's fault unless it says
-/// otherwise; each message says what to do).
-#[derive(Debug, thiserror::Error)]
-pub enum CoreError {
-    /// A bad job declaration.
-    #[error("job {name:?}: {message}")]
-    BadJob {
-        /// The job.
-        name: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The name is taken.
-    #[error("job {0:?} already exists; delete it first (inagg ctl job delete {0})")]
-    Exists(String),
-    /// No such job.
-    #[error("no job {0:?}; create it first (inagg ctl job create --name {0} ...)")]
-    Unknown(String),
-    /// A rank outside the job.
-    #[error("job {name:?} has {workers} workers (ranks 0 to {}); rank {rank} is not one", .workers.saturating_sub(1))]
-    BadRank {
-        /// The job.
-        name: String,
-        /// The rank given.
-        rank: u16,
-        /// Workers in the job.
-        workers: u16,
-    },
-    /// The endpoint is another rank's.
-    #[error("job {name:?}: endpoint {endpoint} is already rank {other}'s")]
-    EndpointTaken {
-        /// The job.
-        name: String,
-        /// The endpoint.
-        endpoint: SocketAddr,
-        /// Whose it is.
-        other: usize,
-    },
-    /// Refused as the switch would refuse it (a queue it does not have).
-    #[error(transparent)]
-    Refused(#[from] inagg_switch_api::JobError),
-    /// Every job id is in use.
-    #[error("all 65535 job ids are in use")]
-    NoIds,
-    /// Every multicast group id is in use.
-    #[error("all 65535 multicast group ids are in use")]
-    NoGroupIds,
-    /// A bad group declaration.
-    #[error("group {name:?}: {message}")]
-    BadGroup {
-        /// The group.
-        name: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The group name is taken.
-    #[error("group {0:?} already exists; delete it first (inagg ctl group delete {0})")]
-    GroupExists(String),
-    /// No such group.
-    #[error("no group {0:?}; `inagg ctl group list` shows the groups")]
-    UnknownGroup(String),
-    /// The database failed (the environment's fault).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// Everything the controller holds, behind one lock.
-pub struct Core {
-    /// The jobs by name.
-    pub jobs: BTreeMap<String, JobRecord>,
-    /// Multicast groups made by hand, by name (on the switch).
-    pub groups: BTreeMap<String, GroupRecord>,
-    /// Class -> queue on every aggregator.
-    pub priority: BTreeMap<u8, u8>,
-    /// Index 0: the switch; then the fallbacks.
-    pub sites: Vec<Site>,
-    store: Store,
-    next_order: u64,
-    next_generation: u16,
-}
+use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats};
+use super::book::{Book, CoreError, Dirty, GroupRecord, JobRecord, Site};
+use super::link::Link;
+use super::store::Store;
 
 const GENERATION_KEY: &str = "next_generation";
 const PRIORITY_KEY: &str = "priority";
 const GROUPS_KEY: &str = "groups";
 
+/// Everything the controller holds, behind one lock. Reads go to the
+/// book (`Deref`); changes go through the methods here, which write them.
+pub struct Core {
+    book: Book,
+    links: Vec<Link>,
+    store: Store,
+}
+
+impl Deref for Core {
+    type Target = Book;
+
+    fn deref(&self) -> &Book {
+        &self.book
+    }
+}
+
 impl Core {
     /// Loads the stored state; pools are re-reserved when each aggregator
     /// is first reached.
-    pub fn load(store: Store, sites: Vec<Site>) -> Result<Core, CoreError> {
+    pub fn load(store: Store, sites: Vec<(Site, Link)>) -> Result<Core, CoreError> {
         let jobs: BTreeMap<String, JobRecord> = store
             .jobs()?
             .into_iter()
             .map(|j| (j.decl.name.clone(), j))
             .collect();
-        let next_order = jobs.values().map(|j| j.order + 1).max().unwrap_or(0);
         let next_generation = store.meta(GENERATION_KEY)?.unwrap_or(1);
         let priority = store.meta(PRIORITY_KEY)?.unwrap_or_default();
         let groups = store.meta(GROUPS_KEY)?.unwrap_or_default();
-        let mut core = Core {
-            jobs,
-            groups,
-            priority,
-            sites,
-            store,
-            next_order,
-            next_generation,
-        };
-        core.give_jobs_groups()?;
-        core.leave_unknown_fallbacks()?;
+        let (sites, links) = sites.into_iter().unzip();
+        let book = Book::new(jobs, groups, priority, next_generation, sites)?;
+        let mut core = Core { book, links, store };
+        core.save()?;
         Ok(core)
     }
 
-    /// Sends the jobs stored on a fallback this controller was not given
-    /// (it restarted without that `--fallback`) to be placed again, rather
-    /// than wait for an aggregator it will never reach.
-    fn leave_unknown_fallbacks(&mut self) -> Result<(), CoreError> {
-        let sites: Vec<SocketAddr> = self.sites.iter().map(|s| s.control).collect();
-        let gone: Vec<(String, SocketAddr)> = self
-            .jobs
-            .values()
-            .filter_map(|j| match j.placement {
-                Placement::Fallback { host, .. } if !sites.contains(&host) => {
-                    Some((j.decl.name.clone(), host))
-                }
-                _ => None,
-            })
-            .collect();
-        for (name, host) in gone {
-            tracing::warn!(
-                "job {name:?} was on the fallback at {host}, which this controller is not given \
-                 (--fallback); placed again (what that fallback holds is left to it)"
-            );
-            self.unplace(&name)?;
+    /// Writes what the book changed.
+    fn save(&mut self) -> Result<(), CoreError> {
+        let Dirty {
+            jobs,
+            generation,
+            priority,
+            groups,
+        } = self.book.take_dirty();
+        for name in jobs {
+            match self.book.jobs.get(&name) {
+                Some(job) => self.store.put_job(job)?,
+                None => self.store.delete_job(&name)?,
+            }
+        }
+        if generation {
+            self.store
+                .set_meta(GENERATION_KEY, &self.book.next_generation())?;
+        }
+        if priority {
+            self.store.set_meta(PRIORITY_KEY, &self.book.priority)?;
+        }
+        if groups {
+            self.store.set_meta(GROUPS_KEY, &self.book.groups)?;
         }
         Ok(())
     }
 
-    /// Gives a group to every stored job without one.
-    fn give_jobs_groups(&mut self) -> Result<(), CoreError> {
-        let names: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.group == 0)
-            .map(|j| j.decl.name.clone())
-            .collect();
-        for name in names {
-            let group = self.free_group()?;
-            let job = self.jobs.get_mut(&name).expect("listed above");
-            job.group = group;
-            self.store.put_job(job)?;
-        }
-        Ok(())
+    /// Runs a change on the book and writes it (also what a failed change
+    /// did change: a generation it took, say).
+    fn change<T>(&mut self, f: impl FnOnce(&mut Book) -> Result<T, CoreError>) -> Result<T, CoreError> {
+        let out = f(&mut self.book);
+        self.save()?;
+        out
     }
 
-    /// Group ids in use: the jobs' and the hand-made ones.
-    fn groups_in_use(&self) -> BTreeMap<u16, String> {
-        let jobs = self
-            .jobs
-            .values()
-            .filter(|j| j.group != 0)
-            .map(|j| (j.group, format!("job {}", j.decl.name)));
-        let hand = self
-            .groups
-            .values()
-            .map(|g| (g.id, format!("group {}", g.decl.name)));
-        jobs.chain(hand).collect()
+    /// Admits a job: checks it, gives it an id, places its pool.
+    pub fn create(&mut self, decl: JobDecl) -> Result<JobStatus, CoreError> {
+        self.change(|b| b.create(decl))
     }
 
-    /// The lowest group id not in use.
-    fn free_group(&self) -> Result<u16, CoreError> {
-        let used = self.groups_in_use();
-        (1..=u16::MAX)
-            .find(|i| !used.contains_key(i))
-            .ok_or(CoreError::NoGroupIds)
+    /// Removes a job, frees its pool, and places waiting jobs in the room.
+    pub fn delete(&mut self, name: &str) -> Result<(), CoreError> {
+        self.change(|b| b.delete(name))
+    }
+
+    /// Records a worker's endpoint (`Book::register`).
+    pub fn register(
+        &mut self,
+        name: &str,
+        rank: u16,
+        endpoint: std::net::SocketAddr,
+    ) -> Result<(), CoreError> {
+        self.change(|b| b.register(name, rank, endpoint))
+    }
+
+    /// Takes back a registration that ended without admission
+    /// (`Book::withdraw`).
+    pub fn withdraw(
+        &mut self,
+        name: &str,
+        rank: u16,
+        endpoint: std::net::SocketAddr,
+        generation: u16,
+    ) -> Result<bool, CoreError> {
+        self.change(|b| b.withdraw(name, rank, endpoint, generation))
     }
 
     /// Makes a group by hand (installed on the switch by the next reconcile).
     pub fn create_group(&mut self, decl: GroupDecl) -> Result<GroupRecord, CoreError> {
-        check_group_decl(&decl)?;
-        if self.groups.contains_key(&decl.name) {
-            return Err(CoreError::GroupExists(decl.name));
-        }
-        let id = match decl.id {
-            Some(id) => {
-                if let Some(owner) = self.groups_in_use().get(&id) {
-                    return Err(JobError::GroupInUse {
-                        group: id,
-                        owner: owner.clone(),
-                    }
-                    .into());
-                }
-                id
-            }
-            None => self.free_group()?,
-        };
-        let record = GroupRecord { decl, id };
-        self.groups.insert(record.decl.name.clone(), record.clone());
-        self.store.set_meta(GROUPS_KEY, &self.groups)?;
-        Ok(record)
+        self.change(|b| b.create_group(decl))
     }
 
     /// Removes a group made by hand.
     pub fn delete_group(&mut self, name: &str) -> Result<(), CoreError> {
-        if self.groups.remove(name).is_none() {
-            let message = match self.jobs.get(name) {
-                Some(_) => format!(
-                    "{name:?} is a job; its group goes when the job is deleted \
-                     (inagg ctl job delete {name})"
-                ),
-                None => return Err(CoreError::UnknownGroup(name.into())),
-            };
-            return Err(CoreError::BadGroup {
-                name: name.into(),
-                message,
-            });
-        }
-        self.store.set_meta(GROUPS_KEY, &self.groups)?;
-        Ok(())
+        self.change(|b| b.delete_group(name))
+    }
+
+    /// Sets a class -> queue entry (installed by the next reconcile).
+    pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), CoreError> {
+        self.change(|b| b.set_priority(class, queue))
     }
 
     /// Every group, the jobs' and the hand-made ones, with the counters of
     /// the aggregators that answer.
     pub fn group_status(&mut self) -> Vec<GroupStatus> {
         let mut seen: BTreeMap<u16, GroupInfo> = BTreeMap::new();
-        for site in &mut self.sites {
-            if let Some(t) = site.target.as_mut() {
-                if let Ok(groups) = t.groups() {
-                    seen.extend(groups.into_iter().map(|g| (g.id, g)));
-                }
+        for link in &mut self.links {
+            if let Some(groups) = link.groups() {
+                seen.extend(groups.into_iter().map(|g| (g.id, g)));
             }
         }
-        let status = |name: &str, id: u16, owner: &str, members: Vec<SocketAddr>| {
-            let on = seen.get(&id);
-            GroupStatus {
-                name: name.into(),
-                id,
-                owner: owner.into(),
-                installed: on.is_some_and(|g| g.members == members),
-                packets: on.map_or(0, |g| g.packets),
-                copies: on.map_or(0, |g| g.copies),
-                members,
-            }
-        };
-        let jobs = self.jobs.values().filter(|j| j.group != 0).map(|j| {
-            let members = j.endpoints.iter().flatten().copied().collect();
-            status(&j.decl.name, j.group, "job", members)
-        });
-        let hand = self
-            .groups
-            .values()
-            .map(|g| status(&g.decl.name, g.id, "hand", g.decl.members.clone()));
-        let mut all: Vec<GroupStatus> = jobs.chain(hand).collect();
-        all.sort_by_key(|g| g.id);
-        all
+        self.book.group_status(&seen)
+    }
+
+    /// Every aggregator's counters, jobs named.
+    pub fn stats(&mut self) -> Vec<SiteStats> {
+        let names = self.book.names();
+        self.links
+            .iter_mut()
+            .zip(&self.book.sites)
+            .map(|(link, site)| link.stats(site, |id| names.get(&id).cloned()))
+            .collect()
     }
 
     /// Closes the database and every aggregator's connection (the
@@ -735,438 +161,9 @@ impl Core {
     /// controller started next may claim them at once.
     pub fn close(&mut self) {
         self.store.close();
-        for s in &mut self.sites {
-            s.target = None;
+        for link in &mut self.links {
+            link.close();
         }
-    }
-
-    /// A fresh generation for a new session of some job: packets of older
-    /// sessions carry another one and are dropped.
-    fn fresh_generation(&mut self) -> Result<u16, CoreError> {
-        let g = self.next_generation;
-        self.next_generation = self.next_generation.wrapping_add(1).max(1);
-        self.store.set_meta(GENERATION_KEY, &self.next_generation)?;
-        Ok(g)
-    }
-
-    /// The index in `sites` of the aggregator a placement is on.
-    fn site_index(&self, p: &Placement) -> Option<usize> {
-        match *p {
-            Placement::Waiting => None,
-            Placement::Switch { .. } => Some(0),
-            Placement::Fallback { host, .. } => self.sites.iter().position(|s| s.control == host),
-        }
-    }
-
-    /// The aggregator a job is placed on.
-    pub fn site_of(&self, job: &JobRecord) -> Option<&Site> {
-        self.site_index(&job.placement)
-            .and_then(|i| self.sites.get(i))
-    }
-
-    /// Status of one job.
-    pub fn status(&self, job: &JobRecord) -> JobStatus {
-        let site = self.site_of(job);
-        let refusal = site.and_then(|s| s.refusals.get(&job.id));
-        JobStatus {
-            decl: job.decl.clone(),
-            id: job.id,
-            placement: job.placement,
-            registered: job.registered(),
-            installed: site.zip(job.spec()).is_some_and(|(s, spec)| s.holds(&spec)),
-            refused: refusal.map(|(_, why)| why.clone()),
-            down: site.and_then(|s| Some(format!("{}: {}", s.name(), s.down()?))),
-            generation: job.generation,
-            data_addr: site.and_then(|s| s.data_addr),
-        }
-    }
-
-    /// Why a job is not installed yet, for a registration whose wait ran
-    /// out: no room, its aggregator down, or ranks missing.
-    pub fn why_waiting(&self, job: &JobRecord) -> String {
-        let down = |s: &Site| Some((s.name(), s.down()?));
-        match self.site_of(job) {
-            None => {
-                let mut why = "no aggregator has a free slot (delete a job, or add a --fallback \
-                               emulator)"
-                    .to_string();
-                for (site, e) in self.candidates(&job.decl).iter().filter_map(down) {
-                    why = format!("{why}; {site} is down: {e}");
-                }
-                why
-            }
-            Some(s) => match down(s) {
-                Some((site, e)) => {
-                    format!("{site}, where it is placed, is down ({e}); it is installed when that is back")
-                }
-                None => format!(
-                    "{} of {} workers registered",
-                    job.registered(),
-                    job.decl.workers
-                ),
-            },
-        }
-    }
-
-    /// Admits a job: checks it, gives it an id, places its pool.
-    pub fn create(&mut self, decl: JobDecl) -> Result<JobStatus, CoreError> {
-        check_decl(&decl)?;
-        if let Some(message) = self.too_wide(&decl) {
-            return Err(CoreError::BadJob {
-                name: decl.name,
-                message,
-            });
-        }
-        if self.jobs.contains_key(&decl.name) {
-            return Err(CoreError::Exists(decl.name));
-        }
-        let used: std::collections::BTreeSet<u16> = self.jobs.values().map(|j| j.id).collect();
-        let id = (1..=u16::MAX)
-            .find(|i| !used.contains(i))
-            .ok_or(CoreError::NoIds)?;
-        let n = usize::from(decl.workers);
-        let given = decl.endpoints.clone();
-        let mut job = JobRecord {
-            id,
-            placement: Placement::Waiting,
-            endpoints: given
-                .as_ref()
-                .map_or(vec![None; n], |e| e.iter().copied().map(Some).collect()),
-            session: vec![given.is_some(); n],
-            generation: self.fresh_generation()?,
-            order: self.next_order,
-            group: self.free_group()?,
-            decl,
-        };
-        self.next_order += 1;
-        job.placement = self.place(&job.decl);
-        tracing::info!("job {:?} (id {}): {}", job.decl.name, id, job.placement);
-        self.store.put_job(&job)?;
-        let status = self.status(&job);
-        self.jobs.insert(job.decl.name.clone(), job);
-        Ok(status)
-    }
-
-    /// The aggregators a job may run on: the switch, and the fallbacks if
-    /// it accepts one.
-    fn candidates(&self, decl: &JobDecl) -> &[Site] {
-        if decl.fallback {
-            &self.sites
-        } else {
-            &self.sites[..1]
-        }
-    }
-
-    /// Why no aggregator the job may run on takes its K, when every one of
-    /// them is known to refuse it (a site not reached yet might take it).
-    pub fn too_wide(&self, decl: &JobDecl) -> Option<String> {
-        let sites = self.candidates(decl);
-        if sites.iter().any(|s| s.may_take(decl)) {
-            return None;
-        }
-        let limits: Vec<String> = sites
-            .iter()
-            .filter_map(|s| Some(format!("{}: {}", s.name(), s.elements_taken()?)))
-            .collect();
-        Some(format!(
-            "K = {} elements per packet is not one any aggregator it may run on takes ({})",
-            decl.elements,
-            limits.join(", ")
-        ))
-    }
-
-    /// Where a new pool goes: the switch (whole or partial grant), else a
-    /// fallback with room (if the job accepts one), else nowhere yet. Only
-    /// an aggregator that takes the job's K is given it. When
-    /// no free range of the switch holds the request, the switch's memory
-    /// is first compacted as far as jobs between all-reduces allow.
-    fn place(&mut self, decl: &JobDecl) -> Placement {
-        let largest = |c: &Core| {
-            c.sites[0]
-                .alloc
-                .as_ref()
-                .map(|a| a.largest_free().map_or(0, |g| g.size))
-        };
-        let on_switch = self.sites[0].may_take(decl);
-        if on_switch && largest(self).is_some_and(|l| l < decl.slots) {
-            self.defragment(&decl.name);
-        }
-        let want = self.memory_cap(0, decl);
-        if let Some(grant) = self.sites[0]
-            .alloc
-            .as_mut()
-            .filter(|_| on_switch && want > 0)
-            .and_then(|a| a.allocate(want))
-        {
-            return Placement::Switch { grant };
-        }
-        if decl.fallback {
-            for i in 1..self.sites.len() {
-                // A fallback that is down would hold the job up until it is back.
-                let want = self.memory_cap(i, decl);
-                let site = &mut self.sites[i];
-                if site.target.is_none() || !site.may_take(decl) || want == 0 {
-                    continue;
-                }
-                if let Some(grant) = site.alloc.as_mut().and_then(|a| a.allocate(want)) {
-                    return Placement::Fallback {
-                        host: site.control,
-                        grant,
-                    };
-                }
-            }
-        }
-        Placement::Waiting
-    }
-
-    /// What `inagg ctl sites` shows of every site, with the value memory
-    /// the pools placed on each take.
-    pub fn site_status(&self) -> Vec<SiteStatus> {
-        (0..self.sites.len())
-            .map(|i| {
-                let site = &self.sites[i];
-                SiteStatus {
-                    memory: (site.memory != u64::MAX && site.target.is_some())
-                        .then(|| (site.memory, self.memory_used(i))),
-                    ..site.status()
-                }
-            })
-            .collect()
-    }
-
-    /// Bytes of values the pools placed on site `i` take.
-    fn memory_used(&self, i: usize) -> u64 {
-        self.jobs
-            .values()
-            .filter(|j| self.site_index(&j.placement) == Some(i))
-            .filter_map(|j| {
-                let g = j.placement.grant()?;
-                Some(u64::from(g.size) * inagg_switch_api::slot_bytes(j.decl.elements))
-            })
-            .sum()
-    }
-
-    /// The most slots (up to the job's request) that site `i`'s value
-    /// memory leaves room for at the job's K: an emulator's budget less
-    /// what the pools placed there take. A request larger than that is
-    /// granted less, as one larger than the free slots is.
-    fn memory_cap(&self, i: usize, decl: &JobDecl) -> u32 {
-        let used = self.memory_used(i);
-        let room =
-            self.sites[i].memory.saturating_sub(used) / inagg_switch_api::slot_bytes(decl.elements);
-        room.min(u64::from(decl.slots)) as u32
-    }
-
-    /// Defragments the switch's memory between all-reduces: the pools of
-    /// jobs that are not installed (their current session has not every
-    /// rank yet, so none of their all-reduces can be running, and their
-    /// workers address slots relative to the pool, so a new base is
-    /// invisible to them) are packed again around the installed ones.
-    /// Kept only when it makes the largest free range larger; `for_job`
-    /// names the job it is for, in the log.
-    fn defragment(&mut self, for_job: &str) {
-        let Some(old) = self.sites[0].alloc.as_ref() else {
-            return;
-        };
-        let before = old.largest_free().map_or(0, |g| g.size);
-        let mut next = SlotAllocator::new(old.slots());
-        let mut movable: Vec<(String, Grant)> = Vec::new();
-        for j in self.jobs.values() {
-            let Placement::Switch { grant } = j.placement else {
-                continue;
-            };
-            if j.spec().is_some() {
-                if next.reserve(grant).is_err() {
-                    return;
-                }
-            } else {
-                movable.push((j.decl.name.clone(), grant));
-            }
-        }
-        // Largest first, each best fit: the big ones find room while there is.
-        movable.sort_by_key(|(name, g)| (std::cmp::Reverse(g.size), name.clone()));
-        let mut moves = Vec::new();
-        for (name, grant) in movable {
-            match next.allocate(grant.size) {
-                Some(g) if g.size == grant.size => moves.push((name, grant, g)),
-                _ => return,
-            }
-        }
-        if next.largest_free().map_or(0, |g| g.size) <= before {
-            return;
-        }
-        for (name, from, to) in moves.into_iter().filter(|(_, f, t)| f != t) {
-            let job = self.jobs.get_mut(&name).expect("listed above");
-            job.placement = Placement::Switch { grant: to };
-            if let Err(e) = self.store.put_job(job) {
-                tracing::error!("{e}");
-            }
-            tracing::info!(
-                "moved job {name:?} from slots [{}, {}) to [{}, {}) \
-                 (between its all-reduces) to make room for {for_job:?}",
-                from.base,
-                from.end(),
-                to.base,
-                to.end()
-            );
-        }
-        self.sites[0].alloc = Some(next);
-    }
-
-    /// Removes a job, frees its pool, and places waiting jobs in the room.
-    pub fn delete(&mut self, name: &str) -> Result<(), CoreError> {
-        let job = self
-            .jobs
-            .remove(name)
-            .ok_or_else(|| CoreError::Unknown(name.into()))?;
-        self.store.delete_job(name)?;
-        self.release_pool(job.placement);
-        self.place_waiting()
-    }
-
-    /// Frees a placement's slots on its aggregator (if it has any there).
-    fn release_pool(&mut self, placement: Placement) {
-        if let (Some(g), Some(i)) = (placement.grant(), self.site_index(&placement)) {
-            if let Some(a) = self.sites[i].alloc.as_mut() {
-                a.release(g.base);
-            }
-        }
-    }
-
-    /// Takes a job off its aggregator, to be placed again.
-    fn unplace(&mut self, name: &str) -> Result<(), CoreError> {
-        let job = self.jobs.get_mut(name).expect("a known job");
-        let was = std::mem::replace(&mut job.placement, Placement::Waiting);
-        self.release_pool(was);
-        self.store.put_job(&self.jobs[name])?;
-        Ok(())
-    }
-
-    /// Places waiting jobs, first come first served, while room lasts.
-    fn place_waiting(&mut self) -> Result<(), CoreError> {
-        let mut waiting: Vec<(u64, String)> = self
-            .jobs
-            .values()
-            .filter(|j| j.placement == Placement::Waiting)
-            .map(|j| (j.order, j.decl.name.clone()))
-            .collect();
-        waiting.sort();
-        for (_, name) in waiting {
-            let decl = self.jobs[&name].decl.clone();
-            let placement = self.place(&decl);
-            if placement == Placement::Waiting {
-                continue;
-            }
-            let job = self.jobs.get_mut(&name).expect("listed above");
-            tracing::info!("waiting job {name:?} placed: {placement}");
-            job.placement = placement;
-            self.store.put_job(job)?;
-        }
-        Ok(())
-    }
-
-    /// Records a worker's endpoint. A rank registering again after the
-    /// job was installed starts a new session: a fresh generation, and the
-    /// job is installed again once every rank has registered again.
-    pub fn register(
-        &mut self,
-        name: &str,
-        rank: u16,
-        endpoint: SocketAddr,
-    ) -> Result<(), CoreError> {
-        let generation = match self.jobs.get(name) {
-            Some(j) if j.complete() => Some(self.fresh_generation()?),
-            _ => None,
-        };
-        let job = self
-            .jobs
-            .get_mut(name)
-            .ok_or_else(|| CoreError::Unknown(name.into()))?;
-        let workers = job.decl.workers;
-        if rank >= workers {
-            return Err(CoreError::BadRank {
-                name: name.into(),
-                rank,
-                workers,
-            });
-        }
-        let taken = job
-            .endpoints
-            .iter()
-            .enumerate()
-            .position(|(r, e)| r != usize::from(rank) && *e == Some(endpoint));
-        // A rank that already registered in this session keeps its
-        // endpoint; one from an earlier session gives it up.
-        if let Some(other) = taken {
-            if job.session[other] && generation.is_none() {
-                return Err(CoreError::EndpointTaken {
-                    name: name.into(),
-                    endpoint,
-                    other,
-                });
-            }
-            job.endpoints[other] = None;
-        }
-        if let Some(g) = generation {
-            job.generation = g;
-            job.session.iter_mut().for_each(|r| *r = false);
-        }
-        job.endpoints[usize::from(rank)] = Some(endpoint);
-        job.session[usize::from(rank)] = true;
-        self.store.put_job(job)?;
-        Ok(())
-    }
-
-    /// Takes back rank `rank`'s registration from `endpoint` in session
-    /// `generation`, which ended without admission (its wait ran out, its
-    /// job cannot run, or its worker went away). A rank that is not there
-    /// must not complete a session: the others would be admitted to a job
-    /// one of its ranks never sends to. Nothing changes if the rank has
-    /// registered again since, or a new session began. Returns whether it
-    /// was taken back.
-    pub fn withdraw(
-        &mut self,
-        name: &str,
-        rank: u16,
-        endpoint: SocketAddr,
-        generation: u16,
-    ) -> Result<bool, CoreError> {
-        let Some(job) = self.jobs.get_mut(name) else {
-            return Ok(false);
-        };
-        let r = usize::from(rank);
-        let ours = job.generation == generation
-            && job.endpoints.get(r) == Some(&Some(endpoint))
-            && job.session[r];
-        if !ours {
-            return Ok(false);
-        }
-        job.session[r] = false;
-        job.endpoints[r] = None;
-        self.store.put_job(job)?;
-        Ok(true)
-    }
-
-    /// Every aggregator's counters, jobs named.
-    pub fn stats(&mut self) -> Vec<SiteStats> {
-        let names: BTreeMap<u16, String> = self
-            .jobs
-            .values()
-            .map(|j| (j.id, j.decl.name.clone()))
-            .collect();
-        self.sites
-            .iter_mut()
-            .map(|s| s.stats(|id| names.get(&id).cloned()))
-            .collect()
-    }
-
-    /// Sets a class -> queue entry (installed by the next reconcile).
-    pub fn set_priority(&mut self, class: u8, queue: u8) -> Result<(), CoreError> {
-        // Checked as every aggregator will check it, before it is stored.
-        inagg_switch_api::queues::check_queue(queue)?;
-        self.priority.insert(class, queue);
-        self.store.set_meta(PRIORITY_KEY, &self.priority)?;
-        Ok(())
     }
 
     /// One pass over every aggregator: reconnect what is down (re-reserving
@@ -1176,180 +173,24 @@ impl Core {
     /// worth logging.
     pub fn reconcile(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        for i in 0..self.sites.len() {
-            let fresh = self.sites[i].target.is_none();
-            if self.sites[i].ensure() && fresh {
-                problems.extend(self.reserve_site(i));
+        for i in 0..self.links.len() {
+            let fresh = !self.links[i].is_up();
+            if self.links[i].ensure(&mut self.book.sites[i]) && fresh {
+                problems.extend(self.book.reserve_site(i));
             }
         }
-        problems.extend(self.leave_down_fallbacks());
-        if let Err(e) = self.place_waiting() {
+        problems.extend(self.book.leave_down_fallbacks());
+        if let Err(e) = self.book.place_waiting() {
             problems.push(e.to_string());
         }
-        let priority = self.priority.clone();
-        for i in 0..self.sites.len() {
-            let here: Vec<&JobRecord> = self.jobs.values().filter(|j| self.on_site(j, i)).collect();
-            let want = Desired {
-                jobs: here
-                    .iter()
-                    .filter_map(|j| j.spec())
-                    .map(|s| (s.id, s))
-                    .collect(),
-                // Groups made by hand live on the switch.
-                groups: match i {
-                    0 => self.groups.values().map(|g| (g.id, g.spec())).collect(),
-                    _ => BTreeMap::new(),
-                },
-                placed: here.iter().map(|j| j.id).collect(),
-            };
-            problems.extend(self.sites[i].sync(&want, &priority));
+        if let Err(e) = self.save() {
+            problems.push(e.to_string());
+        }
+        let priority = self.book.priority.clone();
+        for i in 0..self.links.len() {
+            let want = self.book.desired(i);
+            problems.extend(self.links[i].sync(&mut self.book.sites[i], &want, &priority));
         }
         problems
     }
-
-    /// Sends the jobs on a fallback that is down, and between sessions
-    /// (not every rank has registered, so none of their all-reduces can be
-    /// running), to be placed again: on another aggregator with room, or
-    /// on the same one once it is back. A job whose session is complete
-    /// stays, since its workers may be running on a data plane that only
-    /// the control connection lost.
-    fn leave_down_fallbacks(&mut self) -> Vec<String> {
-        let mut problems = Vec::new();
-        for i in 1..self.sites.len() {
-            if self.sites[i].target.is_some() {
-                continue;
-            }
-            let names: Vec<String> = self
-                .jobs
-                .values()
-                .filter(|j| self.on_site(j, i) && j.spec().is_none())
-                .map(|j| j.decl.name.clone())
-                .collect();
-            for name in names {
-                problems.push(format!(
-                    "job {name:?}: {} is down; placed again",
-                    self.sites[i].name()
-                ));
-                if let Err(e) = self.unplace(&name) {
-                    problems.push(e.to_string());
-                }
-            }
-        }
-        problems
-    }
-
-    fn on_site(&self, job: &JobRecord, i: usize) -> bool {
-        self.site_index(&job.placement) == Some(i)
-    }
-
-    /// Rebuilds a site's allocator from the stored placements; a pool that
-    /// no longer fits (a smaller memory after a restart) sends its job back
-    /// to waiting.
-    fn reserve_site(&mut self, i: usize) -> Vec<String> {
-        let mut problems = Vec::new();
-        let slots = match self.sites[i].alloc.as_ref() {
-            Some(a) => a.slots(),
-            None => return problems,
-        };
-        let mut alloc = SlotAllocator::new(slots);
-        let names: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| self.on_site(j, i))
-            .map(|j| j.decl.name.clone())
-            .collect();
-        for name in names {
-            let site = &self.sites[i];
-            let job = self.jobs.get_mut(&name).expect("listed above");
-            let grant: Grant = job.placement.grant().expect("placed");
-            let why = if site.may_take(&job.decl) {
-                alloc.reserve(grant).err().map(|e| e.to_string())
-            } else {
-                let taken = site.elements_taken().unwrap_or_default();
-                let k = job.decl.elements;
-                Some(format!("K = {k}, and the {} now takes {taken}", site.role))
-            };
-            if let Some(why) = why {
-                problems.push(format!("job {name:?}: {why}; placed again"));
-                job.placement = Placement::Waiting;
-                if let Err(e) = self.store.put_job(job) {
-                    problems.push(e.to_string());
-                }
-            }
-        }
-        self.sites[i].alloc = Some(alloc);
-        problems
-    }
-}
-
-/// Checks a job declaration as the controller does on admission (also
-/// used by `ctl apply` to check a whole file before changing anything).
-pub(crate) fn check_decl(d: &JobDecl) -> Result<(), CoreError> {
-    let bad = |message: String| {
-        Err(CoreError::BadJob {
-            name: d.name.clone(),
-            message,
-        })
-    };
-    if let Err(message) = check_name(&d.name) {
-        return bad(message);
-    }
-    if d.workers == 0 || usize::from(d.workers) > inagg_wire::MAX_WORKERS {
-        return bad(format!(
-            "{} workers; a job has 1 to {}",
-            d.workers,
-            inagg_wire::MAX_WORKERS
-        ));
-    }
-    if d.slots == 0 || d.slots > 65536 {
-        return bad(format!("{} slots; ask for 1 to 65536", d.slots));
-    }
-    if d.elements == 0 || usize::from(d.elements) > inagg_wire::MAX_ELEMENTS {
-        return bad(format!(
-            "K = {} elements per packet; a packet holds 1 to {}",
-            d.elements,
-            inagg_wire::MAX_ELEMENTS
-        ));
-    }
-    if let Err(e) = inagg_switch_api::check_queue_map(&d.queues) {
-        return bad(e.to_string());
-    }
-    if let Some(e) = &d.endpoints {
-        if e.len() != usize::from(d.workers) {
-            return bad(format!(
-                "{} endpoints for {} workers; give one per worker or none",
-                e.len(),
-                d.workers
-            ));
-        }
-        let unique: std::collections::BTreeSet<_> = e.iter().collect();
-        if unique.len() != e.len() {
-            return bad("an endpoint is listed twice".into());
-        }
-    }
-    Ok(())
-}
-
-/// Checks a hand-made group's declaration on its own (ids in use are
-/// checked against the state).
-pub(crate) fn check_group_decl(d: &GroupDecl) -> Result<(), CoreError> {
-    let bad = |message: String| CoreError::BadGroup {
-        name: d.name.clone(),
-        message,
-    };
-    check_name(&d.name).map_err(bad)?;
-    let spec = GroupSpec {
-        // Any valid id: the members are what is checked here.
-        id: d.id.unwrap_or(1),
-        members: d.members.clone(),
-    };
-    check_group(&spec).map_err(|e| bad(e.to_string()))
-}
-
-/// Job and group names: what agents and operators type.
-fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
-        return Err("a name is 1 to 64 characters without spaces".into());
-    }
-    Ok(())
 }

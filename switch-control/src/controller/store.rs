@@ -9,7 +9,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::state::JobRecord;
+use super::book::JobRecord;
 
 /// name -> JobRecord (JSON).
 const JOBS: TableDefinition<&str, &str> = TableDefinition::new("jobs");
