@@ -1036,3 +1036,265 @@ fn check_name(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SWITCH: &str = "10.0.0.1:47001";
+    const FALLBACK: &str = "10.0.0.2:47001";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// A site reached: `slots` slots, K up to 64, no memory budget.
+    fn reached(role: &'static str, control: &str, slots: u32) -> Site {
+        let mut s = Site::new(role, addr(control));
+        s.up = true;
+        s.alloc = Some(SlotAllocator::new(slots));
+        s.elements = Some((64, false));
+        s
+    }
+
+    /// A book over a switch of `slots` slots and, when given, a fallback.
+    fn book(slots: u32, fallback: Option<u32>) -> Book {
+        let mut sites = vec![reached("switch", SWITCH, slots)];
+        if let Some(f) = fallback {
+            sites.push(reached("fallback", FALLBACK, f));
+        }
+        Book::new(BTreeMap::new(), BTreeMap::new(), BTreeMap::new(), 1, sites).unwrap()
+    }
+
+    fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
+        JobDecl {
+            name: name.into(),
+            workers,
+            slots,
+            elements: 64,
+            fallback: true,
+            endpoints: None,
+            queues: Vec::new(),
+        }
+    }
+
+    fn worker(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 1, i], 5000))
+    }
+
+    fn grant(base: u32, size: u32) -> Placement {
+        Placement::Switch {
+            grant: Grant { base, size },
+        }
+    }
+
+    /// Registers every rank of `name`.
+    fn register_all(b: &mut Book, name: &str) {
+        for rank in 0..b.jobs[name].decl.workers {
+            b.register(name, rank, worker(rank as u8)).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_job_gets_an_id_a_group_a_generation_and_a_whole_grant() {
+        let mut b = book(64, None);
+        let status = b.create(decl("a", 2, 16)).unwrap();
+        assert_eq!(
+            (status.id, status.placement, status.generation),
+            (1, grant(0, 16), 1)
+        );
+        assert_eq!(b.jobs["a"].group, 1);
+        assert!(!status.installed, "no rank has registered");
+        let dirty = b.take_dirty();
+        assert!(dirty.jobs.contains("a") && dirty.generation);
+        assert!(b.take_dirty().jobs.is_empty(), "taken once");
+        let err = b.create(decl("a", 2, 16)).unwrap_err();
+        assert!(matches!(err, CoreError::Exists(_)), "{err}");
+    }
+
+    #[test]
+    fn a_full_switch_grants_part_then_sends_jobs_to_the_fallback_or_to_wait() {
+        let mut b = book(32, Some(64));
+        assert_eq!(b.create(decl("a", 2, 24)).unwrap().placement, grant(0, 24));
+        // 8 slots left: a partial grant.
+        assert_eq!(b.create(decl("b", 2, 16)).unwrap().placement, grant(24, 8));
+        // The switch is full: the fallback takes it whole.
+        let on_fallback = b.create(decl("c", 2, 16)).unwrap().placement;
+        assert_eq!(
+            on_fallback,
+            Placement::Fallback {
+                host: addr(FALLBACK),
+                grant: Grant { base: 0, size: 16 }
+            }
+        );
+        // A job that will not run on a fallback waits, and is placed,
+        // first come first served, when a pool is freed.
+        let d = JobDecl {
+            fallback: false,
+            ..decl("d", 2, 8)
+        };
+        assert_eq!(b.create(d).unwrap().placement, Placement::Waiting);
+        assert!(b
+            .why_waiting(&b.jobs["d"])
+            .contains("no aggregator has a free slot"));
+        b.delete("b").unwrap();
+        assert_eq!(b.jobs["d"].placement, grant(24, 8));
+        assert!(
+            b.take_dirty().jobs.contains("b"),
+            "the deleted job is written too"
+        );
+    }
+
+    #[test]
+    fn a_k_no_aggregator_takes_is_refused_unless_one_is_not_reached_yet() {
+        let mut b = book(64, None);
+        b.sites[0].elements = Some((64, true));
+        let wide = JobDecl {
+            elements: 128,
+            ..decl("w", 2, 8)
+        };
+        let err = b.create(wide.clone()).unwrap_err();
+        assert!(err.to_string().contains("K = 64 only"), "{err}");
+        b.sites[0].elements = None; // not reached: it might take it
+        assert!(b.too_wide(&wide).is_none());
+    }
+
+    #[test]
+    fn sessions_complete_and_a_rank_registering_again_starts_a_new_one() {
+        let mut b = book(64, None);
+        b.create(decl("a", 2, 8)).unwrap();
+        b.register("a", 0, worker(0)).unwrap();
+        assert!(b.jobs["a"].spec().is_none(), "rank 1 is missing");
+        let err = b.register("a", 1, worker(0)).unwrap_err();
+        assert!(
+            matches!(err, CoreError::EndpointTaken { other: 0, .. }),
+            "{err}"
+        );
+        let err = b.register("a", 2, worker(2)).unwrap_err();
+        assert!(matches!(err, CoreError::BadRank { rank: 2, .. }), "{err}");
+        b.register("a", 1, worker(1)).unwrap();
+        let spec = b.jobs["a"].spec().expect("complete");
+        assert_eq!(
+            (spec.generation, spec.workers.clone()),
+            (1, vec![worker(0), worker(1)])
+        );
+        // Rank 0 again, after the session completed: a new session with a
+        // fresh generation, waiting for rank 1 again.
+        b.register("a", 0, worker(9)).unwrap();
+        let job = &b.jobs["a"];
+        assert_eq!((job.generation, job.registered()), (2, 1));
+        assert!(job.spec().is_none());
+    }
+
+    #[test]
+    fn a_registration_is_withdrawn_only_in_its_own_session() {
+        let mut b = book(64, None);
+        b.create(decl("a", 2, 8)).unwrap();
+        b.register("a", 0, worker(0)).unwrap();
+        let g = b.jobs["a"].generation;
+        assert!(
+            !b.withdraw("a", 0, worker(0), g + 1).unwrap(),
+            "another session"
+        );
+        assert!(
+            !b.withdraw("a", 0, worker(7), g).unwrap(),
+            "another endpoint"
+        );
+        assert!(b.withdraw("a", 0, worker(0), g).unwrap());
+        assert_eq!(b.jobs["a"].registered(), 0);
+        assert!(!b.withdraw("nobody", 0, worker(0), g).unwrap());
+    }
+
+    #[test]
+    fn pools_between_all_reduces_move_to_make_room_and_installed_ones_stay() {
+        let mut b = book(32, None);
+        for name in ["a", "b", "c", "d"] {
+            b.create(decl(name, 1, 8)).unwrap();
+        }
+        register_all(&mut b, "b"); // b is installed: its pool stays
+        b.delete("a").unwrap();
+        b.delete("c").unwrap();
+        // Free: [0,8) and [16,24); a 16-slot job needs d moved next to b's.
+        let placed = b.create(decl("e", 1, 16)).unwrap().placement;
+        assert_eq!(b.jobs["b"].placement, grant(8, 8));
+        assert_eq!(b.jobs["d"].placement, grant(0, 8));
+        assert_eq!(placed, grant(16, 16));
+        assert!(b.take_dirty().jobs.contains("d"), "the move is written");
+    }
+
+    #[test]
+    fn group_ids_are_shared_by_jobs_and_groups_made_by_hand() {
+        let mut b = book(64, None);
+        b.create(decl("a", 2, 8)).unwrap(); // group 1
+        let hand = |name: &str, id| GroupDecl {
+            name: name.into(),
+            id,
+            members: vec![worker(1), worker(2)],
+        };
+        let err = b.create_group(hand("g", Some(1))).unwrap_err();
+        assert!(err.to_string().contains("job a"), "{err}");
+        assert_eq!(b.create_group(hand("g", None)).unwrap().id, 2);
+        assert!(b.take_dirty().groups);
+        let err = b.delete_group("a").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its group goes when the job is deleted"),
+            "{err}"
+        );
+        b.delete_group("g").unwrap();
+        assert!(matches!(
+            b.delete_group("g"),
+            Err(CoreError::UnknownGroup(_))
+        ));
+    }
+
+    #[test]
+    fn jobs_between_sessions_leave_a_fallback_that_is_down() {
+        let mut b = book(0, Some(64));
+        b.create(decl("idle", 1, 8)).unwrap();
+        b.create(decl("busy", 1, 8)).unwrap();
+        register_all(&mut b, "busy");
+        b.sites[1].up = false;
+        let problems = b.leave_down_fallbacks();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("\"idle\""), "{problems:?}");
+        assert_eq!(b.jobs["idle"].placement, Placement::Waiting);
+        // Its workers may be running on the data plane: it stays.
+        assert!(matches!(
+            b.jobs["busy"].placement,
+            Placement::Fallback { .. }
+        ));
+    }
+
+    #[test]
+    fn a_stored_pool_beyond_a_smaller_memory_sends_its_job_back_to_wait() {
+        let mut b = book(64, None);
+        b.create(decl("low", 1, 16)).unwrap();
+        b.create(decl("high", 1, 32)).unwrap(); // [16, 48)
+                                                // The switch comes back with 32 slots.
+        b.sites[0].alloc = Some(SlotAllocator::new(32));
+        let problems = b.reserve_site(0);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(b.jobs["high"].placement, Placement::Waiting);
+        assert_eq!(b.jobs["low"].placement, grant(0, 16));
+        // Placed again in what is left: a partial grant.
+        b.place_waiting().unwrap();
+        assert_eq!(b.jobs["high"].placement, grant(16, 16));
+    }
+
+    #[test]
+    fn jobs_stored_on_a_fallback_no_longer_given_are_placed_again() {
+        let mut first = book(0, Some(64));
+        first.create(decl("a", 1, 8)).unwrap();
+        let jobs = first.jobs.clone();
+        let b = Book::new(
+            jobs,
+            BTreeMap::new(),
+            BTreeMap::new(),
+            2,
+            vec![reached("switch", SWITCH, 64)],
+        )
+        .unwrap();
+        assert_eq!(b.jobs["a"].placement, Placement::Waiting);
+    }
+}

@@ -22,9 +22,9 @@
 //! registers (the C library) needs neither.
 
 pub mod api;
-pub mod client;
 #[cfg(feature = "controller")]
 mod book;
+pub mod client;
 #[cfg(feature = "controller")]
 mod daemon;
 #[cfg(feature = "controller")]

@@ -81,7 +81,10 @@ impl Core {
 
     /// Runs a change on the book and writes it (also what a failed change
     /// did change: a generation it took, say).
-    fn change<T>(&mut self, f: impl FnOnce(&mut Book) -> Result<T, CoreError>) -> Result<T, CoreError> {
+    fn change<T>(
+        &mut self,
+        f: impl FnOnce(&mut Book) -> Result<T, CoreError>,
+    ) -> Result<T, CoreError> {
         let out = f(&mut self.book);
         self.save()?;
         out
