@@ -10,11 +10,26 @@ use std::time::Instant;
 use inagg_wire::udp::{SendBatch, Staged};
 use inagg_wire::{Kind, Packet, HEADER_LEN};
 
-use crate::faults::{Direction, Fate};
-use crate::server::State;
-use crate::switch::Action;
+use crate::arbitration::Arbitration;
+use crate::egress::Shaper;
+use crate::faults::{Direction, Fate, FaultInjector};
+use crate::switch::{Action, Switch};
 use inagg_switch_api::counters::DropReason;
 use inagg_switch_api::detour::AuxPath;
+
+/// Switch state shared by the data and control threads: what every
+/// datagram goes through.
+#[derive(Debug)]
+pub struct State {
+    /// The switch.
+    pub switch: Switch,
+    /// The fault injector.
+    pub faults: FaultInjector,
+    /// Paced egress ports with priority queues, when a line rate is set.
+    pub shaper: Option<Shaper>,
+    /// Which control connection is the primary controller.
+    pub arbitration: Arbitration,
+}
 
 /// Where outgoing datagrams go.
 pub(crate) trait Egress {

@@ -22,6 +22,7 @@ use crate::arbitration::{Arbitration, ConnId};
 use crate::egress::{check_rate, LinkConfig, PortRate, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
+pub use crate::pipeline::State;
 use crate::switch::{Switch, SwitchConfig};
 use inagg_switch_api::{ApiError, Reply, Request, Response};
 
@@ -78,19 +79,6 @@ impl EmulatorConfig {
             ..EmulatorConfig::default()
         }
     }
-}
-
-/// Switch state shared by the data and control threads.
-#[derive(Debug)]
-pub struct State {
-    /// The switch.
-    pub switch: Switch,
-    /// The fault injector.
-    pub faults: FaultInjector,
-    /// Paced egress ports with priority queues, when a line rate is set.
-    pub shaper: Option<Shaper>,
-    /// Which control connection is the primary controller.
-    pub arbitration: Arbitration,
 }
 
 /// A running emulator. Dropping it stops its threads.

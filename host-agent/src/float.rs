@@ -301,7 +301,7 @@ mod simd16 {
     use std::arch::x86_64::*;
 
     use half::{bf16, f16};
-    use inagg_wire::payload::simd::{add_halves, lanes_sum, swap_mask};
+    use inagg_wire::simd::{add_halves, lanes_sum, swap_mask};
 
     use super::{Float, Kernels};
     use crate::quant::{dequantize_body, pow2, quantize_body};

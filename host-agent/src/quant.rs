@@ -223,7 +223,7 @@ mod simd {
     //! round-half-even (the default MXCSR mode of `vcvtps2dq`), the same
     //! clamp, and a `vpshufb` byte swap to network order. Eight elements
     //! per step; the scalar body finishes the tail.
-    use inagg_wire::payload::simd::{add_halves, lanes_sum, swap_mask};
+    use inagg_wire::simd::{add_halves, lanes_sum, swap_mask};
     use std::arch::x86_64::*;
 
     /// Chunks of at least this many elements are dequantized with streaming
@@ -319,7 +319,7 @@ mod simd {
 
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return inagg_wire::payload::simd::available();
+    return inagg_wire::simd::available();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }

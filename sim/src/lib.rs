@@ -54,7 +54,7 @@ pub const PAPERS: [&str; 5] = [
 pub fn reproduce(name: &str, opts: &Options) -> Option<Report> {
     match name {
         "selective-reduce" => Some(scenario::selective_reduce::reproduce(opts)),
-        "selmcast" => Some(scenario::selmcast::reproduce(opts)),
+        "selmcast" => Some(scenario::selmcast_paper(opts)),
         "netstorm" => Some(scenario::netstorm::reproduce(opts)),
         "priority" => Some(scenario::priority::reproduce(opts)),
         "dsyncps" => Some(scenario::dsyncps::reproduce(opts)),

@@ -131,18 +131,8 @@ impl ClusterFile {
 
     /// Reads and parses a file.
     pub fn load(path: &str) -> Result<ClusterFile> {
-        Self::parse(path, &read_text(path)?)
+        Self::parse(path, &crate::files::read_config(path)?)
     }
-}
-
-/// A configuration file's text; an error names the file.
-pub(crate) fn read_text(path: &str) -> Result<String> {
-    crate::files::read_text_limited(std::path::Path::new(path), crate::files::CONFIG_LIMIT).map_err(
-        |e| ControlError::Config {
-            path: path.into(),
-            message: format!("cannot read: {e}"),
-        },
-    )
 }
 
 /// One step of a plan.

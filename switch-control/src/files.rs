@@ -67,6 +67,17 @@ fn too_large_stream(limit: u64) -> io::Error {
     )
 }
 
+/// A configuration file's text (cluster and controller files), at most
+/// [`CONFIG_LIMIT`] bytes; an error names the file.
+pub fn read_config(path: &str) -> Result<String, crate::target::ControlError> {
+    read_text_limited(Path::new(path), CONFIG_LIMIT).map_err(|e| {
+        crate::target::ControlError::Config {
+            path: path.into(),
+            message: format!("cannot read: {e}"),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,10 +104,11 @@ pub enum ControlError {
         /// What is missing or wrong.
         message: String,
     },
-    /// The controller refused a request or could not be reached (its
-    /// message says whose fault and what to do).
+    /// The controller refused a request or could not be reached (a
+    /// `controller::client::ClientError`, whose message says whose fault
+    /// and what to do).
     #[error(transparent)]
-    Controller(#[from] crate::controller::client::ClientError),
+    Controller(Box<dyn std::error::Error + Send + Sync>),
     /// A configuration file is unusable (the operator's fault).
     #[error("{path}: {message}")]
     Config {

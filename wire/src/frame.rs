@@ -208,9 +208,9 @@ pub fn from_native(sum: u64) -> u64 {
 /// the bytes left over.
 fn ones_blocks(data: &[u8]) -> (u64, &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::payload::simd::available() {
+    if crate::simd::available() {
         // SAFETY: AVX2 is present.
-        return unsafe { crate::payload::simd::ones_blocks(data) };
+        return unsafe { crate::simd::ones_blocks(data) };
     }
     ones_blocks_scalar(data)
 }

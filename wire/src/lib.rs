@@ -26,6 +26,8 @@ pub mod frame;
 pub mod header;
 pub mod lines;
 pub mod payload;
+#[cfg(target_arch = "x86_64")]
+pub mod simd;
 pub mod token;
 pub mod udp;
 

@@ -16,7 +16,7 @@ use inagg_sched::selmcast::{self, History, Multicast, Round, Selection};
 
 use crate::dist::{self, SimRng};
 use crate::flow::FlowNet;
-use crate::report::{self, Claim, Report, Row};
+use crate::report::{self, Claim, Row};
 use crate::svg::{Figure, Series};
 use crate::Options;
 
@@ -205,9 +205,10 @@ fn median_of(ms: &[Metrics], f: fn(&Metrics) -> f64) -> f64 {
     report::median(&ms.iter().map(f).collect::<Vec<_>>())
 }
 
-/// The reproduction: normalised completion and scale at n = 100 (L3, L7,
-/// mu = 1 and 1/p), the check against the optimum, the sweep over n.
-pub fn reproduce(opts: &Options) -> Report {
+/// The BSP half of the reproduction (`super::selmcast_paper` adds the SSP
+/// half): normalised completion and scale at n = 100 (L3, L7, mu = 1 and
+/// 1/p), the check against the optimum, the sweep over n.
+pub fn reproduce_bsp(opts: &Options) -> (Vec<Row>, Vec<Figure>) {
     let at = |mode, mu: f64, scheme| {
         let mut s = Setup::paper(100, mode);
         if mu < 1.0 {
@@ -351,26 +352,12 @@ pub fn reproduce(opts: &Options) -> Report {
             points,
         });
     }
-    let mut rows = rows;
-    let mut figures = vec![Figure {
+    let figures = vec![Figure {
         file: "selmcast-normalised-completion.svg".into(),
         title: "SELMCAST vs Orpheus: the model's round time over the ideal".into(),
         x_label: "workers n".into(),
         y_label: "normalised completion time".into(),
         series,
     }];
-    let (ssp_rows, ssp_figures) = super::selmcast_ssp::reproduce(opts);
-    rows.extend(ssp_rows);
-    figures.extend(ssp_figures);
-    Report {
-        paper: "selmcast".into(),
-        setup: format!(
-            "BSP: n = 100, b = 40 Gbit/s, lambda = 0.5, 200 MB per sender, p = 0.3n, k = 4, 10 rounds per trial; ideal = port-load bound. SSP: n = 50, L3, ssp = 4, eta = 0.75, {} s of training (sweeps: Transformer, 200 s, up to 3 trials). {} trials (medians)",
-            if opts.quick { 60 } else { 600 },
-            opts.trials
-        ),
-        rows,
-        figures,
-        notes: Vec::new(),
-    }
+    (rows, figures)
 }

@@ -192,6 +192,12 @@ impl Client {
     }
 }
 
+impl From<ClientError> for crate::target::ControlError {
+    fn from(e: ClientError) -> Self {
+        crate::target::ControlError::Controller(Box::new(e))
+    }
+}
+
 fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
 }

@@ -92,7 +92,7 @@ impl ControllerFile {
 
     /// Reads, parses and checks a file.
     pub fn load(path: &str) -> Result<ControllerFile> {
-        Self::parse(path, &crate::cluster::read_text(path)?)
+        Self::parse(path, &crate::files::read_config(path)?)
     }
 }
 

@@ -38,7 +38,7 @@ impl Core {
     /// is first reached.
     pub fn load(store: Store, sites: Vec<(Site, Link)>) -> Result<Core, CoreError> {
         let jobs: BTreeMap<String, JobRecord> = store
-            .jobs()?
+            .jobs::<JobRecord>()?
             .into_iter()
             .map(|j| (j.decl.name.clone(), j))
             .collect();
@@ -62,7 +62,7 @@ impl Core {
         } = self.book.take_dirty();
         for name in jobs {
             match self.book.jobs.get(&name) {
-                Some(job) => self.store.put_job(job)?,
+                Some(job) => self.store.put_job(&name, job)?,
                 None => self.store.delete_job(&name)?,
             }
         }

@@ -9,9 +9,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::book::JobRecord;
-
-/// name -> JobRecord (JSON).
+/// job name -> the job's record (JSON).
 const JOBS: TableDefinition<&str, &str> = TableDefinition::new("jobs");
 /// key -> JSON value (the priority map, the generation counter).
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
@@ -120,8 +118,8 @@ impl Store {
         }
     }
 
-    /// Every stored job.
-    pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+    /// Every stored job's record.
+    pub fn jobs<J: DeserializeOwned>(&self) -> Result<Vec<J>, StoreError> {
         let txn = self.db()?.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(JOBS).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
@@ -134,10 +132,10 @@ impl Store {
         Ok(out)
     }
 
-    /// Writes (or replaces) a job.
-    pub fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+    /// Writes (or replaces) the record of the job `name`.
+    pub fn put_job<J: Serialize>(&self, name: &str, job: &J) -> Result<(), StoreError> {
         let value = serde_json::to_string(job).map_err(|e| self.err(e))?;
-        self.write(JOBS, &job.decl.name, Some(&value))
+        self.write(JOBS, name, Some(&value))
     }
 
     /// Removes a job.
