@@ -1,6 +1,6 @@
 //! Scheduling policies from the source papers, pure (no I/O) so that the
-//! simulator and the live controller call the same code. Each erratum
-//! reading is named where it is followed.
+//! simulator and the live policies (`inagg_policy`) call the same code.
+//! Each erratum reading is named where it is followed.
 //!
 //! - [`selmcast`]: multicast receiver selection (SELMCAST, BSP) with its
 //!   baselines (Orpheus, the exact optimum for small n).

@@ -1,6 +1,6 @@
 //! inagg's flow-level discrete-event simulator, and the reproduction of the
 //! source papers' headline results with the policies of
-//! `inagg_sched` (the same code the live controller runs).
+//! `inagg_sched` (the same code the live policies of `inagg_policy` run).
 //!
 //! - [`flow`]: links and flows with max-min fair sharing, strict-priority
 //!   classes, multicast at the slowest receiver's rate.
