@@ -10,7 +10,7 @@
 //! ahead of the slowest worker, in which case it waits (blocked). Received
 //! updates are applied asynchronously and never hold a worker up.
 //!
-//! SELMCAST runs Algorithm 2 ([`selmcast_ssp::Online::admit`]) each time a
+//! SELMCAST runs Algorithm 2 ([`Online::admit`]) each time a
 //! worker becomes ready: running multicasts may lose receivers, and every
 //! task's flow is restarted in its new priority class (the order L), which
 //! the flow network serves strictly yet work-conservingly. Orpheus picks
@@ -77,7 +77,7 @@ impl Setup {
     }
 }
 
-/// The stand-ins for the paper's three traces (from its reference [20],
+/// The stand-ins for the paper's three traces (from its reference \[20\],
 /// rescaled to a 1000 ms mean; the distributions themselves are lost from
 /// the seed text): coefficients of variation chosen to span a steady CNN,
 /// a sequence model and a variable-length translation model.

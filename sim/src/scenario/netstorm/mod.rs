@@ -153,7 +153,7 @@ pub struct Setup {
 /// The paper does not say. MXNet itself does not choose: the server runs
 /// wherever it is launched. Picking a communication-cost-effective DC for
 /// it is the improvement of Li et al., which the paper cites as related
-/// work (its [8]), not part of MXNet. So the paper's baseline is a star
+/// work (its \[8\]), not part of MXNet. So the paper's baseline is a star
 /// around some DC, not necessarily the best-connected one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Server {
