@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 pub use super::link::Connector;
 
 use super::api::{Admission, Envelope, Placement, Reply, Request, Response};
-use super::book::{CoreError, JobRecord, Site};
+use super::book::{CoreError, JobRecord};
 use super::link::Link;
+use super::site::Site;
 use super::state::Core;
 use super::store::Store;
 
@@ -460,7 +461,7 @@ fn handle(
 /// takes its K, or its aggregator does not say where workers send.
 fn cannot_run(core: &Core, job: &JobRecord) -> Option<String> {
     let site = core.site_of(job);
-    if let Some(why) = site.and_then(|s| s.refused(job)) {
+    if let Some(why) = site.and_then(|s| s.refused(job.id, job.generation)) {
         return Some(format!(
             "cannot run where it is placed: {why}; \
              delete it and create it again with settings that aggregator takes"

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use inagg_switch_api::{FaultConfig, GroupInfo, GroupSpec, JobSpec};
 
 use super::api::{NamedJobCounters, SiteStats};
-use super::book::{Desired, Site};
+use super::book::Desired;
+use super::site::Site;
 use crate::alloc::SlotAllocator;
 use crate::target::{ControlError, Target};
 

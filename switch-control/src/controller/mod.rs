@@ -10,6 +10,7 @@
 //! - [`file`](mod@file): declarative files (`inagg ctl --controller ADDR apply -f`);
 //! - `book`: the bookkeeping, pure (jobs, placement, grants, sessions and
 //!   generations, groups), unit-tested transition by transition;
+//! - `site`: what the controller knows of one aggregator;
 //! - `link`: the connection to one aggregator and what goes over it;
 //! - `state`: the book, the links and the database together:
 //!   reconciliation;
@@ -31,6 +32,8 @@ mod daemon;
 pub mod file;
 #[cfg(feature = "controller")]
 mod link;
+#[cfg(feature = "controller")]
+mod site;
 #[cfg(feature = "controller")]
 mod state;
 #[cfg(feature = "controller")]

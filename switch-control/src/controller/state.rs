@@ -9,8 +9,9 @@ use std::ops::Deref;
 use inagg_switch_api::GroupInfo;
 
 use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats};
-use super::book::{Book, CoreError, Dirty, GroupRecord, JobRecord, Site};
+use super::book::{Book, CoreError, Dirty, GroupRecord, JobRecord};
 use super::link::Link;
+use super::site::Site;
 use super::store::Store;
 
 const GENERATION_KEY: &str = "next_generation";
