@@ -69,15 +69,7 @@ fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controll
 }
 
 fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
-    JobDecl {
-        name: name.into(),
-        workers,
-        slots,
-        elements: 64,
-        fallback: true,
-        endpoints: None,
-        queues: Vec::new(),
-    }
+    JobDecl::new(name, workers, slots)
 }
 
 /// A loopback port nobody holds right now, for a worker to register

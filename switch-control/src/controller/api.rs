@@ -75,6 +75,23 @@ pub struct GroupStatus {
     pub copies: u64,
 }
 
+impl JobDecl {
+    /// A job of `workers` workers asking for `slots` slots, with the
+    /// defaults a declaration without them gets: K = 64, a fallback
+    /// allowed, workers that register, the switch-wide priority map.
+    pub fn new(name: &str, workers: u16, slots: u32) -> JobDecl {
+        JobDecl {
+            name: name.into(),
+            workers,
+            slots,
+            elements: default_elements(),
+            fallback: yes(),
+            endpoints: None,
+            queues: Vec::new(),
+        }
+    }
+}
+
 fn default_elements() -> u16 {
     64
 }

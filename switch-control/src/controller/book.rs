@@ -942,15 +942,7 @@ mod tests {
     }
 
     fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
-        JobDecl {
-            name: name.into(),
-            workers,
-            slots,
-            elements: 64,
-            fallback: true,
-            endpoints: None,
-            queues: Vec::new(),
-        }
+        JobDecl::new(name, workers, slots)
     }
 
     fn worker(i: u8) -> SocketAddr {
