@@ -266,15 +266,7 @@ impl Client {
 
 /// Reads one reply line from a connection's read side.
 pub fn receive<T: DeserializeOwned>(reader: &mut LineReader) -> Result<T> {
-    parse(match reader.next(|| false) {
-        Next::Line(line) => std::str::from_utf8(line)
-            .map(str::to_string)
-            .map_err(|_| CallError::NotText),
-        Next::TooLong => Err(CallError::TooLong),
-        Next::Closed => Err(CallError::Closed),
-        Next::TimedOut => Err(CallError::TimedOut),
-        Next::Failed(e) => Err(CallError::Io(e)),
-    })
+    parse(reader.reply())
 }
 
 /// A reply line as a message, or what went wrong, in the worker's words.

@@ -154,6 +154,20 @@ impl LineReader {
         }
     }
 
+    /// The next line on a client's connection, within the read timeout,
+    /// without its newline, or why there is none.
+    pub fn reply(&mut self) -> Result<String, CallError> {
+        match self.next(|| false) {
+            Next::Line(line) => std::str::from_utf8(line)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|_| CallError::NotText),
+            Next::TooLong => Err(CallError::TooLong),
+            Next::Closed => Err(CallError::Closed),
+            Next::TimedOut => Err(CallError::TimedOut),
+            Next::Failed(e) => Err(CallError::Io(e)),
+        }
+    }
+
     /// The next line on a server's connection: waits while `stop` is clear
     /// and the connection keeps its place, and marks a request completed.
     pub fn next_request(&mut self, conn: &Conn, stop: &AtomicBool) -> Next<'_> {
@@ -240,15 +254,7 @@ impl Client {
 
     /// The next line, within the read timeout, without its newline.
     pub fn receive(&mut self) -> Result<String, CallError> {
-        match self.reader.next(|| false) {
-            Next::Line(line) => std::str::from_utf8(line)
-                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|_| CallError::NotText),
-            Next::TooLong => Err(CallError::TooLong),
-            Next::Closed => Err(CallError::Closed),
-            Next::TimedOut => Err(CallError::TimedOut),
-            Next::Failed(e) => Err(CallError::Io(e)),
-        }
+        self.reader.reply()
     }
 
     /// Sends a request line and reads the reply line.

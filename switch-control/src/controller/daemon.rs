@@ -300,10 +300,9 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
             Next::Line(line) => match std::str::from_utf8(line) {
                 Err(_) => Response::Error("request is not UTF-8 JSON".into()),
                 Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => {
-                    let text = text.to_string();
-                    respond(shared, &text, peer, lines.get_ref())
-                }
+                // `writer` is the same socket: what `respond` peeks at
+                // while a registration waits.
+                Ok(text) => respond(shared, text, peer, &writer),
             },
             Next::TooLong => {
                 let too_long =
