@@ -422,12 +422,15 @@ fn a_worker_whose_job_is_not_installed_fails_with_a_clear_error() {
     let err = worker.allreduce_i32(&mut [1, 2, 3]).unwrap_err();
     assert!(matches!(err, Error::Timeout { job: 42, .. }), "{err}");
     assert!(
-        err.to_string().contains("check that the job is installed"),
+        err.to_string()
+            .contains("the switch answered none of this worker's")
+            && err.to_string().contains("check that the job is installed"),
         "{err}"
     );
-    // Every packet the worker sent was refused as unknown_job; the last may
+    // Every packet the worker sent (its contribution, the queries about it
+    // and the retransmissions) was refused as unknown_job; the last may
     // still be in the emulator's socket, so drain with a deadline.
-    let sent = 1 + worker_retransmissions(&err);
+    let sent = 1 + worker_retransmissions(&err) + worker_queries(&err);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while cluster
         .emu
@@ -517,6 +520,13 @@ fn workers_told_the_wrong_worker_count_are_told_what_the_switch_counts() {
             && err.contains("looks like 2 workers where this worker was told 3"),
         "{err}"
     );
+}
+
+fn worker_queries(err: &Error) -> u64 {
+    match err {
+        Error::Timeout { queries, .. } => u64::from(queries.0),
+        _ => 0,
+    }
 }
 
 fn worker_retransmissions(err: &Error) -> u64 {

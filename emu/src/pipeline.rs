@@ -98,10 +98,11 @@ impl Pipeline {
         out: &mut E,
     ) {
         match state.faults.decide(Direction::Ingress) {
-            Fate::Drop => state
-                .switch
-                .counters_mut()
-                .drop(DropReason::InjectedIngress),
+            Fate::Drop => {
+                let c = state.switch.counters_mut();
+                c.drop(DropReason::InjectedIngress);
+                c.injected_query_drops += u64::from(kind_of(bytes) == Kind::Query);
+            }
             Fate::Pass { duplicate, reorder } => {
                 if reorder && self.held_in.is_none() {
                     state.switch.counters_mut().injected_reorders += 1;
@@ -193,7 +194,11 @@ impl Pipeline {
         out: &mut E,
     ) {
         match state.faults.decide(Direction::Egress) {
-            Fate::Drop => state.switch.counters_mut().drop(DropReason::InjectedEgress),
+            Fate::Drop => {
+                let c = state.switch.counters_mut();
+                c.drop(DropReason::InjectedEgress);
+                c.injected_query_drops += u64::from(kind_of(head) == Kind::Status);
+            }
             Fate::Pass { duplicate, reorder } => {
                 if reorder && self.held_out.is_none() {
                     state.switch.counters_mut().injected_reorders += 1;
@@ -224,6 +229,11 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// The kind byte of a datagram, unchecked (for counting only).
+fn kind_of(datagram: &[u8]) -> Kind {
+    datagram.get(1).map_or(Kind::Unknown(0), |&k| Kind::from(k))
 }
 
 /// NetStorm's sender rule at a child switch's egress (docs/PROTOCOL.md,

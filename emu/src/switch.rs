@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use inagg_wire::status::Status;
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
 use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
@@ -409,7 +410,7 @@ impl Switch {
         if repr.kind == Kind::Detour {
             return self.detour(&repr, data, from, out);
         }
-        if repr.kind != Kind::Contribution {
+        if !matches!(repr.kind, Kind::Contribution | Kind::Query) {
             return Action::Drop(DropReason::NotContribution);
         }
         let Some(job) = self.jobs.get_mut(&repr.job) else {
@@ -418,6 +419,9 @@ impl Switch {
         if let Err(reason) = job.admit(&repr, from) {
             job.counters.dropped += 1;
             return Action::Drop(reason);
+        }
+        if repr.kind == Kind::Query {
+            return job.query(&repr, out);
         }
         job.contribute(&repr, &data[HEADER_LEN..], out)
     }
@@ -600,6 +604,42 @@ impl Job {
                 Action::Multicast { job: self.spec.id }
             }
         }
+    }
+
+    /// A member's query (docs/PROTOCOL.md, "Loss recovery"), admitted as a
+    /// contribution would be. Nothing in the set changes; what goes back to
+    /// the member's endpoint is the set's stored result when the round is
+    /// complete with the member in it (its copy of the result was lost:
+    /// answered as a retransmission would be, without the values crossing
+    /// the path), else the set's status.
+    fn query(&mut self, repr: &Repr, out: &mut Vec<u8>) -> Action {
+        let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
+        let set = &self.sets[index];
+        let n = self.spec.workers.len() as u16;
+        let to = self.spec.workers[usize::from(repr.worker)];
+        self.counters.queries += 1;
+        if set.bitmap & (1u64 << repr.worker) != 0 && set.count == n && !set.awaiting {
+            self.counters.resent_results += 1;
+            let k = usize::from(self.spec.elements);
+            emit_result(repr, set, acc_of(&self.values, index, k), out);
+            return Action::Unicast { to };
+        }
+        let status = Repr {
+            kind: Kind::Status,
+            generation: self.spec.generation,
+            exponent: 0,
+            count: set.count,
+            ..*repr
+        };
+        out.clear();
+        out.resize(status.buffer_len(), 0);
+        status.emit(&mut Packet::new_unchecked(&mut out[..]));
+        Status {
+            bitmap: set.bitmap,
+            members: self.spec.workers.len() as u16,
+        }
+        .emit(&mut out[HEADER_LEN..]);
+        Action::Unicast { to }
     }
 
     fn upstream_action(&self, up: Upstream) -> Action {
@@ -836,6 +876,102 @@ mod tests {
         );
         assert_eq!(result(&out).1, [3, 3]);
         assert_eq!(sw.counters().dropped(DropReason::DuplicatePending), 1);
+    }
+
+    /// Worker `worker`'s query for `slot`/`set` and the status it gets.
+    fn query(sw: &mut Switch, worker: u16, slot: u16, set: u8) -> (Action, Repr, Status) {
+        let repr = Repr {
+            kind: Kind::Query,
+            ..Repr::contribution(1, slot, set, worker, 2, 7)
+        };
+        let mut out = Vec::new();
+        let action = sw.process(&repr.to_bytes(), addr(1000 + worker), &mut out);
+        let p = Packet::new_checked(&out[..]).unwrap();
+        (
+            action,
+            Repr::parse(&p).unwrap(),
+            Status::parse(p.payload()).unwrap(),
+        )
+    }
+
+    /// A query answers who holds a place in the set, to the asker alone,
+    /// and changes nothing: the round completes as if it had not come.
+    #[test]
+    fn a_query_is_answered_with_the_sets_status_and_changes_nothing() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let (action, repr, status) = query(&mut sw, 1, 2, 0);
+        assert_eq!(action, Action::Unicast { to: addr(1001) });
+        assert_eq!(
+            (repr.kind, repr.count, repr.packet_id),
+            (Kind::Status, 0, 7)
+        );
+        assert_eq!((status.bitmap, status.members), (0, 3));
+        send(&mut sw, 0, 2, 0, [1, 1], &mut out);
+        send(&mut sw, 2, 2, 0, [4, 4], &mut out);
+        let (_, repr, status) = query(&mut sw, 0, 2, 0);
+        assert_eq!((repr.worker, repr.slot, repr.set, repr.count), (0, 2, 0, 2));
+        assert_eq!(status.missing().collect::<Vec<_>>(), [1]);
+        assert!(status.holds(0));
+        assert_eq!(
+            send(&mut sw, 1, 2, 0, [2, 2], &mut out),
+            Action::Multicast { job: 1 }
+        );
+        assert_eq!(result(&out).1, [7, 7]);
+        // Complete, with the asker in it: its result was lost, and the
+        // stored result is the answer.
+        let q = Repr {
+            kind: Kind::Query,
+            ..Repr::contribution(1, 2, 0, 2, 2, 7)
+        };
+        out.clear();
+        assert_eq!(
+            sw.process(&q.to_bytes(), addr(1002), &mut out),
+            Action::Unicast { to: addr(1002) }
+        );
+        let (repr, values) = result(&out);
+        assert_eq!(
+            (repr.kind, repr.count, repr.worker, values),
+            (Kind::Result, 3, 2, [7, 7])
+        );
+        assert_eq!(sw.job(1).unwrap().counters.queries, 3);
+        assert_eq!(sw.job(1).unwrap().counters.resent_results, 1);
+        // A member that moved on to the other set gets the status: its bit
+        // is clear there.
+        send(&mut sw, 2, 2, 1, [1, 1], &mut out);
+        let (_, repr, status) = query(&mut sw, 2, 2, 0);
+        assert_eq!(
+            (repr.kind, repr.count, status.bitmap),
+            (Kind::Status, 3, 0b011)
+        );
+    }
+
+    /// A query is admitted as a contribution is: a stranger's, or one for a
+    /// slot outside the pool, is dropped under the same reasons.
+    #[test]
+    fn a_query_is_admitted_as_a_contribution_is() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let q = Repr {
+            kind: Kind::Query,
+            ..Repr::contribution(1, 9, 0, 0, 2, 7)
+        };
+        assert_eq!(
+            sw.process(&q.to_bytes(), addr(1000), &mut out),
+            Action::Drop(DropReason::SlotOutOfPool)
+        );
+        let q = Repr { slot: 0, ..q };
+        assert_eq!(
+            sw.process(&q.to_bytes(), addr(999), &mut out),
+            Action::Drop(DropReason::UnknownWorker)
+        );
+        // A query with a payload is malformed.
+        let mut long = q.to_bytes().to_vec();
+        long.extend_from_slice(&[0; 8]);
+        assert_eq!(
+            sw.process(&long, addr(1000), &mut out),
+            Action::Drop(DropReason::Malformed)
+        );
     }
 
     /// Seen in CI, at ten per cent loss with duplication and reordering: a

@@ -262,9 +262,10 @@ impl DpdkPort {
         };
         Port::check_queues(eal, &port_name, &queues).map_err(dpdk_err)?;
         let lanes = usize::from(options.queues);
-        // Each lane keeps a buffer per slot of the window; its queues'
-        // descriptors, bursts and hand-offs in flight hold more.
-        let per_lane = config.pool_size as usize
+        // Each lane keeps a buffer per slot of the window, and one more per
+        // slot that has queried the switch; its queues' descriptors,
+        // bursts and hand-offs in flight hold more.
+        let per_lane = 2 * config.pool_size as usize
             + usize::from(queues.rx_desc + queues.tx_desc)
             + HANDOFF_CAPACITY
             + 4 * inagg_dpdk::BURST;

@@ -5,9 +5,16 @@
 //! ([`crate::path`]): due slots wait in [`Flight`] for room, and leave it
 //! in an order every worker shares.
 //!
+//! A lost packet is found in about a round trip and recovered by asking
+//! the switch first ([`crate::recovery`]): a slot suspected lost sends a
+//! query, and only the status that comes back decides whether its
+//! contribution goes again. The timeout below is the last resort, for
+//! queries that go unanswered.
+//!
 //! Timers cost nothing per packet: sending stores a deadline in the slot's
 //! entry, and the loop scans the (small) slot table for expired deadlines
-//! once per scan interval, not once per packet. The round-trip estimate
+//! and suspected losses once per scan interval, not once per packet. The
+//! round-trip estimate
 //! (Jacobson/Karels, Karn's rule with the exception in [`answered`], and a
 //! backoff for what is sent after a timeout: [`crate::path`]) sets each
 //! slot's timeout; a slot that times out again doubles its own timeout, up
@@ -28,10 +35,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use inagg_wire::status::Status;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::link::{Link, SlotBuf};
 use crate::path::{nanos, Nanos, Path};
+use crate::recovery::{self, Asked, Said};
 use crate::session::{Found, SlotSession, Token, HANDSHAKE_WEIGHT};
 use crate::stats::Stats;
 use crate::{AgentConfig, Error};
@@ -95,6 +104,12 @@ enum Verdict<'d> {
         packet_id: u32,
         own_weight: Option<u16>,
     },
+    /// The switch's answer to this slot's query.
+    Status {
+        slot: usize,
+        status: Status,
+        contributors: u16,
+    },
     /// Anything else.
     Ignore,
 }
@@ -125,8 +140,14 @@ struct Slot<B> {
     /// Between a handshake and the first data round after it, the codec
     /// round to go back to should that data round be spoiled.
     rollback: Option<usize>,
+    /// What the switch was asked about the round in flight, and said.
+    asked: Asked,
+    /// Queries sent for the round in flight (each waits twice as long).
+    queries: u32,
     /// The packet in flight, kept for retransmission.
     packet: B,
+    /// The slot's query, made when it first asks.
+    query: Option<B>,
 }
 
 /// Moves on from a slot's handshake that a result answers at once, in a
@@ -139,7 +160,32 @@ struct Slot<B> {
 /// progress costs a packet per timeout, not a storm.
 const QUICK_MOVES: u32 = 4;
 
+/// The shortest scan interval.
+const SCAN_FLOOR: Nanos = 200_000;
+/// The shortest reordering window: scheduling noise on a busy host.
+const REORDER_FLOOR: Nanos = 250_000;
+/// The shortest wait before a slot with nothing sent after it is probed.
+const PROBE_FLOOR: Nanos = 1_000_000;
+/// Queries about one round that may go unanswered before its contribution
+/// is sent again anyway (the queries or statuses lost, or a switch that
+/// does not answer queries).
+const QUERY_TRIES: u32 = 3;
+/// Queries answered "held" about one round before its contribution is
+/// sent again anyway, at the slot's timeout (each waits twice as long as
+/// the one before, up to the timeout: about 40 round trips in all).
+const HELD_QUERIES: u32 = 6;
+
 impl<B> Slot<B> {
+    /// When the packet in flight last went out (its first copy, or its
+    /// latest resend).
+    fn last_sent(&self) -> Nanos {
+        if self.resends > 0 {
+            self.resent_at
+        } else {
+            self.sent_at
+        }
+    }
+
     /// Counts a move on at `now`: the moves in a row, each within the
     /// slot's timeout of the one before.
     fn quick_moves(&mut self, now: Nanos) -> u32 {
@@ -206,16 +252,16 @@ impl<L: Link> Engine<'_, L> {
             payload_bytes,
             ..Stats::default()
         };
-        self.path.window.restart_clock();
-        self.path.rtt.restart_clock();
+        self.path.restart_clock();
         // Slots whose packet is due: sent from the slots' own buffers (kept
         // for retransmission), so nothing is copied on the way out.
         let mut tx: Vec<usize> = Vec::with_capacity(window);
+        // Slots whose query is due.
+        let mut queries: Vec<usize> = Vec::new();
         let mut flight = Flight::new(slots);
         self.release(codec, slots, &mut flight, window, 0, &mut tx, &mut stats)?;
         let mut active = slots.iter().filter(|s| s.rounds > 0).count();
-        let scan_every = nanos((self.config.min_rto / 4).max(Duration::from_micros(200)));
-        let mut next_scan = scan_every;
+        let mut next_scan = self.scan_interval();
         let mut last_progress = 0;
         // Port unreachables seen so far, and when the count last grew: a
         // switch that stops refusing came back (docs/PROTOCOL.md,
@@ -225,6 +271,7 @@ impl<L: Link> Engine<'_, L> {
         let clock = || nanos(start.elapsed());
         while active > 0 {
             self.flush(slots, &mut tx, &mut stats)?;
+            self.flush_queries(slots, &mut queries, &mut stats)?;
             let wait = Duration::from_nanos(next_scan.saturating_sub(clock()));
             let n = self.link.recv(wait)?;
             let now = clock();
@@ -242,6 +289,22 @@ impl<L: Link> Engine<'_, L> {
                             exponent,
                         } => (slot, payload, exponent, false),
                         Verdict::Ignore => continue,
+                        Verdict::Status {
+                            slot,
+                            status,
+                            contributors,
+                        } => {
+                            stats.statuses += 1;
+                            if slots[slot].asked == Asked::Not {
+                                // An answer to a query before a resend
+                                // that has been acted on already.
+                                stats.stale_results += 1;
+                                continue;
+                            }
+                            let said = recovery::judge(&status, contributors, self.config.worker);
+                            self.heed(&mut slots[slot], slot, said, now, &mut tx, &mut stats);
+                            continue;
+                        }
                         Verdict::Joined {
                             slot,
                             payload,
@@ -320,7 +383,16 @@ impl<L: Link> Engine<'_, L> {
                 }
                 let waited = Duration::from_nanos(now - last_progress);
                 if waited > self.config.give_up_after {
-                    let stuck = slots.iter().position(|s| s.round < s.rounds).unwrap_or(0);
+                    // A slot the switch said it waits on others for, if any.
+                    let stuck = slots
+                        .iter()
+                        .position(|s| matches!(s.asked, Asked::Held { .. }))
+                        .or_else(|| slots.iter().position(|s| s.round < s.rounds))
+                        .unwrap_or(0);
+                    let missing = match slots[stuck].asked {
+                        Asked::Held { missing } => missing,
+                        _ => 0,
+                    };
                     tracing::warn!(
                         job = self.config.job,
                         slot = stuck,
@@ -336,6 +408,11 @@ impl<L: Link> Engine<'_, L> {
                         refused_last: Duration::from_nanos(now - refusals.1),
                         handshake_weight: bad_weight
                             .map(|w| (w, 2 * u32::from(self.config.workers))),
+                        missing,
+                        queries: (
+                            u32::try_from(stats.queries).unwrap_or(u32::MAX),
+                            u32::try_from(stats.statuses).unwrap_or(u32::MAX),
+                        ),
                     });
                 }
                 if let Some(live) = self.live {
@@ -343,7 +420,7 @@ impl<L: Link> Engine<'_, L> {
                     live.update(self.lane.0, self.lane.1, &stats);
                 }
                 let before = stats.retransmissions;
-                self.retransmit_expired(slots, now, &mut tx, &mut stats);
+                self.recover(slots, now, &mut tx, &mut queries, &mut stats);
                 if stats.retransmissions > before {
                     tracing::debug!(
                         job = self.config.job,
@@ -353,10 +430,11 @@ impl<L: Link> Engine<'_, L> {
                         "slots timed out; retransmitted"
                     );
                 }
-                next_scan = now + scan_every;
+                next_scan = now + self.scan_interval();
             }
         }
         self.flush(slots, &mut tx, &mut stats)?;
+        self.flush_queries(slots, &mut queries, &mut stats)?;
         stats.elapsed = start.elapsed();
         stats.window = self.path.window.limit() as u64;
         Ok(stats)
@@ -412,7 +490,10 @@ impl<L: Link> Engine<'_, L> {
                 moves: (0, 0),
                 in_flight: false,
                 rollback: None,
+                asked: Asked::Not,
+                queries: 0,
                 packet,
+                query: None,
             });
         }
         Ok(slots)
@@ -463,6 +544,8 @@ impl<L: Link> Engine<'_, L> {
         slot.rto = self.path.rtt.rto(self.config);
         slot.deadline = now + slot.rto;
         slot.resends = 0;
+        slot.asked = Asked::Not;
+        slot.queries = 0;
         tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.wire_len() as u64;
@@ -509,7 +592,7 @@ impl<L: Link> Engine<'_, L> {
             stats.malformed += 1;
             return Verdict::Ignore;
         };
-        if repr.kind != Kind::Result
+        if !matches!(repr.kind, Kind::Result | Kind::Status)
             || repr.job != self.config.job
             || repr.elements != self.config.elements
             || repr.generation != self.config.generation
@@ -527,6 +610,24 @@ impl<L: Link> Engine<'_, L> {
             return Verdict::Ignore;
         }
         let payload = &data[HEADER_LEN..];
+        if repr.kind == Kind::Status {
+            // The answer to this round's query: it echoes the round's id.
+            return match Status::parse(payload) {
+                Ok(status) if repr.packet_id == slots[s].packet_id => Verdict::Status {
+                    slot: s,
+                    status,
+                    contributors: repr.count,
+                },
+                Ok(_) => {
+                    stats.stale_results += 1;
+                    Verdict::Ignore
+                }
+                Err(_) => {
+                    stats.malformed += 1;
+                    Verdict::Ignore
+                }
+            };
+        }
         let (n, count) = (u32::from(self.config.workers), u32::from(repr.count));
         let session = self.sessions[s];
         if !session.joined {
@@ -570,15 +671,33 @@ impl<L: Link> Engine<'_, L> {
         Verdict::Ignore
     }
 
-    /// Resends the slots whose timeout passed; behind a queue, at most a
-    /// window of them per scan (the rest at the next): recovery must not
-    /// itself flood a switch that cannot keep up. The first timeout of a
-    /// flight behind a queue halves the window.
-    fn retransmit_expired(
+    /// How often the slot table is scanned for expired deadlines and
+    /// suspected losses: a quarter of the smoothed round trip, so that a
+    /// loss is found within about a round trip, between 200 µs and a
+    /// quarter of the minimum timeout.
+    fn scan_interval(&self) -> Nanos {
+        let ceiling = nanos(self.config.min_rto / 4).max(SCAN_FLOOR);
+        self.path
+            .rtt
+            .srtt()
+            .map_or(ceiling, |srtt| (srtt / 4).clamp(SCAN_FLOOR, ceiling))
+    }
+
+    /// Loss recovery at a scan ([`crate::recovery`]): a slot suspected lost
+    /// (a later-sent one was answered, or it has waited two round trips)
+    /// queries the switch; a slot whose query went unanswered past its
+    /// deadline resends its contribution; a slot the switch holds asks
+    /// again at its deadline.
+    ///
+    /// Resends behind a queue are at most a window per scan (the rest at
+    /// the next): recovery must not itself flood a switch that cannot keep
+    /// up. The first timeout of a flight behind a queue halves the window.
+    fn recover(
         &mut self,
         slots: &mut [Slot<L::Buf>],
         now: Nanos,
         tx: &mut Vec<usize>,
+        queries: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
         let mut budget = if self.path.window.queued() {
@@ -586,29 +705,178 @@ impl<L: Link> Engine<'_, L> {
         } else {
             usize::MAX
         };
-        for (s, slot) in slots
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, s)| s.in_flight && s.deadline <= now)
-        {
-            if budget == 0 {
-                break;
+        let reorder = recovery::reorder_window(self.path.window.base_rtt(), REORDER_FLOOR);
+        for (s, slot) in slots.iter_mut().enumerate().filter(|(_, s)| s.in_flight) {
+            match slot.asked {
+                Asked::Not => {
+                    let sent = slot.last_sent();
+                    if now >= slot.deadline
+                        || now >= sent + self.probe_after(slot.queries)
+                        || self.path.rack.lost(sent, now, reorder)
+                    {
+                        self.ask(slot, s, now, queries, stats);
+                    }
+                }
+                Asked::Out if now >= slot.deadline && slot.queries >= QUERY_TRIES => {
+                    if budget > 0 {
+                        budget -= 1;
+                        self.time_out(slot, s, now, tx, stats);
+                    }
+                }
+                Asked::Held { .. } if now >= slot.deadline && slot.queries >= HELD_QUERIES => {
+                    // Held this long: whatever the set holds does not
+                    // complete (a stopped session's partial round, a tree
+                    // whose partial sum went missing above): the timeout's
+                    // resend, as before queries, lets the switch act on it.
+                    if budget > 0 {
+                        budget -= 1;
+                        self.time_out(slot, s, now, tx, stats);
+                    }
+                }
+                Asked::Out | Asked::Held { .. } if now >= slot.deadline => {
+                    self.ask(slot, s, now, queries, stats)
+                }
+                Asked::Held { .. } | Asked::Out => {}
             }
-            budget -= 1;
-            if self.path.window.on_timeout(slot.sent_at, now) {
-                stats.window_cuts += 1;
-            }
-            self.path.rtt.on_timeout(slot.sent_at, now);
-            stats.timeouts += 1;
-            stats.retransmissions += 1;
-            slot.resends = slot.resends.saturating_add(1);
-            slot.resent_at = now;
-            slot.rto = slot.rto.saturating_mul(2).min(nanos(self.config.max_rto));
-            slot.deadline = now + slot.rto;
-            tx.push(s);
-            stats.packets_sent += 1;
-            stats.bytes_sent += slot.packet.wire_len() as u64;
         }
+    }
+
+    /// How long a slot waits before it asks (again): about two round
+    /// trips, twice as long for each of `queries` already answered about
+    /// its round ([`recovery::probe_after`]).
+    fn probe_after(&self, queries: u32) -> Nanos {
+        let rto = self.path.rtt.rto(self.config);
+        recovery::probe_after(self.path.rtt.srtt(), PROBE_FLOOR, rto, queries)
+            .min(nanos(self.config.max_rto))
+    }
+
+    /// Queues slot `s`'s query; the slot waits for the status until its
+    /// timeout.
+    fn ask(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        now: Nanos,
+        queries: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        // An unanswered query is asked again after the first interval, not
+        // a growing one: at 10% loss a fifth of them go unanswered, and
+        // the round waits on it. QUERY_TRIES bounds them.
+        let wait = self.probe_after(0);
+        slot.asked = Asked::Out;
+        slot.queries = slot.queries.saturating_add(1);
+        slot.deadline = now + wait;
+        queries.push(s);
+        stats.queries += 1;
+    }
+
+    /// Slot `s`'s query went unanswered past its deadline: its contribution
+    /// goes again, and its timeout doubles.
+    fn time_out(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        now: Nanos,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        if self.path.window.on_timeout(slot.sent_at, now) {
+            stats.window_cuts += 1;
+        }
+        self.path.rtt.on_timeout(slot.sent_at, now);
+        stats.timeouts += 1;
+        slot.rto = slot.rto.saturating_mul(2).min(nanos(self.config.max_rto));
+        self.resend(slot, s, now, tx, stats);
+    }
+
+    /// Acts on the switch's answer to slot `s`'s query: resend at once
+    /// what the set lacks of this worker's, or wait for the members it
+    /// names.
+    fn heed(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        said: Said,
+        now: Nanos,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        match said {
+            Said::Held { missing } => {
+                // Asked again in case this worker's copy of the result is
+                // lost: the members it waits for recover on their own.
+                slot.asked = Asked::Held { missing };
+                slot.deadline = now + self.probe_after(slot.queries);
+            }
+            Said::Resend => {
+                stats.fast_retransmissions += 1;
+                self.resend(slot, s, now, tx, stats);
+            }
+        }
+    }
+
+    /// Queues slot `s`'s packet again.
+    fn resend(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        now: Nanos,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        stats.retransmissions += 1;
+        slot.resends = slot.resends.saturating_add(1);
+        slot.resent_at = now;
+        slot.asked = Asked::Not;
+        slot.deadline = now + slot.rto;
+        tx.push(s);
+        stats.packets_sent += 1;
+        stats.bytes_sent += slot.packet.wire_len() as u64;
+    }
+
+    /// Sends the queued queries, each from its slot's own small buffer.
+    fn flush_queries(
+        &mut self,
+        slots: &mut [Slot<L::Buf>],
+        queries: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) -> Result<(), Error> {
+        if queries.is_empty() {
+            return Ok(());
+        }
+        for &s in queries.iter() {
+            let slot = &mut slots[s];
+            let buf = match &mut slot.query {
+                Some(b) => b,
+                None => slot.query.insert(self.link.new_buf(HEADER_LEN)?),
+            };
+            let head = buf.datagram_mut()?;
+            let sum = Repr {
+                kind: Kind::Query,
+                set: slot.set,
+                priority: self.config.priority,
+                job: self.config.job,
+                slot: s as u16,
+                worker: self.config.worker,
+                generation: self.config.generation,
+                exponent: 0,
+                count: 0,
+                elements: self.config.elements,
+                packet_id: slot.packet_id,
+            }
+            .emit_summed(head);
+            buf.seal(sum);
+            stats.packets_sent += 1;
+            stats.bytes_sent += buf.wire_len() as u64;
+        }
+        stats.send_errors += self.link.send(
+            queries
+                .iter()
+                .map(|&s| slots[s].query.as_ref().expect("made above")),
+        )?;
+        queries.clear();
+        Ok(())
     }
 
     fn flush(
@@ -637,6 +905,7 @@ impl<L: Link> Engine<'_, L> {
 /// every sample, and neither the timeout nor the window learns of the
 /// queue that made it fire.
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
+    path.rack.on_answer(entry.last_sent(), now);
     let first_copy = match entry.resends {
         0 => true,
         1 => path
@@ -735,7 +1004,10 @@ mod tests {
             moves: (0, 0),
             in_flight: true,
             rollback: None,
+            asked: Asked::Not,
+            queries: 0,
             packet: (),
+            query: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub mod group;
 mod link;
 mod path;
 pub mod quant;
+mod recovery;
 pub mod sched;
 mod session;
 pub mod stats;
@@ -243,7 +244,7 @@ pub enum Error {
     #[error(
         "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
          {retransmissions} retransmissions; {}",
-        timeout_advice(*switch, (*refusals, *refused_last), *handshake_weight)
+        timeout_advice(*switch, (*refusals, *refused_last), *handshake_weight, (*missing, *slot, *queries))
     )]
     Timeout {
         /// The switch address.
@@ -263,6 +264,13 @@ pub enum Error {
         /// The last result of this worker's own handshake whose weight was
         /// not 2n, with the 2n expected: (seen, expected).
         handshake_weight: Option<(u16, u32)>,
+        /// The members the switch said the stuck slot's round waits for
+        /// (its status to this worker's last query), as a bitmap: bit w
+        /// for member w; 0 when it said no such thing.
+        missing: u64,
+        /// Queries this worker sent in the all-reduce, and the statuses
+        /// the switch answered them with.
+        queries: (u32, u32),
     },
 }
 
@@ -273,6 +281,7 @@ fn timeout_advice(
     switch: SocketAddr,
     (refusals, quiet): (u64, Duration),
     weight: Option<(u16, u32)>,
+    (missing, slot, (queries, statuses)): (u64, usize, (u32, u32)),
 ) -> String {
     // A worker resends at least once per max_rto (1 s by default) and a
     // host refuses each (rate-limited) while nothing listens: refusals that
@@ -302,6 +311,19 @@ fn timeout_advice(
              total of workers below the root)",
             seen / 2,
             expected / 2
+        )
+    } else if missing != 0 {
+        let missing = recovery::members(missing);
+        format!(
+            "the switch holds this worker's contribution to slot {slot} and waits for members \
+             {missing:?}: check that those workers are running (and not stalled) with the same \
+             job, worker count, K and pool size"
+        )
+    } else if queries > 0 && statuses == 0 {
+        format!(
+            "the switch answered none of this worker's {queries} queries about its slots: it does \
+             not have the job with this worker's endpoint, or the path to it loses everything; \
+             check that the job is installed with this worker's endpoint"
         )
     } else {
         "check that the job is installed with this worker's endpoint, that every worker is \
@@ -781,16 +803,36 @@ mod tests {
     #[test]
     fn timeout_advice_tells_a_missing_switch_from_a_restarted_one() {
         let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
-        let still = timeout_advice(switch, (40, Duration::from_millis(300)), None);
+        let quiet = (0, 3, (0, 0));
+        let still = timeout_advice(switch, (40, Duration::from_millis(300)), None, quiet);
         assert!(still.contains("nothing listens there"), "{still}");
-        let back = timeout_advice(switch, (40, Duration::from_secs(12)), None);
+        let back = timeout_advice(switch, (40, Duration::from_secs(12)), None, quiet);
         assert!(
             back.contains("the last 12.0 s before giving up")
                 && back.contains("came back (restarted?)")
                 && back.contains("run it again"),
             "{back}"
         );
-        let never = timeout_advice(switch, (0, Duration::ZERO), None);
+        let never = timeout_advice(switch, (0, Duration::ZERO), None, quiet);
         assert!(never.contains("check that the job is installed"), "{never}");
+    }
+
+    /// What the switch said about the stuck slot names the members it
+    /// waits for, or that it said nothing.
+    #[test]
+    fn timeout_advice_names_the_members_the_switch_waits_for() {
+        let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
+        let waits = timeout_advice(switch, (0, Duration::ZERO), None, (0b1010, 5, (9, 9)));
+        assert!(
+            waits.contains(
+                "holds this worker's contribution to slot 5 and waits for members [1, 3]"
+            ),
+            "{waits}"
+        );
+        let mute = timeout_advice(switch, (0, Duration::ZERO), None, (0, 5, (9, 0)));
+        assert!(
+            mute.contains("answered none of this worker's 9 queries"),
+            "{mute}"
+        );
     }
 }

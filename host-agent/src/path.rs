@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use crate::recovery::Rack;
 use crate::AgentConfig;
 
 /// Nanoseconds since an all-reduce started.
@@ -37,6 +38,9 @@ pub(crate) fn nanos(d: Duration) -> Nanos {
 pub(crate) struct Path {
     pub rtt: RttEstimator,
     pub window: CongestionWindow,
+    /// The latest-sent packet answered: loss detection's evidence
+    /// ([`crate::recovery`]).
+    pub rack: Rack,
 }
 
 impl Path {
@@ -44,7 +48,15 @@ impl Path {
         Path {
             rtt: RttEstimator::new(),
             window: CongestionWindow::new(config),
+            rack: Rack::default(),
         }
+    }
+
+    /// A new all-reduce: its clock starts at zero again.
+    pub(crate) fn restart_clock(&mut self) {
+        self.window.restart_clock();
+        self.rtt.restart_clock();
+        self.rack.restart_clock();
     }
 }
 
@@ -99,6 +111,11 @@ impl RttEstimator {
                 self.srtt = Some((srtt * 7 + rtt) / 8);
             }
         }
+    }
+
+    /// The smoothed round trip (None before the first sample).
+    pub(crate) fn srtt(&self) -> Option<Nanos> {
+        self.srtt
     }
 
     /// A packet sent at `sent_at` timed out at `now`.

@@ -11,9 +11,19 @@ pub struct Stats {
     pub packets_sent: u64,
     /// Datagrams received.
     pub packets_received: u64,
-    /// Packets sent again after a timeout.
+    /// Contributions sent again: after the switch's status said the set
+    /// lacked them (or held the round complete, its result lost here), or
+    /// after a query went unanswered past the slot's timeout.
     pub retransmissions: u64,
-    /// Slot timeouts that fired.
+    /// Of those, the ones a status asked for (docs/PROTOCOL.md, "Loss
+    /// recovery"): recovered in about a round trip, not a timeout.
+    pub fast_retransmissions: u64,
+    /// Queries sent about slots suspected lost.
+    pub queries: u64,
+    /// Statuses the switch answered them with.
+    pub statuses: u64,
+    /// Slot timeouts that fired (a query unanswered past the slot's
+    /// deadline).
     pub timeouts: u64,
     /// Times a timeout halved the congestion window (once per flight).
     pub window_cuts: u64,
@@ -65,6 +75,9 @@ impl Stats {
         self.packets_sent += o.packets_sent;
         self.packets_received += o.packets_received;
         self.retransmissions += o.retransmissions;
+        self.fast_retransmissions += o.fast_retransmissions;
+        self.queries += o.queries;
+        self.statuses += o.statuses;
         self.timeouts += o.timeouts;
         self.window_cuts += o.window_cuts;
         self.window = self.window.max(o.window);

@@ -113,6 +113,9 @@ pub struct DemoReport {
     pub retransmissions: u64,
     /// Packets the fault injector dropped.
     pub injected_drops: u64,
+    /// Of those, contributions and results: each needs one retransmission
+    /// (queries and statuses carry no values, and need none).
+    pub lost_data: u64,
     /// Details of the check.
     pub check: FloatCheck,
     /// All workers' statistics, summed.
@@ -183,6 +186,9 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         retransmissions: sum.retransmissions,
         injected_drops: counters.dropped(DropReason::InjectedIngress)
             + counters.dropped(DropReason::InjectedEgress),
+        lost_data: (counters.dropped(DropReason::InjectedIngress)
+            + counters.dropped(DropReason::InjectedEgress))
+        .saturating_sub(counters.injected_query_drops),
         check,
         stats: sum,
     })
@@ -306,8 +312,13 @@ pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::
     )?;
     writeln!(
         out,
-        "loss:        {} packets dropped by the emulator, {} retransmissions",
-        r.injected_drops, r.retransmissions
+        "loss:        {} packets dropped by the emulator ({} of them data), {} retransmissions \
+         ({} after a status), {} queries",
+        r.injected_drops,
+        r.lost_data,
+        r.retransmissions,
+        r.stats.fast_retransmissions,
+        r.stats.queries
     )?;
     Ok(())
 }

@@ -119,6 +119,11 @@ pub struct Counters {
     /// (frames from many spoofed sources cannot push its workers out).
     #[serde(default)]
     pub neighbours_refused: u64,
+    /// Of the injected drops, those of queries and statuses (docs/PROTOCOL.md,
+    /// "Loss recovery"): they carry no values, so no retransmission of data
+    /// is owed for them.
+    #[serde(default)]
+    pub injected_query_drops: u64,
 }
 
 impl Counters {
@@ -158,6 +163,10 @@ pub struct JobCounters {
     /// Contributions of members that arrived as detours.
     #[serde(default)]
     pub detours_taken: u64,
+    /// Members' queries answered with a status (docs/PROTOCOL.md, "Loss
+    /// recovery").
+    #[serde(default)]
+    pub queries: u64,
     /// Packets naming this job dropped by its checks (worker, slot, K, generation).
     pub dropped: u64,
 }

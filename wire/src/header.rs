@@ -100,6 +100,27 @@ code_enum! {
         /// parent takes it as a contribution from the member it names when
         /// it arrives from a relay the parent's job lists.
         Detour = 4,
+        /// A worker's question about a slot it waits on, worker -> switch:
+        /// the header alone, no payload ("Loss recovery" in
+        /// docs/PROTOCOL.md). It changes nothing in the switch.
+        Query = 5,
+        /// The switch's answer to a query, switch -> worker: the header and
+        /// a [`crate::status`] payload saying who has contributed to the set.
+        Status = 6,
+    }
+}
+
+impl Kind {
+    /// Payload bytes a packet of this kind carries when its header says
+    /// `elements`: K int32s, except a query (none) and a status (the
+    /// [`crate::status`] block). A query still names K, which the switch
+    /// admits against its job's as for a contribution.
+    pub fn payload_len(self, elements: u16) -> usize {
+        match self {
+            Kind::Query => 0,
+            Kind::Status => crate::status::STATUS_LEN,
+            _ => usize::from(elements) * ELEMENT_LEN,
+        }
     }
 }
 
@@ -110,6 +131,8 @@ impl fmt::Display for Kind {
             Kind::Result => write!(f, "result"),
             Kind::Multicast => write!(f, "multicast"),
             Kind::Detour => write!(f, "detour"),
+            Kind::Query => write!(f, "query"),
+            Kind::Status => write!(f, "status"),
             Kind::Unknown(n) => write!(f, "kind({n})"),
         }
     }
@@ -136,14 +159,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(packet)
     }
 
-    /// Checks the length rules: a whole header, then `elements` int32s, and
-    /// nothing after them.
+    /// Checks the length rules: a whole header, then the payload its kind
+    /// and `elements` announce ([`Kind::payload_len`]), and nothing after.
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
         if len < HEADER_LEN {
             return Err(Error::Truncated { len });
         }
-        let expected = HEADER_LEN + usize::from(self.elements()) * ELEMENT_LEN;
+        let expected = HEADER_LEN + self.kind().payload_len(self.elements());
         if len != expected {
             return Err(Error::LengthMismatch { len, expected });
         }
@@ -437,7 +460,7 @@ impl Repr {
 
     /// Total bytes of header plus payload this repr describes.
     pub fn buffer_len(&self) -> usize {
-        HEADER_LEN + usize::from(self.elements) * ELEMENT_LEN
+        HEADER_LEN + self.kind.payload_len(self.elements)
     }
 
     /// Writes the header fields into a packet; the payload is left to the
@@ -702,6 +725,31 @@ mod tests {
             }
         );
         assert_eq!(repr.to_bytes()[..], b[..HEADER_LEN]);
+    }
+
+    /// A query is the header alone, naming K; a status is the header and
+    /// the status block, whatever K the header names.
+    #[test]
+    fn a_query_has_no_payload_and_a_status_its_block() {
+        let mut q = CONTRIBUTION;
+        q[1] = 5;
+        let repr = Repr::parse(&Packet::new_checked(&q[..HEADER_LEN]).unwrap()).unwrap();
+        assert_eq!((repr.kind, repr.elements), (Kind::Query, 2));
+        assert_eq!(repr.buffer_len(), HEADER_LEN);
+        assert_eq!(
+            Packet::new_checked(&q[..]).unwrap_err(),
+            Error::LengthMismatch {
+                len: 32,
+                expected: 24
+            }
+        );
+        let mut s = [0u8; HEADER_LEN + crate::status::STATUS_LEN];
+        s[..HEADER_LEN].copy_from_slice(&q[..HEADER_LEN]);
+        s[1] = 6;
+        let repr = Repr::parse(&Packet::new_checked(&s[..]).unwrap()).unwrap();
+        assert_eq!(repr.kind, Kind::Status);
+        assert_eq!(repr.buffer_len(), s.len());
+        assert!(Packet::new_checked(&s[..HEADER_LEN + 8]).is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   buffer) and a plain [`Repr`] that parses (with the semantic checks) and
 //!   emits. docs/PROTOCOL.md is the contract; the tests beside the code hold
 //!   byte-array fixtures of it.
+//! - [`status`]: the block a switch answers a worker's query with (who
+//!   has contributed to a set).
 //! - [`payload`]: bulk conversion between int32 slices and payload bytes.
 //! - [`frame`]: Ethernet/IPv4/UDP frames and ARP for the raw-Ethernet
 //!   (DPDK) data paths.
@@ -28,6 +30,7 @@ pub mod lines;
 pub mod payload;
 #[cfg(target_arch = "x86_64")]
 pub mod simd;
+pub mod status;
 pub mod token;
 pub mod udp;
 

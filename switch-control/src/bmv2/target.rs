@@ -392,6 +392,9 @@ impl Bmv2Target {
                         upstream_resent: cell(upstream_resent, id),
                         detours_sent: cell(detours_sent, id),
                         detours_taken: cell(detours_taken, id),
+                        // The P4 programs answer no queries yet
+                        // (p4/README.md, "Differences from the emulator").
+                        queries: 0,
                     },
                 )
             })

@@ -1,0 +1,169 @@
+//! Loss recovery in about a round trip (docs/PROTOCOL.md, "Loss
+//! recovery"): when to suspect a slot's round is lost, and what the
+//! switch's answer to a query says to do.
+//!
+//! A timeout is the wrong tool for a lossy path. It must stay above the
+//! round trip's worst case (20 ms by default, on paths whose round trip is
+//! a millisecond), and when it fires, every worker of the round resends
+//! its whole contribution though only one was lost: n - 1 of n copies are
+//! spurious. So a worker first *suspects* a loss, from evidence a round
+//! trip gives it, and then *asks* the switch with a query, the header
+//! alone, which changes nothing there. The switch's status says whose
+//! contributions the set holds, and the worker resends only what is
+//! missing of its own: its contribution, or (the set complete with it) its
+//! result, which the resend brings back from the set's stored copy. A
+//! worker whose contribution is held waits for the members the status
+//! names, and keeps asking at its timeout, never resending data the switch
+//! has.
+//!
+//! The evidence is RACK's (RFC 8985, time-based loss detection): a result
+//! for a packet this worker sent *after* the slot's, once the slot has had
+//! that packet's round trip and a reordering window more. The workers of a
+//! job send their slots in one shared order ([`crate::engine`]), so a
+//! later-sent round that completed means the earlier one had every
+//! contribution it was going to get. With nothing sent later to compare
+//! with (the last slots of an all-reduce), a probe timer of about two
+//! round trips stands in (RFC 8985's tail loss probe).
+
+use inagg_wire::status::Status;
+
+use crate::path::Nanos;
+
+/// The latest-sent packet answered so far, and its round trip.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rack {
+    sent: Nanos,
+    rtt: Nanos,
+}
+
+impl Rack {
+    /// A result answered a packet sent at `sent`, at `now`.
+    pub(crate) fn on_answer(&mut self, sent: Nanos, now: Nanos) {
+        if sent >= self.sent {
+            self.sent = sent;
+            self.rtt = now.saturating_sub(sent);
+        }
+    }
+
+    /// Whether a packet sent at `sent` and not answered by `now` is lost: a
+    /// packet sent after it was answered, and it has had that packet's
+    /// round trip and `reorder` more.
+    pub(crate) fn lost(&self, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
+        self.sent > sent && now >= sent + self.rtt + reorder
+    }
+
+    /// A new all-reduce: its clock starts at zero again.
+    pub(crate) fn restart_clock(&mut self) {
+        *self = Rack::default();
+    }
+}
+
+/// What a slot waiting on its round knows from the switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// Nothing asked since the packet in flight was sent.
+    Not,
+    /// A query is out; no status yet. If none comes by the slot's
+    /// deadline, the contribution is sent again (the query, its status or
+    /// the switch's support for queries is missing).
+    Out,
+    /// The switch holds this worker's contribution to the round, which
+    /// waits for the `missing` members (a bitmap); the worker asks again
+    /// at its deadline and resends nothing.
+    Held { missing: u64 },
+}
+
+/// What a status means for the worker that asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// Send the contribution again: the set lacks it, or the round is
+    /// complete with it (this worker's copy of the result was lost: the
+    /// resend brings back the stored one).
+    Resend,
+    /// The set holds it and waits for these members (bitmap).
+    Held { missing: u64 },
+}
+
+/// Reads a status for `worker` whose header counted `contributors`.
+pub(crate) fn judge(status: &Status, contributors: u16, worker: u16) -> Said {
+    if status.holds(worker) && contributors < status.members {
+        Said::Held {
+            missing: status.member_mask() & !status.bitmap,
+        }
+    } else {
+        Said::Resend
+    }
+}
+
+/// The reordering window: a quarter of the quickest round trip (RFC 8985's
+/// default), at least `floor`.
+pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {
+    base_rtt.map_or(floor, |b| (b / 4).max(floor))
+}
+
+/// When a slot with nothing sent after it is probed: two smoothed round
+/// trips, at least `floor`, doubled for each query already sent about the
+/// same round (a slot the switch keeps answering "resend" to costs a packet
+/// per growing interval, never a stream), and never later than the
+/// timeout `rto`.
+pub(crate) fn probe_after(srtt: Option<Nanos>, floor: Nanos, rto: Nanos, queries: u32) -> Nanos {
+    let base = srtt.map_or(rto, |s| s.saturating_mul(2).max(floor));
+    base.saturating_mul(1 << queries.min(6)).min(rto)
+}
+
+/// The members of a bitmap, as ids.
+pub(crate) fn members(bitmap: u64) -> Vec<u16> {
+    (0..64u16).filter(|&w| bitmap & (1u64 << w) != 0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn a_slot_is_lost_once_a_later_one_is_answered_and_its_round_trip_passed() {
+        let mut r = Rack::default();
+        assert!(!r.lost(0, 100 * MS, MS), "nothing answered: no evidence");
+        // Sent at 10, answered at 12: round trip 2 ms.
+        r.on_answer(10 * MS, 12 * MS);
+        assert!(!r.lost(10 * MS, 50 * MS, MS), "not sent before it");
+        assert!(!r.lost(9 * MS, 11 * MS + MS / 2, MS), "within 2 + 1 ms");
+        assert!(r.lost(9 * MS, 12 * MS, MS));
+        // An answer for an older packet teaches nothing newer.
+        r.on_answer(5 * MS, 40 * MS);
+        assert!(r.lost(9 * MS, 12 * MS, MS));
+    }
+
+    #[test]
+    fn a_status_says_resend_unless_the_set_holds_an_unfinished_round_with_us() {
+        let s = |bitmap| Status { bitmap, members: 4 };
+        assert_eq!(judge(&s(0b1010), 2, 0), Said::Resend, "our bit clear");
+        assert_eq!(
+            judge(&s(0b1011), 3, 0),
+            Said::Held { missing: 0b0100 },
+            "held, member 2 missing"
+        );
+        assert_eq!(
+            judge(&s(0b1111), 4, 0),
+            Said::Resend,
+            "complete: result lost"
+        );
+        // Complete, others moved on: still ours to fetch.
+        assert_eq!(judge(&s(0b0001), 4, 0), Said::Resend);
+        assert_eq!(members(0b10100), [2, 4]);
+    }
+
+    #[test]
+    fn probes_wait_two_round_trips_within_bounds_and_back_off() {
+        assert_eq!(probe_after(None, MS, 20 * MS, 0), 20 * MS);
+        assert_eq!(probe_after(Some(3 * MS), MS, 20 * MS, 0), 6 * MS);
+        assert_eq!(probe_after(Some(MS / 10), MS, 20 * MS, 0), MS);
+        assert_eq!(probe_after(Some(30 * MS), MS, 20 * MS, 0), 20 * MS);
+        assert_eq!(probe_after(Some(3 * MS), MS, 20 * MS, 1), 12 * MS);
+        assert_eq!(probe_after(Some(3 * MS), MS, 20 * MS, 2), 20 * MS);
+        assert_eq!(reorder_window(Some(8 * MS), MS / 4), 2 * MS);
+        assert_eq!(reorder_window(None, MS / 4), MS / 4);
+    }
+}

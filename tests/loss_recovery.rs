@@ -1,0 +1,132 @@
+//! Loss recovery by query (docs/PROTOCOL.md, "Loss recovery") through the
+//! emulator over real UDP on loopback: a worker that suspects a loss asks
+//! the switch, and resends only what the switch lacks of its own.
+//!
+//! The assertions are counts and ratios, which a worker that waited for a
+//! timeout on every loss (resending n copies for each lost contribution)
+//! would fail: nearly every retransmission follows a status, and the
+//! retransmissions are about the data the emulator dropped, not n times it.
+
+use std::time::Duration;
+
+use inagg_emu::{DropReason, FaultConfig};
+use inagg_host_agent::{Error, Stats};
+use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::verify::check_i32;
+
+fn inputs(workers: usize, len: usize) -> Vec<Vec<i32>> {
+    (0..workers)
+        .map(|w| {
+            (0..len)
+                .map(|i| (i as i32).wrapping_mul(48_271) ^ (w as i32 * 7_777_777))
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs an int32 all-reduce of `len` elements on `workers` workers (K = 64,
+/// a pool of 64) through an emulator with `faults`, checks the sums, and
+/// returns the workers' summed stats and the data the emulator dropped
+/// (contributions and result copies; not queries or statuses).
+fn run(faults: FaultConfig, workers: u16, len: usize) -> (Stats, u64) {
+    let cluster = LocalCluster::start(faults).unwrap();
+    let p = JobParams {
+        id: 1,
+        workers,
+        pool_base: 0,
+        pool_size: 64,
+        elements: 64,
+    };
+    let mut ws = cluster.job(p, |_| {}).unwrap();
+    let inputs = inputs(workers.into(), len);
+    let mut data = inputs.clone();
+    let stats = run_all(&mut ws, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    check_i32(&inputs, &data).unwrap();
+    let mut sum = Stats::default();
+    stats.iter().for_each(|s| sum.merge(s));
+    let c = cluster.emu.state().switch.counters().clone();
+    let dropped = c.dropped(DropReason::InjectedIngress) + c.dropped(DropReason::InjectedEgress);
+    (sum, dropped - c.injected_query_drops)
+}
+
+#[test]
+fn losses_are_found_by_queries_and_resent_once() {
+    for workers in [4, 8] {
+        let (s, lost) = run(FaultConfig::loss(0.05, 21), workers, 40_000);
+        assert!(lost > 50, "too few drops to judge: {lost}");
+        // Each lost contribution or result copy costs one retransmission;
+        // resending every copy of a stalled round would cost n - 1 more.
+        assert!(
+            s.retransmissions * 10 <= lost * 11,
+            "{workers} workers: {} retransmissions for {lost} lost: {s:?}",
+            s.retransmissions
+        );
+        // A lost result comes back as the answer to a query, so fewer
+        // retransmissions than losses.
+        assert!(s.retransmissions < lost, "{s:?}");
+        // Found by a query in about a round trip, not by the timeout.
+        assert!(
+            s.fast_retransmissions * 10 >= s.retransmissions * 9,
+            "{workers} workers: {s:?}"
+        );
+        assert!(s.statuses > 0 && s.statuses <= s.queries, "{s:?}");
+    }
+}
+
+#[test]
+fn a_lossless_path_resends_nothing() {
+    let (s, lost) = run(FaultConfig::default(), 4, 40_000);
+    assert_eq!((lost, s.retransmissions, s.timeouts), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn duplication_and_reordering_on_top_of_loss_keep_the_retransmissions_to_the_losses() {
+    let faults = FaultConfig {
+        drop_ingress: 0.01,
+        drop_egress: 0.01,
+        duplicate: 0.05,
+        reorder: 0.05,
+        seed: 9,
+    };
+    let (s, lost) = run(faults, 4, 40_000);
+    assert!(lost > 0);
+    assert!(
+        s.retransmissions * 10 <= lost * 11 + 10,
+        "{} retransmissions for {lost} lost: {s:?}",
+        s.retransmissions
+    );
+}
+
+/// A worker whose peer never starts gives up naming it: the switch holds
+/// the worker's contribution and told it which member the round waits for.
+#[test]
+fn a_worker_whose_peer_never_comes_names_it_when_it_gives_up() {
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let p = JobParams {
+        id: 1,
+        workers: 3,
+        pool_base: 0,
+        pool_size: 4,
+        elements: 64,
+    };
+    let mut ws = cluster
+        .job(p, |c| c.give_up_after = Duration::from_millis(400))
+        .unwrap();
+    let mut a = vec![1i32; 256];
+    let mut b = vec![2i32; 256];
+    let (w0, rest) = ws.split_at_mut(1);
+    let (r0, r1) = std::thread::scope(|scope| {
+        let t = scope.spawn(|| w0[0].allreduce_i32(&mut a));
+        let r1 = rest[0].allreduce_i32(&mut b);
+        (t.join().unwrap(), r1)
+    });
+    for err in [r0.unwrap_err(), r1.unwrap_err()] {
+        let Error::Timeout { missing, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*missing, 1 << 2, "{err}");
+        assert!(err.to_string().contains("waits for members [2]"), "{err}");
+    }
+    let queries = cluster.emu.state().switch.jobs()[0].counters.queries;
+    assert!(queries > 0);
+}

@@ -1,0 +1,127 @@
+//! The status block: what a switch answers a worker's query with
+//! (docs/PROTOCOL.md, "Loss recovery").
+//!
+//! ```text
+//!  0                               8               10              12
+//! +-------------------------------+---------------+---------------+
+//! |  bitmap: members in the set   | members (n)   | reserved (0)  |
+//! +-------------------------------+---------------+---------------+
+//! ```
+//!
+//! It follows the 24-byte header of a status packet (kind 6), whose
+//! `count` is the set's contributor count and whose packet id echoes the
+//! query's. With both, a worker tells the three cases apart: its bit clear
+//! (its contribution was lost: send it again), its bit set and the round
+//! complete (count = n: its result was lost: send again, and the stored
+//! result comes back), its bit set and the round still summing (wait for
+//! the members whose bits are clear).
+
+use crate::{Error, Result};
+
+/// Bytes of the status block.
+pub const STATUS_LEN: usize = 12;
+
+/// A status block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The set's worker bitmap: bit w is set while member w's contribution
+    /// to the set's round is held (a member that moved on to the slot's
+    /// other set has its bit cleared here).
+    pub bitmap: u64,
+    /// The job's member count at this switch, n.
+    pub members: u16,
+}
+
+impl Status {
+    /// Reads a status block (a status packet's payload).
+    pub fn parse(payload: &[u8]) -> Result<Status> {
+        let Ok(block) = <&[u8; STATUS_LEN]>::try_from(payload) else {
+            return Err(Error::LengthMismatch {
+                len: crate::HEADER_LEN + payload.len(),
+                expected: crate::HEADER_LEN + STATUS_LEN,
+            });
+        };
+        if block[10..12] != [0, 0] {
+            return Err(Error::ReservedBits);
+        }
+        let bitmap = u64::from_be_bytes(block[0..8].try_into().expect("8 bytes"));
+        let members = u16::from_be_bytes([block[8], block[9]]);
+        Ok(Status { bitmap, members })
+    }
+
+    /// Writes the block into `payload` (its first [`STATUS_LEN`] bytes).
+    pub fn emit(&self, payload: &mut [u8]) {
+        payload[0..8].copy_from_slice(&self.bitmap.to_be_bytes());
+        payload[8..10].copy_from_slice(&self.members.to_be_bytes());
+        payload[10..12].fill(0);
+    }
+
+    /// Every member's bit: the low `members` bits.
+    pub fn member_mask(&self) -> u64 {
+        match self.members {
+            0 => 0,
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        }
+    }
+
+    /// Whether member `worker`'s contribution is held.
+    pub fn holds(&self, worker: u16) -> bool {
+        worker < 64 && self.bitmap & (1u64 << worker) != 0
+    }
+
+    /// The members whose contribution the set does not hold, as ids.
+    pub fn missing(&self) -> impl Iterator<Item = u16> + '_ {
+        let missing = self.member_mask() & !self.bitmap;
+        (0..64u16).filter(move |&w| missing & (1u64 << w) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Members 0, 2 and 3 of 5 held.
+    static BLOCK: [u8; STATUS_LEN] = [
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0d, // bitmap
+        0x00, 0x05, 0x00, 0x00, // members, reserved
+    ];
+
+    #[test]
+    fn parse_and_emit_the_fixture() {
+        let s = Status::parse(&BLOCK).unwrap();
+        assert_eq!(
+            s,
+            Status {
+                bitmap: 0b1101,
+                members: 5
+            }
+        );
+        let mut out = [0xffu8; STATUS_LEN];
+        s.emit(&mut out);
+        assert_eq!(out, BLOCK);
+        assert!(s.holds(0) && !s.holds(1) && s.holds(3) && !s.holds(64));
+        assert_eq!(s.missing().collect::<Vec<_>>(), [1, 4]);
+    }
+
+    #[test]
+    fn bad_blocks_are_refused() {
+        assert!(matches!(
+            Status::parse(&BLOCK[..11]),
+            Err(Error::LengthMismatch { len: 35, .. })
+        ));
+        let mut b = BLOCK;
+        b[11] = 1;
+        assert_eq!(Status::parse(&b), Err(Error::ReservedBits));
+    }
+
+    #[test]
+    fn the_member_mask_covers_64_members() {
+        let all = Status {
+            bitmap: 0,
+            members: 64,
+        };
+        assert_eq!(all.member_mask(), u64::MAX);
+        assert_eq!(all.missing().count(), 64);
+    }
+}
