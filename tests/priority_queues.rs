@@ -169,7 +169,14 @@ fn a_full_queue_drops_the_tail_and_the_workers_recover_exactly() {
         .dropped(DropReason::QueueFull);
     assert!(tail_drops > 0, "no queue overflowed: {report:?}");
     assert_eq!(counted, tail_drops, "every tail drop is counted once");
-    assert!(stats.iter().map(|s| s.retransmissions).sum::<u64>() > 0);
+    // The dropped results came back as stored results, asked for by the
+    // workers' queries (or their retransmissions).
+    assert!(
+        stats.iter().map(|s| s.queries).sum::<u64>() > 0,
+        "{stats:?}"
+    );
+    let resent = cluster.emu.state().switch.jobs()[0].counters.resent_results;
+    assert!(resent > 0, "no stored result was sent again");
     for q in report.ports.iter().flat_map(|p| &p.queues) {
         assert!(
             q.max_depth_bytes <= 4000,

@@ -142,6 +142,9 @@ struct Slot<B> {
     rollback: Option<usize>,
     /// What the switch was asked about the round in flight, and said.
     asked: Asked,
+    /// The members the switch last said the round waits for (bitmap; 0
+    /// when it has not said), kept past resends for a give-up message.
+    waits_for: u64,
     /// Queries sent for the round in flight (each waits twice as long).
     queries: u32,
     /// The packet in flight, kept for retransmission.
@@ -167,13 +170,18 @@ const REORDER_FLOOR: Nanos = 250_000;
 /// The shortest wait before a slot with nothing sent after it is probed.
 const PROBE_FLOOR: Nanos = 1_000_000;
 /// Queries about one round that may go unanswered before its contribution
-/// is sent again anyway (the queries or statuses lost, or a switch that
-/// does not answer queries).
-const QUERY_TRIES: u32 = 3;
+/// is sent again at its timeout, at a switch that has not answered a query
+/// yet (the P4 programs do not). At one that has, an unanswered query is a
+/// lost query or status, and is asked again.
+const QUERY_TRIES: u32 = 4;
 /// Queries answered "held" about one round before its contribution is
 /// sent again anyway, at the slot's timeout (each waits twice as long as
-/// the one before, up to the timeout: about 40 round trips in all).
-const HELD_QUERIES: u32 = 6;
+/// the one before, up to the timeout).
+const HELD_QUERIES: u32 = 16;
+/// A slot held asks again at most 2^3 times later than its first probe:
+/// its own copy of the result may be lost, and a timeout backed off to a
+/// second must not be what it waits.
+const HELD_DOUBLINGS: u32 = 3;
 
 impl<B> Slot<B> {
     /// When the packet in flight last went out (its first copy, or its
@@ -295,6 +303,7 @@ impl<L: Link> Engine<'_, L> {
                             contributors,
                         } => {
                             stats.statuses += 1;
+                            self.path.switch_answers = true;
                             if slots[slot].asked == Asked::Not {
                                 // An answer to a query before a resend
                                 // that has been acted on already.
@@ -386,13 +395,10 @@ impl<L: Link> Engine<'_, L> {
                     // A slot the switch said it waits on others for, if any.
                     let stuck = slots
                         .iter()
-                        .position(|s| matches!(s.asked, Asked::Held { .. }))
+                        .position(|s| s.waits_for != 0)
                         .or_else(|| slots.iter().position(|s| s.round < s.rounds))
                         .unwrap_or(0);
-                    let missing = match slots[stuck].asked {
-                        Asked::Held { missing } => missing,
-                        _ => 0,
-                    };
+                    let missing = slots[stuck].waits_for;
                     tracing::warn!(
                         job = self.config.job,
                         slot = stuck,
@@ -491,6 +497,7 @@ impl<L: Link> Engine<'_, L> {
                 in_flight: false,
                 rollback: None,
                 asked: Asked::Not,
+                waits_for: 0,
                 queries: 0,
                 packet,
                 query: None,
@@ -545,6 +552,7 @@ impl<L: Link> Engine<'_, L> {
         slot.deadline = now + slot.rto;
         slot.resends = 0;
         slot.asked = Asked::Not;
+        slot.waits_for = 0;
         slot.queries = 0;
         tx.push(s);
         stats.packets_sent += 1;
@@ -672,15 +680,15 @@ impl<L: Link> Engine<'_, L> {
     }
 
     /// How often the slot table is scanned for expired deadlines and
-    /// suspected losses: a quarter of the smoothed round trip, so that a
+    /// suspected losses: a quarter of the recent round trip, so that a
     /// loss is found within about a round trip, between 200 µs and a
     /// quarter of the minimum timeout.
     fn scan_interval(&self) -> Nanos {
         let ceiling = nanos(self.config.min_rto / 4).max(SCAN_FLOOR);
         self.path
             .rtt
-            .srtt()
-            .map_or(ceiling, |srtt| (srtt / 4).clamp(SCAN_FLOOR, ceiling))
+            .recent_min()
+            .map_or(ceiling, |rtt| (rtt / 4).clamp(SCAN_FLOOR, ceiling))
     }
 
     /// Loss recovery at a scan ([`crate::recovery`]): a slot suspected lost
@@ -717,37 +725,72 @@ impl<L: Link> Engine<'_, L> {
                         self.ask(slot, s, now, queries, stats);
                     }
                 }
-                Asked::Out if now >= slot.deadline && slot.queries >= QUERY_TRIES => {
-                    if budget > 0 {
-                        budget -= 1;
-                        self.time_out(slot, s, now, tx, stats);
-                    }
+                Asked::Out
+                    if now >= slot.deadline
+                        && slot.queries >= QUERY_TRIES
+                        && !self.path.switch_answers =>
+                {
+                    self.stop_asking(slot, s, now, &mut budget, tx, stats)
                 }
-                Asked::Held { .. } if now >= slot.deadline && slot.queries >= HELD_QUERIES => {
-                    // Held this long: whatever the set holds does not
+                Asked::Held if now >= slot.deadline && slot.queries >= HELD_QUERIES => {
+                    // Held this long: whatever the set holds may never
                     // complete (a stopped session's partial round, a tree
                     // whose partial sum went missing above): the timeout's
                     // resend, as before queries, lets the switch act on it.
-                    if budget > 0 {
-                        budget -= 1;
-                        self.time_out(slot, s, now, tx, stats);
-                    }
+                    self.stop_asking(slot, s, now, &mut budget, tx, stats)
                 }
-                Asked::Out | Asked::Held { .. } if now >= slot.deadline => {
+                Asked::Out | Asked::Held if now >= slot.deadline => {
                     self.ask(slot, s, now, queries, stats)
                 }
-                Asked::Held { .. } | Asked::Out => {}
+                Asked::Held | Asked::Out => {}
             }
         }
     }
 
-    /// How long a slot waits before it asks (again): about two round
-    /// trips, twice as long for each of `queries` already answered about
-    /// its round ([`recovery::probe_after`]).
+    /// How long a slot waits before it asks (again): about two of the
+    /// path's recent round trips, twice as long for each of `queries`
+    /// already answered about its round ([`recovery::probe_after`]).
     fn probe_after(&self, queries: u32) -> Nanos {
         let rto = self.path.rtt.rto(self.config);
-        recovery::probe_after(self.path.rtt.srtt(), PROBE_FLOOR, rto, queries)
+        recovery::probe_after(self.path.rtt.recent_min(), PROBE_FLOOR, rto, queries)
             .min(nanos(self.config.max_rto))
+    }
+
+    /// Slot `s` has asked enough: its contribution goes again at its
+    /// timeout (not before: on a path with a queue the answers wait in it),
+    /// at most `budget` more per scan.
+    fn stop_asking(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        now: Nanos,
+        budget: &mut usize,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        // A slot held waits two timeouts: its peers may be slow, not lost.
+        let timeouts = if slot.asked == Asked::Held { 2 } else { 1 };
+        let due = slot.last_sent() + slot.rto.saturating_mul(timeouts);
+        if now < due {
+            slot.deadline = due;
+        } else if *budget > 0 {
+            *budget -= 1;
+            self.time_out(slot, s, now, tx, stats);
+        }
+    }
+
+    /// How many times the wait for a query's answer is doubled: on a path
+    /// without a queue, never (an unanswered query was lost, and the next
+    /// is as likely to arrive: at 30% loss half go unanswered); behind a
+    /// queue, the answers wait in it and each query asked again waits twice
+    /// as long. (A slot held asks again at doubling intervals whatever the
+    /// path: the members it waits for may be slow, not lost.)
+    fn backoff(&self, slot: &Slot<L::Buf>) -> u32 {
+        if self.path.window.queued() {
+            slot.queries
+        } else {
+            0
+        }
     }
 
     /// Queues slot `s`'s query; the slot waits for the status until its
@@ -760,10 +803,7 @@ impl<L: Link> Engine<'_, L> {
         queries: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
-        // An unanswered query is asked again after the first interval, not
-        // a growing one: at 10% loss a fifth of them go unanswered, and
-        // the round waits on it. QUERY_TRIES bounds them.
-        let wait = self.probe_after(0);
+        let wait = self.probe_after(self.backoff(slot));
         slot.asked = Asked::Out;
         slot.queries = slot.queries.saturating_add(1);
         slot.deadline = now + wait;
@@ -806,8 +846,9 @@ impl<L: Link> Engine<'_, L> {
             Said::Held { missing } => {
                 // Asked again in case this worker's copy of the result is
                 // lost: the members it waits for recover on their own.
-                slot.asked = Asked::Held { missing };
-                slot.deadline = now + self.probe_after(slot.queries);
+                slot.asked = Asked::Held;
+                slot.waits_for = missing;
+                slot.deadline = now + self.probe_after(slot.queries.min(HELD_DOUBLINGS));
             }
             Said::Resend => {
                 stats.fast_retransmissions += 1;
@@ -1005,6 +1046,7 @@ mod tests {
             in_flight: true,
             rollback: None,
             asked: Asked::Not,
+            waits_for: 0,
             queries: 0,
             packet: (),
             query: None,

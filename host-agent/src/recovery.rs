@@ -68,9 +68,9 @@ pub(crate) enum Asked {
     /// the switch's support for queries is missing).
     Out,
     /// The switch holds this worker's contribution to the round, which
-    /// waits for the `missing` members (a bitmap); the worker asks again
-    /// at its deadline and resends nothing.
-    Held { missing: u64 },
+    /// waits for other members; the worker asks again at its deadline and
+    /// resends nothing.
+    Held,
 }
 
 /// What a status means for the worker that asked.
@@ -101,13 +101,13 @@ pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {
     base_rtt.map_or(floor, |b| (b / 4).max(floor))
 }
 
-/// When a slot with nothing sent after it is probed: two smoothed round
-/// trips, at least `floor`, doubled for each query already sent about the
+/// When a slot with nothing sent after it is probed: two recent round
+/// trips (`rtt`), at least `floor`, doubled for each query already sent about the
 /// same round (a slot the switch keeps answering "resend" to costs a packet
 /// per growing interval, never a stream), and never later than the
 /// timeout `rto`.
-pub(crate) fn probe_after(srtt: Option<Nanos>, floor: Nanos, rto: Nanos, queries: u32) -> Nanos {
-    let base = srtt.map_or(rto, |s| s.saturating_mul(2).max(floor));
+pub(crate) fn probe_after(rtt: Option<Nanos>, floor: Nanos, rto: Nanos, queries: u32) -> Nanos {
+    let base = rtt.map_or(rto, |r| r.saturating_mul(2).max(floor));
     base.saturating_mul(1 << queries.min(6)).min(rto)
 }
 
