@@ -714,14 +714,23 @@ impl<L: Link> Engine<'_, L> {
             usize::MAX
         };
         let reorder = recovery::reorder_window(self.path.window.base_rtt(), REORDER_FLOOR);
+        // The tail: the slots sent last of those not asked about. Only they
+        // are probed by time; any earlier one is judged by the evidence its
+        // successors bring when they are answered. (Probed by time, a
+        // window that a switch serves one slot after another would ask
+        // about its later slots before their results are due, and each
+        // query of a complete round brings the result a second time.)
+        let tail = slots
+            .iter()
+            .filter(|s| s.in_flight && s.asked == Asked::Not)
+            .map(Slot::last_sent)
+            .max();
         for (s, slot) in slots.iter_mut().enumerate().filter(|(_, s)| s.in_flight) {
             match slot.asked {
                 Asked::Not => {
                     let sent = slot.last_sent();
-                    if now >= slot.deadline
-                        || now >= sent + self.probe_after(slot.queries)
-                        || self.path.rack.lost(sent, now, reorder)
-                    {
+                    let probe = Some(sent) == tail && now >= sent + self.probe_after(slot.queries);
+                    if now >= slot.deadline || probe || self.path.rack.lost(sent, now, reorder) {
                         self.ask(slot, s, now, queries, stats);
                     }
                 }
