@@ -105,11 +105,7 @@ enum Verdict<'d> {
         own_weight: Option<u16>,
     },
     /// The switch's answer to this slot's query.
-    Status {
-        slot: usize,
-        status: Status,
-        contributors: u16,
-    },
+    Status { slot: usize, status: Status },
     /// Anything else.
     Ignore,
 }
@@ -297,11 +293,7 @@ impl<L: Link> Engine<'_, L> {
                             exponent,
                         } => (slot, payload, exponent, false),
                         Verdict::Ignore => continue,
-                        Verdict::Status {
-                            slot,
-                            status,
-                            contributors,
-                        } => {
+                        Verdict::Status { slot, status } => {
                             stats.statuses += 1;
                             self.path.switch_answers = true;
                             if slots[slot].asked == Asked::Not {
@@ -310,7 +302,7 @@ impl<L: Link> Engine<'_, L> {
                                 stats.stale_results += 1;
                                 continue;
                             }
-                            let said = recovery::judge(&status, contributors, self.config.worker);
+                            let said = recovery::judge(&status, self.config.worker);
                             self.heed(&mut slots[slot], slot, said, now, &mut tx, &mut stats);
                             continue;
                         }
@@ -621,11 +613,9 @@ impl<L: Link> Engine<'_, L> {
         if repr.kind == Kind::Status {
             // The answer to this round's query: it echoes the round's id.
             return match Status::parse(payload) {
-                Ok(status) if repr.packet_id == slots[s].packet_id => Verdict::Status {
-                    slot: s,
-                    status,
-                    contributors: repr.count,
-                },
+                Ok(status) if repr.packet_id == slots[s].packet_id => {
+                    Verdict::Status { slot: s, status }
+                }
                 Ok(_) => {
                     stats.stale_results += 1;
                     Verdict::Ignore
@@ -741,7 +731,10 @@ impl<L: Link> Engine<'_, L> {
                 {
                     self.stop_asking(slot, s, now, &mut budget, tx, stats)
                 }
-                Asked::Held if now >= slot.deadline && slot.queries >= HELD_QUERIES => {
+                Asked::Held
+                    if now >= slot.deadline
+                        && (slot.queries >= HELD_QUERIES || slot.waits_for == 0) =>
+                {
                     // Held this long: whatever the set holds may never
                     // complete (a stopped session's partial round, a tree
                     // whose partial sum went missing above): the timeout's
@@ -777,8 +770,14 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
-        // A slot held waits two timeouts: its peers may be slow, not lost.
-        let timeouts = if slot.asked == Asked::Held { 2 } else { 1 };
+        // A slot held for members waits two timeouts: they may be slow, not
+        // lost. One held for its tree's parent (no member missing) resends
+        // at its timeout, which sends the partial sum up again.
+        let timeouts = if slot.asked == Asked::Held && slot.waits_for != 0 {
+            2
+        } else {
+            1
+        };
         let due = slot.last_sent() + slot.rto.saturating_mul(timeouts);
         if now < due {
             slot.deadline = due;

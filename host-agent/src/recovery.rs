@@ -76,17 +76,22 @@ pub(crate) enum Asked {
 /// What a status means for the worker that asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Said {
-    /// Send the contribution again: the set lacks it, or the round is
-    /// complete with it (this worker's copy of the result was lost: the
-    /// resend brings back the stored one).
+    /// Send the contribution again: the set lacks it.
     Resend,
-    /// The set holds it and waits for these members (bitmap).
+    /// The set holds it and waits for these members (bitmap; none when it
+    /// waits for its tree's parent).
     Held { missing: u64 },
 }
 
-/// Reads a status for `worker` whose header counted `contributors`.
-pub(crate) fn judge(status: &Status, contributors: u16, worker: u16) -> Said {
-    if status.holds(worker) && contributors < status.members {
+/// Reads a status for `worker`. A set that holds the worker's contribution
+/// is waiting: for the members whose bits are clear, or, complete, for its
+/// tree's parent to send the result down (a switch answers a query of a
+/// complete round whose result it has with that result, not a status).
+/// Either way a resend now would only add to what the switch has: the
+/// missing members and the parent recover on their own, and the timeout's
+/// resend remains for what they do not.
+pub(crate) fn judge(status: &Status, worker: u16) -> Said {
+    if status.holds(worker) {
         Said::Held {
             missing: status.member_mask() & !status.bitmap,
         }
@@ -137,21 +142,16 @@ mod tests {
     }
 
     #[test]
-    fn a_status_says_resend_unless_the_set_holds_an_unfinished_round_with_us() {
+    fn a_status_says_resend_unless_the_set_holds_our_contribution() {
         let s = |bitmap| Status { bitmap, members: 4 };
-        assert_eq!(judge(&s(0b1010), 2, 0), Said::Resend, "our bit clear");
+        assert_eq!(judge(&s(0b1010), 0), Said::Resend, "our bit clear");
         assert_eq!(
-            judge(&s(0b1011), 3, 0),
+            judge(&s(0b1011), 0),
             Said::Held { missing: 0b0100 },
             "held, member 2 missing"
         );
-        assert_eq!(
-            judge(&s(0b1111), 4, 0),
-            Said::Resend,
-            "complete: result lost"
-        );
-        // Complete, others moved on: still ours to fetch.
-        assert_eq!(judge(&s(0b0001), 4, 0), Said::Resend);
+        // Complete and held: the result is away at the tree's parent.
+        assert_eq!(judge(&s(0b1111), 0), Said::Held { missing: 0 });
         assert_eq!(members(0b10100), [2, 4]);
     }
 
