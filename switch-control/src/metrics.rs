@@ -121,7 +121,7 @@ impl Exposition {
         if let Some(n) = name {
             labels.push(("name", n));
         }
-        let rows: [(&'static str, &'static str, u64); 5] = [
+        let rows: [(&'static str, &'static str, u64); 6] = [
             (
                 "inagg_job_contributions_total",
                 "Contributions admitted to the job's slots.",
@@ -134,8 +134,13 @@ impl Exposition {
             ),
             (
                 "inagg_job_resent_results_total",
-                "Stored results sent again to a retransmitting worker.",
+                "Stored results sent again, to a worker that retransmitted or queried.",
                 c.resent_results,
+            ),
+            (
+                "inagg_job_queries_total",
+                "Workers' queries about their slots, answered.",
+                c.queries,
             ),
             (
                 "inagg_job_duplicates_total",
@@ -217,7 +222,7 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
     let (job, worker) = (job.to_string(), worker.to_string());
     let labels = [("job", job.as_str()), ("worker", worker.as_str())];
     let mut e = Exposition::default();
-    let rows: [(&'static str, &'static str, u64); 13] = [
+    let rows: [(&'static str, &'static str, u64); 16] = [
         (
             "inagg_agent_allreduces_total",
             "All-reduces completed.",
@@ -235,8 +240,23 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
         ),
         (
             "inagg_agent_retransmissions_total",
-            "Packets sent again after a timeout.",
+            "Contributions sent again (after a status, or a timeout).",
             s.retransmissions,
+        ),
+        (
+            "inagg_agent_fast_retransmissions_total",
+            "Contributions sent again because the switch's status said it lacked them.",
+            s.fast_retransmissions,
+        ),
+        (
+            "inagg_agent_queries_total",
+            "Queries sent about slots suspected lost.",
+            s.queries,
+        ),
+        (
+            "inagg_agent_timeouts_total",
+            "Slot timeouts (queries unanswered, or a set held too long).",
+            s.timeouts,
         ),
         (
             "inagg_agent_stale_results_total",
