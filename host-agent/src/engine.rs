@@ -8,8 +8,9 @@
 //! A lost packet is found in about a round trip and recovered by asking
 //! the switch first ([`crate::recovery`]): a slot suspected lost sends a
 //! query, and only the status that comes back decides whether its
-//! contribution goes again. The timeout below is the last resort, for
-//! queries that go unanswered.
+//! contribution goes again. The timeout below is the last resort: for a
+//! switch that does not answer queries, and for a set that holds this
+//! worker's contribution and never completes.
 //!
 //! Timers cost nothing per packet: sending stores a deadline in the slot's
 //! entry, and the loop scans the (small) slot table for expired deadlines
@@ -682,10 +683,10 @@ impl<L: Link> Engine<'_, L> {
     }
 
     /// Loss recovery at a scan ([`crate::recovery`]): a slot suspected lost
-    /// (a later-sent one was answered, or it has waited two round trips)
-    /// queries the switch; a slot whose query went unanswered past its
-    /// deadline resends its contribution; a slot the switch holds asks
-    /// again at its deadline.
+    /// (a later-sent one was answered, the tail has waited two recent
+    /// round trips, or its timeout passed) queries the switch; a slot whose
+    /// query went unanswered, or that the switch holds, asks again at its
+    /// deadline, and resends at its timeout once it has asked enough.
     ///
     /// Resends behind a queue are at most a window per scan (the rest at
     /// the next): recovery must not itself flood a switch that cannot keep
@@ -754,8 +755,8 @@ impl<L: Link> Engine<'_, L> {
     /// already answered about its round ([`recovery::probe_after`]).
     fn probe_after(&self, queries: u32) -> Nanos {
         let rto = self.path.rtt.rto(self.config);
+        // The timeout caps it, and is itself at most max_rto.
         recovery::probe_after(self.path.rtt.recent_min(), PROBE_FLOOR, rto, queries)
-            .min(nanos(self.config.max_rto))
     }
 
     /// Slot `s` has asked enough: its contribution goes again at its
@@ -801,8 +802,8 @@ impl<L: Link> Engine<'_, L> {
         }
     }
 
-    /// Queues slot `s`'s query; the slot waits for the status until its
-    /// timeout.
+    /// Queues slot `s`'s query; the slot waits for the answer about two
+    /// recent round trips ([`Engine::backoff`]).
     fn ask(
         &mut self,
         slot: &mut Slot<L::Buf>,
@@ -819,8 +820,8 @@ impl<L: Link> Engine<'_, L> {
         stats.queries += 1;
     }
 
-    /// Slot `s`'s query went unanswered past its deadline: its contribution
-    /// goes again, and its timeout doubles.
+    /// Slot `s` timed out (its queries unanswered, or its set held too
+    /// long): its contribution goes again, and its timeout doubles.
     fn time_out(
         &mut self,
         slot: &mut Slot<L::Buf>,

@@ -313,7 +313,7 @@ fn timeout_advice(
             expected / 2
         )
     } else if missing != 0 {
-        let missing = recovery::members(missing);
+        let missing: Vec<u16> = inagg_wire::status::members(missing).collect();
         format!(
             "the switch holds this worker's contribution to slot {slot} and waits for members \
              {missing:?}: check that those workers are running (and not stalled) with the same \

@@ -116,11 +116,6 @@ pub(crate) fn probe_after(rtt: Option<Nanos>, floor: Nanos, rto: Nanos, queries:
     base.saturating_mul(1 << queries.min(6)).min(rto)
 }
 
-/// The members of a bitmap, as ids.
-pub(crate) fn members(bitmap: u64) -> Vec<u16> {
-    (0..64u16).filter(|&w| bitmap & (1u64 << w) != 0).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,7 +147,6 @@ mod tests {
         );
         // Complete and held: the result is away at the tree's parent.
         assert_eq!(judge(&s(0b1111), 0), Said::Held { missing: 0 });
-        assert_eq!(members(0b10100), [2, 4]);
     }
 
     #[test]

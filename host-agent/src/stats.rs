@@ -22,8 +22,8 @@ pub struct Stats {
     pub queries: u64,
     /// Statuses the switch answered them with.
     pub statuses: u64,
-    /// Slot timeouts that fired (a query unanswered past the slot's
-    /// deadline).
+    /// Slot timeouts that fired: queries a switch never answered, or a set
+    /// that held this worker's contribution too long.
     pub timeouts: u64,
     /// Times a timeout halved the congestion window (once per flight).
     pub window_cuts: u64,

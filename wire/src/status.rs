@@ -71,10 +71,14 @@ impl Status {
     }
 
     /// The members whose contribution the set does not hold, as ids.
-    pub fn missing(&self) -> impl Iterator<Item = u16> + '_ {
-        let missing = self.member_mask() & !self.bitmap;
-        (0..64u16).filter(move |&w| missing & (1u64 << w) != 0)
+    pub fn missing(&self) -> impl Iterator<Item = u16> {
+        members(self.member_mask() & !self.bitmap)
     }
+}
+
+/// The member ids whose bits are set in `bitmap`, in order.
+pub fn members(bitmap: u64) -> impl Iterator<Item = u16> {
+    (0..64u16).filter(move |&w| bitmap & (1u64 << w) != 0)
 }
 
 #[cfg(test)]
@@ -102,6 +106,7 @@ mod tests {
         assert_eq!(out, BLOCK);
         assert!(s.holds(0) && !s.holds(1) && s.holds(3) && !s.holds(64));
         assert_eq!(s.missing().collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(members(0b10100).collect::<Vec<_>>(), [2, 4]);
     }
 
     #[test]
