@@ -434,7 +434,7 @@ fn sent_toward(s: &mut Sites, from: usize, to: usize) -> u64 {
 }
 
 /// Network awareness, live: every port runs at 100 Mbit/s but the 1-3
-/// link, a WAN link of 10 Mbit/s each way. The scheduler's first guess
+/// link, a WAN link of 2 Mbit/s each way. The scheduler's first guess
 /// (every link at the nominal 100) puts 1-3 in both trees. Then, as
 /// NetStorm runs: before every push the scheduler reads the switches'
 /// probes and plans again, and a changed forest goes out with the next
@@ -442,17 +442,19 @@ fn sent_toward(s: &mut Sites, from: usize, to: usize) -> u64 {
 /// and the forest routes around it with the same roots; the slow ports
 /// then carry nothing, and every sum is exact throughout.
 ///
-/// How near the probes come to 10 Mbit/s depends on the machine (they time
-/// real departures: a quiet 2-core VM reads 9.6-9.9, while an emulator
-/// starved of CPU reads its own lateness, and the next round corrects it;
-/// `inagg bench --netstorm` reports the readings), so the test checks the
-/// order of the links, which the plan depends on.
+/// How near the probes come to the line rates depends on the machine (they
+/// time real departures: an emulator starved of CPU reads its own lateness,
+/// and the next round corrects it; `inagg bench --netstorm` reports the
+/// readings), so the test checks the order of the links, which the plan
+/// depends on. On a loaded CI machine every fast link once read 13-38
+/// Mbit/s, too near a 10 Mbit/s slow link to order them within 6 rounds;
+/// at 2 Mbit/s no reading seen so far comes near.
 #[test]
 fn awareness_measures_a_slow_link_and_the_next_plan_routes_around_it() {
     let _serial = serial();
     const LINE: u64 = 100_000_000;
     let slow = (1, 3);
-    let mut s = slow_link_sites(LINE, slow, 10_000_000);
+    let mut s = slow_link_sites(LINE, slow, 2_000_000);
     let mut sched = blind_scheduler(LINE);
     let blind = sched.forest().clone();
     assert!(
