@@ -101,7 +101,9 @@ impl Pipeline {
             Fate::Drop => {
                 let c = state.switch.counters_mut();
                 c.drop(DropReason::InjectedIngress);
-                c.injected_query_drops += u64::from(kind_of(bytes) == Kind::Query);
+                let kind = kind_of(bytes);
+                c.injected_query_drops += u64::from(kind == Kind::Query);
+                c.injected_contribution_drops += u64::from(kind == Kind::Contribution);
             }
             Fate::Pass { duplicate, reorder } => {
                 if reorder && self.held_in.is_none() {

@@ -439,7 +439,12 @@ impl<L: Link> Engine<'_, L> {
         Ok(stats)
     }
 
-    /// Sends ready slots, first in the shared order, while the window has room.
+    /// Sends ready slots, first in the shared order, while the window has
+    /// room. A slot the switch was asked about is not counted in the
+    /// window (RFC 6675's pipe leaves out what is deemed lost): its packet
+    /// is no longer in the path, or it is held in the set waiting for other
+    /// members, and a window full of slots in recovery would stall a pool
+    /// that has slots to spare.
     #[allow(clippy::too_many_arguments)]
     fn release<C: Codec>(
         &self,
@@ -451,7 +456,11 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) -> Result<(), Error> {
-        while let Some(s) = flight.take(slots, self.path.window.limit()) {
+        let recovering = slots
+            .iter()
+            .filter(|s| s.in_flight && s.asked != Asked::Not)
+            .count();
+        while let Some(s) = flight.take(slots, self.path.window.limit() + recovering) {
             slots[s].in_flight = true;
             self.send(codec, &mut slots[s], s, window, now, tx, stats)?;
         }

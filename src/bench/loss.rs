@@ -1,15 +1,15 @@
 //! `inagg bench --loss`: goodput under loss, side by side with lossless, in
-//! one run: workers all-reduce a float tensor through the emulator at 0-30%
+//! one run: workers all-reduce a float or int32 tensor through the emulator at 0-30%
 //! loss per direction, for the default packets (K = 16370, pool 8) and a
 //! Tofino job's (K = 64, pool 512), with 4 workers and with 8, and with
 //! duplication and reordering on top of 1% loss.
 //!
-//! Each row is the median of three runs (a run of the default packets takes
-//! tens of milliseconds, and one descheduled worker moves it by a third).
-//! Spurious retransmissions are the retransmissions beyond the data the
-//! emulator dropped (every drop of a contribution or of a result's copy
-//! needs one retransmission; any beyond that was sent for a packet not
-//! lost; a dropped query or status needs none), summed over the runs.
+//! Each row is the median of interleaved runs ([`RUNS`]). Spurious
+//! retransmissions are the retransmissions beyond the contributions the
+//! emulator dropped, summed over the runs: a worker owes each dropped
+//! contribution one retransmission, and a dropped result's copy none (it
+//! asks for the stored result by query), so any beyond those was sent for
+//! a contribution the switch already had.
 
 use std::io::Write;
 
@@ -17,14 +17,20 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::args::{PoolArgs, WindowArgs};
-use crate::cmd::demo::{DemoArgs, DemoReport, FloatFormat};
+use crate::cmd::demo::{DemoArgs, DemoReport, Dtype};
 
-/// Runs per row; the row's goodput is their median.
-const RUNS: usize = 3;
+/// Runs per row. The runs of a series are interleaved (each repetition
+/// runs every fault setting once, lossless first), and a row's "of 0%" is
+/// the median of its runs' ratios to the lossless run of the same
+/// repetition: a run of the default packets takes tens of milliseconds,
+/// the machine's load drifts between repetitions, and a ratio of medians
+/// taken minutes apart measured that drift as much as the loss.
+const RUNS: usize = 5;
 
 /// One row: a configuration at one fault setting.
 #[derive(Debug, Serialize)]
 struct Row {
+    dtype: &'static str,
     workers: u16,
     k: u16,
     pool: u32,
@@ -43,6 +49,7 @@ struct Row {
 
 /// A series of rows sharing a lossless baseline.
 struct Series {
+    dtype: Dtype,
     workers: u16,
     k: u16,
     pool: u32,
@@ -50,8 +57,11 @@ struct Series {
     faults: &'static [(f64, f64)],
 }
 
-const SERIES: [Series; 4] = [
+const TO_10: &[(f64, f64)] = &[(0.0, 0.0), (0.01, 0.0), (0.05, 0.0), (0.1, 0.0)];
+
+const SERIES: [Series; 6] = [
     Series {
+        dtype: Dtype::F32,
         workers: 4,
         k: 16370,
         pool: 8,
@@ -66,12 +76,21 @@ const SERIES: [Series; 4] = [
         ],
     },
     Series {
+        dtype: Dtype::F32,
         workers: 8,
         k: 16370,
         pool: 8,
-        faults: &[(0.0, 0.0), (0.01, 0.0), (0.05, 0.0), (0.1, 0.0)],
+        faults: TO_10,
     },
     Series {
+        dtype: Dtype::I32,
+        workers: 4,
+        k: 16370,
+        pool: 8,
+        faults: TO_10,
+    },
+    Series {
+        dtype: Dtype::F32,
         workers: 4,
         k: 64,
         pool: 512,
@@ -84,50 +103,43 @@ const SERIES: [Series; 4] = [
         ],
     },
     Series {
+        dtype: Dtype::F32,
         workers: 8,
         k: 64,
         pool: 512,
-        faults: &[(0.0, 0.0), (0.01, 0.0), (0.05, 0.0), (0.1, 0.0)],
+        faults: TO_10,
+    },
+    Series {
+        dtype: Dtype::I32,
+        workers: 4,
+        k: 64,
+        pool: 512,
+        faults: TO_10,
     },
 ];
 
-/// Runs the table; `elements` floats per tensor for K = 16370, a quarter
-/// of that for K = 64 (whose packets carry 256 times fewer values: a run
-/// of 4M floats would take a minute).
+/// Runs the table; 4 x `elements` per tensor for K = 16370 (a lossless
+/// run of 4M floats takes 40 ms, which one descheduled worker thread moves
+/// by a third), an eighth of `elements` for K = 64 (whose packets carry
+/// 256 times fewer values: a run of 4M floats would take a minute).
 pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut rows = Vec::new();
     for series in &SERIES {
         let elements = if series.k < 1024 {
-            elements / 4
+            elements / 8
         } else {
-            elements
+            elements.saturating_mul(4)
         }
         .max(1);
-        let mut lossless = None;
-        for &(loss, noise) in series.faults {
-            let reports = (0..RUNS)
-                .map(|run| demo(series, elements, loss, noise, run as u64 + 1))
-                .collect::<Result<Vec<_>>>()?;
-            let goodput = median(reports.iter().map(|r| r.goodput_gbps).collect());
-            let base = *lossless.get_or_insert(goodput);
-            let sum = |f: fn(&DemoReport) -> u64| reports.iter().map(f).sum::<u64>();
-            let (retransmissions, lost_data) = (sum(|r| r.retransmissions), sum(|r| r.lost_data));
-            rows.push(Row {
-                workers: series.workers,
-                k: series.k,
-                pool: series.pool,
-                loss,
-                duplicate: noise,
-                reorder: noise,
-                goodput_gbps: goodput,
-                of_lossless: goodput / base,
-                lost_data,
-                retransmissions,
-                spurious: retransmissions.saturating_sub(lost_data),
-                queries: sum(|r| r.stats.queries),
-                timeouts: sum(|r| r.stats.timeouts),
-                verified: reports.iter().all(|r| r.verified),
-            });
+        // reports[fault][run]
+        let mut reports: Vec<Vec<DemoReport>> = series.faults.iter().map(|_| Vec::new()).collect();
+        for run in 0..RUNS {
+            for (f, &(loss, noise)) in series.faults.iter().enumerate() {
+                reports[f].push(demo(series, elements, loss, noise, run as u64 + 1)?);
+            }
+        }
+        for (f, &(loss, noise)) in series.faults.iter().enumerate() {
+            rows.push(row(series, loss, noise, &reports[f], &reports[0]));
         }
     }
     if json {
@@ -138,12 +150,41 @@ pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     print_table(&rows, out)
 }
 
+/// A fault setting's row from its runs and the lossless runs beside them.
+fn row(series: &Series, loss: f64, noise: f64, runs: &[DemoReport], lossless: &[DemoReport]) -> Row {
+    let goodput = median(runs.iter().map(|r| r.goodput_gbps).collect());
+    let ratios = runs
+        .iter()
+        .zip(lossless)
+        .map(|(r, base)| r.goodput_gbps / base.goodput_gbps)
+        .collect();
+    let sum = |f: fn(&DemoReport) -> u64| runs.iter().map(f).sum::<u64>();
+    let retransmissions = sum(|r| r.retransmissions);
+    Row {
+        dtype: runs[0].dtype,
+        workers: series.workers,
+        k: series.k,
+        pool: series.pool,
+        loss,
+        duplicate: noise,
+        reorder: noise,
+        goodput_gbps: goodput,
+        of_lossless: median(ratios),
+        lost_data: sum(|r| r.lost_data),
+        retransmissions,
+        spurious: retransmissions.saturating_sub(sum(|r| r.lost_contributions)),
+        queries: sum(|r| r.stats.queries),
+        timeouts: sum(|r| r.stats.timeouts),
+        verified: runs.iter().all(|r| r.verified),
+    }
+}
+
 /// One all-reduce through the demo's cluster.
 fn demo(series: &Series, elements: usize, loss: f64, noise: f64, seed: u64) -> Result<DemoReport> {
     crate::cmd::demo::run(&DemoArgs {
         workers: series.workers,
         elements,
-        dtype: FloatFormat::F32,
+        dtype: series.dtype,
         pool: PoolArgs {
             k: series.k,
             window: series.pool,
@@ -170,11 +211,12 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "inagg bench --loss: float all-reduce through the emulator, loss per direction, \
-         median of {RUNS} runs (counts summed over them)"
+         median of {RUNS} interleaved runs (counts summed over them)"
     )?;
     writeln!(
         out,
-        "{:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "{:>5} {:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "dtype",
         "n",
         "K",
         "pool",
@@ -192,7 +234,8 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     for r in rows {
         writeln!(
             out,
-            "{:>3} {:>6} {:>5} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            "{:>5} {:>3} {:>6} {:>5} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            r.dtype,
             r.workers,
             r.k,
             r.pool,

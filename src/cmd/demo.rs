@@ -1,7 +1,8 @@
 //! `inagg demo`: the main job. Starts the emulator, installs a job through
-//! the control plane, runs N workers, all-reduces a float tensor (f32, f16
-//! or bf16) under loss, checks every worker's result against an f64
-//! reference within the documented bound, and reports time and throughput.
+//! the control plane, runs N workers, all-reduces a tensor under loss
+//! (float: f32, f16 or bf16; or int32), checks every worker's result (a
+//! float's against an f64 reference within the documented bound, an
+//! int32's for the exact sum), and reports time and throughput.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use serde::Serialize;
 
 use crate::args::PoolArgs;
 use inagg_testbed::local::{run_all, JobParams, LocalCluster};
-use inagg_testbed::verify::{check_float, gradient, FloatCheck};
+use inagg_testbed::verify::{check_float, check_i32, gradient, FloatCheck};
 
 /// Options of `inagg demo`.
 #[derive(Debug, Clone, Args)]
@@ -28,10 +29,11 @@ pub struct DemoArgs {
     /// Float elements in the tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
-    /// The tensor's float format (16-bit ones are widened to f32 on the
-    /// way in and rounded back on the way out; the packets are the same).
-    #[arg(long, value_enum, default_value_t = FloatFormat::F32)]
-    pub dtype: FloatFormat,
+    /// The tensor's format: a float one (16-bit ones are widened to f32 on
+    /// the way in and rounded back on the way out; the packets are the
+    /// same), or int32, summed exactly with no exponent round.
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
     // K and window.
     #[command(flatten)]
     pub pool: PoolArgs,
@@ -57,29 +59,32 @@ pub struct DemoArgs {
 
 /// A float format of the demo's tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FloatFormat {
+pub enum Dtype {
     /// IEEE binary32.
     F32,
     /// IEEE binary16.
     F16,
     /// bfloat16.
     Bf16,
+    /// 32-bit integers, summed exactly (wrapping).
+    I32,
 }
 
-impl FloatFormat {
+impl Dtype {
     fn name(self) -> &'static str {
         match self {
-            FloatFormat::F32 => f32::NAME,
-            FloatFormat::F16 => f16::NAME,
-            FloatFormat::Bf16 => bf16::NAME,
+            Dtype::F32 => f32::NAME,
+            Dtype::F16 => f16::NAME,
+            Dtype::Bf16 => bf16::NAME,
+            Dtype::I32 => "i32",
         }
     }
 
     /// Bytes per element.
     fn size(self) -> usize {
         match self {
-            FloatFormat::F32 => 4,
-            FloatFormat::F16 | FloatFormat::Bf16 => 2,
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
         }
     }
 }
@@ -116,6 +121,10 @@ pub struct DemoReport {
     /// Of those, contributions and results: each needs one retransmission
     /// (queries and statuses carry no values, and need none).
     pub lost_data: u64,
+    /// Of those, contributions: each is owed one retransmission (a lost
+    /// result's copy is asked for by query), so retransmissions beyond
+    /// these were spurious.
+    pub lost_contributions: u64,
     /// Details of the check.
     pub check: FloatCheck,
     /// All workers' statistics, summed.
@@ -163,9 +172,10 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     let window = args.pool.congestion.window()?;
     let mut workers = cluster.job(params, |c| c.window = window)?;
     let (stats, check) = match args.dtype {
-        FloatFormat::F32 => reduce(args, &mut workers, |x| x)?,
-        FloatFormat::F16 => reduce(args, &mut workers, f16::from_f32)?,
-        FloatFormat::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
+        Dtype::F32 => reduce(args, &mut workers, |x| x)?,
+        Dtype::F16 => reduce(args, &mut workers, f16::from_f32)?,
+        Dtype::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
+        Dtype::I32 => reduce_i32(args, &mut workers)?,
     };
     let counters = cluster.emu.state().switch.counters().clone();
     let mut sum = Stats::default();
@@ -189,6 +199,7 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         lost_data: (counters.dropped(DropReason::InjectedIngress)
             + counters.dropped(DropReason::InjectedEgress))
         .saturating_sub(counters.injected_query_drops),
+        lost_contributions: counters.injected_contribution_drops,
         check,
         stats: sum,
     })
@@ -222,6 +233,44 @@ fn reduce<T: Float>(
         stats?,
         check_float(&inputs, &data, usize::from(args.pool.k)),
     ))
+}
+
+/// Every worker's int32 tensor (its float gradient in 1/65536ths, so
+/// that eight workers' sums stay within i32), all-reduced at once and
+/// checked for the exact sum: the check's error is then 0 or it fails.
+fn reduce_i32(args: &DemoArgs, workers: &mut [Worker]) -> Result<(Vec<Stats>, FloatCheck)> {
+    let inputs: Vec<Vec<i32>> = (0..args.workers as usize)
+        .map(|w| {
+            gradient(args.seed, w, args.elements)
+                .into_iter()
+                .map(|x| (x * 65536.0) as i32)
+                .collect()
+        })
+        .collect();
+    let mut data = inputs.clone();
+    let progress = Arc::new(AtomicU64::new(0));
+    for w in workers.iter_mut() {
+        w.set_progress(progress.clone());
+    }
+    let total = workers[0].rounds(args.elements, false) * u64::from(args.workers);
+    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
+    let stats = run_all(workers, &mut data, |w, d| w.allreduce_i32(d));
+    bar.finish_and_clear();
+    let check = match check_i32(&inputs, &data) {
+        Ok(()) => FloatCheck {
+            verified: true,
+            ..FloatCheck::default()
+        },
+        Err(e) => {
+            tracing::error!("int32 sum wrong: {e}");
+            FloatCheck {
+                verified: false,
+                failures: 1,
+                ..FloatCheck::default()
+            }
+        }
+    };
+    Ok((stats?, check))
 }
 
 fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
@@ -281,15 +330,18 @@ pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::
     let mib = (r.elements * r.element_bytes) as f64 / (1 << 20) as f64;
     writeln!(
         out,
-        "inagg demo: {} workers all-reduce {} {} floats ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
+        "inagg demo: {} workers all-reduce {} {} {} ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
         r.workers,
         r.elements,
         r.dtype,
+        if r.dtype == "i32" { "integers" } else { "floats" },
         r.k,
         r.window,
         r.loss * 100.0
     )?;
-    if r.verified {
+    if r.verified && r.dtype == "i32" {
+        writeln!(out, "result:      EXACT sums on every worker")?;
+    } else if r.verified {
         writeln!(
             out,
             "result:      VERIFIED on every worker (max error {:.3e}, at most {:.1}% of the documented bound)",

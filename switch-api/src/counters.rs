@@ -124,6 +124,12 @@ pub struct Counters {
     /// is owed for them.
     #[serde(default)]
     pub injected_query_drops: u64,
+    /// Of the injected drops, contributions dropped on the way in: each is
+    /// owed exactly one retransmission by a worker that recovers by query
+    /// (a lost result's copy is asked for, not sent for), so the
+    /// retransmissions beyond these were spurious.
+    #[serde(default)]
+    pub injected_contribution_drops: u64,
 }
 
 impl Counters {
