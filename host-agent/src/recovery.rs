@@ -29,12 +29,44 @@ use inagg_wire::status::Status;
 
 use crate::path::Nanos;
 
-/// The latest-sent packet answered so far, and its round trip.
-#[derive(Debug, Clone, Copy, Default)]
+/// The latest-sent packet answered so far, and its round trip; and how
+/// wide the reordering window is.
+///
+/// The workers of a job send in one shared order, but not at the same
+/// moments: one whose congestion window is full sends its ready slots
+/// lowest first, one with room sends each as its previous round lands. A
+/// round can then complete after one this worker sent later, though
+/// nothing was lost. As RFC 8985 (6.2) widens its window on a DSACK, a
+/// suspicion the switch shows was spurious (the query brought back a copy
+/// of a result that arrived anyway) widens the window by one more unit, up
+/// to [`MAX_REORDER_UNITS`] and never past the smoothed round trip; 16
+/// losses recovered since the last such suspicion narrow it again.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Rack {
     sent: Nanos,
     rtt: Nanos,
+    /// The reordering window in units of [`reorder_window`].
+    units: u32,
+    /// Losses recovered since the window last widened.
+    recovered: u32,
 }
+
+impl Default for Rack {
+    fn default() -> Self {
+        Rack {
+            sent: 0,
+            rtt: 0,
+            units: 1,
+            recovered: 0,
+        }
+    }
+}
+
+/// The widest reordering window, in units of [`reorder_window`].
+pub(crate) const MAX_REORDER_UNITS: u32 = 16;
+/// Losses recovered with no spurious suspicion before the window narrows
+/// back to one unit (RFC 8985's reo_wnd_persist).
+const REORDER_PERSIST: u32 = 16;
 
 impl Rack {
     /// A result answered a packet sent at `sent`, at `now`.
@@ -52,9 +84,39 @@ impl Rack {
         self.sent > sent && now >= sent + self.rtt + reorder
     }
 
-    /// A new all-reduce: its clock starts at zero again.
+    /// A suspicion of loss was spurious: the window widens.
+    pub(crate) fn on_spurious(&mut self) {
+        self.units = (self.units + 1).min(MAX_REORDER_UNITS);
+        self.recovered = 0;
+    }
+
+    /// A loss was recovered (the switch said to resend): after enough of
+    /// them the window narrows back.
+    pub(crate) fn on_recovered(&mut self) {
+        self.recovered += 1;
+        if self.recovered >= REORDER_PERSIST {
+            self.units = 1;
+            self.recovered = 0;
+        }
+    }
+
+    /// The reordering window: [`reorder_window`] times the units it has
+    /// widened to, at most `srtt` (once there is one).
+    pub(crate) fn reorder(
+        &self,
+        base_rtt: Option<Nanos>,
+        floor: Nanos,
+        srtt: Option<Nanos>,
+    ) -> Nanos {
+        let wide = reorder_window(base_rtt, floor).saturating_mul(Nanos::from(self.units));
+        srtt.map_or(wide, |s| wide.min(s.max(floor)))
+    }
+
+    /// A new all-reduce: its clock starts at zero again (the window's
+    /// width is the path's, and stays).
     pub(crate) fn restart_clock(&mut self) {
-        *self = Rack::default();
+        self.sent = 0;
+        self.rtt = 0;
     }
 }
 
@@ -159,5 +221,36 @@ mod tests {
         assert_eq!(probe_after(Some(3 * MS), MS, 20 * MS, 2), 20 * MS);
         assert_eq!(reorder_window(Some(8 * MS), MS / 4), 2 * MS);
         assert_eq!(reorder_window(None, MS / 4), MS / 4);
+    }
+
+    #[test]
+    fn spurious_suspicions_widen_the_reordering_window_and_recoveries_narrow_it() {
+        let mut r = Rack::default();
+        let (base, floor, srtt) = (Some(4 * MS), MS / 4, Some(10 * MS));
+        assert_eq!(r.reorder(base, floor, srtt), MS);
+        r.on_spurious();
+        r.on_spurious();
+        assert_eq!(r.reorder(base, floor, srtt), 3 * MS);
+        for _ in 0..20 {
+            r.on_spurious();
+        }
+        assert_eq!(
+            r.reorder(base, floor, srtt),
+            10 * MS,
+            "never past the smoothed round trip"
+        );
+        assert_eq!(r.reorder(base, floor, None), 16 * MS);
+        r.restart_clock();
+        assert_eq!(
+            r.reorder(base, floor, None),
+            16 * MS,
+            "kept across all-reduces"
+        );
+        for _ in 0..15 {
+            r.on_recovered();
+        }
+        assert_eq!(r.reorder(base, floor, None), 16 * MS);
+        r.on_recovered();
+        assert_eq!(r.reorder(base, floor, None), MS);
     }
 }

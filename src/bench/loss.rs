@@ -151,7 +151,13 @@ pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
 }
 
 /// A fault setting's row from its runs and the lossless runs beside them.
-fn row(series: &Series, loss: f64, noise: f64, runs: &[DemoReport], lossless: &[DemoReport]) -> Row {
+fn row(
+    series: &Series,
+    loss: f64,
+    noise: f64,
+    runs: &[DemoReport],
+    lossless: &[DemoReport],
+) -> Row {
     let goodput = median(runs.iter().map(|r| r.goodput_gbps).collect());
     let ratios = runs
         .iter()
