@@ -12,6 +12,7 @@ use crate::switch::{Action, Switch, SwitchConfig};
 use inagg_switch_api::counters::{Counters, DropReason};
 use inagg_switch_api::detour::{Detour, RelaySpec};
 use inagg_switch_api::{GroupInfo, GroupSpec, JobSpec, Upstream};
+use inagg_wire::status::{Status, STATUS_LEN};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN, VERSION};
 use serde::Deserialize;
 
@@ -187,7 +188,20 @@ pub struct Fields {
     pub elements: Option<u16>,
     #[serde(default)]
     pub packet_id: u32,
+    /// The int32 payload (none for a query or a status).
+    #[serde(default)]
     pub values: Vec<i32>,
+    /// A status's block (kind `status` only).
+    #[serde(default)]
+    pub status: Option<StatusFields>,
+}
+
+/// The block after a status's header (docs/PROTOCOL.md, "Loss recovery").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusFields {
+    pub bitmap: u64,
+    pub members: u16,
 }
 
 #[derive(Debug, Deserialize)]
@@ -279,8 +293,16 @@ impl Fields {
             "result" => Kind::Result,
             "multicast" => Kind::Multicast,
             "detour" => Kind::Detour,
+            "query" => Kind::Query,
+            "status" => Kind::Status,
             other => return Err(format!("unknown kind {other:?}")),
         };
+        if (kind == Kind::Status) != self.status.is_some() {
+            return Err("`status` is given with kind status, and only then".into());
+        }
+        if matches!(kind, Kind::Query | Kind::Status) && !self.values.is_empty() {
+            return Err(format!("a {kind} carries no values"));
+        }
         let repr = Repr {
             kind,
             set: self.set,
@@ -294,9 +316,21 @@ impl Fields {
             elements: self.elements.unwrap_or(self.values.len() as u16),
             packet_id: self.packet_id,
         };
-        let mut b = vec![0u8; HEADER_LEN + self.values.len() * 4];
+        let block = if kind == Kind::Status {
+            STATUS_LEN
+        } else {
+            self.values.len() * 4
+        };
+        let mut b = vec![0u8; HEADER_LEN + block];
         repr.emit(&mut Packet::new_unchecked(&mut b[..]));
-        payload::write_i32s(&mut b[HEADER_LEN..], &self.values);
+        match &self.status {
+            Some(s) => Status {
+                bitmap: s.bitmap,
+                members: s.members,
+            }
+            .emit(&mut b[HEADER_LEN..]),
+            None => payload::write_i32s(&mut b[HEADER_LEN..], &self.values),
+        }
         debug_assert_eq!(b[0], VERSION);
         Ok(b)
     }

@@ -40,7 +40,8 @@ header udp_h {
 /* The 24-byte inagg header (docs/PROTOCOL.md, "Header"). */
 header inagg_h {
     bit<8>  version;      /*  0: 1 */
-    bit<8>  kind;         /*  1: 1 contribution, 2 result, 3 group datagram */
+    bit<8>  kind;         /*  1: 1 contribution, 2 result, 3 group datagram,
+                                 4 detour, 5 query, 6 status */
     bit<8>  flags;        /*  2: bit 0 shadow set, bits 1-7 reserved (0) */
     bit<8>  priority;     /*  3: priority class, echoed in results */
     bit<16> job;          /*  4 */
@@ -60,6 +61,15 @@ header inagg_h {
 #define INAGG_PAYLOAD_FIELD(n) bit<32> e##n;
 header payload_h {
     INAGG_FOR_EACH_ELEMENT(INAGG_PAYLOAD_FIELD)
+}
+
+/* The block after a status's header (docs/PROTOCOL.md, "Loss recovery";
+ * wire/src/status.rs): whose contributions the set holds, and of how many
+ * members. */
+header status_h {
+    bit<64> bitmap;
+    bit<16> members;
+    bit<16> reserved;
 }
 
 #endif /* _INAGG_HEADERS_P4_ */

@@ -14,6 +14,7 @@ const bit<32> ETHERNET_BYTES  = 14;
 const bit<32> IPV4_BYTES      = 20;    /* IPv4 without options */
 const bit<32> UDP_BYTES       = 8;
 const bit<32> INAGG_HEADER_BYTES = 24;
+const bit<32> STATUS_BYTES       = 12;   /* a status's block after the header */
 
 /* docs/PROTOCOL.md, "Header". */
 const bit<16> INAGG_PORT        = INAGG_UDP_PORT;
@@ -22,6 +23,8 @@ const bit<8>  KIND_CONTRIBUTION = 1;
 const bit<8>  KIND_RESULT       = 2;
 const bit<8>  KIND_GROUP        = 3;   /* group datagram ("Multicast groups") */
 const bit<8>  KIND_DETOUR       = 4;   /* a partial sum on an auxiliary path ("Auxiliary paths") */
+const bit<8>  KIND_QUERY        = 5;   /* a member asks about its round ("Loss recovery") */
+const bit<8>  KIND_STATUS       = 6;   /* the switch's answer: the set's bitmap */
 const bit<8>  FLAG_SET          = 8w0x01;  /* bit 0: shadow set */
 const bit<8>  FLAGS_RESERVED    = 8w0xfe;  /* bits 1-7: must be 0 */
 

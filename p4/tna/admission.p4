@@ -6,7 +6,8 @@
  * that job_table has no `incarnation` parameter (the Tofino control plane
  * clears a pool's bitmaps through BFRuntime instead, p4/README.md), and that
  * there are no tree or detour tables (a result is not_contribution, a
- * detour, kind 4, malformed). A well-formed group datagram (kind 3) stops
+ * detour, kind 4, malformed). A query (kind 5) is admitted as a
+ * contribution is; a status (kind 6) is not_contribution. A well-formed group datagram (kind 3) stops
  * here with ig_md.group set; GroupRelay makes its own checks.
  *
  * Tofino's ALUs do one operation per field per stage, so the arithmetic is
@@ -75,9 +76,18 @@ control Admission(inout ingress_headers_t hdr,
     }
 
     apply {
-        /* Length rules: UDP length = 8 + 24 + 4 * elements, and the IPv4
-         * payload holds the whole datagram. */
-        ig_md.udp_expected = (bit<32>)hdr.inagg.elements << 2;
+        /* Length rules: UDP length = 8 + 24 + the kind's payload (4 *
+         * elements; a query none, a status 12), and the IPv4 payload holds
+         * the whole datagram. */
+        ig_md.query = 0;
+        if (hdr.inagg.kind == KIND_QUERY) {
+            ig_md.query = 1;
+            ig_md.udp_expected = 0;
+        } else if (hdr.inagg.kind == KIND_STATUS) {
+            ig_md.udp_expected = STATUS_BYTES;
+        } else {
+            ig_md.udp_expected = (bit<32>)hdr.inagg.elements << 2;
+        }
         ig_md.udp_expected = ig_md.udp_expected + (UDP_BYTES + INAGG_HEADER_BYTES);
         ig_md.ip_payload = hdr.ipv4.total_len |-| 16w20;
         ig_md.udp_excess = hdr.udp.length |-| ig_md.ip_payload;
@@ -87,7 +97,8 @@ control Admission(inout ingress_headers_t hdr,
             || ig_md.checksum_error
             || hdr.inagg.version != INAGG_VERSION
             || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT
-                && hdr.inagg.kind != KIND_GROUP)
+                && hdr.inagg.kind != KIND_GROUP && hdr.inagg.kind != KIND_QUERY
+                && hdr.inagg.kind != KIND_STATUS)
             || (hdr.inagg.flags & FLAGS_RESERVED) != 0
             || hdr.inagg.reserved0 != 0
             || hdr.inagg.reserved1 != 0
@@ -97,7 +108,7 @@ control Admission(inout ingress_headers_t hdr,
         } else if (hdr.inagg.kind == KIND_GROUP) {
             /* A well-formed group datagram: GroupRelay's business. */
             ig_md.group = 1;
-        } else if (hdr.inagg.kind != KIND_CONTRIBUTION) {
+        } else if (hdr.inagg.kind != KIND_CONTRIBUTION && ig_md.query == 0) {
             refuse(DROP_NOT_CONTRIBUTION);
         } else if (!job_table.apply().hit) {
             refuse(DROP_UNKNOWN_JOB);
@@ -107,7 +118,8 @@ control Admission(inout ingress_headers_t hdr,
             refuse(DROP_UNKNOWN_WORKER);
         } else if (ig_md.slot_room == 0) {
             refuse(DROP_SLOT_OUT_OF_POOL);
-        } else if (hdr.inagg.elements != ig_md.job.elements || !hdr.payload.isValid()) {
+        } else if (hdr.inagg.elements != ig_md.job.elements
+                   || (ig_md.query == 0 && !hdr.payload.isValid())) {
             refuse(DROP_WRONG_ELEMENTS);
         } else if (hdr.inagg.generation != ig_md.job.generation) {
             refuse(DROP_STALE_GENERATION);

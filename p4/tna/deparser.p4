@@ -20,6 +20,7 @@ control InaggIngressDeparser(packet_out pkt,
         pkt.emit(hdr.udp);
         pkt.emit(hdr.inagg);
         pkt.emit(hdr.payload);
+        pkt.emit(hdr.status);
     }
 }
 

@@ -6,6 +6,9 @@
  *   UDP to the inagg port:
  *       Admission -> SlotState -> Accumulators -> ResultHarvest (complete),
  *       or absorbed, or a drop counted by reason
+ *   ... a query (kind 5):
+ *       Admission -> SlotState (reads only) -> Accumulators -> ResultHarvest
+ *       (the stored result, two passes) or StatusAnswer + QueueSelect
  *   ... a group datagram (kind 3):
  *       Admission -> GroupRelay + QueueSelect (one pass, no register)
  *   anything else:
@@ -21,7 +24,9 @@
  * Counters (PACKETS_AND_BYTES), the same as the v1model program's:
  *   rx [1], drops [16] by drop reason (common/protocol.p4), and per job id
  *   job_contributions, job_results, job_resent_results, job_duplicates,
- *   job_dropped [INAGG_MAX_JOBS]. Results and resends are counted in pass 1.
+ *   job_dropped, job_queries [INAGG_MAX_JOBS]. Results and resends are
+ *   counted in pass 1; a query answered with the stored result counts as a
+ *   resend too.
  *   group_packets [INAGG_MAX_JOBS] counts group datagrams admitted, by
  *   group id (copies: InaggEgress).
  */
@@ -42,6 +47,7 @@ control InaggIngress(inout ingress_headers_t hdr,
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_resent_results;
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_duplicates;
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_dropped;
+    Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_queries;
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) group_packets;
 
     Admission() admission;
@@ -49,6 +55,7 @@ control InaggIngress(inout ingress_headers_t hdr,
     Accumulators() accumulators;
     ResultHarvest() result_harvest;
     ResultDelivery() result_delivery;
+    StatusAnswer() status_answer;
     GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
@@ -61,6 +68,7 @@ control InaggIngress(inout ingress_headers_t hdr,
         hdr.bridged.member = 0;
 
         bool second_pass = hdr.harvest.isValid();
+        bool answered = false;   /* a query's status, sent in this pass */
         bool inagg = !second_pass && hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT;
 
         if (second_pass) {
@@ -82,6 +90,17 @@ control InaggIngress(inout ingress_headers_t hdr,
         } else if (inagg) {
             if (ig_md.drop == 0 && ig_md.group == 1) {
                 group_packets.count(hdr.inagg.job);
+            } else if (ig_md.drop == 0 && ig_md.query == 1) {
+                /* Nothing changed; the asker gets the stored result when
+                 * its copy was lost, else the set's status. */
+                job_queries.count(hdr.inagg.job);
+                if (ig_md.retransmission == 1 && ig_md.remaining[15:0] == 0) {
+                    job_resent_results.count(hdr.inagg.job);
+                    result_harvest.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+                } else {
+                    status_answer.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+                    answered = true;
+                }
             } else if (ig_md.drop == 0) {
                 job_contributions.count(hdr.inagg.job);
                 if (ig_md.remaining[15:0] == 0) {
@@ -111,7 +130,7 @@ control InaggIngress(inout ingress_headers_t hdr,
             l2_forwarding.apply(hdr, ig_dprsr_md, ig_tm_md);
         }
 
-        if (second_pass || (inagg && ig_md.drop == 0 && ig_md.group == 1)) {
+        if (second_pass || answered || (inagg && ig_md.drop == 0 && ig_md.group == 1)) {
             queue_select.apply(hdr, ig_tm_md);
         }
     }

@@ -74,8 +74,12 @@ parser InaggIngressParser(packet_in pkt,
 
     state parse_inagg {
         pkt.extract(hdr.inagg);
-        transition select(hdr.inagg.elements) {
-            INAGG_K: parse_payload;
+        /* A query is the header alone; a status (never for a switch) is
+         * refused by Admission unparsed. */
+        transition select(hdr.inagg.kind, hdr.inagg.elements) {
+            (KIND_QUERY, _): accept;
+            (KIND_STATUS, _): accept;
+            (_, INAGG_K): parse_payload;
             default: accept;
         }
     }

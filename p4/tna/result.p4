@@ -2,8 +2,9 @@
  * Results (docs/PROTOCOL.md, end of "Slot state machine"), in two passes
  * (slot_state.p4, "Two passes").
  *
- * ResultHarvest, pass 1, for a contribution that completed its set or a
- * retransmission to a complete set: the packet becomes the set's result
+ * ResultHarvest, pass 1, for a contribution that completed its set, a
+ * retransmission to a complete set, or a query of a complete set that
+ * holds its worker (its lengths grow by the K values the passes fill in): the packet becomes the set's result
  * (kind 2, count = the set's weight, the set's max exponent, round packet id and priority,
  * the odd sums; job, slot, set, generation, K and the sender's worker id
  * unchanged), addressed back the way it came (Ethernet, IPv4 and UDP source
@@ -44,6 +45,15 @@ control ResultHarvest(inout ingress_headers_t hdr,
                       in ingress_intrinsic_metadata_t ig_intr_md,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
+    /* A query turned into the result: its lengths were the header's. */
+    action grow_to_result() {
+        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES) + (hdr.inagg.elements << 2);
+    }
+
+    action grow_ipv4() {
+        hdr.ipv4.total_len = hdr.udp.length + (bit<16>)IPV4_BYTES;
+    }
+
     action make_result() {
         hdr.inagg.kind = KIND_RESULT;
         hdr.inagg.count = ig_md.remaining[31:16];
@@ -63,6 +73,10 @@ control ResultHarvest(inout ingress_headers_t hdr,
     }
 
     apply {
+        if (ig_md.query == 1) {
+            grow_to_result();
+            grow_ipv4();
+        }
         make_result();
         if (ig_md.retransmission == 1) {
             recirculate(0);
@@ -83,6 +97,47 @@ control ResultDelivery(inout ingress_headers_t hdr,
             hdr.bridged.kind = BRIDGE_RESULT_UNICAST;
         }
         hdr.harvest.setInvalid();
+    }
+}
+
+/*
+ * StatusAnswer: a query that the stored result does not answer gets the
+ * set's status in one pass (docs/PROTOCOL.md, "Loss recovery";
+ * emu/src/switch.rs, Job::query): kind 6, the contributors in count (0 for
+ * an empty set, whose countdown is an older round's), exponent 0, the
+ * query's own packet id and priority; then the 12-byte block with the
+ * set's bitmap and n. Unicast back to the asker, addressed back the way it
+ * came.
+ */
+control StatusAnswer(inout ingress_headers_t hdr,
+                     inout ingress_metadata_t ig_md,
+                     in ingress_intrinsic_metadata_t ig_intr_md,
+                     inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    action make_status() {
+        hdr.payload.setInvalid();
+        hdr.status.setValid();
+        hdr.status.bitmap = ig_md.before_hi ++ ig_md.before_lo;
+        hdr.status.members = ig_md.job.worker_count;
+        hdr.status.reserved = 0;
+        hdr.inagg.kind = KIND_STATUS;
+        hdr.inagg.exponent = 0;
+        hdr.inagg.packet_id = ig_md.query_packet_id;
+        hdr.inagg.priority = ig_md.query_priority;
+        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
+        hdr.ipv4.total_len = (bit<16>)(IPV4_BYTES + UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
+        address_back(hdr);
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+        hdr.bridged.kind = BRIDGE_RESULT_UNICAST;
+    }
+
+    apply {
+        make_status();
+        if (ig_md.before_lo == 0 && ig_md.before_hi == 0) {
+            hdr.inagg.count = 0;
+        } else {
+            hdr.inagg.count = ig_md.job.worker_count - ig_md.remaining[15:0];
+        }
     }
 }
 

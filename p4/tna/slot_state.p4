@@ -37,10 +37,17 @@
  *   round_packet_id  [INAGG_SETS] bit<32>
  *   round_priority   [INAGG_SETS] bit<8>
  *
+ * A query (docs/PROTOCOL.md, "Loss recovery") reads the set's bitmap
+ * halves instead of joining (read_set0_* / read_set1_*: with the joins,
+ * each bitmap register has its four RegisterActions), and changes nothing.
+ *
  * round_classifier turns the two bitmap halves into the transition, a
- * ternary table whose entries are compiled in (nothing to install):
+ * ternary table whose entries are compiled in (nothing to install), the
+ * first match winning:
+ *   the worker's bit set in its half -> retransmission  (a query too: the
+ *                                       stored result, if complete)
+ *   a query                          -> query_read      (reads only)
  *   both halves 0                    -> start_round     (first of a round)
- *   the worker's bit set in its half -> retransmission
  *   otherwise                        -> join_round
  * and its actions drive the four registers above in its own stage.
  *
@@ -70,11 +77,19 @@ struct bitmap_pair_t {
         }                                                                            \
     };
 
+/* A query's read of set `mine`'s half, unchanged. */
+#define INAGG_BITMAP_READ(half, mine)                                               \
+    RegisterAction<bitmap_pair_t, bit<32>, bit<32>>(bitmap_##half) read_##mine##_##half = { \
+        void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
+            before = value.mine;                                                     \
+        }                                                                            \
+    };
+
 /* round_classifier entries: worker w's bit set in its half of the set. */
 #define INAGG_RETRANSMISSION_LO(w) \
-    (w, (32w1 << w) &&& (32w1 << w), _) : retransmission();
+    (w, (32w1 << w) &&& (32w1 << w), _, _) : retransmission();
 #define INAGG_RETRANSMISSION_HI(w) \
-    (w, _, (32w1 << (w - 32)) &&& (32w1 << (w - 32))) : retransmission();
+    (w, _, (32w1 << (w - 32)) &&& (32w1 << (w - 32)), _) : retransmission();
 
 /* worker_mask entries: worker w's bit in the bitmap halves. */
 #define INAGG_MASK_LO(w) w : set_worker_mask(32w1 << w, 32w0);
@@ -88,6 +103,10 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     INAGG_BITMAP_JOIN(lo, set1, set0)
     INAGG_BITMAP_JOIN(hi, set0, set1)
     INAGG_BITMAP_JOIN(hi, set1, set0)
+    INAGG_BITMAP_READ(lo, set0)
+    INAGG_BITMAP_READ(lo, set1)
+    INAGG_BITMAP_READ(hi, set0)
+    INAGG_BITMAP_READ(hi, set1)
 
     Register<bit<32>, bit<32>>(INAGG_SETS, 0) remaining;
     RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_start = {
@@ -213,24 +232,35 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         ig_md.values_op = VALUES_READ_ODD;
     }
 
+    /* A query whose worker's bit is clear: the count is read for its
+     * status; nothing is written. */
+    action query_read() {
+        ig_md.remaining = remaining_read.execute(ig_md.set_index);
+        ig_md.retransmission = 0;
+        ig_md.values_op = VALUES_NONE;
+    }
+
     table round_classifier {
         key = {
             hdr.inagg.worker : ternary @name("worker");
             ig_md.before_lo  : ternary @name("before_lo");
             ig_md.before_hi  : ternary @name("before_hi");
+            ig_md.query      : ternary @name("query");
         }
         actions = {
             start_round;
             join_round;
             retransmission;
+            query_read;
         }
         const default_action = join_round();
         const entries = {
-            (_, 0, 0) : start_round();
             INAGG_WORKERS_0_31(INAGG_RETRANSMISSION_LO)
             INAGG_WORKERS_32_63(INAGG_RETRANSMISSION_HI)
+            (_, _, _, 1) : query_read();
+            (_, 0, 0, _) : start_round();
         }
-        size = 1 + INAGG_MAX_WORKERS;
+        size = 2 + INAGG_MAX_WORKERS;
     }
 
     apply {
@@ -245,7 +275,21 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         ig_md.countdown_step = (weight - 1) ++ 16w0xffff;
         ig_md.exponent = (bit<16>)hdr.inagg.exponent;
 
-        if ((hdr.inagg.flags & FLAG_SET) == 0) {
+        /* A query's status echoes its own packet id and priority, which
+         * the round's may overwrite below. */
+        ig_md.query_packet_id = hdr.inagg.packet_id;
+        ig_md.query_priority = hdr.inagg.priority;
+        if (ig_md.query == 1) {
+            /* Room for the stored result's odd sums (result.p4). */
+            hdr.payload.setValid();
+            if ((hdr.inagg.flags & FLAG_SET) == 0) {
+                ig_md.before_lo = read_set0_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = read_set0_hi.execute(ig_md.slot_addr);
+            } else {
+                ig_md.before_lo = read_set1_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = read_set1_hi.execute(ig_md.slot_addr);
+            }
+        } else if ((hdr.inagg.flags & FLAG_SET) == 0) {
             ig_md.before_lo = join_set0_lo.execute(ig_md.slot_addr);
             ig_md.before_hi = join_set0_hi.execute(ig_md.slot_addr);
         } else {

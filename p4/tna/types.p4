@@ -45,6 +45,7 @@ struct ingress_headers_t {
     udp_h        udp;
     inagg_h      inagg;
     payload_h    payload;
+    status_h     status;     /* made by the switch: a query's answer */
 }
 
 /* Egress parses results up to the inagg header; the payload passes through. */
@@ -84,7 +85,8 @@ struct ingress_metadata_t {
     drop_reason_t drop_reason;
     bit<32>       slot_addr;        /* pool_base + slot */
     bit<32>       slot_room;        /* pool_size - slot, saturating: 0 = outside */
-    bit<32>       udp_expected;     /* 32 + 4 * elements */
+    bit<32>       udp_expected;     /* 32 + the kind's payload */
+    bit<1>        query;            /* a query (kind 5): answered, nothing changes */
     bit<16>       ip_payload;       /* total length - 20, saturating */
     bit<16>       udp_excess;       /* UDP length beyond the IP payload */
 
@@ -100,6 +102,8 @@ struct ingress_metadata_t {
     bit<16>       exponent;         /* the set's max exponent after this packet */
     bit<1>        retransmission;
     bit<8>        values_op;
+    bit<32>       query_packet_id;  /* the query's own, for its status */
+    bit<8>        query_priority;
 }
 
 struct egress_metadata_t {

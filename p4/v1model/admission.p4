@@ -5,17 +5,22 @@
  * meta.inagg.drop and the reason; InaggIngress counts and drops.
  *
  *   1 malformed          parser or IPv4 checksum error, version, kind code,
- *                        reserved bits, UDP length != 32 + 4 * elements, or a
+ *                        reserved bits, UDP length != 32 + the kind's payload
+ *                        (4 * elements; a query none, a status 12), or a
  *                        frame shorter than its lengths announce
  *     (a well-formed group datagram, kind 3, stops here: meta.inagg.group,
  *      and GroupRelay makes its own checks)
- *   2 not_contribution   a result, unless parent_table names a job whose
- *                        parent sent it (aggregation trees, below)
+ *   2 not_contribution   a status, or a result unless parent_table names a
+ *                        job whose parent sent it (aggregation trees, below)
  *   3 unknown_job        no job_table entry for the job id
  *   4 unknown_worker     no worker_table entry for (job, ingress port, source
  *                        address, source port), or one naming another worker
  *   5 slot_out_of_pool   slot >= the job's pool size
  *   6 wrong_elements     elements != the job's K (or != the compiled K)
+ *
+ * A query (kind 5; docs/PROTOCOL.md, "Loss recovery") is admitted as a
+ * contribution is, by 3-7: it names the job, its worker, the slot and the
+ * set, K and the generation, and carries no payload.
  *   7 stale_generation   generation != the job's
  *
  * A result from a tree job's parent (docs/PROTOCOL.md, "Aggregation trees";
@@ -247,6 +252,10 @@ control Admission(inout headers_t hdr,
     }
 
     apply {
+        /* What follows the header, by kind (wire::Kind::payload_len). */
+        bit<32> payload_bytes = (hdr.inagg.kind == KIND_QUERY) ? 32w0
+                              : ((hdr.inagg.kind == KIND_STATUS) ? STATUS_BYTES
+                                 : ((bit<32>)hdr.inagg.elements << 2));
         meta.inagg.drop = 0;
         meta.inagg.group = 0;
         meta.inagg.from_parent = 0;
@@ -261,12 +270,12 @@ control Admission(inout headers_t hdr,
             || standard_metadata.checksum_error == 1
             || hdr.inagg.version != INAGG_VERSION
             || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT
-                && hdr.inagg.kind != KIND_GROUP && hdr.inagg.kind != KIND_DETOUR)
+                && hdr.inagg.kind != KIND_GROUP && hdr.inagg.kind != KIND_DETOUR
+                && hdr.inagg.kind != KIND_QUERY && hdr.inagg.kind != KIND_STATUS)
             || (hdr.inagg.flags & FLAGS_RESERVED) != 0
             || hdr.inagg.reserved0 != 0
             || hdr.inagg.reserved1 != 0
-            || (bit<32>)hdr.udp.length
-                   != UDP_BYTES + INAGG_HEADER_BYTES + ((bit<32>)hdr.inagg.elements << 2)
+            || (bit<32>)hdr.udp.length != UDP_BYTES + INAGG_HEADER_BYTES + payload_bytes
             || (bit<32>)hdr.ipv4.total_len < IPV4_BYTES + (bit<32>)hdr.udp.length
             || standard_metadata.packet_length < ETHERNET_BYTES + (bit<32>)hdr.ipv4.total_len) {
             refuse(DROP_MALFORMED);
@@ -282,7 +291,8 @@ control Admission(inout headers_t hdr,
              * refuses a table applied twice). */
             if (meta.inagg.relay == 1) {
                 /* Forwarded unchanged; no job is looked at. */
-            } else if (hdr.inagg.kind == KIND_RESULT && meta.inagg.from_parent == 0) {
+            } else if (hdr.inagg.kind == KIND_STATUS
+                       || (hdr.inagg.kind == KIND_RESULT && meta.inagg.from_parent == 0)) {
                 refuse(DROP_NOT_CONTRIBUTION);
             } else if (!job_table.apply().hit) {
                 refuse(meta.inagg.from_parent == 1 ? DROP_NOT_CONTRIBUTION
@@ -309,7 +319,8 @@ control Admission(inout headers_t hdr,
                     refuse(DROP_UNKNOWN_WORKER);
                 } else if ((bit<32>)hdr.inagg.slot >= meta.job.pool_size) {
                     refuse(DROP_SLOT_OUT_OF_POOL);
-                } else if (hdr.inagg.elements != meta.job.elements || !hdr.payload.isValid()) {
+                } else if (hdr.inagg.elements != meta.job.elements
+                           || (hdr.inagg.kind != KIND_QUERY && !hdr.payload.isValid())) {
                     refuse(DROP_WRONG_ELEMENTS);
                 } else if (hdr.inagg.generation != meta.job.generation) {
                     refuse(DROP_STALE_GENERATION);

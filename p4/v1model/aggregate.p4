@@ -45,6 +45,15 @@
  *          away = 0; multicast to every member as this job's result
  *     no:  nothing changes; dropped, unexpected_result
  *
+ * A query from worker w (docs/PROTOCOL.md, "Loss recovery"; emu/src/switch.rs,
+ * Job::query) goes to query_slot, which changes nothing:
+ *
+ *   bitmap[here] has bit set, count[here] == n, and not away?
+ *     yes: the stored result goes back to w alone (w's copy was lost), as
+ *          for a retransmission (meta.inagg.stored_result)
+ *     no:  the set's status goes back to w: bitmap[here] and n in the
+ *          status block, count[here] in the header's count
+ *
  * The late copy (PROTOCOL.md, "Slot state machine", "Late copies"): set s
  * holds a complete round that some members have not left, and w's bit is
  * clear. w left it, so this is a copy of w's contribution that w's next
@@ -97,6 +106,12 @@
     acc_##n.read(sum, here);                                                 \
     sum = keep ? sum : (first ? hdr.payload.e##n : sum + hdr.payload.e##n); \
     acc_##n.write(here, sum);                                                \
+    hdr.payload.e##n = sum;
+
+/* One element of a query's answer: the stored sum, read and left in the
+ * payload (a status drops the payload again). */
+#define INAGG_READ_RESULT(n)                                                 \
+    acc_##n.read(sum, here);                                                 \
     hdr.payload.e##n = sum;
 
 /* One element of a parent's result: stored in place of the partial sum when
@@ -253,8 +268,63 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         meta.inagg.complete = take ? 1w1 : 1w0;
     }
 
+    /* A query: reads the set and writes nothing. Both answers are made
+     * here, in one action so that they read one state (see Atomicity); the
+     * ingress keeps the payload for the stored result, the status block
+     * otherwise. */
+    action query_slot() {
+        bit<32> here;
+        bit<32> there;
+        set_indices(here, there);
+        bit<64> me = 64w1 << (bit<8>)hdr.inagg.worker;
+
+        bit<32> incarnation_here;
+        bit<64> bitmap_here;
+        bit<16> count_here;
+        bit<8>  exponent_here;
+        bit<32> packet_id_here;
+        bit<8>  priority_here;
+        bit<16> weight_here;
+        bit<1>  away_here;
+        incarnation.read(incarnation_here, here);
+        bitmap.read(bitmap_here, here);
+        contributors.read(count_here, here);
+        max_exponent.read(exponent_here, here);
+        round_packet_id.read(packet_id_here, here);
+        round_priority.read(priority_here, here);
+        weight.read(weight_here, here);
+        away.read(away_here, here);
+
+        bool live = incarnation_here == meta.job.incarnation;
+        bit<64> live_here = live ? bitmap_here : 64w0;
+        bit<16> count_live = live ? count_here : 16w0;
+        bool stored = (live_here & me) != 64w0 && count_live == meta.job.worker_count
+                      && !(live && away_here == 1);
+
+        hdr.payload.setValid();
+        bit<32> sum;
+        INAGG_FOR_EACH_ELEMENT(INAGG_READ_RESULT)
+        hdr.status.setValid();
+        hdr.status.bitmap = live_here;
+        hdr.status.members = meta.job.worker_count;
+        hdr.status.reserved = 0;
+
+        hdr.inagg.count = stored ? weight_here : count_live;
+        hdr.inagg.exponent = stored ? exponent_here : 8w0;
+        hdr.inagg.packet_id = stored ? packet_id_here : hdr.inagg.packet_id;
+        hdr.inagg.priority = stored ? priority_here : hdr.inagg.priority;
+        meta.inagg.stored_result = stored ? 1w1 : 1w0;
+        meta.inagg.retransmission = 0;
+        meta.inagg.late = 0;
+        meta.inagg.complete = 0;
+    }
+
     apply {
-        if (meta.inagg.from_parent == 1) {
+        if (hdr.inagg.kind == KIND_QUERY) {
+            @atomic {
+                query_slot();
+            }
+        } else if (meta.inagg.from_parent == 1) {
             @atomic {
                 take_result();
             }

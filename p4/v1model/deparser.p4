@@ -12,6 +12,7 @@ control InaggDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.udp);
         packet.emit(hdr.inagg);
         packet.emit(hdr.payload);
+        packet.emit(hdr.status);
     }
 }
 

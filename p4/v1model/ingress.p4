@@ -11,6 +11,9 @@
  *   ... a relayed detour:   Admission (relay_table) -> RelayDetour +
  *                           QueueSelect (on to the next hop, unchanged)
  *   ... a detour taken:     as a contribution, from the member it names
+ *   ... a query:            Admission -> Aggregate (reads only) ->
+ *                           ResultDispatch (the stored result) or
+ *                           StatusAnswer, + QueueSelect, to the asker
  *   anything else:          L2Forwarding
  *
  * The branches only decide; ResultDispatch, SendUpstream, RelayDetour and
@@ -27,6 +30,8 @@
  *                                          at a root or alone; parents'
  *                                          results taken at a tree job)
  *   job_resent_results   [INAGG_MAX_JOBS]  stored results unicast again
+ *                                          (for a retransmission or a query)
+ *   job_queries          [INAGG_MAX_JOBS]  queries admitted
  *   job_duplicates       [INAGG_MAX_JOBS]  retransmissions to incomplete sets
  *   job_dropped          [INAGG_MAX_JOBS]  dropped by the job's checks
  *                                          (unknown_worker .. stale_generation),
@@ -60,6 +65,7 @@ control InaggIngress(inout headers_t hdr,
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_contributions;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_results;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_resent_results;
+    counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_queries;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_duplicates;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_dropped;
     counter(INAGG_MAX_JOBS, CounterType.packets_and_bytes) job_upstream;
@@ -73,6 +79,7 @@ control InaggIngress(inout headers_t hdr,
     Admission() admission;
     Aggregate() aggregate;
     ResultDispatch() result_dispatch;
+    StatusAnswer() status_answer;
     SendUpstream() send_upstream;
     RelayDetour() relay_detour;
     GroupRelay() group_relay;
@@ -82,6 +89,7 @@ control InaggIngress(inout headers_t hdr,
     /* Where an aggregation packet goes, decided by the branches below. */
     bit<1> to_workers;          /* a result: ResultDispatch */
     bit<1> to_parent;           /* a partial sum: SendUpstream */
+    bit<1> to_asker;            /* a query's status: StatusAnswer */
 
     action refuse(drop_reason_t reason) {
         meta.inagg.drop = 1;
@@ -91,6 +99,7 @@ control InaggIngress(inout headers_t hdr,
     apply {
         to_workers = 0;
         to_parent = 0;
+        to_asker = 0;
         bit<16> local_job = 0;    /* the job, before SendUpstream renames it */
         if (hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT) {
             rx.count(0);
@@ -109,7 +118,18 @@ control InaggIngress(inout headers_t hdr,
                     job_detours_taken.count((bit<32>)hdr.inagg.job);
                 }
                 aggregate.apply(hdr, meta);
-                if (meta.inagg.from_parent == 1) {
+                if (hdr.inagg.kind == KIND_QUERY) {
+                    /* Nothing changed; the asker gets the stored result
+                     * when its copy was lost, else the set's status. */
+                    job_queries.count((bit<32>)hdr.inagg.job);
+                    if (meta.inagg.stored_result == 1) {
+                        job_resent_results.count((bit<32>)hdr.inagg.job);
+                        meta.inagg.retransmission = 1;
+                        to_workers = 1;
+                    } else {
+                        to_asker = 1;
+                    }
+                } else if (meta.inagg.from_parent == 1) {
                     /* A parent's result: taken, or no set waits for it. */
                     if (meta.inagg.unexpected == 1) {
                         job_dropped.count((bit<32>)hdr.inagg.job);
@@ -158,6 +178,8 @@ control InaggIngress(inout headers_t hdr,
             }
             if (to_workers == 1) {
                 result_dispatch.apply(hdr, meta, standard_metadata);
+            } else if (to_asker == 1) {
+                status_answer.apply(hdr, meta, standard_metadata);
             } else if (to_parent == 1) {
                 send_upstream.apply(hdr, meta, standard_metadata);
                 if (meta.inagg.detour_sent == 1) {
@@ -169,7 +191,7 @@ control InaggIngress(inout headers_t hdr,
             if (meta.inagg.drop == 1) {
                 drops.count((bit<32>)meta.inagg.drop_reason);
                 mark_to_drop(standard_metadata);
-            } else if (to_workers == 1 || to_parent == 1 || meta.inagg.group == 1
+            } else if (to_workers == 1 || to_parent == 1 || to_asker == 1 || meta.inagg.group == 1
                        || meta.inagg.relay == 1) {
                 queue_select.apply(hdr, standard_metadata);
             }

@@ -11,6 +11,7 @@ struct headers_t {
     udp_h      udp;
     inagg_h    inagg;
     payload_h  payload;
+    status_h   status;     /* made by the switch: a query's answer */
 }
 
 /* What job_table installs for the packet's job (docs/PROTOCOL.md, "Switch
@@ -79,6 +80,7 @@ struct inagg_md_t {
     bit<16>       relay_index;     /* ... the entry's relay_packets cell */
     bit<1>        detour;          /* a detour taken as its member's contribution */
     bit<1>        detour_sent;     /* a partial sum sent by the auxiliary path */
+    bit<1>        stored_result;   /* a query answered with the set's stored result */
 }
 
 /* Plain forwarding. */

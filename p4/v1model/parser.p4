@@ -48,8 +48,12 @@ parser InaggParser(packet_in packet,
 
     state parse_inagg {
         packet.extract(hdr.inagg);
-        transition select(hdr.inagg.elements) {
-            INAGG_K: parse_payload;
+        /* A query is the header alone; a status (never for a switch) is
+         * refused by Admission unparsed. */
+        transition select(hdr.inagg.kind, hdr.inagg.elements) {
+            (KIND_QUERY, _): accept;
+            (KIND_STATUS, _): accept;
+            (_, INAGG_K): parse_payload;
             default: accept;
         }
     }

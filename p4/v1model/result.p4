@@ -16,6 +16,9 @@
  *   retransmission        -> unicast back to the sender, out of the port it
  *                            came in on (the emulator's `resent`); by a
  *                            detour, to the member it names instead
+ *   query, complete with   -> the same unicast; the query had no payload, so
+ *   the asker's bit           the lengths grow by the K values Aggregate put
+ *                            in (docs/PROTOCOL.md, "Loss recovery")
  *
  * Either way the packet is addressed back the way it came: Ethernet, IPv4
  * and UDP source and destination swap, so the result comes from the address
@@ -55,6 +58,12 @@ control ResultDispatch(inout headers_t hdr,
         meta.inagg.is_result = 1;
     }
 
+    /* A query turned into the result: its lengths were the header's. */
+    action grow_to_result() {
+        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES) + (hdr.inagg.elements << 2);
+        hdr.ipv4.total_len = (bit<16>)IPV4_BYTES + hdr.udp.length;
+    }
+
     action multicast_to_job() {
         standard_metadata.mcast_grp = meta.job.mcast_grp;
         meta.inagg.multicast = 1;
@@ -77,6 +86,10 @@ control ResultDispatch(inout headers_t hdr,
     }
 
     apply {
+        if (hdr.inagg.kind == KIND_QUERY) {
+            hdr.status.setInvalid();
+            grow_to_result();
+        }
         make_result();
         if (meta.inagg.retransmission == 1 && meta.inagg.detour == 1) {
             unicast_to_member();
@@ -85,6 +98,33 @@ control ResultDispatch(inout headers_t hdr,
         } else {
             multicast_to_job();
         }
+    }
+}
+
+/*
+ * StatusAnswer: a query that the stored result does not answer gets the
+ * set's status (docs/PROTOCOL.md, "Loss recovery"; emu/src/switch.rs,
+ * Job::query): the header with kind 6, the contributors in count, exponent
+ * 0 and the query's packet id; then the 12-byte block Aggregate filled.
+ * Unicast back to the asker, addressed back the way it came.
+ */
+control StatusAnswer(inout headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+
+    action make_status() {
+        hdr.payload.setInvalid();
+        hdr.inagg.kind = KIND_STATUS;
+        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
+        hdr.ipv4.total_len = (bit<16>)IPV4_BYTES + hdr.udp.length;
+        address_back(hdr);
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+        meta.inagg.is_result = 1;
+        meta.inagg.multicast = 0;
+    }
+
+    apply {
+        make_status();
     }
 }
 

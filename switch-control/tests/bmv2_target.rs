@@ -715,7 +715,7 @@ const WORKER_TABLE: &str = "InaggIngress.admission.worker_table";
 const SET_WORKER: &str = "InaggIngress.admission.set_worker";
 const RECEIVERS: &str = "InaggEgress.result_rewrite.result_receivers";
 const SET_RECEIVER: &str = "InaggEgress.result_rewrite.set_receiver";
-const PER_JOB: [&str; 9] = [
+const PER_JOB: [&str; 10] = [
     "InaggIngress.job_contributions",
     "InaggIngress.job_results",
     "InaggIngress.job_resent_results",
@@ -725,6 +725,7 @@ const PER_JOB: [&str; 9] = [
     "InaggIngress.job_upstream_resent",
     "InaggIngress.job_detours_sent",
     "InaggIngress.job_detours_taken",
+    "InaggIngress.job_queries",
 ];
 
 const GROUP_TABLE: &str = "InaggIngress.group_relay.group_table";
@@ -1030,7 +1031,7 @@ fn create_job_writes_the_documented_entries_in_order() {
     // The job_table entry, then the relay's three entries.
     assert_eq!(writes[writes.len() - 4], upd(Insert, want));
     assert_eq!(
-        writes[writes.len() - 18],
+        writes[writes.len() - 19],
         upd(Insert, group(301, &[(3, 0)]))
     );
     assert_eq!(other.jobs().unwrap().len(), 2);
@@ -1910,6 +1911,7 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
         set("InaggIngress.job_upstream_resent", 1, 2, 0);
         set("InaggIngress.job_detours_sent", 1, 4, 0);
         set("InaggIngress.job_detours_taken", 1, 8, 0);
+        set("InaggIngress.job_queries", 1, 6, 0);
         set("InaggIngress.relayed", 0, 11, 0);
         set("InaggIngress.job_results", 2, 99, 0); // no job 2: not reported
     }
@@ -1932,9 +1934,10 @@ fn counters_map_to_the_emulators_and_reset_to_zero() {
             j.upstream,
             j.upstream_resent,
             j.detours_sent,
-            j.detours_taken
+            j.detours_taken,
+            j.queries
         ),
-        (7, 2, 1, 1, 5, 3, 2, 4, 8)
+        (7, 2, 1, 1, 5, 3, 2, 4, 8, 6)
     );
 
     let before = sw.writes().len();

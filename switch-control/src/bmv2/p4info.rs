@@ -160,6 +160,8 @@ pub mod names {
     pub const JOB_RESULTS: &str = "InaggIngress.job_results";
     /// Per job id: results resent by unicast.
     pub const JOB_RESENT_RESULTS: &str = "InaggIngress.job_resent_results";
+    /// Per job id: queries admitted (docs/PROTOCOL.md, "Loss recovery").
+    pub const JOB_QUERIES: &str = "InaggIngress.job_queries";
     /// Per job id: retransmissions to incomplete sets.
     pub const JOB_DUPLICATES: &str = "InaggIngress.job_duplicates";
     /// Per job id: packets dropped by the job's checks.
@@ -465,6 +467,8 @@ pub struct Counters {
     pub job_detours_sent: Counter,
     /// `InaggIngress.job_detours_taken`.
     pub job_detours_taken: Counter,
+    /// `InaggIngress.job_queries`.
+    pub job_queries: Counter,
     /// `InaggIngress.relayed`.
     pub relayed: Counter,
     /// `InaggIngress.relay_packets`.
@@ -479,7 +483,7 @@ pub struct Counters {
 
 impl Counters {
     /// The per-job counters, in `JobCounters` field order.
-    pub fn per_job(&self) -> [Counter; 9] {
+    pub fn per_job(&self) -> [Counter; 10] {
         [
             self.job_contributions,
             self.job_results,
@@ -490,6 +494,7 @@ impl Counters {
             self.job_upstream_resent,
             self.job_detours_sent,
             self.job_detours_taken,
+            self.job_queries,
         ]
     }
 }
@@ -631,6 +636,7 @@ impl Schema {
             job_upstream_resent: l.counter(names::JOB_UPSTREAM_RESENT)?,
             job_detours_sent: l.counter(names::JOB_DETOURS_SENT)?,
             job_detours_taken: l.counter(names::JOB_DETOURS_TAKEN)?,
+            job_queries: l.counter(names::JOB_QUERIES)?,
             relayed: l.counter(names::RELAYED)?,
             relay_packets: l.counter(names::RELAY_PACKETS)?,
             tx: l.counter(names::TX)?,
@@ -1091,6 +1097,7 @@ mod tests {
             names::JOB_CONTRIBUTIONS,
             names::JOB_RESULTS,
             names::JOB_RESENT_RESULTS,
+            names::JOB_QUERIES,
             names::JOB_DUPLICATES,
             names::JOB_DROPPED,
             names::JOB_UPSTREAM,

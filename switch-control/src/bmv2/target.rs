@@ -378,7 +378,7 @@ impl Bmv2Target {
         Ok(ids
             .iter()
             .map(|&id| {
-                let [contributions, results, resent, duplicates, dropped, upstream, upstream_resent, detours_sent, detours_taken] =
+                let [contributions, results, resent, duplicates, dropped, upstream, upstream_resent, detours_sent, detours_taken, queries] =
                     &per_job;
                 (
                     id,
@@ -392,9 +392,7 @@ impl Bmv2Target {
                         upstream_resent: cell(upstream_resent, id),
                         detours_sent: cell(detours_sent, id),
                         detours_taken: cell(detours_taken, id),
-                        // The P4 programs answer no queries yet
-                        // (p4/README.md, "Differences from the emulator").
-                        queries: 0,
+                        queries: cell(queries, id),
                     },
                 )
             })

@@ -325,12 +325,13 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         info.tables.push(table);
     }
 
-    let counters: [(&str, i64); 16] = [
+    let counters: [(&str, i64); 17] = [
         ("InaggIngress.rx", 1),
         ("InaggIngress.drops", 16),
         ("InaggIngress.job_contributions", 65_536),
         ("InaggIngress.job_results", 65_536),
         ("InaggIngress.job_resent_results", 65_536),
+        ("InaggIngress.job_queries", 65_536),
         ("InaggIngress.job_duplicates", 65_536),
         ("InaggIngress.job_dropped", 65_536),
         ("InaggIngress.job_upstream", 65_536),
