@@ -334,10 +334,13 @@ impl<L: Link> Engine<'_, L> {
                             entry.rollback = Some(entry.round);
                             if codec.carries_values(slot, entry.round, window) {
                                 // A round of its own: the first data round is
-                                // next, sent at once (the slot stays in flight).
+                                // next, in its turn like any round. (Sent at
+                                // once, it went before slots that other
+                                // workers sent first: their rounds then waited
+                                // on this worker's, and read as lost.)
                                 answered(self.path, entry, now);
                                 last_progress = now;
-                                self.send(codec, entry, slot, window, now, &mut tx, &mut stats)?;
+                                flight.land(entry, slot);
                                 continue;
                             }
                             // The handshake was the codec's round (a float
@@ -470,7 +473,7 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) -> Result<(), Error> {
-        while let Some(s) = flight.take(slots, self.path.window.limit()) {
+        while let Some(s) = flight.take(self.path.window.limit()) {
             slots[s].in_flight = true;
             self.send(codec, &mut slots[s], s, window, now, tx, stats)?;
         }
@@ -735,22 +738,26 @@ impl<L: Link> Engine<'_, L> {
             REORDER_FLOOR,
             self.path.rtt.srtt(),
         );
-        // The tail: the slots sent last of those not asked about. Only they
-        // are probed by time; any earlier one is judged by the evidence its
-        // successors bring when they are answered. (Probed by time, a
-        // window that a switch serves one slot after another would ask
-        // about its later slots before their results are due, and each
-        // query of a complete round brings the result a second time.)
+        // The tail: the one slot sent last (the highest of those sent at
+        // that moment). Only it is probed by time, once; any earlier one is
+        // judged by the evidence its successors bring when they are
+        // answered, or at its timeout. (Probed by time, a window that a
+        // switch serves one slot after another would ask about its later
+        // slots before their results are due, and each query of a complete
+        // round brings the result a second time. A tail that moved to the
+        // next slot once the last was asked about probed every slot of a
+        // window waiting on one late worker, one per scan.)
         let tail = slots
             .iter()
-            .filter(|s| s.in_flight && s.asked == Asked::Not)
-            .map(Slot::last_sent)
-            .max();
+            .enumerate()
+            .filter(|(_, s)| s.in_flight)
+            .max_by_key(|(s, slot)| (slot.last_sent(), *s))
+            .map(|(s, _)| s);
         for (s, slot) in slots.iter_mut().enumerate().filter(|(_, s)| s.in_flight) {
             match slot.asked {
                 Asked::Not => {
                     let sent = slot.last_sent();
-                    let probe = Some(sent) == tail && now >= sent + self.probe_after(slot.queries);
+                    let probe = tail == Some(s) && now >= sent + self.probe_after(slot.queries);
                     if now >= slot.deadline || probe || self.path.rack.lost(sent, now, reorder) {
                         self.ask(slot, s, now, queries, stats);
                     }
@@ -985,8 +992,16 @@ impl<L: Link> Engine<'_, L> {
 /// one. Without that exception a timeout shorter than the round trip drops
 /// every sample, and neither the timeout nor the window learns of the
 /// queue that made it fire.
+///
+/// Only a packet sent once is loss evidence for the slots sent before it
+/// ([`crate::recovery::Rack`]): a resend completes a round that comes
+/// earlier in the shared order than the slots sent before the resend, and
+/// its answer says nothing of theirs. (Counted, it made every slot sent
+/// shortly before a resend look lost the moment the resend was answered.)
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
-    path.rack.on_answer(entry.last_sent(), now);
+    if entry.resends == 0 {
+        path.rack.on_answer(entry.sent_at, now);
+    }
     let first_copy = match entry.resends {
         0 => true,
         1 => path
@@ -1003,23 +1018,26 @@ fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
 }
 
 /// Which slots are in flight, and which wait for room in the window, in
-/// the order every worker of a job shares: by round, then by slot.
+/// the order every worker of a job shares: by the slot's packet count (its
+/// rounds, and its session handshake where that is a round of its own),
+/// then by slot.
 ///
 /// The window alone could deadlock a job: worker A waits, window full, on
 /// a slot that worker B has ready but cannot send because B's window is
 /// full of slots that A has ready behind it (B got their earlier results
 /// first, its results for A's slot were lost). So a ready slot that comes
 /// before some slot already in flight is sent whatever the window says.
-/// Then the lowest `(round, slot)` some worker has not finished is sent by
+/// Then the lowest `(packet, slot)` some worker has not finished is sent by
 /// every worker that has not: either it holds a later one in flight, or
 /// nothing at all (everything earlier is finished), and then the window
 /// has room. The excess is bounded by the pool.
 struct Flight {
     ready: BinaryHeap<Reverse<(usize, usize)>>,
-    /// The `(round, slot)` of each slot in flight.
+    /// The `(packet, slot)` of each slot in flight.
     flying: BTreeSet<(usize, usize)>,
-    /// The round each slot was sent for, to find it in `flying`.
-    sent_round: Vec<usize>,
+    /// Each slot's packets answered so far in this all-reduce: its next
+    /// packet's place in the order.
+    packets: Vec<usize>,
 }
 
 impl Flight {
@@ -1033,33 +1051,32 @@ impl Flight {
                 .map(|(s, _)| Reverse((0, s)))
                 .collect(),
             flying: BTreeSet::new(),
-            sent_round: vec![0; slots.len()],
+            packets: vec![0; slots.len()],
         }
     }
 
-    /// Slot `s`'s round was answered: it leaves the flight, and waits for
-    /// its next round's turn if it has one.
+    /// Slot `s`'s packet was answered: it leaves the flight, and waits for
+    /// its next packet's turn if it has one.
     fn land<B>(&mut self, slot: &mut Slot<B>, s: usize) {
         slot.in_flight = false;
-        self.flying.remove(&(self.sent_round[s], s));
+        self.flying.remove(&(self.packets[s], s));
+        self.packets[s] += 1;
         if slot.round < slot.rounds {
-            self.ready.push(Reverse((slot.round, s)));
+            self.ready.push(Reverse((self.packets[s], s)));
         }
     }
 
     /// The next slot to send: when fewer than `limit` are in flight, or
     /// when it comes before one that is.
-    fn take<B>(&mut self, slots: &[Slot<B>], limit: usize) -> Option<usize> {
+    fn take(&mut self, limit: usize) -> Option<usize> {
         let Reverse(next) = *self.ready.peek()?;
         let room = self.flying.len() < limit;
         if !room && self.flying.last().is_none_or(|last| next > *last) {
             return None;
         }
         self.ready.pop();
-        let (_, s) = next;
-        self.sent_round[s] = slots[s].round;
-        self.flying.insert((slots[s].round, s));
-        Some(s)
+        self.flying.insert(next);
+        Some(next.1)
     }
 }
 
