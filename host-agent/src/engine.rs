@@ -41,7 +41,7 @@ use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::link::{Link, SlotBuf};
 use crate::path::{nanos, Nanos, Path};
-use crate::recovery::{self, Asked, Said};
+use crate::recovery::{self, Asked, Place, Said};
 use crate::session::{Found, SlotSession, Token, HANDSHAKE_WEIGHT};
 use crate::stats::Stats;
 use crate::{AgentConfig, Error};
@@ -137,6 +137,8 @@ struct Slot<B> {
     /// Sent and not yet answered (a slot between rounds waits in
     /// [`Flight`] for room in the window).
     in_flight: bool,
+    /// The packet in flight's place in the shared order ([`Flight`]).
+    place: Place,
     /// Between a handshake and the first data round after it, the codec
     /// round to go back to should that data round be spoiled.
     rollback: Option<usize>,
@@ -473,8 +475,9 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) -> Result<(), Error> {
-        while let Some(s) = flight.take(self.path.window.limit()) {
+        while let Some((packets, s)) = flight.take(self.path.window.limit()) {
             slots[s].in_flight = true;
+            slots[s].place = (packets, s);
             self.send(codec, &mut slots[s], s, window, now, tx, stats)?;
         }
         Ok(())
@@ -510,6 +513,7 @@ impl<L: Link> Engine<'_, L> {
                 resent_at: 0,
                 moves: (0, 0),
                 in_flight: false,
+                place: (0, s),
                 rollback: None,
                 asked: Asked::Not,
                 waits_for: 0,
@@ -738,19 +742,21 @@ impl<L: Link> Engine<'_, L> {
             REORDER_FLOOR,
             self.path.rtt.srtt(),
         );
-        // The tail: the one slot sent last (the highest of those sent at
-        // that moment). Only it is probed by time, once; any earlier one is
-        // judged by the evidence its successors bring when they are
-        // answered, or at its timeout. (Probed by time, a window that a
-        // switch serves one slot after another would ask about its later
-        // slots before their results are due, and each query of a complete
-        // round brings the result a second time. A tail that moved to the
-        // next slot once the last was asked about probed every slot of a
-        // window waiting on one late worker, one per scan.)
+        // The tail: the slot sent last of those not asked about. Only it is
+        // probed by time; any earlier one is judged by the evidence its
+        // successors bring when they are answered ([`recovery::Rack`]).
+        // (Probed by time, a window that a switch serves one slot after
+        // another would ask about its later slots before their results are
+        // due, and each query of a complete round brings the result a
+        // second time.) Once it is asked about, the next slot back is the
+        // tail: where every slot of a window is stuck (30% loss), nothing
+        // is answered to judge them by, and probing only the last left the
+        // rest to their timeouts (4M floats: 0.9 s became 51 s).
+        let rack = self.path.rack;
         let tail = slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.in_flight)
+            .filter(|(_, s)| s.in_flight && s.asked == Asked::Not)
             .max_by_key(|(s, slot)| (slot.last_sent(), *s))
             .map(|(s, _)| s);
         for (s, slot) in slots.iter_mut().enumerate().filter(|(_, s)| s.in_flight) {
@@ -758,7 +764,7 @@ impl<L: Link> Engine<'_, L> {
                 Asked::Not => {
                     let sent = slot.last_sent();
                     let probe = tail == Some(s) && now >= sent + self.probe_after(slot.queries);
-                    if now >= slot.deadline || probe || self.path.rack.lost(sent, now, reorder) {
+                    if now >= slot.deadline || probe || rack.lost(slot.place, sent, now, reorder) {
                         self.ask(slot, s, now, queries, stats);
                     }
                 }
@@ -993,15 +999,10 @@ impl<L: Link> Engine<'_, L> {
 /// every sample, and neither the timeout nor the window learns of the
 /// queue that made it fire.
 ///
-/// Only a packet sent once is loss evidence for the slots sent before it
-/// ([`crate::recovery::Rack`]): a resend completes a round that comes
-/// earlier in the shared order than the slots sent before the resend, and
-/// its answer says nothing of theirs. (Counted, it made every slot sent
-/// shortly before a resend look lost the moment the resend was answered.)
+/// Every answer is loss evidence for the slots before it in the shared
+/// order and sent before it ([`crate::recovery::Rack`]).
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
-    if entry.resends == 0 {
-        path.rack.on_answer(entry.sent_at, now);
-    }
+    path.rack.on_answer(entry.place, entry.last_sent(), now);
     let first_copy = match entry.resends {
         0 => true,
         1 => path
@@ -1068,7 +1069,7 @@ impl Flight {
 
     /// The next slot to send: when fewer than `limit` are in flight, or
     /// when it comes before one that is.
-    fn take(&mut self, limit: usize) -> Option<usize> {
+    fn take(&mut self, limit: usize) -> Option<Place> {
         let Reverse(next) = *self.ready.peek()?;
         let room = self.flying.len() < limit;
         if !room && self.flying.last().is_none_or(|last| next > *last) {
@@ -1076,7 +1077,7 @@ impl Flight {
         }
         self.ready.pop();
         self.flying.insert(next);
-        Some(next.1)
+        Some(next)
     }
 }
 
@@ -1101,6 +1102,7 @@ mod tests {
             resent_at,
             moves: (0, 0),
             in_flight: true,
+            place: (0, 0),
             rollback: None,
             asked: Asked::Not,
             waits_for: 0,

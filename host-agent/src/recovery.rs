@@ -29,8 +29,20 @@ use inagg_wire::status::Status;
 
 use crate::path::Nanos;
 
-/// The latest-sent packet answered so far, and its round trip; and how
-/// wide the reordering window is.
+/// A packet's place in the order the workers of a job share: the slot's
+/// packet count in this all-reduce, then the slot ([`crate::engine`]).
+pub(crate) type Place = (usize, usize);
+
+/// The answered packet furthest in the shared order, when it was last sent
+/// and its round trip; and how wide the reordering window is.
+///
+/// The evidence for a slot is a packet *later in the shared order* that
+/// was sent after the slot's and answered: every worker sent the slot's
+/// round before that packet, so its contributions have all arrived unless
+/// lost. A later *time* alone is not enough: a resend completes a round
+/// that comes earlier in the order than what was sent before the resend
+/// (its answer made every slot sent shortly before it look lost), and a
+/// slot can become ready, and be sent, after slots that follow it.
 ///
 /// The workers of a job send in one shared order, but not at the same
 /// moments: one whose congestion window is full sends its ready slots
@@ -43,6 +55,7 @@ use crate::path::Nanos;
 /// losses recovered since the last such suspicion narrow it again.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rack {
+    place: Option<Place>,
     sent: Nanos,
     rtt: Nanos,
     /// The reordering window in units of [`reorder_window`].
@@ -54,6 +67,7 @@ pub(crate) struct Rack {
 impl Default for Rack {
     fn default() -> Self {
         Rack {
+            place: None,
             sent: 0,
             rtt: 0,
             units: 1,
@@ -69,19 +83,27 @@ pub(crate) const MAX_REORDER_UNITS: u32 = 16;
 const REORDER_PERSIST: u32 = 16;
 
 impl Rack {
-    /// A result answered a packet sent at `sent`, at `now`.
-    pub(crate) fn on_answer(&mut self, sent: Nanos, now: Nanos) {
-        if sent >= self.sent {
+    /// A result answered the packet at `place`, last sent at `sent`, at
+    /// `now`.
+    pub(crate) fn on_answer(&mut self, place: Place, sent: Nanos, now: Nanos) {
+        if self.place.is_none_or(|p| place > p) {
+            self.place = Some(place);
             self.sent = sent;
             self.rtt = now.saturating_sub(sent);
         }
     }
 
-    /// Whether a packet sent at `sent` and not answered by `now` is lost: a
-    /// packet sent after it was answered, and it has had that packet's
+    /// Whether what has been answered can judge the packet at `place` sent
+    /// at `sent`: a packet later in the order, sent after it.
+    pub(crate) fn judges(&self, place: Place, sent: Nanos) -> bool {
+        self.place.is_some_and(|p| p > place) && self.sent > sent
+    }
+
+    /// Whether the packet at `place`, sent at `sent` and not answered by
+    /// `now`, is lost: it is judged, and it has had the judging packet's
     /// round trip and `reorder` more.
-    pub(crate) fn lost(&self, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
-        self.sent > sent && now >= sent + self.rtt + reorder
+    pub(crate) fn lost(&self, place: Place, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
+        self.judges(place, sent) && now >= sent + self.rtt + reorder
     }
 
     /// A suspicion of loss was spurious: the window widens.
@@ -115,6 +137,7 @@ impl Rack {
     /// A new all-reduce: its clock starts at zero again (the window's
     /// width is the path's, and stays).
     pub(crate) fn restart_clock(&mut self) {
+        self.place = None;
         self.sent = 0;
         self.rtt = 0;
     }
@@ -187,15 +210,23 @@ mod tests {
     #[test]
     fn a_slot_is_lost_once_a_later_one_is_answered_and_its_round_trip_passed() {
         let mut r = Rack::default();
-        assert!(!r.lost(0, 100 * MS, MS), "nothing answered: no evidence");
-        // Sent at 10, answered at 12: round trip 2 ms.
-        r.on_answer(10 * MS, 12 * MS);
-        assert!(!r.lost(10 * MS, 50 * MS, MS), "not sent before it");
-        assert!(!r.lost(9 * MS, 11 * MS + MS / 2, MS), "within 2 + 1 ms");
-        assert!(r.lost(9 * MS, 12 * MS, MS));
-        // An answer for an older packet teaches nothing newer.
-        r.on_answer(5 * MS, 40 * MS);
-        assert!(r.lost(9 * MS, 12 * MS, MS));
+        assert!(
+            !r.lost((0, 1), 0, 100 * MS, MS),
+            "nothing answered: no evidence"
+        );
+        // The packet at (3, 5), sent at 10, answered at 12: round trip 2 ms.
+        r.on_answer((3, 5), 10 * MS, 12 * MS);
+        assert!(!r.lost((3, 5), 10 * MS, 50 * MS, MS), "not sent before it");
+        assert!(
+            !r.lost((3, 1), 9 * MS, 11 * MS + MS / 2, MS),
+            "within 2 + 1 ms"
+        );
+        assert!(r.lost((3, 1), 9 * MS, 12 * MS, MS));
+        assert!(!r.lost((3, 7), 9 * MS, 50 * MS, MS), "later in the order");
+        // A resend of an earlier round, answered: it judges nothing later.
+        r.on_answer((2, 6), 11 * MS, 11 * MS + MS / 2);
+        assert!(!r.judges((3, 2), 10 * MS + MS / 2));
+        assert!(r.lost((3, 1), 9 * MS, 12 * MS, MS));
     }
 
     #[test]
