@@ -752,7 +752,6 @@ impl<L: Link> Engine<'_, L> {
         // tail: where every slot of a window is stuck (30% loss), nothing
         // is answered to judge them by, and probing only the last left the
         // rest to their timeouts (4M floats: 0.9 s became 51 s).
-        let rack = self.path.rack;
         let tail = slots
             .iter()
             .enumerate()
@@ -764,7 +763,10 @@ impl<L: Link> Engine<'_, L> {
                 Asked::Not => {
                     let sent = slot.last_sent();
                     let probe = tail == Some(s) && now >= sent + self.probe_after(slot.queries);
-                    if now >= slot.deadline || probe || rack.lost(slot.place, sent, now, reorder) {
+                    if now >= slot.deadline
+                        || probe
+                        || self.path.rack.lost(slot.place, sent, now, reorder)
+                    {
                         self.ask(slot, s, now, queries, stats);
                     }
                 }
@@ -1002,7 +1004,8 @@ impl<L: Link> Engine<'_, L> {
 /// Every answer is loss evidence for the slots before it in the shared
 /// order and sent before it ([`crate::recovery::Rack`]).
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
-    path.rack.on_answer(entry.place, entry.last_sent(), now);
+    path.rack
+        .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
     let first_copy = match entry.resends {
         0 => true,
         1 => path
