@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// All-reduce a float tensor through the emulator under loss and check it.
+    /// All-reduce a tensor (float or int32) through the emulator under loss and check it.
     Demo(demo::DemoArgs),
     /// Measure quantization, the emulator, and all-reduce against a TCP ring.
     Bench(bench::BenchArgs),

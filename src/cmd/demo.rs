@@ -26,7 +26,7 @@ pub struct DemoArgs {
     /// Workers in the job.
     #[arg(long, default_value_t = 4)]
     pub workers: u16,
-    /// Float elements in the tensor.
+    /// Elements in the tensor.
     #[arg(long, default_value_t = 4 << 20)]
     pub elements: usize,
     /// The tensor's format: a float one (16-bit ones are widened to f32 on
