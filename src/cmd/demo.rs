@@ -212,23 +212,10 @@ fn reduce<T: Float>(
     workers: &mut [Worker],
     from: fn(f32) -> T,
 ) -> Result<(Vec<Stats>, FloatCheck)> {
-    let inputs: Vec<Vec<T>> = (0..args.workers as usize)
-        .map(|w| {
-            gradient(args.seed, w, args.elements)
-                .into_iter()
-                .map(from)
-                .collect()
-        })
-        .collect();
-    let mut data = inputs.clone();
-    let progress = Arc::new(AtomicU64::new(0));
-    for w in workers.iter_mut() {
-        w.set_progress(progress.clone());
-    }
-    let total = workers[0].rounds(args.elements, true) * u64::from(args.workers);
-    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
-    let stats = run_all(workers, &mut data, |w, d| w.allreduce_float(d, None));
-    bar.finish_and_clear();
+    let inputs = gradients(args, from);
+    let (stats, data) = reduce_all(args, workers, &inputs, true, |w, d| {
+        w.allreduce_float(d, None)
+    });
     Ok((
         stats?,
         check_float(&inputs, &data, usize::from(args.pool.k)),
@@ -239,23 +226,8 @@ fn reduce<T: Float>(
 /// that eight workers' sums stay within i32), all-reduced at once and
 /// checked for the exact sum: the check's error is then 0 or it fails.
 fn reduce_i32(args: &DemoArgs, workers: &mut [Worker]) -> Result<(Vec<Stats>, FloatCheck)> {
-    let inputs: Vec<Vec<i32>> = (0..args.workers as usize)
-        .map(|w| {
-            gradient(args.seed, w, args.elements)
-                .into_iter()
-                .map(|x| (x * 65536.0) as i32)
-                .collect()
-        })
-        .collect();
-    let mut data = inputs.clone();
-    let progress = Arc::new(AtomicU64::new(0));
-    for w in workers.iter_mut() {
-        w.set_progress(progress.clone());
-    }
-    let total = workers[0].rounds(args.elements, false) * u64::from(args.workers);
-    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
-    let stats = run_all(workers, &mut data, |w, d| w.allreduce_i32(d));
-    bar.finish_and_clear();
+    let inputs = gradients(args, |x| (x * 65536.0) as i32);
+    let (stats, data) = reduce_all(args, workers, &inputs, false, |w, d| w.allreduce_i32(d));
     let check = match check_i32(&inputs, &data) {
         Ok(()) => FloatCheck {
             verified: true,
@@ -271,6 +243,40 @@ fn reduce_i32(args: &DemoArgs, workers: &mut [Worker]) -> Result<(Vec<Stats>, Fl
         }
     };
     Ok((stats?, check))
+}
+
+/// Each worker's gradient, in the tensor's format.
+fn gradients<T>(args: &DemoArgs, from: impl Fn(f32) -> T) -> Vec<Vec<T>> {
+    (0..args.workers as usize)
+        .map(|w| {
+            gradient(args.seed, w, args.elements)
+                .into_iter()
+                .map(&from)
+                .collect()
+        })
+        .collect()
+}
+
+/// Copies of `inputs` all-reduced by every worker at once with `op`,
+/// under the progress bar (`float`: the rounds include an exponent round
+/// per slot).
+fn reduce_all<T: Clone + Send>(
+    args: &DemoArgs,
+    workers: &mut [Worker],
+    inputs: &[Vec<T>],
+    float: bool,
+    op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
+) -> (Result<Vec<Stats>>, Vec<Vec<T>>) {
+    let mut data = inputs.to_vec();
+    let progress = Arc::new(AtomicU64::new(0));
+    for w in workers.iter_mut() {
+        w.set_progress(progress.clone());
+    }
+    let total = workers[0].rounds(args.elements, float) * u64::from(args.workers);
+    let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
+    let stats = run_all(workers, &mut data, op);
+    bar.finish_and_clear();
+    (stats, data)
 }
 
 fn progress_bar(show: bool, total: u64, done: Arc<AtomicU64>) -> Ticker {
