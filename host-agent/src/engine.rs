@@ -1116,6 +1116,54 @@ mod tests {
         }
     }
 
+    /// `n` slots of two rounds each, none in flight.
+    fn idle(n: usize) -> Vec<Slot<()>> {
+        (0..n)
+            .map(|_| Slot {
+                rounds: 2,
+                in_flight: false,
+                ..slot(0, 0, 0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_flight_keeps_the_shared_order_by_packet_count() {
+        let mut slots = idle(3);
+        let mut f = Flight::new(&slots);
+        // A window of 2: slots 0 and 1 go, 2 waits.
+        assert_eq!(f.take(2), Some((0, 0)));
+        assert_eq!(f.take(2), Some((0, 1)));
+        assert_eq!(f.take(2), None);
+        // Slot 1's handshake is answered first: its first data round is
+        // its second packet, and waits behind slot 2's first.
+        f.land(&mut slots[1], 1);
+        assert_eq!(f.take(2), Some((0, 2)));
+        assert_eq!(f.take(2), None, "the window is full");
+        // Slot 0 lands: second packets go by slot.
+        f.land(&mut slots[0], 0);
+        assert_eq!(f.take(3), Some((1, 0)));
+        assert_eq!(f.take(3), Some((1, 1)));
+    }
+
+    #[test]
+    fn a_slot_ahead_of_the_flight_goes_whatever_the_window_says() {
+        let mut slots = idle(3);
+        let mut f = Flight::new(&slots);
+        for s in 0..3 {
+            assert_eq!(f.take(3), Some((0, s)));
+        }
+        f.land(&mut slots[2], 2);
+        assert_eq!(f.take(3), Some((1, 2)));
+        f.land(&mut slots[1], 1);
+        f.land(&mut slots[0], 0);
+        // The window shrank to 1 with (1, 2) in flight: (1, 0) and (1, 1)
+        // come before it, and another worker may be waiting on them.
+        assert_eq!(f.take(1), Some((1, 0)));
+        assert_eq!(f.take(1), Some((1, 1)));
+        assert_eq!(f.take(1), None, "nothing left");
+    }
+
     fn path() -> (AgentConfig, Path) {
         let mut c = AgentConfig::new(([127, 0, 0, 1], 1).into(), 1, 0, 2, 64, 64);
         c.window = Window::Adaptive { initial: 4 };
