@@ -221,7 +221,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "inagg bench --loss: float all-reduce through the emulator, loss per direction, \
+        "inagg bench --loss: float and int32 all-reduces through the emulator, loss per direction, \
          median of {RUNS} interleaved runs (counts summed over them)"
     )?;
     writeln!(

@@ -67,10 +67,11 @@ pub struct BenchArgs {
     /// links (--repeat iterations).
     #[arg(long, conflicts_with = "priority")]
     pub netstorm: bool,
-    /// Measure goodput under loss instead: 4 and 8 workers at 0-30% loss
-    /// per direction (and 1% with 5% duplication and reordering) next to
-    /// lossless, for K = 16370 (pool 8) and K = 64 (pool 512), with the
-    /// data lost, retransmissions, spurious ones, queries and timeouts.
+    /// Measure goodput under loss instead: 4 and 8 workers, float and
+    /// int32, at 0-30% loss per direction (and 1% with 5% duplication and
+    /// reordering) next to lossless, for K = 16370 (pool 8) and K = 64
+    /// (pool 512), with the data lost, retransmissions, spurious ones,
+    /// queries and timeouts.
     #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
     pub loss: bool,
     /// PyTorch: DDP training steps with inagg's hook next to gloo, 2 and 4
