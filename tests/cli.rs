@@ -838,6 +838,23 @@ fn demo_prints_a_verified_json_report() {
         );
         assert_eq!(r["stats"]["payload_bytes"], 20_000 * 2, "{r}");
     }
+    // int32: the sum must be exact, under loss, with the contributions
+    // dropped each owed one retransmission at most.
+    let out = Command::new(INAGG)
+        .args(["demo", "--json", "--workers", "3", "--elements", "20000"])
+        .args(["-k", "256", "--loss", "0.05", "--dtype", "i32"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&r["verified"], &r["dtype"]),
+        (&true.into(), &"i32".into()),
+        "{r}"
+    );
+    assert_eq!(r["check"]["max_abs_error"], 0.0, "{r}");
+    assert_eq!(r["stats"]["payload_bytes"], 20_000 * 4, "{r}");
+    assert!(r["lost_contributions"].as_u64().unwrap() > 0, "{r}");
 }
 
 #[test]
