@@ -852,7 +852,6 @@ fn demo_prints_a_verified_json_report() {
         (&true.into(), &"i32".into()),
         "{r}"
     );
-    assert_eq!(r["check"]["max_abs_error"], 0.0, "{r}");
     assert_eq!(r["stats"]["payload_bytes"], 20_000 * 4, "{r}");
     assert!(r["lost_contributions"].as_u64().unwrap() > 0, "{r}");
 }

@@ -1001,8 +1001,9 @@ impl<L: Link> Engine<'_, L> {
 /// every sample, and neither the timeout nor the window learns of the
 /// queue that made it fire.
 ///
-/// Every answer is loss evidence for the slots before it in the shared
-/// order and sent before it ([`crate::recovery::Rack`]).
+/// Every answer is loss evidence ([`crate::recovery::Rack`]): a first copy
+/// for the slots sent before it, a resend for those sent before it and
+/// before it in the shared order.
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
     path.rack
         .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
@@ -1036,9 +1037,9 @@ fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
 /// nothing at all (everything earlier is finished), and then the window
 /// has room. The excess is bounded by the pool.
 struct Flight {
-    ready: BinaryHeap<Reverse<(usize, usize)>>,
-    /// The `(packet, slot)` of each slot in flight.
-    flying: BTreeSet<(usize, usize)>,
+    ready: BinaryHeap<Reverse<Place>>,
+    /// The place of each slot in flight.
+    flying: BTreeSet<Place>,
     /// Each slot's packets answered so far in this all-reduce: its next
     /// packet's place in the order.
     packets: Vec<usize>,

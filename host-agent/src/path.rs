@@ -138,14 +138,14 @@ impl RttEstimator {
     /// it further (measured: 20% loss took 2.7 and 22 s where this takes
     /// 0.12-0.19 s). Under a standing queue every sample holds the queue,
     /// and so does this.
-    /// The smoothed round trip (None before the first sample).
-    pub(crate) fn srtt(&self) -> Option<Nanos> {
-        self.srtt
-    }
-
     pub(crate) fn recent_min(&self) -> Option<Nanos> {
         let m = self.recent.0.min(self.recent.1);
         (m != Nanos::MAX).then_some(m)
+    }
+
+    /// The smoothed round trip (None before the first sample).
+    pub(crate) fn srtt(&self) -> Option<Nanos> {
+        self.srtt
     }
 
     /// A packet sent at `sent_at` timed out at `now`.

@@ -62,9 +62,7 @@ pub(crate) struct Rack {
     /// The latest-sent first copy answered: when, and its round trip.
     first: (Nanos, Nanos),
     /// The resend furthest in the order answered: where, when, round trip.
-    place: Option<Place>,
-    sent: Nanos,
-    rtt: Nanos,
+    resend: Option<(Place, Nanos, Nanos)>,
     /// The reordering window in units of [`reorder_window`].
     units: u32,
     /// Losses recovered since the window last widened.
@@ -75,9 +73,7 @@ impl Default for Rack {
     fn default() -> Self {
         Rack {
             first: (0, 0),
-            place: None,
-            sent: 0,
-            rtt: 0,
+            resend: None,
             units: 1,
             recovered: 0,
         }
@@ -85,7 +81,7 @@ impl Default for Rack {
 }
 
 /// The widest reordering window, in units of [`reorder_window`].
-pub(crate) const MAX_REORDER_UNITS: u32 = 16;
+const MAX_REORDER_UNITS: u32 = 16;
 /// Losses recovered with no spurious suspicion before the window narrows
 /// back to one unit (RFC 8985's reo_wnd_persist).
 const REORDER_PERSIST: u32 = 16;
@@ -100,10 +96,8 @@ impl Rack {
             }
             return;
         }
-        if self.place.is_none_or(|p| place > p) {
-            self.place = Some(place);
-            self.sent = sent;
-            self.rtt = now.saturating_sub(sent);
+        if self.resend.is_none_or(|(p, _, _)| place > p) {
+            self.resend = Some((place, sent, now.saturating_sub(sent)));
         }
     }
 
@@ -114,9 +108,9 @@ impl Rack {
     pub(crate) fn lost(&self, place: Place, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
         let (first_sent, first_rtt) = self.first;
         let by_first = first_sent > sent && now >= sent + first_rtt + reorder;
-        let by_resend = self.place.is_some_and(|p| p > place)
-            && self.sent > sent
-            && now >= sent + self.rtt + reorder;
+        let by_resend = self.resend.is_some_and(|(p, resent, rtt)| {
+            p > place && resent > sent && now >= sent + rtt + reorder
+        });
         by_first || by_resend
     }
 
@@ -152,9 +146,7 @@ impl Rack {
     /// width is the path's, and stays).
     pub(crate) fn restart_clock(&mut self) {
         self.first = (0, 0);
-        self.place = None;
-        self.sent = 0;
-        self.rtt = 0;
+        self.resend = None;
     }
 }
 

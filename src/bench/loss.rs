@@ -1,6 +1,6 @@
 //! `inagg bench --loss`: goodput under loss, side by side with lossless, in
-//! one run: workers all-reduce a float or int32 tensor through the emulator at 0-30%
-//! loss per direction, for the default packets (K = 16370, pool 8) and a
+//! one run: workers all-reduce a float or int32 tensor through the emulator
+//! at 0-30% loss per direction, for the default packets (K = 16370, pool 8) and a
 //! Tofino job's (K = 64, pool 512), with 4 workers and with 8, and with
 //! duplication and reordering on top of 1% loss.
 //!
