@@ -153,9 +153,12 @@ struct Slot<B> {
     packet: B,
     /// The slot's query, made when it first asks.
     query: Option<B>,
+    /// When the last query went out.
+    asked_at: Nanos,
     /// The packet id of the slot's last round when its result came while
-    /// a query was out: a second copy of it means the query was not needed
-    /// ([`crate::recovery::Rack::on_spurious`]).
+    /// a query was out and was already on its way when asked
+    /// ([`on_its_way`]): a second copy of it means the query was not
+    /// needed ([`crate::recovery::Rack::on_spurious`]).
     answered_asking: Option<u32>,
 }
 
@@ -376,7 +379,8 @@ impl<L: Link> Engine<'_, L> {
                     };
                 let entry = &mut slots[s];
                 answered(self.path, entry, now);
-                entry.answered_asking = (entry.asked == Asked::Out).then_some(entry.packet_id);
+                entry.answered_asking =
+                    on_its_way(self.path, entry, now).then_some(entry.packet_id);
                 codec.decode(s, entry.round, window, payload, exponent);
                 if !joined {
                     let session = &mut self.sessions[s];
@@ -521,6 +525,7 @@ impl<L: Link> Engine<'_, L> {
                 packet,
                 query: None,
                 answered_asking: None,
+                asked_at: 0,
             });
         }
         Ok(slots)
@@ -859,6 +864,7 @@ impl<L: Link> Engine<'_, L> {
     ) {
         let wait = self.probe_after(self.backoff(slot));
         slot.asked = Asked::Out;
+        slot.asked_at = now;
         slot.queries = slot.queries.saturating_add(1);
         slot.deadline = now + wait;
         queries.push(s);
@@ -992,6 +998,25 @@ impl<L: Link> Engine<'_, L> {
     }
 }
 
+/// Whether the result arriving at `now` for `slot`, whose query is out,
+/// was already on its way when the query was sent: it came within half the
+/// quickest round trip of the query. A second copy of it then shows that
+/// the query was needless, the round merely late, and the reordering
+/// window widens ([`recovery::Rack::on_spurious`]). A result that came
+/// later left the switch after the query did: the round completed in the
+/// meantime, usually on another member's resend (a contribution was lost,
+/// and the suspicion was right), and the switch answers the query with a
+/// second copy that says nothing of reordering. Counting those as
+/// spurious kept the window at its widest at 1% loss: at K = 64, 1,389
+/// widenings for 2,723 lost contributions; 50 when judged by time.
+fn on_its_way<B>(path: &Path, slot: &Slot<B>, now: Nanos) -> bool {
+    slot.asked == Asked::Out
+        && path
+            .window
+            .base_rtt()
+            .is_some_and(|base| now.saturating_sub(slot.asked_at) < base / 2)
+}
+
 /// A slot's packet was answered: a sample for the round-trip estimate and
 /// growth for the window. After a retransmission, which copy was answered
 /// is unknown (Karn's rule: no sample), except when the answer comes sooner
@@ -1114,6 +1139,7 @@ mod tests {
             packet: (),
             query: None,
             answered_asking: None,
+            asked_at: 0,
         }
     }
 
@@ -1196,6 +1222,22 @@ mod tests {
         // Two resends: never.
         answered(&mut q, &slot(0, 2, 30 * MS), 30 * MS);
         assert_eq!(q.rtt.rto(&c), before);
+    }
+
+    /// A second result copy widens the reordering window only when the
+    /// first came too soon after the query to have left the switch after it.
+    #[test]
+    fn a_result_on_its_way_when_asked_is_told_from_one_sent_after() {
+        let (_, mut p) = path();
+        let mut s = slot(0, 0, 0);
+        s.asked = Asked::Out;
+        s.asked_at = 10 * MS;
+        assert!(!on_its_way(&p, &s, 11 * MS), "no round trip known yet");
+        answered(&mut p, &slot(0, 0, 0), 4 * MS);
+        assert!(on_its_way(&p, &s, 11 * MS), "1 ms after: on its way");
+        assert!(!on_its_way(&p, &s, 12 * MS), "half a round trip after");
+        s.asked = Asked::Held;
+        assert!(!on_its_way(&p, &s, 11 * MS), "the status came first");
     }
 
     /// Moves on within a timeout of each other are counted in a row; one
