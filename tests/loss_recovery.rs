@@ -29,13 +29,24 @@ fn inputs(workers: usize, len: usize) -> Vec<Vec<i32>> {
 /// returns the workers' summed stats and the data the emulator dropped
 /// (contributions and result copies; not queries or statuses).
 fn run(faults: FaultConfig, workers: u16, len: usize) -> (Stats, u64) {
+    run_pool(faults, workers, len, 64, 64)
+}
+
+/// [`run`] with a pool of `pool_size` slots of `elements` values each.
+fn run_pool(
+    faults: FaultConfig,
+    workers: u16,
+    len: usize,
+    pool_size: u32,
+    elements: u16,
+) -> (Stats, u64) {
     let cluster = LocalCluster::start(faults).unwrap();
     let p = JobParams {
         id: 1,
         workers,
         pool_base: 0,
-        pool_size: 64,
-        elements: 64,
+        pool_size,
+        elements,
     };
     let mut ws = cluster.job(p, |_| {}).unwrap();
     let inputs = inputs(workers.into(), len);
@@ -129,4 +140,26 @@ fn a_worker_whose_peer_never_comes_names_it_when_it_gives_up() {
     }
     let queries = cluster.emu.state().switch.jobs()[0].counters.queries;
     assert!(queries > 0);
+}
+
+/// At 30% loss per direction a round often waits a long time for one
+/// member's recovery (its query, the status, its resend and the result
+/// each lost a third of the time). The members whose contributions the
+/// switch holds keep asking and resend nothing: each retransmission is
+/// owed to a lost contribution, and timeouts stay rare.
+#[test]
+fn heavy_loss_resends_no_contribution_the_switch_holds() {
+    let (s, lost) = run_pool(FaultConfig::loss(0.3, 5), 4, 4_000_000, 8, 16370);
+    assert!(lost > 500, "too few drops to judge: {lost}");
+    assert!(
+        s.retransmissions * 10 <= lost * 11,
+        "{} retransmissions for {lost} lost: {s:?}",
+        s.retransmissions
+    );
+    assert!(
+        s.timeouts * 100 <= s.retransmissions,
+        "{} timeouts for {} retransmissions: {s:?}",
+        s.timeouts,
+        s.retransmissions
+    );
 }

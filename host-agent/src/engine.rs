@@ -149,6 +149,9 @@ struct Slot<B> {
     waits_for: u64,
     /// Queries sent for the round in flight (each waits twice as long).
     queries: u32,
+    /// Statuses that said the switch holds the round in flight's
+    /// contribution ([`HELD_ANSWERS`]).
+    held: u32,
     /// The packet in flight, kept for retransmission.
     packet: B,
     /// The slot's query, made when it first asks.
@@ -185,8 +188,11 @@ const PROBE_FLOOR: Nanos = 1_000_000;
 const QUERY_TRIES: u32 = 4;
 /// Queries answered "held" about one round before its contribution is
 /// sent again anyway, at the slot's timeout (each waits twice as long as
-/// the one before, up to the timeout).
-const HELD_QUERIES: u32 = 16;
+/// the one before, up to the timeout). Answers, not queries sent: at 30%
+/// loss half the queries or their statuses are lost, and counting those
+/// sent a held contribution again while its missing members were still
+/// recovering, a spurious resend and a timeout each.
+const HELD_ANSWERS: u32 = 16;
 /// A slot held asks again at most 2^3 times later than its first probe:
 /// its own copy of the result may be lost, and a timeout backed off to a
 /// second must not be what it waits.
@@ -522,6 +528,7 @@ impl<L: Link> Engine<'_, L> {
                 asked: Asked::Not,
                 waits_for: 0,
                 queries: 0,
+                held: 0,
                 packet,
                 query: None,
                 answered_asking: None,
@@ -579,6 +586,7 @@ impl<L: Link> Engine<'_, L> {
         slot.asked = Asked::Not;
         slot.waits_for = 0;
         slot.queries = 0;
+        slot.held = 0;
         tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.wire_len() as u64;
@@ -784,7 +792,7 @@ impl<L: Link> Engine<'_, L> {
                 }
                 Asked::Held
                     if now >= slot.deadline
-                        && (slot.queries >= HELD_QUERIES || slot.waits_for == 0) =>
+                        && (slot.held >= HELD_ANSWERS || slot.waits_for == 0) =>
                 {
                     // Held this long: whatever the set holds may never
                     // complete (a stopped session's partial round, a tree
@@ -821,15 +829,18 @@ impl<L: Link> Engine<'_, L> {
         tx: &mut Vec<usize>,
         stats: &mut Stats,
     ) {
-        // A slot held for members waits two timeouts: they may be slow, not
-        // lost. One held for its tree's parent (no member missing) resends
-        // at its timeout, which sends the partial sum up again.
-        let timeouts = if slot.asked == Asked::Held && slot.waits_for != 0 {
-            2
+        // A slot held for members waits two timeouts, and at least the
+        // longest timeout: they may be slow, not lost (at 30% loss one
+        // member's recovery can take 150 ms, and a resend then only adds a
+        // copy the switch drops). One held for its tree's parent (no member
+        // missing) resends at its timeout, which sends the partial sum up
+        // again.
+        let wait = if slot.asked == Asked::Held && slot.waits_for != 0 {
+            slot.rto.saturating_mul(2).max(nanos(self.config.max_rto))
         } else {
-            1
+            slot.rto
         };
-        let due = slot.last_sent() + slot.rto.saturating_mul(timeouts);
+        let due = slot.last_sent() + wait;
         if now < due {
             slot.deadline = due;
         } else if *budget > 0 {
@@ -907,6 +918,7 @@ impl<L: Link> Engine<'_, L> {
                 // Asked again in case this worker's copy of the result is
                 // lost: the members it waits for recover on their own.
                 slot.asked = Asked::Held;
+                slot.held = slot.held.saturating_add(1);
                 slot.waits_for = missing;
                 slot.deadline = now + self.probe_after(slot.queries.min(HELD_DOUBLINGS));
             }
@@ -914,6 +926,11 @@ impl<L: Link> Engine<'_, L> {
                 self.path.rack.on_recovered();
                 stats.fast_retransmissions += 1;
                 self.resend(slot, s, now, tx, stats);
+                // Asked again if no result comes in two round trips: the
+                // resend or its result may be lost too, and the timeout (a
+                // backed-off one at heavy loss) left the round, and every
+                // member it holds, waiting for it.
+                slot.deadline = now + self.probe_after(self.backoff(slot));
             }
         }
     }
@@ -1018,7 +1035,10 @@ fn on_its_way<B>(path: &Path, slot: &Slot<B>, now: Nanos) -> bool {
 }
 
 /// A slot's packet was answered: a sample for the round-trip estimate and
-/// growth for the window. After a retransmission, which copy was answered
+/// growth for the window, unless the slot asked about its round (it waited
+/// on a recovery: at 30% loss nearly every round does, and their samples
+/// raised the timeout to hundreds of milliseconds and read as a queue that
+/// doubled every query's wait). After a retransmission, which copy was answered
 /// is unknown (Karn's rule: no sample), except when the answer comes sooner
 /// after the one resend than half the quickest round trip seen: then it
 /// answers the first copy, whose round trip is a true sample, and a late
@@ -1033,6 +1053,10 @@ fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
     path.rack
         .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
     let first_copy = match entry.resends {
+        // Asked about: the round waited on a recovery (its own copy of the
+        // result, or another member's contribution), and its round trip
+        // measures that, not the path.
+        _ if entry.queries > 0 => false,
         0 => true,
         1 => path
             .window
@@ -1136,6 +1160,7 @@ mod tests {
             asked: Asked::Not,
             waits_for: 0,
             queries: 0,
+            held: 0,
             packet: (),
             query: None,
             answered_asking: None,
@@ -1221,6 +1246,11 @@ mod tests {
         assert_eq!(q.rtt.rto(&c), before);
         // Two resends: never.
         answered(&mut q, &slot(0, 2, 30 * MS), 30 * MS);
+        assert_eq!(q.rtt.rto(&c), before);
+        // Sent once but asked about: it waited on a recovery; no sample.
+        let mut asked = slot(0, 0, 0);
+        asked.queries = 1;
+        answered(&mut q, &asked, 300 * MS);
         assert_eq!(q.rtt.rto(&c), before);
     }
 
