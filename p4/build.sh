@@ -7,7 +7,9 @@
 #            --arch v1model`) into p4/build/v1model/: inagg.json (bmv2),
 #            inagg.p4info.txt and inagg.p4info.bin (P4Info, text and binary)
 #   tna      p4/tna/inagg.p4 with bf-p4c into p4/build/tna/ (the compiler's
-#            output directory, with bf-rt.json and inagg.p4info.txt)
+#            output directory, with bf-rt.json and inagg.p4info.txt), then
+#            p4/resources.py's report of the stages, memories, ALUs and PHV
+#            it uses
 #   all      both (the default)
 #   check    p4test (p4c's front and mid end, no back end) on both programs:
 #            p4/v1model against v1model.p4, p4/tna against the Tofino
@@ -76,9 +78,13 @@ build_tna() {
     if command -v bf-p4c >/dev/null 2>&1; then
         mkdir -p "$dir"
         echo "tna: bf-p4c --target $target --arch tna $src -> $dir"
-        bf-p4c --std p4-16 --target "$target" --arch tna ${defines[@]+"${defines[@]}"} \
+        bf-p4c --std p4-16 --target "$target" --arch tna -g ${defines[@]+"${defines[@]}"} \
             -o "$dir" --bf-rt-schema "$dir/bf-rt.json" \
-            --p4runtime-files "$dir/inagg.p4info.txt" "$src"
+            --p4runtime-files "$dir/inagg.p4info.txt" "$src" || return
+        # The compiler's own resource report, per stage and in total.
+        if command -v python3 >/dev/null 2>&1; then
+            python3 "$here/resources.py" "$dir"
+        fi
     else
         skip="bf-p4c is not on PATH (it comes with Intel's Tofino SDE, or with p4c built with its Tofino back end)"
     fi

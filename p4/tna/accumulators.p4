@@ -3,7 +3,7 @@
  * instances, pair_00 (elements e00, e01), pair_02 (e02, e03), ...,
  * generated from common/elements.p4. Each pair is one register and one
  * stateful ALU; with four ALUs per stage, K = 64 takes 8 stages (p4/README.md,
- * "TNA resource plan").
+ * "TNA resources").
  */
 #ifndef _INAGG_TNA_ACCUMULATORS_P4_
 #define _INAGG_TNA_ACCUMULATORS_P4_

@@ -4,7 +4,7 @@
  * 2 through tna.p4's compatibility). Implements docs/PROTOCOL.md, like
  * p4/v1model; emu/ is the reference behaviour. This file only includes,
  * instantiates and wires; each control is in its own file. p4/README.md has
- * the resource plan and the control-plane interface.
+ * the resources it uses and the control-plane interface.
  *
  * Compile-time settings (common/config.p4, plus):
  *   INAGG_RECIRC_PORT  the recirculation port results take for their second
@@ -26,6 +26,9 @@
 #endif
 
 #include "../common/config.p4"
+#if INAGG_SLOTS > 32768
+#error "p4/tna indexes a set in 16 bits: INAGG_SLOTS (SLOTS) must be at most 32768"
+#endif
 #include "../common/elements.p4"
 #include "../common/protocol.p4"
 #include "../common/headers.p4"

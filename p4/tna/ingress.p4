@@ -33,6 +33,15 @@
 #ifndef _INAGG_TNA_INGRESS_P4_
 #define _INAGG_TNA_INGRESS_P4_
 
+/* A status (made by StatusAnswer) and a payload are never both in a
+ * packet: a query carries none, and the status replaces the stored result
+ * it did not get. Nor is a status in a result's second pass. Their fields
+ * may share PHV containers, which K = 64 elements need. */
+@pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.payload.e00")
+@pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.payload.e01")
+@pa_mutually_exclusive("ingress", "hdr.status.members", "hdr.payload.e02")
+@pa_mutually_exclusive("ingress", "hdr.status.reserved", "hdr.payload.e02")
+@pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.harvest.set_index")
 control InaggIngress(inout ingress_headers_t hdr,
                      inout ingress_metadata_t ig_md,
                      in ingress_intrinsic_metadata_t ig_intr_md,
@@ -69,7 +78,9 @@ control InaggIngress(inout ingress_headers_t hdr,
 
         bool second_pass = hdr.harvest.isValid();
         bool answered = false;   /* a query's status, sent in this pass */
-        bool inagg = !second_pass && hdr.udp.isValid() && hdr.udp.dst_port == INAGG_PORT;
+        /* The parser found the inagg port (a recirculated result's second
+         * pass is second_pass, whatever its ports). */
+        bool inagg = !second_pass && ig_md.inagg == 1;
 
         if (second_pass) {
             ig_md.values_op = VALUES_READ_EVEN;

@@ -32,6 +32,8 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.retransmission = 0;
         ig_md.group = 0;
         ig_md.values_op = VALUES_NONE;
+        ig_md.inagg = 0;
+        ig_md.query = 0;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_harvest;
             default: parse_ethernet;
@@ -72,16 +74,24 @@ parser InaggIngressParser(packet_in pkt,
         }
     }
 
+    /* To the inagg port: Admission's business (known here, so that its
+     * tables need no stage to find it out). */
     state parse_inagg {
+        ig_md.inagg = 1;
         pkt.extract(hdr.inagg);
         /* A query is the header alone; a status (never for a switch) is
          * refused by Admission unparsed. */
         transition select(hdr.inagg.kind, hdr.inagg.elements) {
-            (KIND_QUERY, _): accept;
+            (KIND_QUERY, _): parse_query;
             (KIND_STATUS, _): accept;
             (_, INAGG_K): parse_payload;
             default: accept;
         }
+    }
+
+    state parse_query {
+        ig_md.query = 1;
+        transition accept;
     }
 
     state parse_payload {

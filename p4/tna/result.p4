@@ -45,13 +45,11 @@ control ResultHarvest(inout ingress_headers_t hdr,
                       in ingress_intrinsic_metadata_t ig_intr_md,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
-    /* A query turned into the result: its lengths were the header's. */
+    /* A query turned into the result: its lengths were the header's. The
+     * job's K is the compiled one (Admission refuses any other). */
     action grow_to_result() {
-        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES) + (hdr.inagg.elements << 2);
-    }
-
-    action grow_ipv4() {
-        hdr.ipv4.total_len = hdr.udp.length + (bit<16>)IPV4_BYTES;
+        hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + 4 * INAGG_K);
+        hdr.ipv4.total_len = (bit<16>)(IPV4_BYTES + UDP_BYTES + INAGG_HEADER_BYTES + 4 * INAGG_K);
     }
 
     action make_result() {
@@ -75,7 +73,6 @@ control ResultHarvest(inout ingress_headers_t hdr,
     apply {
         if (ig_md.query == 1) {
             grow_to_result();
-            grow_ipv4();
         }
         make_result();
         if (ig_md.retransmission == 1) {
@@ -133,10 +130,12 @@ control StatusAnswer(inout ingress_headers_t hdr,
 
     apply {
         make_status();
-        if (ig_md.before_lo == 0 && ig_md.before_hi == 0) {
-            hdr.inagg.count = 0;
-        } else {
-            hdr.inagg.count = ig_md.job.worker_count - ig_md.remaining[15:0];
+        /* Two gateways: one condition reads at most 4 bytes of PHV. */
+        hdr.inagg.count = ig_md.job.worker_count - ig_md.remaining[15:0];
+        if (ig_md.before_lo == 0) {
+            if (ig_md.before_hi == 0) {
+                hdr.inagg.count = 0;
+            }
         }
     }
 }

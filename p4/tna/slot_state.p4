@@ -69,7 +69,7 @@ struct bitmap_pair_t {
  * half: returns `mine` as it was, sets the worker's bit in it and clears the
  * bit in `other`. */
 #define INAGG_BITMAP_JOIN(half, mine, other)                                        \
-    RegisterAction<bitmap_pair_t, bit<32>, bit<32>>(bitmap_##half) join_##mine##_##half = { \
+    RegisterAction<bitmap_pair_t, bit<16>, bit<32>>(bitmap_##half) join_##mine##_##half = { \
         void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
             before = value.mine;                                                     \
             value.mine = value.mine | ig_md.mask_##half;                             \
@@ -79,7 +79,7 @@ struct bitmap_pair_t {
 
 /* A query's read of set `mine`'s half, unchanged. */
 #define INAGG_BITMAP_READ(half, mine)                                               \
-    RegisterAction<bitmap_pair_t, bit<32>, bit<32>>(bitmap_##half) read_##mine##_##half = { \
+    RegisterAction<bitmap_pair_t, bit<16>, bit<32>>(bitmap_##half) read_##mine##_##half = { \
         void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
             before = value.mine;                                                     \
         }                                                                            \
@@ -97,8 +97,8 @@ struct bitmap_pair_t {
 
 control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
-    Register<bitmap_pair_t, bit<32>>(INAGG_SLOTS, {0, 0}) bitmap_lo;
-    Register<bitmap_pair_t, bit<32>>(INAGG_SLOTS, {0, 0}) bitmap_hi;
+    Register<bitmap_pair_t, bit<16>>(INAGG_SLOTS, {0, 0}) bitmap_lo;
+    Register<bitmap_pair_t, bit<16>>(INAGG_SLOTS, {0, 0}) bitmap_hi;
     INAGG_BITMAP_JOIN(lo, set0, set1)
     INAGG_BITMAP_JOIN(lo, set1, set0)
     INAGG_BITMAP_JOIN(hi, set0, set1)
@@ -108,33 +108,33 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     INAGG_BITMAP_READ(hi, set0)
     INAGG_BITMAP_READ(hi, set1)
 
-    Register<bit<32>, bit<32>>(INAGG_SETS, 0) remaining;
-    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_start = {
+    Register<bit<32>, bit<16>>(INAGG_SETS, 0) remaining;
+    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_start = {
         void apply(inout bit<32> value, out bit<32> left) {
             value = ig_md.countdown_start;
             left = value;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_count = {
+    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_count = {
         void apply(inout bit<32> value, out bit<32> left) {
             value = value + ig_md.countdown_step;
             left = value;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(remaining) remaining_read = {
+    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_read = {
         void apply(inout bit<32> value, out bit<32> left) {
             left = value;
         }
     };
 
-    Register<bit<16>, bit<32>>(INAGG_SETS, 0) max_exponent;
-    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_store = {
+    Register<bit<16>, bit<16>>(INAGG_SETS, 0) max_exponent;
+    RegisterAction<bit<16>, bit<16>, bit<16>>(max_exponent) exponent_store = {
         void apply(inout bit<16> value, out bit<16> result) {
             value = ig_md.exponent;
             result = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_max = {
+    RegisterAction<bit<16>, bit<16>, bit<16>>(max_exponent) exponent_max = {
         void apply(inout bit<16> value, out bit<16> result) {
             if (ig_md.exponent > value) {
                 value = ig_md.exponent;
@@ -142,40 +142,40 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
             result = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(max_exponent) exponent_read = {
+    RegisterAction<bit<16>, bit<16>, bit<16>>(max_exponent) exponent_read = {
         void apply(inout bit<16> value, out bit<16> result) {
             result = value;
         }
     };
 
-    Register<bit<32>, bit<32>>(INAGG_SETS, 0) round_packet_id;
-    RegisterAction<bit<32>, bit<32>, bit<32>>(round_packet_id) packet_id_store = {
+    Register<bit<32>, bit<16>>(INAGG_SETS, 0) round_packet_id;
+    RegisterAction<bit<32>, bit<16>, bit<32>>(round_packet_id) packet_id_store = {
         void apply(inout bit<32> value, out bit<32> result) {
             value = hdr.inagg.packet_id;
             result = value;
         }
     };
-    RegisterAction<bit<32>, bit<32>, bit<32>>(round_packet_id) packet_id_read = {
+    RegisterAction<bit<32>, bit<16>, bit<32>>(round_packet_id) packet_id_read = {
         void apply(inout bit<32> value, out bit<32> result) {
             result = value;
         }
     };
 
-    Register<bit<8>, bit<32>>(INAGG_SETS, 0) round_priority;
-    RegisterAction<bit<8>, bit<32>, bit<8>>(round_priority) priority_store = {
+    Register<bit<8>, bit<16>>(INAGG_SETS, 0) round_priority;
+    RegisterAction<bit<8>, bit<16>, bit<8>>(round_priority) priority_store = {
         void apply(inout bit<8> value, out bit<8> result) {
             value = hdr.inagg.priority;
             result = value;
         }
     };
-    RegisterAction<bit<8>, bit<32>, bit<8>>(round_priority) priority_read = {
+    RegisterAction<bit<8>, bit<16>, bit<8>>(round_priority) priority_read = {
         void apply(inout bit<8> value, out bit<8> result) {
             result = value;
         }
     };
 
     /* (pool_base + slot) * 2 + set, as the concatenation it is. */
-    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) set_index_hash;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) set_index_hash;
 
     action set_worker_mask(bit<32> lo, bit<32> hi) {
         ig_md.mask_lo = lo;
@@ -199,13 +199,15 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         size = INAGG_MAX_WORKERS;
     }
 
+    /* round_classifier's actions name the transition by what it does to
+     * the sums (values_op: store, add, or a read); the four control
+     * registers are driven below, each by its own if-chain on it: Tofino
+     * lets an action run at most one stateful ALU at a given address, so
+     * one action cannot update the four registers of a set. */
+
     /* First of a round: overwrite (docs/PROTOCOL.md: acc = values, exp = e,
      * count = 1, id = packet id). */
     action start_round() {
-        ig_md.remaining = remaining_start.execute(ig_md.set_index);
-        ig_md.exponent = exponent_store.execute(ig_md.set_index);
-        hdr.inagg.packet_id = packet_id_store.execute(ig_md.set_index);
-        hdr.inagg.priority = priority_store.execute(ig_md.set_index);
         ig_md.retransmission = 0;
         ig_md.values_op = VALUES_STORE;
     }
@@ -213,10 +215,6 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     /* A further contribution: add, max-reduce, count; the result echoes the
      * round's packet id and priority. */
     action join_round() {
-        ig_md.remaining = remaining_count.execute(ig_md.set_index);
-        ig_md.exponent = exponent_max.execute(ig_md.set_index);
-        hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
-        hdr.inagg.priority = priority_read.execute(ig_md.set_index);
         ig_md.retransmission = 0;
         ig_md.values_op = VALUES_ADD;
     }
@@ -224,18 +222,14 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     /* The worker's bit is already set: nothing changes; the stored result is
      * read in case the set is complete. */
     action retransmission() {
-        ig_md.remaining = remaining_read.execute(ig_md.set_index);
-        ig_md.exponent = exponent_read.execute(ig_md.set_index);
-        hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
-        hdr.inagg.priority = priority_read.execute(ig_md.set_index);
         ig_md.retransmission = 1;
         ig_md.values_op = VALUES_READ_ODD;
     }
 
     /* A query whose worker's bit is clear: the count is read for its
-     * status; nothing is written. */
+     * status (which echoes the query's own id and priority, kept in
+     * query_packet_id and query_priority); nothing is written. */
     action query_read() {
-        ig_md.remaining = remaining_read.execute(ig_md.set_index);
         ig_md.retransmission = 0;
         ig_md.values_op = VALUES_NONE;
     }
@@ -267,12 +261,12 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         worker_mask.apply();
         /* A contribution weighs max(count, 1): a worker's data 1, its
          * session handshake 2. */
-        bit<16> weight = hdr.inagg.count;
-        if (weight == 0) {
-            weight = 1;
+        if (hdr.inagg.count == 0) {
+            ig_md.countdown_start = 16w1 ++ ig_md.job.last;
+        } else {
+            ig_md.countdown_start = hdr.inagg.count ++ ig_md.job.last;
         }
-        ig_md.countdown_start = weight ++ (ig_md.job.worker_count - 1);
-        ig_md.countdown_step = (weight - 1) ++ 16w0xffff;
+        ig_md.countdown_step = (hdr.inagg.count |-| 1) ++ 16w0xffff;
         ig_md.exponent = (bit<16>)hdr.inagg.exponent;
 
         /* A query's status echoes its own packet id and priority, which
@@ -296,9 +290,31 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
             ig_md.before_lo = join_set1_lo.execute(ig_md.slot_addr);
             ig_md.before_hi = join_set1_hi.execute(ig_md.slot_addr);
         }
-        ig_md.set_index = set_index_hash.get({ ig_md.slot_addr[30:0], hdr.inagg.flags[0:0] });
+        ig_md.set_index = set_index_hash.get({ ig_md.slot_addr[14:0], hdr.inagg.flags[0:0] });
 
         round_classifier.apply();
+
+        if (ig_md.values_op == VALUES_STORE) {
+            ig_md.remaining = remaining_start.execute(ig_md.set_index);
+        } else if (ig_md.values_op == VALUES_ADD) {
+            ig_md.remaining = remaining_count.execute(ig_md.set_index);
+        } else {
+            ig_md.remaining = remaining_read.execute(ig_md.set_index);
+        }
+        if (ig_md.values_op == VALUES_STORE) {
+            ig_md.exponent = exponent_store.execute(ig_md.set_index);
+        } else if (ig_md.values_op == VALUES_ADD) {
+            ig_md.exponent = exponent_max.execute(ig_md.set_index);
+        } else {
+            ig_md.exponent = exponent_read.execute(ig_md.set_index);
+        }
+        if (ig_md.values_op == VALUES_STORE) {
+            hdr.inagg.packet_id = packet_id_store.execute(ig_md.set_index);
+            hdr.inagg.priority = priority_store.execute(ig_md.set_index);
+        } else {
+            hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
+            hdr.inagg.priority = priority_read.execute(ig_md.set_index);
+        }
     }
 }
 

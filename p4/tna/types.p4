@@ -30,7 +30,7 @@ header bridged_md_h {
  * "Two passes"). Never leaves the switch.
  */
 header harvest_h {
-    bit<32>  set_index;   /* (pool_base + slot) * 2 + set */
+    bit<16>  set_index;   /* (pool_base + slot) * 2 + set */
     bit<16>  mcast_grp;   /* the job's group, for a multicast */
     bit<7>   pad0;
     PortId_t reply_port;  /* the sender's port, for a unicast resend */
@@ -61,6 +61,7 @@ struct egress_headers_t {
  * state"). */
 struct job_md_t {
     bit<16> worker_count;   /* n */
+    bit<16> last;           /* n - 1 */
     bit<16> elements;       /* K */
     bit<16> generation;
     bit<16> mcast_grp;
@@ -83,20 +84,21 @@ struct ingress_metadata_t {
     bit<16>       member;           /* ... the member id installed for its sender */
     bit<1>        drop;
     drop_reason_t drop_reason;
-    bit<32>       slot_addr;        /* pool_base + slot */
-    bit<32>       slot_room;        /* pool_size - slot, saturating: 0 = outside */
-    bit<32>       udp_expected;     /* 32 + the kind's payload */
-    bit<1>        query;            /* a query (kind 5): answered, nothing changes */
-    bit<16>       ip_payload;       /* total length - 20, saturating */
-    bit<16>       udp_excess;       /* UDP length beyond the IP payload */
+    bit<16>       slot_addr;        /* pool_base + slot */
+    bit<16>       slot_room;        /* pool_size - slot, saturating: 0 = outside */
+    bit<16>       payload_less_len; /* 4 * elements - UDP length: -32 when right */
+    bit<16>       ip_udp_gap;       /* IPv4 total length - UDP length: 20 .. 0x7fff */
+    bit<1>        inagg;            /* to the inagg port (the parser) */
+    bit<1>        query;            /* a query (kind 5): answered, nothing changes (the parser) */
+    bit<1>        malformed;        /* a length, field or parse check failed */
 
     /* Slot state (slot_state.p4). */
-    bit<32>       set_index;        /* (pool_base + slot) * 2 + set */
+    bit<16>       set_index;        /* (pool_base + slot) * 2 + set: 16 bits, SLOTS <= 32768 */
     bit<32>       mask_lo;          /* the worker's bit among workers 0..31 */
     bit<32>       mask_hi;          /* ... among workers 32..63 */
     bit<32>       before_lo;        /* bitmap half of the set before this packet */
     bit<32>       before_hi;
-    bit<32>       countdown_start;  /* weight << 16 | n - 1 */
+    bit<32>       countdown_start;  /* weight << 16 | n - 1; weight = max(count, 1) */
     bit<32>       countdown_step;   /* (weight << 16) - 1: adds the weight, counts one */
     bit<32>       remaining;        /* the set's weight << 16 | contributions it still waits for */
     bit<16>       exponent;         /* the set's max exponent after this packet */

@@ -23,12 +23,12 @@ struct value_pair_t {
 
 control ValuePair(inout bit<32> even_element,
                   inout bit<32> odd_element,
-                  in bit<32> set_index,
+                  in bit<16> set_index,
                   in bit<8> values_op) {
 
-    Register<value_pair_t, bit<32>>(INAGG_SETS) values;
+    Register<value_pair_t, bit<16>>(INAGG_SETS) values;
 
-    RegisterAction<value_pair_t, bit<32>, bit<32>>(values) store = {
+    RegisterAction<value_pair_t, bit<16>, bit<32>>(values) store = {
         void apply(inout value_pair_t value, out bit<32> odd) {
             value.even = even_element;
             value.odd = odd_element;
@@ -36,7 +36,7 @@ control ValuePair(inout bit<32> even_element,
         }
     };
 
-    RegisterAction<value_pair_t, bit<32>, bit<32>>(values) add = {
+    RegisterAction<value_pair_t, bit<16>, bit<32>>(values) add = {
         void apply(inout value_pair_t value, out bit<32> odd) {
             value.even = value.even + even_element;
             value.odd = value.odd + odd_element;
@@ -44,28 +44,60 @@ control ValuePair(inout bit<32> even_element,
         }
     };
 
-    RegisterAction<value_pair_t, bit<32>, bit<32>>(values) read_odd = {
+    RegisterAction<value_pair_t, bit<16>, bit<32>>(values) read_odd = {
         void apply(inout value_pair_t value, out bit<32> odd) {
             odd = value.odd;
         }
     };
 
-    RegisterAction<value_pair_t, bit<32>, bit<32>>(values) read_even = {
+    RegisterAction<value_pair_t, bit<16>, bit<32>>(values) read_even = {
         void apply(inout value_pair_t value, out bit<32> even) {
             even = value.even;
         }
     };
 
-    apply {
-        if (values_op == VALUES_STORE) {
-            odd_element = store.execute(set_index);
-        } else if (values_op == VALUES_ADD) {
-            odd_element = add.execute(set_index);
-        } else if (values_op == VALUES_READ_ODD) {
-            odd_element = read_odd.execute(set_index);
-        } else if (values_op == VALUES_READ_EVEN) {
-            even_element = read_even.execute(set_index);
+    action do_store() {
+        odd_element = store.execute(set_index);
+    }
+
+    action do_add() {
+        odd_element = add.execute(set_index);
+    }
+
+    action do_read_odd() {
+        odd_element = read_odd.execute(set_index);
+    }
+
+    action do_read_even() {
+        even_element = read_even.execute(set_index);
+    }
+
+    /* One table per pair, its action chosen by values_op: a stage has 16
+     * logical tables, and an if-chain made one per branch (64 for K = 32,
+     * which pushed the pairs four stages past their SALUs). */
+    table pair_op {
+        key = {
+            values_op : exact @name("values_op");
         }
+        actions = {
+            do_store;
+            do_add;
+            do_read_odd;
+            do_read_even;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            VALUES_STORE : do_store();
+            VALUES_ADD : do_add();
+            VALUES_READ_ODD : do_read_odd();
+            VALUES_READ_EVEN : do_read_even();
+        }
+        size = 4;
+    }
+
+    apply {
+        pair_op.apply();
     }
 }
 
