@@ -74,11 +74,12 @@ build_v1model() {
 
 build_tna() {
     local dir=$out/tna src=$here/tna/inagg.p4
-    local target=${TOFINO_TARGET:-tofino}
+    local target=${TOFINO_TARGET:-tofino} arch=tna
+    [ "$target" = tofino2 ] && arch=t2na
     if command -v bf-p4c >/dev/null 2>&1; then
         mkdir -p "$dir"
-        echo "tna: bf-p4c --target $target --arch tna $src -> $dir"
-        bf-p4c --std p4-16 --target "$target" --arch tna -g ${defines[@]+"${defines[@]}"} \
+        echo "tna: bf-p4c --target $target --arch $arch $src -> $dir"
+        bf-p4c --std p4-16 --target "$target" --arch "$arch" -g ${defines[@]+"${defines[@]}"} \
             -o "$dir" --bf-rt-schema "$dir/bf-rt.json" \
             --p4runtime-files "$dir/inagg.p4info.txt" "$src" || return
         # The compiler's own resource report, per stage and in total.
