@@ -18,7 +18,8 @@
 #            p4test or in p4c's source tree (P4C_SRC/backends/tofino/bf-p4c/
 #            p4include). Nothing is written.
 #
-# -D arguments go to every compiler: -DK=32 (elements per packet), -DSLOTS=4096,
+# -D arguments go to every compiler: -DK=32 (elements per packet; the TNA
+# program defaults to K = 32 for Tofino 1, the most that fits), -DSLOTS=4096,
 # -DINAGG_UDP_PORT=..., -DINAGG_RECIRC_PORT=... (TNA). K=... and SLOTS=... in
 # the environment do the same. P4_BUILD_DIR moves the output (default
 # p4/build); TOFINO_TARGET=tofino2 compiles the TNA program for Tofino 2.
@@ -74,12 +75,18 @@ build_v1model() {
 
 build_tna() {
     local dir=$out/tna src=$here/tna/inagg.p4
-    local target=${TOFINO_TARGET:-tofino} arch=tna
+    local target=${TOFINO_TARGET:-tofino} arch=tna tk=()
     [ "$target" = tofino2 ] && arch=t2na
+    # Tofino 1 fits K = 32, not the protocol's default 64 (p4/README.md,
+    # "TNA resources"): that is its default here.
+    if [ "$target" = tofino ] && ! printf '%s\n' ${defines[@]+"${defines[@]}"} | grep -q -e '^-DINAGG_K=' -e '^-DK='; then
+        tk=(-DINAGG_K=32)
+        echo "tna: K = 32 for Tofino 1 (the most that fits; -DK=... to override)"
+    fi
     if command -v bf-p4c >/dev/null 2>&1; then
         mkdir -p "$dir"
         echo "tna: bf-p4c --target $target --arch $arch $src -> $dir"
-        bf-p4c --std p4-16 --target "$target" --arch "$arch" -g ${defines[@]+"${defines[@]}"} \
+        bf-p4c --std p4-16 --target "$target" --arch "$arch" -g ${tk[@]+"${tk[@]}"} ${defines[@]+"${defines[@]}"} \
             -o "$dir" --bf-rt-schema "$dir/bf-rt.json" \
             --p4runtime-files "$dir/inagg.p4info.txt" "$src" || return
         # The compiler's own resource report, per stage and in total.
