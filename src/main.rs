@@ -4,6 +4,7 @@ mod args;
 mod backend;
 mod bench;
 mod cmd;
+mod kernel;
 mod limits;
 
 use std::io::Write as _;

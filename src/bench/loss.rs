@@ -9,7 +9,10 @@
 //! emulator dropped, summed over the runs: a worker owes each dropped
 //! contribution one retransmission, and a dropped result's copy none (it
 //! asks for the stored result by query), so any beyond those was sent for
-//! a contribution the switch already had.
+//! a contribution the switch already had, or for one the kernel dropped:
+//! "kernel" counts the UDP datagrams dropped for a full receive buffer
+//! during the runs (machine-wide, [`crate::kernel`]), losses no injector
+//! made.
 
 use std::io::Write;
 
@@ -42,6 +45,7 @@ struct Row {
     lost_data: u64,
     retransmissions: u64,
     spurious: u64,
+    kernel_drops: u64,
     queries: u64,
     timeouts: u64,
     verified: bool,
@@ -184,6 +188,7 @@ fn row(
         lost_data: sum(|r| r.lost_data),
         retransmissions,
         spurious: retransmissions.saturating_sub(sum(|r| r.lost_contributions)),
+        kernel_drops: sum(|r| r.kernel_drops.unwrap_or(0)),
         queries: sum(|r| r.stats.queries),
         timeouts: sum(|r| r.stats.timeouts),
         verified: runs.iter().all(|r| r.verified),
@@ -226,7 +231,7 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:>5} {:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "{:>5} {:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
         "dtype",
         "n",
         "K",
@@ -238,6 +243,7 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
         "lost",
         "retransmit",
         "spurious",
+        "kernel",
         "queries",
         "timeouts",
         "verified"
@@ -245,7 +251,7 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     for r in rows {
         writeln!(
             out,
-            "{:>5} {:>3} {:>6} {:>5} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            "{:>5} {:>3} {:>6} {:>5} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
             r.dtype,
             r.workers,
             r.k,
@@ -257,6 +263,7 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
             r.lost_data,
             r.retransmissions,
             r.spurious,
+            r.kernel_drops,
             r.queries,
             r.timeouts,
             r.verified

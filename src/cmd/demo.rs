@@ -125,6 +125,10 @@ pub struct DemoReport {
     /// result's copy is asked for by query), so retransmissions beyond
     /// these were spurious.
     pub lost_contributions: u64,
+    /// UDP datagrams the kernel dropped for a full receive buffer during
+    /// the run (machine-wide; `None` off Linux): real losses, besides the
+    /// injected ones, whose retransmissions are not spurious.
+    pub kernel_drops: Option<u64>,
     /// Details of the check.
     pub check: FloatCheck,
     /// All workers' statistics, summed.
@@ -171,12 +175,16 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     };
     let window = args.pool.congestion.window()?;
     let mut workers = cluster.job(params, |c| c.window = window)?;
+    let kernel_before = crate::kernel::udp_receive_buffer_errors();
     let (stats, check) = match args.dtype {
         Dtype::F32 => reduce(args, &mut workers, |x| x)?,
         Dtype::F16 => reduce(args, &mut workers, f16::from_f32)?,
         Dtype::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
         Dtype::I32 => reduce_i32(args, &mut workers)?,
     };
+    let kernel_drops = crate::kernel::udp_receive_buffer_errors()
+        .zip(kernel_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let counters = cluster.emu.state().switch.counters().clone();
     let mut sum = Stats::default();
     stats.iter().for_each(|s| sum.merge(s));
@@ -200,6 +208,7 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
             + counters.dropped(DropReason::InjectedEgress))
         .saturating_sub(counters.injected_query_drops),
         lost_contributions: counters.injected_contribution_drops,
+        kernel_drops,
         check,
         stats: sum,
     })
