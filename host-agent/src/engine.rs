@@ -1035,10 +1035,11 @@ fn on_its_way<B>(path: &Path, slot: &Slot<B>, now: Nanos) -> bool {
 }
 
 /// A slot's packet was answered: a sample for the round-trip estimate and
-/// growth for the window, unless the slot asked about its round (it waited
-/// on a recovery: at 30% loss nearly every round does, and their samples
-/// raised the timeout to hundreds of milliseconds and read as a queue that
-/// doubled every query's wait). After a retransmission, which copy was answered
+/// growth for the window, unless the switch said the round held this
+/// worker's contribution while it waited for other members (at 30% loss
+/// nearly every round does, and their samples raised the timeout to
+/// hundreds of milliseconds and read as a queue that doubled every query's
+/// wait). After a retransmission, which copy was answered
 /// is unknown (Karn's rule: no sample), except when the answer comes sooner
 /// after the one resend than half the quickest round trip seen: then it
 /// answers the first copy, whose round trip is a true sample, and a late
@@ -1053,10 +1054,14 @@ fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
     path.rack
         .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
     let first_copy = match entry.resends {
-        // Asked about: the round waited on a recovery (its own copy of the
-        // result, or another member's contribution), and its round trip
-        // measures that, not the path.
-        _ if entry.queries > 0 => false,
+        // The switch said it held this worker's contribution and waited
+        // for other members: the round trip measures their recovery, not
+        // the path. (A round merely asked about still counts: on a switch
+        // with a queue, bmv2, the late rounds that are asked about are the
+        // queue's evidence, and without them the timeout and the window
+        // missed it: 4 workers took 20-24 s with hundreds of timeouts
+        // where they took 9 s.)
+        _ if entry.held > 0 => false,
         0 => true,
         1 => path
             .window
@@ -1247,11 +1252,17 @@ mod tests {
         // Two resends: never.
         answered(&mut q, &slot(0, 2, 30 * MS), 30 * MS);
         assert_eq!(q.rtt.rto(&c), before);
-        // Sent once but asked about: it waited on a recovery; no sample.
+        // Sent once, and held while other members recovered: no sample.
+        let mut held = slot(0, 0, 0);
+        held.queries = 1;
+        held.held = 1;
+        answered(&mut q, &held, 300 * MS);
+        assert_eq!(q.rtt.rto(&c), before);
+        // Asked about but never held (a late round behind a queue): a sample.
         let mut asked = slot(0, 0, 0);
         asked.queries = 1;
         answered(&mut q, &asked, 300 * MS);
-        assert_eq!(q.rtt.rto(&c), before);
+        assert!(q.rtt.rto(&c) > before);
     }
 
     /// A second result copy widens the reordering window only when the
