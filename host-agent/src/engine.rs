@@ -187,8 +187,9 @@ const PROBE_FLOOR: Nanos = 1_000_000;
 /// lost query or status, and is asked again.
 const QUERY_TRIES: u32 = 4;
 /// Queries answered "held" about one round before its contribution is
-/// sent again anyway, at the slot's timeout (each waits twice as long as
-/// the one before, up to the timeout). Answers, not queries sent: at 30%
+/// sent again anyway (each waits twice as long as the one before, up to
+/// the timeout), no sooner than [`Engine::stop_asking`] allows. Answers,
+/// not queries sent: at 30%
 /// loss half the queries or their statuses are lost, and counting those
 /// sent a held contribution again while its missing members were still
 /// recovering, a spurious resend and a timeout each.
