@@ -5,7 +5,8 @@ pipe/logs/phv.json (PHV containers).
 
     p4/resources.py p4/build/tna
 
-One row per MAU stage, then the totals against what Tofino has. p4/build.sh
+One row per MAU stage, then the totals against what the device has, as
+the report gives each stage's units. p4/build.sh
 tna runs it after a compile; p4/README.md ("TNA resources") records its
 output.
 """
@@ -15,28 +16,39 @@ import sys
 from pathlib import Path
 
 
-def count(stage, key, inner):
-    """Units of one resource a stage uses (a list under `inner`)."""
-    return len(stage.get(key, {}).get(inner, []))
+# Each resource: its key in a stage of resources.json, the list of units
+# in use under it, and how the stage's capacity is given there.
+RESOURCES = {
+    "sram": ("rams", "srams", ("nColumns", "nRows")),
+    "tcam": ("tcams", "tcams", ("nColumns", "nRows")),
+    "map_ram": ("map_rams", "maprams", ("nRows", "nUnits")),
+    "salu": ("meter_alus", "meters", ("nAlus",)),
+    "stats_alu": ("statistic_alus", "stats", ("nAlus",)),
+    "gateway": ("gateways", "gateways", ("nRows", "nUnits")),
+}
+
+
+def capacity(entry, dims):
+    """A stage's units of one resource: the product of its dimensions."""
+    n = 1
+    for d in dims:
+        n *= entry.get(d, 0)
+    return n
 
 
 def stage_row(stage):
-    tables = [t["table_name"] for t in stage["logical_tables"]["ids"]]
-    return {
-        "stage": stage["stage_number"],
-        "sram": count(stage, "rams", "srams"),
-        "tcam": count(stage, "tcams", "tcams"),
-        "map_ram": count(stage, "map_rams", "maprams"),
-        "salu": count(stage, "meter_alus", "meters"),
-        "stats_alu": count(stage, "statistic_alus", "stats"),
-        "gateway": count(stage, "gateways", "gateways"),
-        "logical_table": len(tables),
-        "tables": tables,
-    }
+    """Units used and available, per resource, in one stage."""
+    row = {"stage": stage["stage_number"]}
+    for name, (key, inner, dims) in RESOURCES.items():
+        entry = stage.get(key, {})
+        row[name] = (len(entry.get(inner, [])), capacity(entry, dims))
+    tables = stage["logical_tables"]
+    row["logical_table"] = (len(tables["ids"]), tables["size"])
+    return row
 
 
 def phv_use(phv):
-    """Containers used, by gress and width, out of the device's."""
+    """Containers used, by gress, kind and width."""
     used = {}
     for c in phv["containers"]:
         key = (c["gress"], c["container_type"], c["bit_width"])
@@ -54,22 +66,30 @@ def main():
         phv = json.loads((logs / "phv.json").read_text())
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"resources.py: no compiler report in {logs}: {e}")
-    stages = [stage_row(s) for s in res["mau"]["mau_stages"]]
-    cols = ["stage", "sram", "tcam", "map_ram", "salu", "stats_alu", "gateway", "logical_table"]
+    try:
+        stages = [stage_row(s) for s in res["mau"]["mau_stages"]]
+        n = res["mau"]["nStages"]
+        containers = phv_use(phv)
+    except (KeyError, TypeError) as e:
+        sys.exit(f"resources.py: the report in {logs} lacks {e}")
+    if not stages:
+        sys.exit(f"resources.py: the report in {logs} lists no MAU stage")
+    cols = ["stage", *RESOURCES, "logical_table"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---:|" * len(cols))
     for row in stages:
-        print("| " + " | ".join(str(row[c]) for c in cols) + " |")
-    limits = {"sram": 80, "tcam": 24, "map_ram": 48, "salu": 4, "stats_alu": 4,
-              "gateway": 16, "logical_table": 16}
-    n = res["mau"]["nStages"]
-    busy = sum(1 for r in stages if r["logical_table"] > 0)
+        cells = [str(row["stage"])] + [str(row[c][0]) for c in cols[1:]]
+        print("| " + " | ".join(cells) + " |")
+    # n: the device's stages (the report lists only those the program
+    # uses); every stage has the same units.
+    busy = sum(1 for r in stages if r["logical_table"][0] > 0)
     print(f"\nstages with tables: {busy} of {n}")
-    for c, per_stage in limits.items():
-        total = sum(r[c] for r in stages)
-        print(f"{c}: {total} of {per_stage * n} ({per_stage} per stage)")
+    for c in cols[1:]:
+        used = sum(r[c][0] for r in stages)
+        per_stage = stages[0][c][1]
+        print(f"{c}: {used} of {per_stage * n} ({per_stage} per stage)")
     print("\nPHV containers used (gress, kind, width: count):")
-    for (gress, kind, width), k in sorted(phv_use(phv).items()):
+    for (gress, kind, width), k in sorted(containers.items()):
         print(f"  {gress} {kind} {width}-bit: {k}")
 
 

@@ -189,10 +189,10 @@ const QUERY_TRIES: u32 = 4;
 /// Queries answered "held" about one round before its contribution is
 /// sent again anyway (each waits twice as long as the one before, up to
 /// the timeout), no sooner than [`Engine::stop_asking`] allows. Answers,
-/// not queries sent: at 30%
-/// loss half the queries or their statuses are lost, and counting those
-/// sent a held contribution again while its missing members were still
-/// recovering, a spurious resend and a timeout each.
+/// not queries sent: at 30% loss half the queries or their statuses are
+/// lost, and counting those sent a held contribution again while its
+/// missing members were still recovering, a spurious resend and a timeout
+/// each.
 const HELD_ANSWERS: u32 = 16;
 /// A slot held asks again at most 2^3 times later than its first probe:
 /// its own copy of the result may be lost, and a timeout backed off to a

@@ -54,9 +54,9 @@ pub(crate) type Place = (usize, usize);
 /// round can then complete after one this worker sent later, though
 /// nothing was lost. As RFC 8985 (6.2) widens its window on a DSACK, a
 /// suspicion the switch shows was spurious (the query brought back a copy
-/// of a result already on its way when asked) widens the window by one more unit, up
-/// to [`MAX_REORDER_UNITS`] and never past the smoothed round trip; 16
-/// losses recovered since the last such suspicion narrow it again.
+/// of a result already on its way when asked) widens the window by one
+/// more unit, up to [`MAX_REORDER_UNITS`] and never past the smoothed round
+/// trip; 16 losses recovered since the last such suspicion narrow it again.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rack {
     /// The latest-sent first copy answered: when, and its round trip.
