@@ -541,6 +541,13 @@ impl Job {
         let acc = &mut self.values[index * k..(index + 1) * k];
         let set = &mut self.sets[index];
         self.counters.contributions += 1;
+        let detours = !self.spec.detours.is_empty();
+        if detours && superseded(set, repr, n) {
+            // The round the set sums is older than this contribution's: a
+            // late copy started it (see `superseded`). It is forgotten, and
+            // this contribution starts its own round.
+            set.bitmap = 0;
+        }
         if set.bitmap & bit != 0 {
             if set.count == n && set.awaiting {
                 // The result is still on its way down: ask the parent again
@@ -560,7 +567,6 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
-        let detours = !self.spec.detours.is_empty();
         if left_behind(set, n) || (detours && out_of_order(set, repr, n)) {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
@@ -714,6 +720,30 @@ fn out_of_order(set: &SetState, repr: &Repr, n: u16) -> bool {
     } else {
         set.bitmap != 0 && set.packet_id != repr.packet_id
     }
+}
+
+/// Whether `set`, part-way through a round, sums an older round than
+/// `repr`'s at a job that takes detours (docs/PROTOCOL.md, "Auxiliary
+/// paths", superseded rounds). In order this cannot happen: a member
+/// sends round r + 2 to a set only after round r + 1 completed, which
+/// needed round r complete first. But a copy held seconds in a slow
+/// link's queue can arrive rounds late, find the set complete and left
+/// by every member, and start a bogus round there (a set every member
+/// left takes any new packet id: a new session's ids start again at 0).
+/// Every later round would then be dropped as another round's, and the
+/// job would hang; so a newer round takes the set over.
+///
+/// Packet ids are compared as serial numbers (RFC 1982): `repr`'s is newer
+/// when it lies less than 2^31 ahead, which the agents' `epoch << 16 |
+/// slot` ids of one slot keep for 2^15 epochs.
+fn superseded(set: &SetState, repr: &Repr, n: u16) -> bool {
+    set.bitmap != 0 && set.count < n && newer(repr.packet_id, set.packet_id)
+}
+
+/// Whether packet id `a` is after `b` in serial-number order.
+fn newer(a: u32, b: u32) -> bool {
+    let ahead = a.wrapping_sub(b);
+    ahead != 0 && ahead < 1 << 31
 }
 
 /// What a contribution weighs in the result's count: a worker sends 0 and
@@ -1699,6 +1729,60 @@ mod tests {
         );
         assert_eq!(result(&out).1, [11, 11]);
         assert_eq!(sw.counters().dropped(DropReason::StaleRound), 3);
+    }
+
+    /// A copy rounds late (seconds in a slow link's queue) finds its set
+    /// complete and left by every member, with a newer id than its own,
+    /// and starts a round there. The job's next round in that set takes
+    /// it over instead of being dropped as another round's: the job goes
+    /// on, with exact sums. An older copy still cannot join it.
+    #[test]
+    fn a_newer_round_takes_over_one_a_late_copy_started() {
+        let mut sw = empty_switch();
+        let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
+        job.detours = vec![inagg_switch_api::detour::Detour {
+            member: 1,
+            relay: addr(3000),
+        }];
+        sw.create_job(job).unwrap();
+        let mut out = Vec::new();
+        let id = |epoch: u32| epoch << 16;
+        let with_id = |worker: u16, epoch: u32, v: i32| {
+            let repr = Repr::contribution(1, 0, (epoch & 1) as u8, worker, 2, id(epoch));
+            encode(&repr, &[v, v])
+        };
+        let mut run = |p: Vec<u8>, from: u16| sw.process(&p, addr(from), &mut out);
+        // Rounds at epochs 2, 3, 4 and 5, each complete; every member has
+        // left set 0 (epoch 4's round) for set 1.
+        for epoch in 2..6 {
+            run(with_id(0, epoch, 1), 1000);
+            assert_eq!(
+                run(with_id(1, epoch, 2), 1001),
+                Action::Multicast { job: 1 }
+            );
+        }
+        // Member 1's copy of epoch 2, late by three rounds: a round starts.
+        assert_eq!(run(with_id(1, 2, 100), 1001), Action::Absorbed);
+        // Epoch 6 is newer: member 1's own contribution takes the set over
+        // (its bit, set by the late copy, is no retransmission of it).
+        assert_eq!(run(with_id(1, 6, 20), 1001), Action::Absorbed);
+        // A copy older than the round now summed is dropped.
+        assert_eq!(
+            run(with_id(0, 4, 1000), 1000),
+            Action::Drop(DropReason::StaleRound)
+        );
+        assert_eq!(run(with_id(0, 6, 10), 1000), Action::Multicast { job: 1 });
+        let (repr, values) = result(&out);
+        assert_eq!((values, repr.packet_id, repr.count), ([30, 30], id(6), 2));
+    }
+
+    #[test]
+    fn packet_ids_compare_as_serial_numbers() {
+        assert!(newer(6 << 16, 2 << 16));
+        assert!(!newer(2 << 16, 6 << 16));
+        assert!(!newer(7, 7));
+        assert!(newer(1 << 16, u32::MAX << 16), "across the wrap");
+        assert!(!newer(u32::MAX << 16, 1 << 16));
     }
 
     #[test]

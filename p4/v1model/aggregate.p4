@@ -16,6 +16,9 @@
  * weighing c = max(count field, 1) (a child switch of a tree sends the
  * workers its partial sum holds; a worker 0):
  *
+ *   at a job with detours: bitmap[here] != 0, count[here] < n, and the
+ *   packet id newer than id[here]?  (a superseded round)
+ *     yes: the set reads as empty: bitmap[here] = 0 for what follows
  *   bitmap[here] has bit set?   (a retransmission)
  *     yes: nothing changes; complete = (count[here] == n):
  *            complete, away -> the partial sum goes up again (tree jobs)
@@ -64,7 +67,9 @@
  * paths", stale rounds) no longer sees each member's packets in order, so
  * two more cases with w's bit clear are late copies too: the set holds a
  * complete round every member has left and the packet carries that round's
- * id, or the set is summing a round with another id.
+ * id, or the set is summing a round with another, older id. A copy rounds
+ * late can still find its set complete and left with a newer id, and start
+ * a round there; the next round's packets, newer, take the set over.
  *
  * The packet's header and payload leave the action holding the set's state
  * after the update (weight in count, max exponent, round id and priority,
@@ -174,8 +179,18 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bit<64> live_there = (incarnation_there == meta.job.incarnation) ? bitmap_there : 64w0;
         bit<1> away_live = (incarnation_here == meta.job.incarnation) ? away_here : 1w0;
 
-        bool seen = (live_here & me) != 64w0;   /* a retransmission */
-        bool first = live_here == 64w0;         /* first of a round (never seen) */
+        /* At a job that takes detours, a round part-way that is older than
+         * this packet's was started by a copy rounds late: it is superseded,
+         * and the set reads as empty (emu/src/switch.rs, superseded). Packet
+         * ids compare as serial numbers: newer when less than 2^31 ahead. */
+        bit<32> ahead = hdr.inagg.packet_id - packet_id_here;
+        bool superseded = meta.job.detours == 1 && live_here != 64w0
+                          && count_here != meta.job.worker_count
+                          && ahead != 32w0 && ahead[31:31] == 1w0;
+        bit<64> held_here = superseded ? 64w0 : live_here;
+
+        bool seen = (held_here & me) != 64w0;   /* a retransmission */
+        bool first = held_here == 64w0;         /* first of a round (never seen) */
         /* A late copy: w left this set's complete round, others have not. */
         bool left_behind = !seen && !first && count_here == meta.job.worker_count;
         /* At a job that takes detours, also a copy of the last round after
@@ -210,7 +225,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
          * change anywhere, the other set included. */
         incarnation.write(here, keep ? incarnation_here : meta.job.incarnation);
         incarnation.write(there, keep ? incarnation_there : meta.job.incarnation);
-        bitmap.write(here, keep ? bitmap_here : (live_here | me));
+        bitmap.write(here, keep ? bitmap_here : (held_here | me));
         bitmap.write(there, keep ? bitmap_there : (live_there & ~me));
         contributors.write(here, count_now);
         max_exponent.write(here, exponent_now);
