@@ -198,6 +198,11 @@ const HELD_ANSWERS: u32 = 16;
 /// its own copy of the result may be lost, and a timeout backed off to a
 /// second must not be what it waits.
 const HELD_DOUBLINGS: u32 = 3;
+/// A slot the switch told to resend asks again at most 2^3 times later
+/// than two round trips, however often the round was resent: the
+/// interval grows for a switch that drops what it asked for, and stays
+/// short enough that a lost resend at heavy loss does not wait a timeout.
+const RESEND_DOUBLINGS: u32 = 3;
 
 impl<B> Slot<B> {
     /// When the packet in flight last went out (its first copy, or its
@@ -930,8 +935,13 @@ impl<L: Link> Engine<'_, L> {
                 // Asked again if no result comes in two round trips: the
                 // resend or its result may be lost too, and the timeout (a
                 // backed-off one at heavy loss) left the round, and every
-                // member it holds, waiting for it.
-                slot.deadline = now + self.probe_after(self.backoff(slot));
+                // member it holds, waiting for it. Twice as long for each
+                // resend of the round before (up to 2^3): a switch that
+                // keeps saying "resend" and dropping what comes (a set
+                // stuck on another round) gets a packet per growing
+                // interval, not one every two round trips.
+                let resent = slot.resends.saturating_sub(1).min(RESEND_DOUBLINGS);
+                slot.deadline = now + self.probe_after(self.backoff(slot).max(resent));
             }
         }
     }
