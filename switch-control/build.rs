@@ -14,8 +14,9 @@ fn main() {
 
 #[cfg(feature = "bmv2")]
 fn compile_protos() -> Result<(), Box<dyn std::error::Error>> {
-    const FILES: [&str; 3] = [
+    const FILES: [&str; 4] = [
         "proto/google/rpc/status.proto",
+        "proto/bfrt/bfruntime.proto",
         "proto/p4/config/v1/p4info.proto",
         "proto/p4/v1/p4runtime.proto",
     ];

@@ -869,7 +869,30 @@ fn bad_arguments_get_clear_errors_not_panics() {
     // connecting.
     let out = run(&["ctl", "--topology", "topology.toml", "info"]);
     assert!(
-        !out.status.success() && text(&out).contains("use them with --target bmv2"),
+        !out.status.success() && text(&out).contains("use them with --target bmv2 or tofino"),
+        "{}",
+        text(&out)
+    );
+    // bmv2's program files with the Tofino target; no bf_switchd there.
+    let out = run(&["ctl", "--target", "tofino", "--p4info", "x.bin", "info"]);
+    assert!(
+        !out.status.success() && text(&out).contains("give the program with --program"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&[
+        "ctl",
+        "--target",
+        "tofino",
+        "--addr",
+        "127.0.0.1:1",
+        "job",
+        "list",
+    ]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains("cannot reach BF Runtime server at 127.0.0.1:1")
+            && text(&out).contains("is bf_switchd running?"),
         "{}",
         text(&out)
     );

@@ -27,7 +27,7 @@ pub struct ControllerArgs {
     #[arg(long, value_enum, default_value_t = TargetKind::Emu)]
     pub target: TargetKind,
     /// The switch's control endpoint [default: 127.0.0.1:47001 for emu,
-    /// 127.0.0.1:9559 for bmv2].
+    /// 127.0.0.1:9559 for bmv2, 127.0.0.1:50052 for tofino].
     #[arg(long)]
     pub switch: Option<SocketAddr>,
     /// Where workers send to reach the switch's data plane, e.g.
@@ -61,6 +61,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
     let default = match kind {
         TargetKind::Emu => SocketAddr::from(([127, 0, 0, 1], 47001)),
         TargetKind::Bmv2 => SocketAddr::from(([127, 0, 0, 1], 9559)),
+        TargetKind::Tofino => SocketAddr::from(([127, 0, 0, 1], 50052)),
     };
     let switch = a.switch.unwrap_or(default);
     // The controller claims every aggregator it manages, so that a second
@@ -100,10 +101,10 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         a.fallbacks.len(),
         a.state.display()
     );
-    if kind == TargetKind::Bmv2 && a.switch_data.is_none() {
+    if kind != TargetKind::Emu && a.switch_data.is_none() {
         eprintln!(
             "inagg controller: without --switch-data, workers that register cannot be told where \
-             the switch's data plane is (bmv2 does not say); they are refused with that advice"
+             the switch's data plane is (a P4 switch does not say); they are refused with that advice"
         );
     }
     let _metrics = match a.metrics {

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [switch]
-//! target = "emu"                 # or "bmv2"; `ctl --target` overrides it
+//! target = "emu"                 # or "bmv2", "tofino"; `ctl --target` overrides it
 //! control = "127.0.0.1:47001"    # optional; `ctl --addr` overrides it
 //!
 //! [[job]]
@@ -117,11 +117,11 @@ impl ClusterFile {
             path: path.into(),
             message: e.to_string(),
         })?;
-        if !["emu", "bmv2"].contains(&file.switch.target.as_str()) {
+        if !["emu", "bmv2", "tofino"].contains(&file.switch.target.as_str()) {
             return Err(ControlError::Config {
                 path: path.into(),
                 message: format!(
-                    "unknown target {:?}; supported: \"emu\", \"bmv2\"",
+                    "unknown target {:?}; supported: \"emu\", \"bmv2\", \"tofino\"",
                     file.switch.target
                 ),
             });

@@ -6,6 +6,8 @@
 //!   control endpoint;
 //! - `bmv2` (feature `bmv2`, on by default): the bmv2 target, a P4Runtime
 //!   client for `simple_switch_grpc` running p4/v1model;
+//! - `tofino` (feature `tofino`, on by default): the Tofino target, a BF
+//!   Runtime client for bf_switchd running p4/tna;
 //! - `cluster` (feature `controller`, on by default): declarative cluster
 //!   files (`inagg ctl apply -f`), checked as a whole before anything
 //!   touches the switch;
@@ -30,6 +32,8 @@ pub mod emu;
 pub mod files;
 pub mod metrics;
 pub mod target;
+#[cfg(feature = "tofino")]
+pub mod tofino;
 
 #[cfg(feature = "bmv2")]
 pub use bmv2::Bmv2Target;

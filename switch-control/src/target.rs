@@ -57,6 +57,26 @@ pub enum ControlError {
         /// What went wrong (refused, timed out, ...).
         reason: String,
     },
+    /// The BF Runtime server (bf_switchd) could not be reached, or did not
+    /// answer in time (environment: is the switch running, on that address?).
+    #[error("cannot reach BF Runtime server at {addr}: {reason}; is bf_switchd running?")]
+    BfRuntimeUnreachable {
+        /// Where we tried.
+        addr: SocketAddr,
+        /// What went wrong (refused, timed out, ...).
+        reason: String,
+    },
+    /// A BF Runtime call failed: the switch refused it (the message says
+    /// why) or the connection broke.
+    #[error("BF Runtime {op} failed: {}: {message}", rpc_code_name(*.code))]
+    BfRuntime {
+        /// The call and what it was about.
+        op: String,
+        /// The gRPC canonical status code.
+        code: i32,
+        /// The switch's message.
+        message: String,
+    },
     /// Another controller is the primary for the device (environment: stop
     /// it, or pass a higher election id).
     #[error(

@@ -56,13 +56,17 @@ pub enum TargetKind {
     Emu,
     /// simple_switch_grpc running p4/v1model, over P4Runtime.
     Bmv2,
+    /// bf_switchd (a Tofino, or the Tofino model) running p4/tna, over BF
+    /// Runtime.
+    Tofino,
 }
 
-/// Options of `--target bmv2`.
+/// Options of `--target bmv2` and `--target tofino`.
 #[derive(Debug, Clone, Default, Args)]
-#[command(next_help_heading = "bmv2 target (--target bmv2)")]
+#[command(next_help_heading = "P4 targets (--target bmv2, --target tofino)")]
 pub struct Bmv2Args {
-    /// P4Runtime device id (simple_switch_grpc --device-id) [default: 0].
+    /// Device id (simple_switch_grpc --device-id; bf_switchd's device)
+    /// [default: 0].
     #[arg(long, global = true)]
     pub device_id: Option<u64>,
     /// Election id for arbitration (bmv2 and emu): the connected controller
@@ -94,6 +98,15 @@ pub struct Bmv2Args {
     /// `"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }`.
     #[arg(long, global = true, value_name = "PATH")]
     pub topology: Option<PathBuf>,
+    /// Tofino: the directory bf-p4c wrote (p4/build/tna: bf-rt.json,
+    /// pipe/context.json, pipe/tofino.bin or tofino2.bin), pushed to the
+    /// switch [default: bind to the program inagg the switch runs]. A push
+    /// clears every table entry.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub program: Option<PathBuf>,
+    /// Tofino: the BF Runtime client id to subscribe with [default: 1].
+    #[arg(long, global = true)]
+    pub client_id: Option<u32>,
     /// Connect without an election id when none is given: the command only
     /// reads, so it should work beside the switch's controller (which
     /// holds the default id) without taking the switch from it.
@@ -106,6 +119,8 @@ impl Bmv2Args {
     /// emulator too).
     fn any(&self) -> bool {
         self.device_id.is_some()
+            || self.program.is_some()
+            || self.client_id.is_some()
             || self.p4info.is_some()
             || self.bmv2_json.is_some()
             || self.topology.is_some()
@@ -226,10 +241,11 @@ pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target + Send>> {
 /// `--addr` override them. (Without this a file written for bmv2 would
 /// be applied to whatever emulator answered on the default address.)
 fn connect_for_file(args: &CtlArgs, file: &ClusterFile) -> Result<Box<dyn Target + Send>> {
-    // `ClusterFile::parse` admits "emu" and "bmv2" only.
+    // `ClusterFile::parse` admits "emu", "bmv2" and "tofino" only.
     let kind = match args.target {
         Some(kind) => kind,
         None if file.switch.target == "bmv2" => TargetKind::Bmv2,
+        None if file.switch.target == "tofino" => TargetKind::Tofino,
         None => TargetKind::Emu,
     };
     connect_target(kind, args.addr.or(file.switch.control), &args.bmv2)
@@ -248,8 +264,9 @@ pub fn connect_target(
             if bmv2.any() {
                 return Err(ControlError::Unsupported {
                     target: "emulator",
-                    what: "the bmv2 options (--device-id, --p4info, --bmv2-json, --topology); \
-                           use them with --target bmv2",
+                    what: "the P4 targets' options (--device-id, --p4info, --bmv2-json, \
+                           --program, --client-id, --topology); use them with --target bmv2 \
+                           or tofino",
                 });
             }
             let addr = addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
@@ -266,7 +283,44 @@ pub fn connect_target(
             )?))
         }
         TargetKind::Bmv2 => connect_bmv2(addr, bmv2),
+        TargetKind::Tofino => connect_tofino(addr, bmv2),
     }
+}
+
+#[cfg(feature = "tofino")]
+fn connect_tofino(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
+    use inagg_switch_control::bmv2::Topology;
+    use inagg_switch_control::tofino::{TofinoOptions, TofinoTarget};
+    if b.p4info.is_some() || b.bmv2_json.is_some() {
+        return Err(ControlError::Unsupported {
+            target: "tofino",
+            what: "--p4info and --bmv2-json (bmv2's); give the program with --program",
+        });
+    }
+    let defaults = TofinoOptions::default();
+    let device_id = match b.device_id {
+        Some(id) => u32::try_from(id).map_err(|_| {
+            ControlError::Protocol(format!("--device-id {id}: at most {}", u32::MAX))
+        })?,
+        None => defaults.device_id,
+    };
+    let options = TofinoOptions {
+        addr: addr.unwrap_or(defaults.addr),
+        device_id,
+        client_id: b.client_id.unwrap_or(defaults.client_id),
+        program: b.program.clone(),
+        topology: b.topology.as_deref().map(Topology::load).transpose()?,
+        ..defaults
+    };
+    Ok(Box::new(TofinoTarget::connect(options)?))
+}
+
+#[cfg(not(feature = "tofino"))]
+fn connect_tofino(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
+    Err(ControlError::Unsupported {
+        target: "tofino",
+        what: "anything in this build: rebuild inagg with the `tofino` feature",
+    })
 }
 
 #[cfg(feature = "bmv2")]

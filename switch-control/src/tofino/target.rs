@@ -1,0 +1,596 @@
+//! [`TofinoTarget`]: a job on a Tofino running p4/tna, installed through
+//! BF Runtime in p4/README.md's order ("Installing a job"): the pool's
+//! bitmaps zeroed (the TNA program has no incarnation check), one PRE node
+//! per worker and the job's multicast group, the result receivers, the
+//! worker entries, and the job entry last, so that no packet is admitted
+//! before the rest is in place. What is installed is read back from the
+//! switch, the source of truth, as the bmv2 target does.
+//!
+//! p4/tna has no aggregation trees, detours or per-job queue maps, so a
+//! job asking for one is refused with the reason before anything is
+//! written.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use inagg_switch_api::counters::{Counters, JobCounters};
+use inagg_switch_api::{ApiError, JobError};
+
+use super::bfrt_info::BfrtInfo;
+use super::client::Client;
+use super::entry::{update, ReadEntry};
+use super::proto::bfrt_proto as bfrt;
+use crate::bmv2::topology::{Host, Topology};
+use crate::target::{ControlError, Result, Target};
+use crate::{JobInfo, JobSpec, PoolMap, SwitchInfo};
+
+use bfrt::update::Type::{Delete, Insert, Modify};
+
+/// Table names, as bf-p4c writes them into bf-rt.json for p4/tna.
+pub mod names {
+    /// One entry per job.
+    pub const JOB_TABLE: &str = "pipe.InaggIngress.admission.job_table";
+    /// One entry per worker of each job.
+    pub const WORKER_TABLE: &str = "pipe.InaggIngress.admission.worker_table";
+    /// Where each worker's copy of a result goes.
+    pub const RESULT_RECEIVERS: &str = "pipe.InaggEgress.result_rewrite.result_receivers";
+    /// The slot bitmaps, zeroed over a pool before its job is installed.
+    pub const BITMAPS: [&str; 2] = [
+        "pipe.InaggIngress.slot_state.bitmap_lo",
+        "pipe.InaggIngress.slot_state.bitmap_hi",
+    ];
+    /// The accumulator pairs' registers: K is twice their number.
+    pub const PAIR_PREFIX: &str = "pipe.InaggIngress.accumulators.pair_";
+    /// The driver's multicast tables.
+    pub const PRE_NODE: &str = "$pre.node";
+    /// A multicast group and its nodes.
+    pub const PRE_MGID: &str = "$pre.mgid";
+    /// Switch-wide counters.
+    pub const RX: &str = "pipe.InaggIngress.rx";
+    /// Results and copies sent.
+    pub const TX: &str = "pipe.InaggEgress.tx";
+    /// Drops by reason.
+    pub const DROPS: &str = "pipe.InaggIngress.drops";
+    /// Per-job counters: (counter, what it counts).
+    pub const JOB_COUNTERS: [&str; 6] = [
+        "pipe.InaggIngress.job_contributions",
+        "pipe.InaggIngress.job_results",
+        "pipe.InaggIngress.job_resent_results",
+        "pipe.InaggIngress.job_duplicates",
+        "pipe.InaggIngress.job_dropped",
+        "pipe.InaggIngress.job_queries",
+    ];
+}
+use names::*;
+
+/// A job the program cannot take (the operator's to change).
+fn invalid(message: String) -> ControlError {
+    ControlError::Api(ApiError::Invalid { message })
+}
+
+/// The most workers a TNA job has: the bitmap is two 32-bit halves.
+pub const MAX_WORKERS: usize = 64;
+
+/// How to reach and set up the switch.
+#[derive(Debug, Clone)]
+pub struct TofinoOptions {
+    /// bf_switchd's BF Runtime server (gRPC, port 50052 by default).
+    pub addr: SocketAddr,
+    /// The device id.
+    pub device_id: u32,
+    /// The client id this connection subscribes with.
+    pub client_id: u32,
+    /// The program's name on the switch (bf-p4c's, from the P4 file: inagg).
+    pub p4_name: String,
+    /// The directory bf-p4c wrote (`p4/build/tna`: bf-rt.json, and
+    /// pipe/context.json with pipe/tofino.bin or tofino2.bin): pushed to
+    /// the switch. Without it, the client binds to the program it runs.
+    pub program: Option<PathBuf>,
+    /// Worker ports and MACs; needed to create jobs.
+    pub topology: Option<Topology>,
+    /// Bound on connecting, the subscription and every call.
+    pub timeout: Duration,
+}
+
+impl Default for TofinoOptions {
+    fn default() -> Self {
+        TofinoOptions {
+            addr: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            device_id: 0,
+            client_id: 1,
+            p4_name: "inagg".into(),
+            program: None,
+            topology: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A subscribed connection to bf_switchd, bound to p4/tna.
+#[derive(Debug)]
+pub struct TofinoTarget {
+    client: Client,
+    info: BfrtInfo,
+    topology: Option<Topology>,
+    /// SLOTS: the bitmap registers' size.
+    slots: u32,
+    /// K: twice the accumulator pairs.
+    elements: u16,
+}
+
+/// A program directory's files as a pipeline to push.
+pub fn program_config(dir: &Path, p4_name: &str) -> Result<bfrt::ForwardingPipelineConfig> {
+    let read = |rel: &str| {
+        let path = dir.join(rel);
+        crate::files::read_limited(&path, crate::files::PROGRAM_LIMIT).map_err(|e| {
+            ControlError::Config {
+                path: path.display().to_string(),
+                message: format!("cannot read: {e} (is {} bf-p4c's output?)", dir.display()),
+            }
+        })
+    };
+    let binary = ["pipe/tofino.bin", "pipe/tofino2.bin"]
+        .into_iter()
+        .find(|b| dir.join(b).exists())
+        .ok_or_else(|| ControlError::Config {
+            path: dir.display().to_string(),
+            message: "no pipe/tofino.bin or pipe/tofino2.bin: build with p4/build.sh tna".into(),
+        })?;
+    Ok(bfrt::ForwardingPipelineConfig {
+        p4_name: p4_name.into(),
+        bfruntime_info: read("bf-rt.json")?,
+        profiles: vec![bfrt::forwarding_pipeline_config::Profile {
+            profile_name: "pipe".into(),
+            context: read("pipe/context.json")?,
+            binary: read(binary)?,
+            pipe_scope: vec![0, 1, 2, 3],
+        }],
+    })
+}
+
+/// The switch's descriptions of `p4_name` and of its fixed tables.
+fn info_from_switch(client: &Client, p4_name: &str) -> Result<BfrtInfo> {
+    let reply = client.pipeline()?;
+    let program = reply
+        .config
+        .iter()
+        .find(|c| c.p4_name == p4_name)
+        .ok_or_else(|| {
+            let running: Vec<&str> = reply.config.iter().map(|c| c.p4_name.as_str()).collect();
+            ControlError::Protocol(format!(
+                "the switch at {} runs no program {p4_name} (it runs {running:?}); push it \
+                 with --program p4/build/tna",
+                client.addr()
+            ))
+        })?;
+    let mut info = BfrtInfo::parse(&program.bfruntime_info, "the switch's bf-rt.json")?;
+    let fixed = reply.non_p4_config.unwrap_or_default().bfruntime_info;
+    info.merge(BfrtInfo::parse(&fixed, "the switch's fixed tables")?)?;
+    Ok(info)
+}
+
+/// SLOTS and K of the program `info` describes, after checking that it
+/// has every table the target writes or reads.
+fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
+    let mut needed = vec![
+        JOB_TABLE,
+        WORKER_TABLE,
+        RESULT_RECEIVERS,
+        PRE_NODE,
+        PRE_MGID,
+    ];
+    needed.extend([RX, TX, DROPS]);
+    needed.extend(BITMAPS);
+    needed.extend(JOB_COUNTERS);
+    for name in needed {
+        info.table(name)?;
+    }
+    let slots = u32::try_from(info.table(BITMAPS[0])?.size).unwrap_or(u32::MAX);
+    let pairs = info.names().filter(|n| n.starts_with(PAIR_PREFIX)).count();
+    let elements = u16::try_from(pairs * 2)
+        .ok()
+        .filter(|&k| k > 0)
+        .ok_or_else(|| info.missing(format!("{pairs} accumulator pairs")))?;
+    Ok((slots, elements))
+}
+
+impl TofinoTarget {
+    /// Connects, subscribes, pushes the program when given (else binds to
+    /// the one running) and resolves every name through the switch's own
+    /// descriptions.
+    pub fn connect(options: TofinoOptions) -> Result<TofinoTarget> {
+        let config = match &options.program {
+            Some(dir) => Some(program_config(dir, &options.p4_name)?),
+            None => None,
+        };
+        let mut client = Client::connect(
+            options.addr,
+            options.device_id,
+            options.client_id,
+            options.timeout,
+        )?;
+        client.set_pipeline(&options.p4_name, config)?;
+        let info = info_from_switch(&client, &options.p4_name)?;
+        let (slots, elements) = compiled(&info)?;
+        Ok(TofinoTarget {
+            client,
+            info,
+            topology: options.topology,
+            slots,
+            elements,
+        })
+    }
+
+    /// The tables' descriptions the names resolve through.
+    pub fn bfrt_info(&self) -> &BfrtInfo {
+        &self.info
+    }
+
+    fn topology(&self) -> Result<&Topology> {
+        self.topology.as_ref().ok_or_else(|| ControlError::Config {
+            path: "--topology".into(),
+            message: "creating a job on a Tofino needs the topology file: each worker's switch \
+                      port and MAC (see `inagg ctl --help`)"
+                .into(),
+        })
+    }
+
+    /// What p4/tna cannot do, refused before anything is written.
+    fn check_supported(&self, spec: &JobSpec) -> Result<()> {
+        let refuse = |what: &str| {
+            Err(invalid(format!(
+                "job {}: {what}; p4/tna has none (docs/PROTOCOL.md: use the emulator or bmv2)",
+                spec.id
+            )))
+        };
+        if spec.upstream.is_some() {
+            return refuse("an aggregation tree's parent (upstream)");
+        }
+        if !spec.detours.is_empty() {
+            return refuse("detours");
+        }
+        if !spec.queues.is_empty() {
+            return refuse("a per-job queue map");
+        }
+        if spec.workers.len() > MAX_WORKERS {
+            return refuse(&format!(
+                "{} workers (at most {MAX_WORKERS})",
+                spec.workers.len()
+            ));
+        }
+        if spec.elements != self.elements {
+            return Err(invalid(format!(
+                "job {}: {} elements per packet, but the switch's program was compiled with \
+                 K = {}; every job's K must equal it",
+                spec.id, spec.elements, self.elements
+            )));
+        }
+        Ok(())
+    }
+
+    /// The job's multicast group id.
+    fn group(spec: &JobSpec) -> u16 {
+        spec.group.unwrap_or(spec.id.wrapping_add(1))
+    }
+
+    /// PRE node id of job `job`'s worker `w`: unique per (job, worker).
+    fn node(job: u16, w: usize) -> u64 {
+        (u64::from(job) << 6) | w as u64
+    }
+
+    fn bitmap_zeros(&self, spec: &JobSpec) -> Result<Vec<bfrt::Update>> {
+        let mut updates = Vec::new();
+        for name in BITMAPS {
+            let cells: Vec<String> = self
+                .info
+                .table(name)?
+                .data_fields()
+                .iter()
+                .map(|f| f.name.clone())
+                .collect();
+            for slot in spec.pool_base..spec.pool_base + spec.pool_size {
+                let mut e = self
+                    .info
+                    .entry(name)?
+                    .key("$REGISTER_INDEX", u64::from(slot))?;
+                for cell in &cells {
+                    e = e.set(cell, 0)?;
+                }
+                updates.push(update(Modify, e.build()));
+            }
+        }
+        Ok(updates)
+    }
+
+    fn install_entries(
+        &self,
+        spec: &JobSpec,
+        hosts: &[(SocketAddrV4, Host)],
+    ) -> Result<Vec<bfrt::Update>> {
+        let group = Self::group(spec);
+        let mut updates = Vec::new();
+        for (w, (_, host)) in hosts.iter().enumerate() {
+            let node = self
+                .info
+                .entry(PRE_NODE)?
+                .key("$MULTICAST_NODE_ID", Self::node(spec.id, w))?
+                .set("$MULTICAST_RID", w as u64)?
+                .ints("$MULTICAST_LAG_ID", vec![])?
+                .ints("$DEV_PORT", vec![u32::from(host.port)])?;
+            updates.push(update(Insert, node.build()));
+        }
+        let nodes: Vec<u32> = (0..hosts.len())
+            .map(|w| Self::node(spec.id, w) as u32)
+            .collect();
+        let mgid = self
+            .info
+            .entry(PRE_MGID)?
+            .key("$MGID", u64::from(group))?
+            .bools("$MULTICAST_NODE_L1_XID_VALID", vec![false; nodes.len()])?
+            .ints("$MULTICAST_NODE_L1_XID", vec![0; nodes.len()])?
+            .ints("$MULTICAST_NODE_ID", nodes)?;
+        updates.push(update(Insert, mgid.build()));
+        for (w, (addr, host)) in hosts.iter().enumerate() {
+            let receiver = self
+                .info
+                .entry(RESULT_RECEIVERS)?
+                .key("job", u64::from(spec.id))?
+                .key("rid", w as u64)?
+                .action("set_receiver")?
+                .set("dst_mac", host.mac.to_u64())?
+                .set("dst_addr", u64::from(u32::from(*addr.ip())))?
+                .set("dst_port", u64::from(addr.port()))?;
+            updates.push(update(Insert, receiver.build()));
+        }
+        for (w, (addr, host)) in hosts.iter().enumerate() {
+            let worker = self
+                .info
+                .entry(WORKER_TABLE)?
+                .key("job", u64::from(spec.id))?
+                .key("ingress_port", u64::from(host.port))?
+                .key("src_addr", u64::from(u32::from(*addr.ip())))?
+                .key("src_port", u64::from(addr.port()))?
+                .action("set_worker")?
+                .set("worker", w as u64)?;
+            updates.push(update(Insert, worker.build()));
+        }
+        let job = self
+            .info
+            .entry(JOB_TABLE)?
+            .key("job", u64::from(spec.id))?
+            .action("set_job")?
+            .set("worker_count", spec.workers.len() as u64)?
+            .set("pool_base", u64::from(spec.pool_base))?
+            .set("pool_size", u64::from(spec.pool_size))?
+            .set("elements", u64::from(spec.elements))?
+            .set("generation", u64::from(spec.generation))?
+            .set("mcast_grp", u64::from(group))?;
+        updates.push(update(Insert, job.build()));
+        Ok(updates)
+    }
+
+    /// Every entry of table `name`.
+    fn read_all(&self, name: &str) -> Result<Vec<ReadEntry<'_>>> {
+        let table = self.info.table(name)?;
+        let all = self.info.entry(name)?.build();
+        Ok(ReadEntry::of(table, self.client.read(name, vec![all])?))
+    }
+
+    /// The installed jobs, read back from job_table and worker_table.
+    fn installed(&self) -> Result<Vec<JobSpec>> {
+        let mut workers: BTreeMap<u16, BTreeMap<u64, SocketAddr>> = BTreeMap::new();
+        for e in self.read_all(WORKER_TABLE)? {
+            let addr = Ipv4Addr::from(e.key("src_addr")? as u32);
+            let port = e.key("src_port")? as u16;
+            workers
+                .entry(e.key("job")? as u16)
+                .or_default()
+                .insert(e.get("worker")?, SocketAddr::from((addr, port)));
+        }
+        let mut jobs = Vec::new();
+        for e in self.read_all(JOB_TABLE)? {
+            let id = e.key("job")? as u16;
+            let group = e.get("mcast_grp")? as u16;
+            jobs.push(JobSpec {
+                id,
+                workers: workers
+                    .remove(&id)
+                    .unwrap_or_default()
+                    .into_values()
+                    .collect(),
+                pool_base: e.get("pool_base")? as u32,
+                pool_size: e.get("pool_size")? as u32,
+                elements: e.get("elements")? as u16,
+                generation: e.get("generation")? as u16,
+                queues: Vec::new(),
+                group: (group != id.wrapping_add(1)).then_some(group),
+                upstream: None,
+                detours: Vec::new(),
+            });
+        }
+        jobs.sort_by_key(|j| j.id);
+        Ok(jobs)
+    }
+
+    /// Packets (and bytes) counted by `counter` at `index`.
+    fn counter(&self, counter: &str, index: u64) -> Result<(u64, u64)> {
+        let table = self.info.table(counter)?;
+        let mut cell = self
+            .info
+            .entry(counter)?
+            .key("$COUNTER_INDEX", index)?
+            .build();
+        if let Some(bfrt::entity::Entity::TableEntry(t)) = &mut cell.entity {
+            t.table_flags = Some(bfrt::TableFlags {
+                from_hw: true,
+                key_only: false,
+            });
+        }
+        let read = ReadEntry::of(table, self.client.read(counter, vec![cell])?);
+        let e = read.first().ok_or_else(|| {
+            ControlError::Protocol(format!("the switch returned no {counter}[{index}]"))
+        })?;
+        Ok((e.get("$COUNTER_SPEC_PKTS")?, e.get("$COUNTER_SPEC_BYTES")?))
+    }
+
+    fn job_counters(&self, id: u16) -> Result<JobCounters> {
+        let mut c = JobCounters::default();
+        let fields = [
+            &mut c.contributions,
+            &mut c.results,
+            &mut c.resent_results,
+            &mut c.duplicates,
+            &mut c.dropped,
+            &mut c.queries,
+        ];
+        for (name, field) in JOB_COUNTERS.into_iter().zip(fields) {
+            *field = self.counter(name, u64::from(id))?.0;
+        }
+        Ok(c)
+    }
+
+    fn zero_counter(&self, counter: &str, index: u64) -> Result<bfrt::Update> {
+        let cell = self
+            .info
+            .entry(counter)?
+            .key("$COUNTER_INDEX", index)?
+            .set("$COUNTER_SPEC_PKTS", 0)?
+            .set("$COUNTER_SPEC_BYTES", 0)?;
+        Ok(update(Modify, cell.build()))
+    }
+}
+
+impl Target for TofinoTarget {
+    fn kind(&self) -> &'static str {
+        "tofino"
+    }
+
+    fn info(&mut self) -> Result<SwitchInfo> {
+        Ok(SwitchInfo {
+            slots: self.slots,
+            max_elements: self.elements,
+            fixed_elements: true,
+            memory: u64::MAX,
+            memory_used: 0,
+            jobs: self.read_all(JOB_TABLE)?.len(),
+        })
+    }
+
+    fn create_job(&mut self, spec: &JobSpec) -> Result<()> {
+        self.check_supported(spec)?;
+        let topology = self.topology()?;
+        let hosts = spec
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(w, &addr)| {
+                let host = topology.host(spec.id, w, addr)?;
+                match addr {
+                    SocketAddr::V4(v4) => Ok((v4, host)),
+                    SocketAddr::V6(_) => Err(invalid(format!(
+                        "job {}: worker {w} at {addr}: p4/tna matches IPv4 sources",
+                        spec.id
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let zeros = self.bitmap_zeros(spec)?;
+        let entries = self.install_entries(spec, &hosts)?;
+        self.client.write("zero the pool's bitmaps", zeros)?;
+        self.client
+            .write(&format!("install job {}", spec.id), entries)
+    }
+
+    fn delete_job(&mut self, id: u16) -> Result<()> {
+        let spec = self
+            .installed()?
+            .into_iter()
+            .find(|j| j.id == id)
+            .ok_or(ControlError::Job(JobError::UnknownJob { id }))?;
+        let job_key = self
+            .info
+            .entry(JOB_TABLE)?
+            .key("job", u64::from(id))?
+            .build();
+        self.client
+            .write(&format!("delete job {id}"), vec![update(Delete, job_key)])?;
+        let mut rest = Vec::new();
+        for e in self.read_all(WORKER_TABLE)? {
+            if e.key("job")? == u64::from(id) {
+                rest.push(update(Delete, e.key_entity()));
+            }
+        }
+        for w in 0..spec.workers.len() {
+            let receiver = self
+                .info
+                .entry(RESULT_RECEIVERS)?
+                .key("job", u64::from(id))?
+                .key("rid", w as u64)?;
+            rest.push(update(Delete, receiver.build()));
+        }
+        let group = Self::group(&spec);
+        rest.push(update(
+            Delete,
+            self.info
+                .entry(PRE_MGID)?
+                .key("$MGID", u64::from(group))?
+                .build(),
+        ));
+        for w in 0..spec.workers.len() {
+            let node = self
+                .info
+                .entry(PRE_NODE)?
+                .key("$MULTICAST_NODE_ID", Self::node(id, w))?;
+            rest.push(update(Delete, node.build()));
+        }
+        self.client
+            .write(&format!("remove job {id}'s entries"), rest)
+    }
+
+    fn job(&mut self, id: u16) -> Result<JobInfo> {
+        self.jobs()?
+            .into_iter()
+            .find(|j| j.spec.id == id)
+            .ok_or(ControlError::Job(JobError::UnknownJob { id }))
+    }
+
+    fn jobs(&mut self) -> Result<Vec<JobInfo>> {
+        self.installed()?
+            .into_iter()
+            .map(|spec| {
+                let counters = self.job_counters(spec.id)?;
+                Ok(JobInfo { spec, counters })
+            })
+            .collect()
+    }
+
+    fn pools(&mut self) -> Result<PoolMap> {
+        let jobs = self.installed()?;
+        Ok(PoolMap::new(self.slots, &jobs))
+    }
+
+    fn counters(&mut self) -> Result<Counters> {
+        let mut c = Counters::default();
+        (c.rx_packets, c.rx_bytes) = self.counter(RX, 0)?;
+        (c.tx_packets, c.tx_bytes) = self.counter(TX, 0)?;
+        for (reason, count) in c.drops.iter_mut().enumerate() {
+            *count = self.counter(DROPS, reason as u64)?.0;
+        }
+        Ok(c)
+    }
+
+    fn reset_counters(&mut self) -> Result<()> {
+        let mut updates = vec![self.zero_counter(RX, 0)?, self.zero_counter(TX, 0)?];
+        for reason in 0..16 {
+            updates.push(self.zero_counter(DROPS, reason)?);
+        }
+        for job in self.installed()? {
+            for name in JOB_COUNTERS {
+                updates.push(self.zero_counter(name, u64::from(job.id))?);
+            }
+        }
+        self.client.write("reset counters", updates)
+    }
+}

@@ -1,0 +1,829 @@
+//! The tofino target end to end, against a stand-in BF Runtime server.
+//!
+//! **This is not bf_switchd.** The real one (with the Tofino model behind
+//! it) cannot run on this project's machines: the public open-p4studio
+//! sources lack the Tofino model binary and parts of the driver
+//! (p4/README.md, "Loading on Tofino"). Until it can, this stand-in
+//! (`Standin`, below) checks what the control plane sends, the way the
+//! driver checks it as far as the control plane can tell:
+//!
+//! - StreamChannel: a Subscribe binds the client id; writes from a client
+//!   that has not subscribed and bound to the program are refused;
+//! - SetForwardingPipelineConfig: a push (VERIFY_AND_WARM_INIT_BEGIN_AND_END)
+//!   stores the program's bf-rt.json and clears all state; BIND names a
+//!   program the device runs (NOT_FOUND otherwise);
+//! - Write (ROLLBACK_ON_ERROR): table, key field and data field ids and
+//!   action ids are checked against the program's and the driver's
+//!   descriptions, values against their widths (INVALID_ARGUMENT); INSERT
+//!   of an existing entry is ALREADY_EXISTS, DELETE of a missing one
+//!   NOT_FOUND; register and counter cells are modified in place, index
+//!   within the size; one failed update undoes the whole write;
+//! - Read: a whole table (no key) or one entry or cell.
+//!
+//! Its bf-rt.json (`tofino::testing::tna_bfrt_json`) is compared with the
+//! compiler's own where `p4/build.sh tna` has run.
+
+#![cfg(feature = "tofino")]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inagg_switch_api::{JobError, JobSpec, Upstream};
+use inagg_switch_control::bmv2::testing::{job as spec, topology};
+use inagg_switch_control::target::{install_job, ControlError, Target};
+use inagg_switch_control::tofino::proto::bfrt_proto as bfrt;
+use inagg_switch_control::tofino::proto::bfrt_proto::bf_runtime_server::{
+    BfRuntime, BfRuntimeServer,
+};
+use inagg_switch_control::tofino::testing::{fixed_bfrt_json, shape, tna_bfrt_json};
+use inagg_switch_control::tofino::{BfrtInfo, TofinoOptions, TofinoTarget};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+// ---------------------------------------------------------------------------
+// The stand-in server.
+
+/// A key: its fields' bytes by field id.
+type KeyBytes = Vec<(u32, Vec<u8>)>;
+/// A table entry's identity: its table and key.
+type Key = (u32, KeyBytes);
+
+#[derive(Default)]
+struct State {
+    /// Programs the device runs: name -> bf-rt.json.
+    programs: HashMap<String, Vec<u8>>,
+    info: Option<BfrtInfo>,
+    subscribed: Vec<u32>,
+    bound: Vec<u32>,
+    entries: BTreeMap<Key, bfrt::TableData>,
+    /// Every Write's updates, in order.
+    writes: Vec<Vec<bfrt::Update>>,
+}
+
+struct Standin(Arc<Mutex<State>>);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+fn key_of(t: &bfrt::TableEntry) -> Key {
+    let mut fields = Vec::new();
+    if let Some(bfrt::table_entry::Value::Key(k)) = &t.value {
+        for f in &k.fields {
+            if let Some(bfrt::key_field::MatchType::Exact(e)) = &f.match_type {
+                fields.push((f.field_id, e.value.clone()));
+            }
+        }
+    }
+    fields.sort();
+    (t.table_id, fields)
+}
+
+fn table_entry(u: &bfrt::Update) -> Result<&bfrt::TableEntry, Status> {
+    match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
+        Some(bfrt::entity::Entity::TableEntry(t)) => Ok(t),
+        _ => Err(Status::invalid_argument("an update without a table entry")),
+    }
+}
+
+impl State {
+    /// Checks one entry against the descriptions: ids, widths, indices.
+    fn check(&self, t: &bfrt::TableEntry, with_data: bool) -> Result<bool, Status> {
+        let info = self
+            .info
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("no program"))?;
+        let table = info
+            .names()
+            .filter_map(|n| info.table(n).ok())
+            .find(|x| x.id == t.table_id)
+            .ok_or_else(|| Status::invalid_argument(format!("unknown table id {}", t.table_id)))?;
+        let cells = matches!(table.table_type.as_str(), "Register" | "Counter");
+        for (id, value) in key_of(t).1 {
+            let field = table.keys().iter().find(|f| f.id == id).ok_or_else(|| {
+                Status::invalid_argument(format!("{}: unknown key field {id}", table.name))
+            })?;
+            if value.len() != field.width.div_ceil(8) as usize {
+                return Err(Status::invalid_argument(format!(
+                    "{}: {} has {} bytes",
+                    table.name,
+                    field.name,
+                    value.len()
+                )));
+            }
+            let v = value.iter().fold(0u64, |a, &b| (a << 8) | u64::from(b));
+            if field.width < 64 && v >> field.width != 0 {
+                return Err(Status::invalid_argument(format!(
+                    "{}: {} is {v}, over {} bits",
+                    table.name, field.name, field.width
+                )));
+            }
+            if cells && v >= table.size {
+                return Err(Status::invalid_argument(format!(
+                    "{}: index {v} of {}",
+                    table.name, table.size
+                )));
+            }
+        }
+        if with_data {
+            let data = t
+                .data
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("no data"))?;
+            let params = match table.actions().iter().find(|a| a.id == data.action_id) {
+                Some(a) => a.params().to_vec(),
+                None if data.action_id == 0 => table.data_fields().to_vec(),
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "{}: action id {}",
+                        table.name, data.action_id
+                    )))
+                }
+            };
+            for f in &data.fields {
+                let field = params.iter().find(|p| p.id == f.field_id).ok_or_else(|| {
+                    Status::invalid_argument(format!("{}: data field {}", table.name, f.field_id))
+                })?;
+                if let Some(bfrt::data_field::Value::Stream(b)) = &f.value {
+                    if b.len() != field.width.div_ceil(8) as usize {
+                        return Err(Status::invalid_argument(format!(
+                            "{}: {} has {} bytes",
+                            table.name,
+                            field.name,
+                            b.len()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(cells)
+    }
+
+    /// Applies one update to `entries`.
+    fn apply(
+        &self,
+        entries: &mut BTreeMap<Key, bfrt::TableData>,
+        u: &bfrt::Update,
+    ) -> Result<(), Status> {
+        use bfrt::update::Type;
+        let t = table_entry(u)?;
+        let key = key_of(t);
+        match Type::try_from(u.r#type) {
+            Ok(Type::Insert) => {
+                self.check(t, true)?;
+                if entries.contains_key(&key) {
+                    return Err(Status::already_exists("entry exists"));
+                }
+                entries.insert(key, t.data.clone().unwrap_or_default());
+            }
+            Ok(Type::Modify) => {
+                let cells = self.check(t, true)?;
+                if !cells && !entries.contains_key(&key) {
+                    return Err(Status::not_found("no such entry"));
+                }
+                entries.insert(key, t.data.clone().unwrap_or_default());
+            }
+            Ok(Type::Delete) => {
+                self.check(t, false)?;
+                entries
+                    .remove(&key)
+                    .ok_or_else(|| Status::not_found("no such entry"))?;
+            }
+            _ => return Err(Status::unimplemented("update type")),
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl BfRuntime for Standin {
+    async fn write(
+        &self,
+        request: Request<bfrt::WriteRequest>,
+    ) -> Result<Response<bfrt::WriteResponse>, Status> {
+        let r = request.into_inner();
+        let mut s = self.0.lock().unwrap();
+        if !s.bound.contains(&r.client_id) {
+            return Err(Status::failed_precondition(format!(
+                "client {} is not bound to a program",
+                r.client_id
+            )));
+        }
+        s.writes.push(r.updates.clone());
+        let mut entries = s.entries.clone();
+        for u in &r.updates {
+            s.apply(&mut entries, u)?;
+        }
+        s.entries = entries;
+        Ok(Response::new(bfrt::WriteResponse::default()))
+    }
+
+    type ReadStream = BoxStream<bfrt::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<bfrt::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let r = request.into_inner();
+        let s = self.0.lock().unwrap();
+        let mut out = Vec::new();
+        for e in &r.entities {
+            let Some(bfrt::entity::Entity::TableEntry(t)) = &e.entity else {
+                continue;
+            };
+            let (table, key) = key_of(t);
+            let cells = s.check(t, false)?;
+            for ((tid, k), data) in &s.entries {
+                if *tid == table && (key.is_empty() || *k == key) {
+                    out.push(bfrt::Entity {
+                        entity: Some(bfrt::entity::Entity::TableEntry(bfrt::TableEntry {
+                            table_id: table,
+                            value: Some(bfrt::table_entry::Value::Key(bfrt::TableKey {
+                                fields: k
+                                    .iter()
+                                    .map(|(id, v)| bfrt::KeyField {
+                                        field_id: *id,
+                                        match_type: Some(bfrt::key_field::MatchType::Exact(
+                                            bfrt::key_field::Exact { value: v.clone() },
+                                        )),
+                                    })
+                                    .collect(),
+                            })),
+                            data: Some(data.clone()),
+                            ..Default::default()
+                        })),
+                    });
+                }
+            }
+            if cells && !key.is_empty() && !s.entries.contains_key(&(table, key.clone())) {
+                // A cell never written reads as zeros.
+                let info = s.info.as_ref().unwrap();
+                let desc = info
+                    .names()
+                    .filter_map(|n| info.table(n).ok())
+                    .find(|x| x.id == table)
+                    .unwrap();
+                let fields = desc
+                    .data_fields()
+                    .iter()
+                    .map(|f| bfrt::DataField {
+                        field_id: f.id,
+                        value: Some(bfrt::data_field::Value::Stream(vec![
+                            0;
+                            f.width.div_ceil(8)
+                                as usize
+                        ])),
+                    })
+                    .collect();
+                let mut t = t.clone();
+                t.data = Some(bfrt::TableData {
+                    action_id: 0,
+                    fields,
+                });
+                out.push(bfrt::Entity {
+                    entity: Some(bfrt::entity::Entity::TableEntry(t)),
+                });
+            }
+        }
+        let reply = bfrt::ReadResponse {
+            entities: out,
+            status: Vec::new(),
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter([Ok(reply)]))))
+    }
+
+    async fn set_forwarding_pipeline_config(
+        &self,
+        request: Request<bfrt::SetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<bfrt::SetForwardingPipelineConfigResponse>, Status> {
+        use bfrt::set_forwarding_pipeline_config_request::Action;
+        let r = request.into_inner();
+        let mut s = self.0.lock().unwrap();
+        if !s.subscribed.contains(&r.client_id) {
+            return Err(Status::failed_precondition("subscribe first"));
+        }
+        let config = r
+            .config
+            .first()
+            .ok_or_else(|| Status::invalid_argument("no config"))?;
+        match Action::try_from(r.action) {
+            Ok(Action::Bind) => {
+                if !s.programs.contains_key(&config.p4_name) {
+                    return Err(Status::not_found(format!("no program {}", config.p4_name)));
+                }
+            }
+            Ok(Action::VerifyAndWarmInitBeginAndEnd) => {
+                let mut info = BfrtInfo::parse(&config.bfruntime_info, "pushed")
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                info.merge(BfrtInfo::parse(fixed_bfrt_json().as_bytes(), "fixed").unwrap())
+                    .unwrap();
+                s.info = Some(info);
+                s.programs =
+                    HashMap::from([(config.p4_name.clone(), config.bfruntime_info.clone())]);
+                s.entries.clear();
+            }
+            _ => return Err(Status::unimplemented("action")),
+        }
+        s.bound.push(r.client_id);
+        Ok(Response::new(Default::default()))
+    }
+
+    async fn get_forwarding_pipeline_config(
+        &self,
+        _request: Request<bfrt::GetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<bfrt::GetForwardingPipelineConfigResponse>, Status> {
+        let s = self.0.lock().unwrap();
+        Ok(Response::new(bfrt::GetForwardingPipelineConfigResponse {
+            config: s
+                .programs
+                .iter()
+                .map(|(name, json)| bfrt::ForwardingPipelineConfig {
+                    p4_name: name.clone(),
+                    bfruntime_info: json.clone(),
+                    profiles: Vec::new(),
+                })
+                .collect(),
+            non_p4_config: Some(bfrt::NonP4Config {
+                bfruntime_info: fixed_bfrt_json().into_bytes(),
+            }),
+        }))
+    }
+
+    type StreamChannelStream = BoxStream<bfrt::StreamMessageResponse>;
+
+    async fn stream_channel(
+        &self,
+        request: Request<tonic::Streaming<bfrt::StreamMessageRequest>>,
+    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+        let mut inbound = request.into_inner();
+        let state = self.0.clone();
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut mine = None;
+            while let Ok(Some(msg)) = inbound.message().await {
+                let Some(bfrt::stream_message_request::Update::Subscribe(sub)) = msg.update else {
+                    continue;
+                };
+                state.lock().unwrap().subscribed.push(msg.client_id);
+                mine = Some(msg.client_id);
+                let reply = bfrt::StreamMessageResponse {
+                    update: Some(bfrt::stream_message_response::Update::Subscribe(
+                        bfrt::Subscribe {
+                            status: Some(Default::default()),
+                            ..sub
+                        },
+                    )),
+                };
+                if tx.send(Ok(reply)).await.is_err() {
+                    break;
+                }
+            }
+            let mut s = state.lock().unwrap();
+            s.subscribed.retain(|c| Some(*c) != mine);
+            s.bound.retain(|c| Some(*c) != mine);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// A running stand-in; stops when dropped.
+struct Switch {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Switch {
+    fn start() -> Switch {
+        let state = Arc::new(Mutex::new(State::default()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let service = BfRuntimeServer::new(Standin(state.clone()));
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let serve = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(TcpListenerStream::new(listener));
+                tokio::select! {
+                    r = serve => r.unwrap(),
+                    _ = stopped => {}
+                }
+            });
+            rt.shutdown_background();
+        });
+        Switch {
+            addr,
+            state,
+            _stop: stop,
+        }
+    }
+}
+
+/// A program directory as bf-p4c writes it, with the stand-in's bf-rt.json.
+fn program_dir(k: u16, slots: u32) -> tempdir::Dir {
+    let dir = tempdir::Dir::new();
+    std::fs::create_dir_all(dir.path().join("pipe")).unwrap();
+    std::fs::write(dir.path().join("bf-rt.json"), tna_bfrt_json(k, slots)).unwrap();
+    std::fs::write(dir.path().join("pipe/context.json"), b"{}").unwrap();
+    std::fs::write(dir.path().join("pipe/tofino.bin"), b"\0bin").unwrap();
+    dir
+}
+
+mod tempdir {
+    /// A directory removed when dropped.
+    pub struct Dir(std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Dir {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p = std::env::temp_dir().join(format!("inagg-tofino-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+        pub fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn connect(sw: &Switch, program: Option<&std::path::Path>) -> Result<TofinoTarget, ControlError> {
+    TofinoTarget::connect(TofinoOptions {
+        addr: sw.addr,
+        program: program.map(std::path::Path::to_path_buf),
+        topology: Some(topology()),
+        timeout: Duration::from_secs(5),
+        ..TofinoOptions::default()
+    })
+}
+
+/// The entries of table `name` in the stand-in, by key then data fields'
+/// bytes, resolved through the pushed description.
+fn entries(sw: &Switch, name: &str) -> Vec<(KeyBytes, bfrt::TableData)> {
+    let s = sw.state.lock().unwrap();
+    let id = s.info.as_ref().unwrap().table(name).unwrap().id;
+    s.entries
+        .iter()
+        .filter(|((t, _), _)| *t == id)
+        .map(|((_, k), d)| (k.clone(), d.clone()))
+        .collect()
+}
+
+fn stream(d: &bfrt::TableData, id: u32) -> Vec<u8> {
+    d.fields
+        .iter()
+        .find(|f| f.field_id == id)
+        .and_then(|f| match &f.value {
+            Some(bfrt::data_field::Value::Stream(b)) => Some(b.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no bytes field {id} in {d:?}"))
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+#[test]
+fn a_job_is_installed_in_order_read_back_and_removed() {
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    let info = t.info().unwrap();
+    assert_eq!((info.slots, info.max_elements, info.jobs), (8192, 64, 0));
+    // A cell of the pool's bitmap left set by an earlier job.
+    {
+        let mut s = sw.state.lock().unwrap();
+        let id = s
+            .info
+            .as_ref()
+            .unwrap()
+            .table("pipe.InaggIngress.slot_state.bitmap_lo")
+            .unwrap()
+            .id;
+        let dirty = bfrt::TableData {
+            action_id: 0,
+            fields: vec![bfrt::DataField {
+                field_id: 1,
+                value: Some(bfrt::data_field::Value::Stream(vec![0, 0, 0, 5])),
+            }],
+        };
+        s.entries
+            .insert((id, vec![(65556, vec![0, 0, 0, 12])]), dirty);
+    }
+    let job = spec(
+        7,
+        &["10.0.0.1:5000", "10.0.0.2:5001", "10.0.0.3:5002"],
+        10,
+        4,
+    );
+    install_job(&mut t, &job).unwrap();
+
+    // The bitmaps zeroed over the pool, slot 12 included, in a write of
+    // their own before anything else.
+    let s = sw.state.lock().unwrap();
+    assert_eq!(s.writes.len(), 2, "the bitmaps, then the entries");
+    assert_eq!(s.writes[0].len(), 2 * 4);
+    let last = s.writes[1].last().unwrap();
+    let job_table = s
+        .info
+        .as_ref()
+        .unwrap()
+        .table("pipe.InaggIngress.admission.job_table")
+        .unwrap()
+        .id;
+    assert_eq!(
+        table_entry(last).unwrap().table_id,
+        job_table,
+        "the job entry goes last"
+    );
+    drop(s);
+    let cells = entries(&sw, "pipe.InaggIngress.slot_state.bitmap_lo");
+    assert_eq!(cells.len(), 4);
+    for (_, d) in &cells {
+        assert_eq!(stream(d, 1), vec![0; 4]);
+        assert_eq!(stream(d, 2), vec![0; 4]);
+    }
+
+    // One PRE node per worker (rid = worker id, its port), one group.
+    let nodes = entries(&sw, "$pre.node");
+    assert_eq!(nodes.len(), 3);
+    let ports: Vec<u32> = nodes
+        .iter()
+        .map(
+            |(_, d)| match &d.fields.iter().find(|f| f.field_id == 3).unwrap().value {
+                Some(bfrt::data_field::Value::IntArrVal(a)) => a.val[0],
+                v => panic!("{v:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(ports, vec![1, 2, 3]);
+    let groups = entries(&sw, "$pre.mgid");
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].0, vec![(1, vec![0, 8])], "group = job id + 1");
+
+    // Receivers and worker entries: the endpoint's exact bytes.
+    let receivers = entries(&sw, "pipe.InaggEgress.result_rewrite.result_receivers");
+    assert_eq!(receivers.len(), 3);
+    let (key, data) = &receivers[1];
+    assert_eq!(key, &vec![(1, vec![0, 7]), (2, vec![0, 1])]);
+    assert_eq!(stream(data, 1), vec![2, 0, 0, 0, 0, 2], "worker 1's MAC");
+    assert_eq!(stream(data, 2), vec![10, 0, 0, 2]);
+    assert_eq!(stream(data, 3), 5001u16.to_be_bytes().to_vec());
+    let workers = entries(&sw, "pipe.InaggIngress.admission.worker_table");
+    assert_eq!(workers.len(), 3);
+    assert!(workers
+        .iter()
+        .any(|(k, d)| k.contains(&(2, vec![0, 3])) && stream(d, 1) == vec![0, 2]));
+
+    // Read back from the switch as it was asked for.
+    let jobs = t.jobs().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].spec, job);
+    assert_eq!(t.pools().unwrap().free, 8192 - 4);
+
+    // Installed twice: refused before anything is written.
+    let writes = sw.state.lock().unwrap().writes.len();
+    let err = install_job(&mut t, &job).unwrap_err();
+    assert!(err.to_string().contains("job 7 already exists"), "{err}");
+    assert_eq!(sw.state.lock().unwrap().writes.len(), writes);
+
+    t.delete_job(7).unwrap();
+    for name in [
+        "pipe.InaggIngress.admission.job_table",
+        "pipe.InaggIngress.admission.worker_table",
+        "pipe.InaggEgress.result_rewrite.result_receivers",
+        "$pre.node",
+        "$pre.mgid",
+    ] {
+        assert!(entries(&sw, name).is_empty(), "{name} still has entries");
+    }
+    let err = t.delete_job(7).unwrap_err();
+    assert!(
+        matches!(err, ControlError::Job(JobError::UnknownJob { id: 7 })),
+        "{err}"
+    );
+}
+
+#[test]
+fn what_p4_tna_cannot_do_is_refused_before_anything_is_written() {
+    let sw = Switch::start();
+    let dir = program_dir(32, 1024);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    let mut tree = spec(1, &["10.0.0.1:5000"], 0, 4);
+    tree.elements = 32;
+    tree.upstream = Some(Upstream {
+        switch: "10.0.9.1:47000".parse().unwrap(),
+        job: 2,
+        member: 0,
+        aux: None,
+    });
+    let mut wrong_k = spec(2, &["10.0.0.1:5000"], 0, 4);
+    wrong_k.elements = 16;
+    let many = JobSpec::new(
+        3,
+        (0..65)
+            .map(|i| SocketAddr::from(([10, 0, 0, 1], 6000 + i)))
+            .collect(),
+        0,
+        4,
+        32,
+    );
+    let mut beyond = spec(4, &["10.0.0.1:5000"], 1020, 8);
+    beyond.elements = 32;
+    let cases: [(&JobSpec, &str); 4] = [
+        (
+            &tree,
+            "aggregation tree's parent (upstream); p4/tna has none",
+        ),
+        (
+            &wrong_k,
+            "16 elements per packet, but the switch's program was compiled with K = 32",
+        ),
+        (&many, "65 workers"),
+        (&beyond, "runs past the switch's 1024 slots"),
+    ];
+    for (job, want) in cases {
+        let err = install_job(&mut t, job).unwrap_err();
+        assert!(err.to_string().contains(want), "{err}");
+    }
+    assert!(sw.state.lock().unwrap().writes.is_empty());
+    // A worker the topology does not place.
+    let mut stranger = spec(5, &["10.9.9.9:5000"], 0, 4);
+    stranger.elements = 32;
+    let err = install_job(&mut t, &stranger).unwrap_err();
+    assert!(err.to_string().contains("10.9.9.9"), "{err}");
+    assert!(sw.state.lock().unwrap().writes.is_empty());
+}
+
+#[test]
+fn counters_are_read_per_job_and_switch_wide_and_reset() {
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    install_job(&mut t, &spec(3, &["10.0.0.1:5000", "10.0.0.2:5000"], 0, 16)).unwrap();
+    let set = |name: &str, index: u32, pkts: u64| {
+        let mut s = sw.state.lock().unwrap();
+        let id = s.info.as_ref().unwrap().table(name).unwrap().id;
+        let cell = bfrt::TableData {
+            action_id: 0,
+            fields: vec![
+                bfrt::DataField {
+                    field_id: 65553,
+                    value: Some(bfrt::data_field::Value::Stream(
+                        (pkts * 100).to_be_bytes().to_vec(),
+                    )),
+                },
+                bfrt::DataField {
+                    field_id: 65554,
+                    value: Some(bfrt::data_field::Value::Stream(pkts.to_be_bytes().to_vec())),
+                },
+            ],
+        };
+        s.entries
+            .insert((id, vec![(65556, index.to_be_bytes().to_vec())]), cell);
+    };
+    set("pipe.InaggIngress.job_contributions", 3, 40);
+    set("pipe.InaggIngress.job_queries", 3, 2);
+    set("pipe.InaggIngress.rx", 0, 45);
+    set("pipe.InaggIngress.drops", 7, 3);
+    let job = t.job(3).unwrap();
+    assert_eq!(
+        (
+            job.counters.contributions,
+            job.counters.queries,
+            job.counters.results
+        ),
+        (40, 2, 0)
+    );
+    let c = t.counters().unwrap();
+    assert_eq!(
+        (c.rx_packets, c.rx_bytes, c.drops[7], c.tx_packets),
+        (45, 4500, 3, 0)
+    );
+    t.reset_counters().unwrap();
+    assert_eq!(t.job(3).unwrap().counters.contributions, 0);
+    assert_eq!(t.counters().unwrap().rx_packets, 0);
+}
+
+#[test]
+fn a_client_binds_to_the_running_program_or_says_what_is_missing() {
+    let sw = Switch::start();
+    // Nothing runs yet: binding names what to push.
+    let err = connect(&sw, None).unwrap_err();
+    assert!(err.to_string().contains("no program inagg"), "{err}");
+    let dir = program_dir(64, 8192);
+    let mut first = connect(&sw, Some(dir.path())).unwrap();
+    install_job(&mut first, &spec(1, &["10.0.0.1:5000"], 0, 2)).unwrap();
+    drop(first);
+    // A second client binds without pushing, and sees the job.
+    let mut second = connect(&sw, None).unwrap();
+    assert_eq!(second.jobs().unwrap().len(), 1);
+    // A program directory without a binary.
+    let empty = tempdir::Dir::new();
+    std::fs::write(empty.path().join("bf-rt.json"), "{}").unwrap();
+    let err = connect(&sw, Some(empty.path())).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no pipe/tofino.bin or pipe/tofino2.bin"),
+        "{err}"
+    );
+    // Another program: a table the target needs is missing.
+    let other = program_dir(64, 8192);
+    let json = tna_bfrt_json(64, 8192).replace("result_receivers", "receivers");
+    std::fs::write(other.path().join("bf-rt.json"), json).unwrap();
+    let err = connect(&sw, Some(other.path())).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("no table pipe.InaggEgress.result_rewrite.result_receivers"),
+        "{text}"
+    );
+    assert!(text.contains("is the pipeline inagg's p4/tna"), "{text}");
+}
+
+#[test]
+fn no_server_is_an_error_naming_bf_switchd_within_the_timeout() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = TofinoTarget::connect(TofinoOptions {
+        addr: free,
+        timeout: Duration::from_secs(2),
+        ..TofinoOptions::default()
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("cannot reach BF Runtime server at {free}")),
+        "{text}"
+    );
+    assert!(text.contains("is bf_switchd running?"), "{text}");
+}
+
+/// The stand-in's bf-rt.json has the compiler's shape for every table the
+/// target uses: the file INAGG_TNA_BFRT names (tests/tofino/run.sh
+/// compiles one), else what `p4/build.sh tna` left in p4/build/tna.
+#[test]
+fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
+    let path = match std::env::var_os("INAGG_TNA_BFRT") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../p4/build/tna/bf-rt.json"),
+    };
+    let Ok(real) = std::fs::read(&path) else {
+        eprintln!(
+            "skipped: no {} (run p4/build.sh tna where bf-p4c is installed)",
+            path.display()
+        );
+        return;
+    };
+    let real = BfrtInfo::parse(&real, "bf-p4c").unwrap();
+    let pairs = real
+        .names()
+        .filter(|n| n.starts_with("pipe.InaggIngress.accumulators.pair_"))
+        .count();
+    let slots = real
+        .table("pipe.InaggIngress.slot_state.bitmap_lo")
+        .unwrap()
+        .size;
+    let standin = BfrtInfo::parse(
+        tna_bfrt_json(pairs as u16 * 2, slots as u32).as_bytes(),
+        "stand-in",
+    )
+    .unwrap();
+    let mut names = vec![
+        "pipe.InaggIngress.admission.job_table",
+        "pipe.InaggIngress.admission.worker_table",
+        "pipe.InaggEgress.result_rewrite.result_receivers",
+        "pipe.InaggIngress.slot_state.bitmap_lo",
+        "pipe.InaggIngress.slot_state.bitmap_hi",
+        "pipe.InaggIngress.accumulators.pair_00.values",
+        "pipe.InaggIngress.rx",
+        "pipe.InaggEgress.tx",
+        "pipe.InaggIngress.drops",
+    ];
+    names.extend([
+        "pipe.InaggIngress.job_contributions",
+        "pipe.InaggIngress.job_results",
+        "pipe.InaggIngress.job_resent_results",
+        "pipe.InaggIngress.job_duplicates",
+        "pipe.InaggIngress.job_dropped",
+        "pipe.InaggIngress.job_queries",
+    ]);
+    assert_eq!(shape(&standin, &names), shape(&real, &names));
+}
