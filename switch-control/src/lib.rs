@@ -6,6 +6,7 @@
 //!   control endpoint;
 //! - `bmv2` (feature `bmv2`, on by default): the bmv2 target, a P4Runtime
 //!   client for `simple_switch_grpc` running p4/v1model;
+//! - `grpc` (feature `bmv2`): what the gRPC targets share;
 //! - `tofino` (feature `tofino`, on by default): the Tofino target, a BF
 //!   Runtime client for bf_switchd running p4/tna;
 //! - `cluster` (feature `controller`, on by default): declarative cluster
@@ -30,6 +31,8 @@ pub mod cluster;
 pub mod controller;
 pub mod emu;
 pub mod files;
+#[cfg(feature = "bmv2")]
+pub mod grpc;
 pub mod metrics;
 pub mod target;
 #[cfg(feature = "tofino")]

@@ -57,11 +57,12 @@ use inagg_switch_control::bmv2::proto::p4::v1::p4_runtime_server::{P4Runtime, P4
 use inagg_switch_control::bmv2::target::PipelineAction;
 use inagg_switch_control::bmv2::testing::{job as spec, topology, v1model_p4info};
 use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target};
+use inagg_switch_control::grpc::TestServer;
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::{ControlError, JobSpec, Target};
 use prost::Message;
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -500,39 +501,20 @@ impl P4Runtime for Recorder {
 struct Switch {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    _stop: oneshot::Sender<()>,
+    _server: TestServer,
 }
 
 impl Switch {
     fn start(state: State) -> Switch {
         let state = Arc::new(Mutex::new(state));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let service = P4RuntimeServer::new(Recorder(state.clone()));
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let serve = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(TcpListenerStream::new(listener));
-                tokio::select! {
-                    r = serve => r.unwrap(),
-                    _ = stopped => {}
-                }
-            });
-            rt.shutdown_background();
-        });
+        let server = TestServer::start(tonic::service::Routes::new(P4RuntimeServer::new(
+            Recorder(state.clone()),
+        )))
+        .unwrap();
         Switch {
-            addr,
+            addr: server.addr,
             state,
-            _stop: stop,
+            _server: server,
         }
     }
 

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use inagg_switch_api::{JobError, JobSpec, Upstream};
 use inagg_switch_control::bmv2::testing::{job as spec, topology};
+use inagg_switch_control::grpc::TestServer;
 use inagg_switch_control::target::{install_job, ControlError, Target};
 use inagg_switch_control::tofino::proto::bfrt_proto as bfrt;
 use inagg_switch_control::tofino::proto::bfrt_proto::bf_runtime_server::{
@@ -40,8 +41,8 @@ use inagg_switch_control::tofino::proto::bfrt_proto::bf_runtime_server::{
 };
 use inagg_switch_control::tofino::testing::{fixed_bfrt_json, shape, tna_bfrt_json};
 use inagg_switch_control::tofino::{BfrtInfo, TofinoOptions, TofinoTarget};
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -393,39 +394,20 @@ impl BfRuntime for Standin {
 struct Switch {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    _stop: oneshot::Sender<()>,
+    _server: TestServer,
 }
 
 impl Switch {
     fn start() -> Switch {
         let state = Arc::new(Mutex::new(State::default()));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let service = BfRuntimeServer::new(Standin(state.clone()));
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let serve = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(TcpListenerStream::new(listener));
-                tokio::select! {
-                    r = serve => r.unwrap(),
-                    _ = stopped => {}
-                }
-            });
-            rt.shutdown_background();
-        });
+        let server = TestServer::start(tonic::service::Routes::new(BfRuntimeServer::new(Standin(
+            state.clone(),
+        ))))
+        .unwrap();
         Switch {
-            addr,
+            addr: server.addr,
             state,
-            _stop: stop,
+            _server: server,
         }
     }
 }

@@ -20,15 +20,12 @@ use prost::Message;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::proto::google::rpc;
 use super::proto::p4::v1 as p4;
 use super::proto::p4::v1::p4_runtime_client::P4RuntimeClient;
 use crate::target::{ControlError, Result};
-
-/// gRPC status code DEADLINE_EXCEEDED.
-const DEADLINE_EXCEEDED: i32 = 4;
 
 /// Largest reply accepted (a P4Info with many registers, big reads).
 const MAX_MESSAGE: usize = 64 << 20;
@@ -63,20 +60,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// An error and the chain of errors that caused it, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s = format!("{s}: {m}");
-        }
-        cur = c.source();
-    }
-    s
-}
-
 fn uint128(v: u128) -> p4::Uint128 {
     p4::Uint128 {
         high: (v >> 64) as u64,
@@ -93,20 +76,8 @@ impl Client {
         election_id: Option<u128>,
         timeout: Duration,
     ) -> Result<Client> {
-        let unreachable = |reason: String| ControlError::P4RuntimeUnreachable { addr, reason };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| unreachable(chain(&e)))?
-            .connect_timeout(timeout)
-            .tcp_nodelay(true);
-        let channel =
-            match rt.block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await }) {
-                Err(_) => return Err(unreachable(format!("no connection within {timeout:?}"))),
-                Ok(Err(e)) => return Err(unreachable(chain(&e))),
-                Ok(Ok(c)) => c,
-            };
+        let (rt, channel) = crate::grpc::connect(addr, timeout)
+            .map_err(|reason| ControlError::P4RuntimeUnreachable { addr, reason })?;
         let grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let stream = match election_id {
             Some(id) => Some(Self::arbitrate(
@@ -155,26 +126,17 @@ impl Client {
         tx.try_send(hello)
             .map_err(|e| ControlError::Protocol(format!("arbitration: {e}")))?;
         let arbitration = async {
-            let mut replies = grpc
+            let replies = grpc
                 .stream_channel(ReceiverStream::new(rx))
                 .await?
                 .into_inner();
-            loop {
-                match replies.message().await? {
-                    Some(p4::StreamMessageResponse {
-                        update: Some(p4::stream_message_response::Update::Arbitration(a)),
-                    }) => return Ok(Ok((a, replies))),
-                    Some(p4::StreamMessageResponse {
-                        update: Some(p4::stream_message_response::Update::Error(e)),
-                    }) => return Ok(Err(e)),
-                    Some(_) => continue,
-                    None => {
-                        return Err(tonic::Status::unavailable(
-                            "the switch closed the stream without an arbitration answer",
-                        ))
-                    }
-                }
-            }
+            let answer = |m: p4::StreamMessageResponse| match m.update {
+                Some(p4::stream_message_response::Update::Arbitration(a)) => Some(Ok(a)),
+                Some(p4::stream_message_response::Update::Error(e)) => Some(Err(e)),
+                _ => None,
+            };
+            let closed = "the switch closed the stream without an arbitration answer";
+            crate::grpc::first_reply(replies, answer, closed).await
         };
         let (update, replies) =
             match rt.block_on(async { tokio::time::timeout(timeout, arbitration).await }) {
@@ -198,14 +160,14 @@ impl Client {
                 Ok(Err(status)) => {
                     return Err(status_error(addr, "StreamChannel (arbitration)", &status))
                 }
-                Ok(Ok(Err(e))) => {
+                Ok(Ok((Err(e), _))) => {
                     return Err(ControlError::Rpc {
                         op: "StreamChannel (arbitration)".into(),
                         code: e.canonical_code,
                         message: e.message,
                     })
                 }
-                Ok(Ok(Ok(answer))) => answer,
+                Ok(Ok((Ok(update), replies))) => (update, replies),
             };
         let status = update.status.unwrap_or_default();
         if status.code != 0 {
@@ -245,18 +207,8 @@ impl Client {
         op: &str,
         fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
-        {
-            Err(_) => Err(ControlError::Rpc {
-                op: op.into(),
-                code: DEADLINE_EXCEEDED,
-                message: format!("no answer within {:?}", self.timeout),
-            }),
-            Ok(Err(status)) => Err(status_error(self.addr, op, &status)),
-            Ok(Ok(v)) => Ok(v),
-        }
+        crate::grpc::call(&self.rt, self.timeout, fut)
+            .map_err(|status| status_error(self.addr, op, &status))
     }
 
     /// Writes a batch of updates. `op` says what they are, for errors.

@@ -18,14 +18,11 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::proto::bfrt_proto as bfrt;
 use super::proto::bfrt_proto::bf_runtime_client::BfRuntimeClient;
 use crate::target::{ControlError, Result};
-
-/// gRPC status code DEADLINE_EXCEEDED.
-const DEADLINE_EXCEEDED: i32 = 4;
 
 /// Largest reply accepted (a program's bf-rt.json, whole-table reads).
 const MAX_MESSAGE: usize = 256 << 20;
@@ -61,20 +58,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// An error and the chain of errors that caused it, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s = format!("{s}: {m}");
-        }
-        cur = c.source();
-    }
-    s
-}
-
 impl Client {
     /// Connects and subscribes as `client_id` on `device_id`.
     pub(crate) fn connect(
@@ -83,20 +66,8 @@ impl Client {
         client_id: u32,
         timeout: Duration,
     ) -> Result<Client> {
-        let unreachable = |reason: String| ControlError::BfRuntimeUnreachable { addr, reason };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| unreachable(chain(&e)))?
-            .connect_timeout(timeout)
-            .tcp_nodelay(true);
-        let channel =
-            match rt.block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await }) {
-                Err(_) => return Err(unreachable(format!("no connection within {timeout:?}"))),
-                Ok(Err(e)) => return Err(unreachable(chain(&e))),
-                Ok(Ok(c)) => c,
-            };
+        let (rt, channel) = crate::grpc::connect(addr, timeout)
+            .map_err(|reason| ControlError::BfRuntimeUnreachable { addr, reason })?;
         let grpc = BfRuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let stream = Self::subscribe(&rt, grpc.clone(), addr, device_id, client_id, timeout)?;
         Ok(Client {
@@ -135,23 +106,16 @@ impl Client {
         tx.try_send(hello)
             .map_err(|e| ControlError::Protocol(format!("subscribe: {e}")))?;
         let answer = async {
-            let mut replies = grpc
+            let replies = grpc
                 .stream_channel(ReceiverStream::new(rx))
                 .await?
                 .into_inner();
-            loop {
-                match replies.message().await? {
-                    Some(bfrt::StreamMessageResponse {
-                        update: Some(bfrt::stream_message_response::Update::Subscribe(s)),
-                    }) => return Ok((s, replies)),
-                    Some(_) => continue,
-                    None => {
-                        return Err(tonic::Status::unavailable(
-                            "the switch closed the stream without answering the subscription",
-                        ))
-                    }
-                }
-            }
+            let subscribed = |m: bfrt::StreamMessageResponse| match m.update {
+                Some(bfrt::stream_message_response::Update::Subscribe(s)) => Some(s),
+                _ => None,
+            };
+            let closed = "the switch closed the stream without answering the subscription";
+            crate::grpc::first_reply(replies, subscribed, closed).await
         };
         let (subscribed, replies) =
             match rt.block_on(async { tokio::time::timeout(timeout, answer).await }) {
@@ -198,18 +162,8 @@ impl Client {
         op: &str,
         fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
-        {
-            Err(_) => Err(ControlError::BfRuntime {
-                op: op.into(),
-                code: DEADLINE_EXCEEDED,
-                message: format!("no answer within {:?}", self.timeout),
-            }),
-            Ok(Err(status)) => Err(status_error(self.addr, op, &status)),
-            Ok(Ok(v)) => Ok(v),
-        }
+        crate::grpc::call(&self.rt, self.timeout, fut)
+            .map_err(|status| status_error(self.addr, op, &status))
     }
 
     /// Writes a batch of updates, undone as a whole if one fails
