@@ -274,7 +274,7 @@ pool_base = 8000
 pool_size = 192
 elements = 1024
 "#,
-        "[switch]\ntarget = \"tofino\"\n",
+        "[switch]\ntarget = \"netfpga\"\n",
         "",
     ]
     .into_iter()
