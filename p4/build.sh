@@ -77,11 +77,14 @@ build_tna() {
     local dir=$out/tna src=$here/tna/inagg.p4
     local target=${TOFINO_TARGET:-tofino} arch=tna tk=()
     [ "$target" = tofino2 ] && arch=t2na
-    # Tofino 1 fits K = 32, not the protocol's default 64 (p4/README.md,
-    # "TNA resources"): that is its default here.
-    if [ "$target" = tofino ] && ! printf '%s\n' ${defines[@]+"${defines[@]}"} | grep -q -e '^-DINAGG_K=' -e '^-DK='; then
-        tk=(-DINAGG_K=32)
-        echo "tna: K = 32 for Tofino 1 (the most that fits; -DK=... to override)"
+    # Tofino 1 fits K = 64, the protocol's, only with the values in two
+    # passes (p4/README.md, "TNA resources"): K = 64 (the default, or given)
+    # is built so there; another K in one pass.
+    local k
+    k=$(printf '%s\n' ${defines[@]+"${defines[@]}"} | sed -n 's/^-D\(INAGG_\)\{0,1\}K=//p' | tail -n 1)
+    if [ "$target" = tofino ] && [ "${k:-64}" = 64 ]; then
+        tk=(-DINAGG_SPLIT_VALUES)
+        echo "tna: K = 64 on Tofino 1, the values in two passes (-DINAGG_SPLIT_VALUES; -DK=32 for one)"
     fi
     if command -v bf-p4c >/dev/null 2>&1; then
         mkdir -p "$dir"

@@ -4,6 +4,16 @@
  * generated from common/elements.p4. Each pair is one register and one
  * stateful ALU; with four ALUs per stage, K = 64 takes 8 stages (p4/README.md,
  * "TNA resources").
+ *
+ * INAGG_SPLIT_VALUES (K = 64 on Tofino 1, whose 12 stages hold admission,
+ * the slot state and 16 pairs after it, not 32): the pairs of elements
+ * 00..1f take the packet's first pass, with the operation SlotState chose
+ * (values_op); those of 20..3f take a second pass through the recirculation
+ * port, with the same operation (values_second, which the parser sets from
+ * harvest_h). Depending on nothing the first pass computes, the second
+ * half's tables can sit in the stages admission and SlotState use. A
+ * result's last pass reads the even sums of both halves. So a contribution
+ * takes two passes and a result three.
  */
 #ifndef _INAGG_TNA_ACCUMULATORS_P4_
 #define _INAGG_TNA_ACCUMULATORS_P4_
@@ -12,6 +22,18 @@
 #define INAGG_PAIR_APPLY(a, b) \
     pair_##a.apply(hdr.payload.e##a, hdr.payload.e##b, ig_md.set_index, ig_md.values_op);
 
+/* The second half is indexed by harvest_h's set_index, not ig_md's, which
+ * SlotState computes in the first pass: read from the parsed header, it
+ * makes these tables wait for nothing. (In the first pass values_second is
+ * VALUES_NONE and harvest_h is not there.) */
+#define INAGG_PAIR_APPLY_SECOND(a, b) \
+    pair_##a.apply(hdr.payload.e##a, hdr.payload.e##b, hdr.harvest.set_index, ig_md.values_second);
+
+#if defined(INAGG_SPLIT_VALUES) && INAGG_K != 64
+#error "INAGG_SPLIT_VALUES splits K = 64 into two passes of 32 elements"
+#endif
+
+#ifndef INAGG_SPLIT_VALUES
 control Accumulators(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
     INAGG_FOR_EACH_PAIR(INAGG_PAIR_DECLARE)
@@ -20,5 +42,28 @@ control Accumulators(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md
         INAGG_FOR_EACH_PAIR(INAGG_PAIR_APPLY)
     }
 }
+#else
+/* The first half, after SlotState. */
+control Accumulators(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
+
+    INAGG_PAIRS_FIRST_HALF_64(INAGG_PAIR_DECLARE)
+
+    apply {
+        INAGG_PAIRS_FIRST_HALF_64(INAGG_PAIR_APPLY)
+    }
+}
+
+/* The second half, applied in InaggIngress beside admission and SlotState
+ * (passes after the first), in the stages they leave free of stateful
+ * ALUs. */
+control AccumulatorsSecond(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
+
+    INAGG_PAIRS_SECOND_HALF_64(INAGG_PAIR_DECLARE)
+
+    apply {
+        INAGG_PAIRS_SECOND_HALF_64(INAGG_PAIR_APPLY_SECOND)
+    }
+}
+#endif
 
 #endif /* _INAGG_TNA_ACCUMULATORS_P4_ */

@@ -1,7 +1,8 @@
 /* -*- P4_16 -*- */
 /*
- * inagg in-network aggregation, Tofino Native Architecture (Tofino 1 at
- * K = 32; Tofino 2 at K = 64, compiled with --arch t2na). Implements docs/PROTOCOL.md, like
+ * inagg in-network aggregation, Tofino Native Architecture (K = 64: Tofino 1
+ * with -DINAGG_SPLIT_VALUES, the values in two passes; Tofino 2 in one,
+ * compiled with --arch t2na). Implements docs/PROTOCOL.md, like
  * p4/v1model; emu/ is the reference behaviour. This file only includes,
  * instantiates and wires; each control is in its own file. p4/README.md has
  * the resources it uses and the control-plane interface.

@@ -1,8 +1,11 @@
 /*
  * InaggIngress: wires the ingress controls together and owns the counters.
  *
- *   pass 2 of a result (from the recirculation port):
+ *   the last pass of a result (from the recirculation port):
  *       Accumulators (read the even sums) -> ResultDelivery + QueueSelect
+ *   INAGG_SPLIT_VALUES, the second half's pass (accumulators.p4):
+ *       Accumulators (the second half) -> SecondHalf (a result on to its
+ *       last pass; an absorbed contribution dropped)
  *   UDP to the inagg port:
  *       Admission -> SlotState -> Accumulators -> ResultHarvest (complete),
  *       or absorbed, or a drop counted by reason
@@ -65,6 +68,11 @@ control InaggIngress(inout ingress_headers_t hdr,
     Accumulators() accumulators;
     ResultHarvest() result_harvest;
     ResultDelivery() result_delivery;
+#ifdef INAGG_SPLIT_VALUES
+    AccumulatorsSecond() accumulators_second;
+    SecondHalfEntry() second_half_entry;
+    SecondHalfExit() second_half_exit;
+#endif
     StatusAnswer() status_answer;
     GroupRelay() group_relay;
     QueueSelect() queue_select;
@@ -77,31 +85,43 @@ control InaggIngress(inout ingress_headers_t hdr,
         hdr.bridged.ingress_port = ig_intr_md.ingress_port;
         hdr.bridged.member = 0;
 
-        bool second_pass = hdr.harvest.isValid();
-        bool answered = false;   /* a query's status, sent in this pass */
-        /* The parser found the inagg port (a recirculated result's second
-         * pass is second_pass, whatever its ports). */
-        bool inagg = !second_pass && ig_md.inagg == 1;
-
-        if (second_pass) {
-            ig_md.values_op = VALUES_READ_EVEN;
-        } else if (inagg) {
-            rx.count(0);
-            admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
-            if (ig_md.drop == 0 && ig_md.group == 1) {
-                group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
-            } else if (ig_md.drop == 0) {
-                slot_state.apply(hdr, ig_md);
+        /* The parser set the pass and the values' operations; a
+         * recirculated packet is not admitted again, whatever its ports. */
+        if (ig_md.pass == PASS_NETWORK) {
+            if (ig_md.inagg == 1) {
+                rx.count(0);
+                admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
+                if (ig_md.drop == 0 && ig_md.group == 1) {
+                    group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+                } else if (ig_md.drop == 0) {
+                    slot_state.apply(hdr, ig_md);
+                }
             }
+#ifdef INAGG_SPLIT_VALUES
+        } else {
+            /* The second half of the values (accumulators.p4), in the
+             * passes after the first. A branch beside admission and
+             * SlotState, so that it can take the stages they take: on
+             * Tofino a table follows those applied before it on its path
+             * (sequenced before admission, the second half pushed it three
+             * stages on; after the first half, 16 stages). */
+            accumulators_second.apply(hdr, ig_md);
+#endif
         }
 
         accumulators.apply(hdr, ig_md);
 
-        if (second_pass) {
+        if (ig_md.pass == PASS_LAST) {
             result_delivery.apply(hdr, ig_tm_md);
-        } else if (inagg) {
+            ig_md.select_queue = 1;
+#ifdef INAGG_SPLIT_VALUES
+        } else if (ig_md.pass == PASS_SECOND_HALF) {
+            second_half_exit.apply(hdr, ig_dprsr_md, ig_tm_md);
+#endif
+        } else if (ig_md.inagg == 1) {
             if (ig_md.drop == 0 && ig_md.group == 1) {
                 group_packets.count(hdr.inagg.job);
+                ig_md.select_queue = 1;
             } else if (ig_md.drop == 0 && ig_md.query == 1) {
                 /* Nothing changed; the asker gets the stored result when
                  * its copy was lost, else the set's status. */
@@ -111,7 +131,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                     result_harvest.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
                 } else {
                     status_answer.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
-                    answered = true;
+                    ig_md.select_queue = 1;
                 }
             } else if (ig_md.drop == 0) {
                 job_contributions.count(hdr.inagg.job);
@@ -127,8 +147,13 @@ control InaggIngress(inout ingress_headers_t hdr,
                     ig_md.drop = 1;
                     ig_md.drop_reason = DROP_DUPLICATE_PENDING;
                 } else {
-                    /* Absorbed: added to its set, nothing leaves. Not a drop. */
+                    /* Absorbed: added to its set, nothing leaves. Not a drop.
+                     * Split, its second half is added in another pass. */
+#ifdef INAGG_SPLIT_VALUES
+                    second_half_entry.apply(hdr, ig_md, ig_tm_md);
+#else
                     ig_dprsr_md.drop_ctl = 1;
+#endif
                 }
             } else if (ig_md.group == 0 && ig_md.drop_reason >= DROP_UNKNOWN_WORKER) {
                 /* The job exists and its checks refused the packet. */
@@ -142,7 +167,7 @@ control InaggIngress(inout ingress_headers_t hdr,
             l2_forwarding.apply(hdr, ig_dprsr_md, ig_tm_md);
         }
 
-        if (second_pass || answered || (inagg && ig_md.drop == 0 && ig_md.group == 1)) {
+        if (ig_md.select_queue == 1) {
             queue_select.apply(hdr, ig_tm_md);
         }
     }

@@ -32,6 +32,9 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.retransmission = 0;
         ig_md.group = 0;
         ig_md.values_op = VALUES_NONE;
+        ig_md.values_second = VALUES_NONE;
+        ig_md.pass = PASS_NETWORK;
+        ig_md.select_queue = 0;
         ig_md.inagg = 0;
         ig_md.query = 0;
         transition select(ig_intr_md.ingress_port) {
@@ -40,9 +43,29 @@ parser InaggIngressParser(packet_in pkt,
         }
     }
 
+    /* What the pass does with the values is known here, so that the pair
+     * registers' tables wait for no stage: a result's last pass reads the
+     * even sums of every pair; the second-half pass (INAGG_SPLIT_VALUES)
+     * does the first pass's operation on the second half only. */
     state parse_harvest {
         pkt.extract(hdr.harvest);
         ig_md.set_index = hdr.harvest.set_index;
+        transition select(hdr.harvest.values_op) {
+            VALUES_READ_EVEN: parse_last_pass;
+            default: parse_second_half;
+        }
+    }
+
+    state parse_last_pass {
+        ig_md.pass = PASS_LAST;
+        ig_md.values_op = VALUES_READ_EVEN;
+        ig_md.values_second = VALUES_READ_EVEN;
+        transition parse_ethernet;
+    }
+
+    state parse_second_half {
+        ig_md.pass = PASS_SECOND_HALF;
+        ig_md.values_second = hdr.harvest.values_op;
         transition parse_ethernet;
     }
 

@@ -66,6 +66,13 @@ control ResultHarvest(inout ingress_headers_t hdr,
         hdr.harvest.pad0 = 0;
         hdr.harvest.reply_port = ig_intr_md.ingress_port;
         hdr.harvest.multicast = multicast;
+#ifdef INAGG_SPLIT_VALUES
+        /* The second half first (accumulators.p4), then the last pass. */
+        hdr.harvest.values_op = ig_md.values_op;
+#else
+        hdr.harvest.values_op = VALUES_READ_EVEN;
+#endif
+        hdr.harvest.result = 1;
         hdr.bridged.kind = BRIDGE_RECIRCULATE;
         ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
     }
@@ -82,6 +89,47 @@ control ResultHarvest(inout ingress_headers_t hdr,
         }
     }
 }
+
+#ifdef INAGG_SPLIT_VALUES
+/*
+ * The second half's pass (INAGG_SPLIT_VALUES, accumulators.p4).
+ * SecondHalfEntry: an absorbed contribution's first pass sends it on to
+ * the pass that adds its second half (`result` 0; ResultHarvest sends a
+ * result, `result` 1). SecondHalfExit, after that pass: a result goes round
+ * once more to read the even sums, and an absorbed contribution is dropped
+ * (nothing leaves; not a drop).
+ */
+control SecondHalfEntry(inout ingress_headers_t hdr,
+                        in ingress_metadata_t ig_md,
+                        inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    apply {
+        hdr.harvest.setValid();
+        hdr.harvest.set_index = ig_md.set_index;
+        hdr.harvest.mcast_grp = 0;
+        hdr.harvest.pad0 = 0;
+        hdr.harvest.reply_port = 0;
+        hdr.harvest.multicast = 0;
+        hdr.harvest.values_op = ig_md.values_op;
+        hdr.harvest.result = 0;
+        hdr.bridged.kind = BRIDGE_RECIRCULATE;
+        ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+    }
+}
+
+control SecondHalfExit(inout ingress_headers_t hdr,
+                       inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    apply {
+        if (hdr.harvest.result == 1) {
+            hdr.harvest.values_op = VALUES_READ_EVEN;
+            hdr.bridged.kind = BRIDGE_RECIRCULATE;
+            ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+        } else {
+            ig_dprsr_md.drop_ctl = 1;
+        }
+    }
+}
+#endif
 
 control ResultDelivery(inout ingress_headers_t hdr,
                        inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {

@@ -25,9 +25,11 @@ header bridged_md_h {
 }
 
 /*
- * harvest_h: carried by a result from its first pass to its second, in front
- * of the Ethernet header, through the recirculation port (see slot_state.p4,
- * "Two passes"). Never leaves the switch.
+ * harvest_h: carried through the recirculation port, in front of the
+ * Ethernet header, by a result from its first pass to its last (see
+ * slot_state.p4, "Two passes"), and with INAGG_SPLIT_VALUES by every
+ * contribution to the pass that adds its second half of the values
+ * (accumulators.p4). Never leaves the switch.
  */
 header harvest_h {
     bit<16>  set_index;   /* (pool_base + slot) * 2 + set */
@@ -35,6 +37,10 @@ header harvest_h {
     bit<7>   pad0;
     PortId_t reply_port;  /* the sender's port, for a unicast resend */
     bit<8>   multicast;   /* 1: multicast to the job, 0: unicast to reply_port */
+    bit<8>   values_op;   /* the pass's: VALUES_READ_EVEN for a result's last
+                             pass, else the first pass's, for the second half */
+    bit<8>   result;      /* second-half pass: 1 a result (a last pass
+                             follows), 0 absorbed (dropped after it) */
 }
 
 struct ingress_headers_t {
@@ -66,6 +72,11 @@ struct job_md_t {
     bit<16> generation;
     bit<16> mcast_grp;
 }
+
+/* Which pass a packet is on (the parser: from harvest_h). */
+const bit<8> PASS_NETWORK     = 0;  /* from a front-panel port */
+const bit<8> PASS_LAST        = 1;  /* a result's last pass: the even sums */
+const bit<8> PASS_SECOND_HALF = 2;  /* INAGG_SPLIT_VALUES: the second half of the values */
 
 /* What the pair registers do with this packet (accumulators.p4). */
 const bit<8> VALUES_NONE        = 0;
@@ -104,6 +115,9 @@ struct ingress_metadata_t {
     bit<16>       exponent;         /* the set's max exponent after this packet */
     bit<1>        retransmission;
     bit<8>        values_op;
+    bit<8>        values_second;    /* INAGG_SPLIT_VALUES: the second half's (the parser) */
+    bit<8>        pass;             /* PASS_*, the parser */
+    bit<1>        select_queue;     /* QueueSelect at the end of ingress */
     bit<32>       query_packet_id;  /* the query's own, for its status */
     bit<8>        query_priority;
 }

@@ -777,7 +777,7 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
     let real = BfrtInfo::parse(&real, "bf-p4c").unwrap();
     let pairs = real
         .names()
-        .filter(|n| n.starts_with("pipe.InaggIngress.accumulators.pair_"))
+        .filter(|n| inagg_switch_control::tofino::target::names::is_pair(n))
         .count();
     let slots = real
         .table("pipe.InaggIngress.slot_state.bitmap_lo")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Tofino end to end, as far as the tools on this machine go:
 #
-#   1. p4/tna compiled with bf-p4c for Tofino 1 (K = 32, the most that fits
-#      its 12 stages) into a temporary directory, its binary checked, the
-#      compiler's resource report printed (p4/resources.py);
+#   1. p4/tna compiled with bf-p4c for Tofino 1 (K = 64, the values in two
+#      passes: p4/README.md, "TNA resources") into a temporary directory,
+#      its binary checked, the compiler's resource report printed
+#      (p4/resources.py);
 #   2. the tofino target's stand-in bf-rt.json compared with the one the
 #      compiler just wrote (switch-control/tests/tofino_target.rs, through
 #      INAGG_TNA_BFRT), so the names the control plane resolves are the

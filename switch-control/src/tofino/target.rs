@@ -41,8 +41,14 @@ pub mod names {
         "pipe.InaggIngress.slot_state.bitmap_lo",
         "pipe.InaggIngress.slot_state.bitmap_hi",
     ];
-    /// The accumulator pairs' registers: K is twice their number.
-    pub const PAIR_PREFIX: &str = "pipe.InaggIngress.accumulators.pair_";
+    /// The accumulator pairs' registers (`...accumulators.pair_00.values`;
+    /// built for two passes, the second half in `accumulators_second`): K
+    /// is twice their number.
+    pub fn is_pair(table: &str) -> bool {
+        table.starts_with("pipe.InaggIngress.accumulators")
+            && table.contains(".pair_")
+            && table.ends_with(".values")
+    }
     /// The driver's multicast tables.
     pub const PRE_NODE: &str = "$pre.node";
     /// A multicast group and its nodes.
@@ -188,7 +194,7 @@ fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
         info.table(name)?;
     }
     let slots = u32::try_from(info.table(BITMAPS[0])?.size).unwrap_or(u32::MAX);
-    let pairs = info.names().filter(|n| n.starts_with(PAIR_PREFIX)).count();
+    let pairs = info.names().filter(|n| is_pair(n)).count();
     let elements = u16::try_from(pairs * 2)
         .ok()
         .filter(|&k| k > 0)
