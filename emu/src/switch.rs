@@ -1680,8 +1680,8 @@ mod tests {
         assert_eq!((c.detours_taken, c.dropped), (2, 3));
     }
 
-    #[test]
-    fn a_job_taking_detours_drops_late_copies_of_finished_rounds() {
+    /// A switch with job 1: two workers, member 1's detours from 3000.
+    fn pair_taking_detours() -> Switch {
         let mut sw = empty_switch();
         let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
         job.detours = vec![inagg_switch_api::detour::Detour {
@@ -1689,6 +1689,12 @@ mod tests {
             relay: addr(3000),
         }];
         sw.create_job(job).unwrap();
+        sw
+    }
+
+    #[test]
+    fn a_job_taking_detours_drops_late_copies_of_finished_rounds() {
+        let mut sw = pair_taking_detours();
         let mut out = Vec::new();
         let with_id = |worker: u16, set: u8, id: u32, v: i32| {
             let repr = Repr::contribution(1, 0, set, worker, 2, id);
@@ -1738,13 +1744,7 @@ mod tests {
     /// on, with exact sums. An older copy still cannot join it.
     #[test]
     fn a_newer_round_takes_over_one_a_late_copy_started() {
-        let mut sw = empty_switch();
-        let mut job = spec(vec![addr(1000), addr(1001)], 0, None);
-        job.detours = vec![inagg_switch_api::detour::Detour {
-            member: 1,
-            relay: addr(3000),
-        }];
-        sw.create_job(job).unwrap();
+        let mut sw = pair_taking_detours();
         let mut out = Vec::new();
         let id = |epoch: u32| epoch << 16;
         let with_id = |worker: u16, epoch: u32, v: i32| {
