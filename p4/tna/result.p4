@@ -40,6 +40,24 @@ action address_back(inout ingress_headers_t hdr) {
     hdr.udp.checksum = 0;
 }
 
+/* Sends the packet to the recirculation port with harvest_h in front, for
+ * its next pass (slot_state.p4, "Two passes"; accumulators.p4). */
+action to_recirculation(inout ingress_headers_t hdr,
+                        inout ingress_intrinsic_metadata_for_tm_t ig_tm_md,
+                        bit<16> set_index, bit<16> mcast_grp, PortId_t reply_port,
+                        bit<8> multicast, bit<8> values_op, bit<8> result) {
+    hdr.harvest.setValid();
+    hdr.harvest.set_index = set_index;
+    hdr.harvest.mcast_grp = mcast_grp;
+    hdr.harvest.pad0 = 0;
+    hdr.harvest.reply_port = reply_port;
+    hdr.harvest.multicast = multicast;
+    hdr.harvest.values_op = values_op;
+    hdr.harvest.result = result;
+    hdr.bridged.kind = BRIDGE_RECIRCULATE;
+    ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+}
+
 control ResultHarvest(inout ingress_headers_t hdr,
                       inout ingress_metadata_t ig_md,
                       in ingress_intrinsic_metadata_t ig_intr_md,
@@ -60,21 +78,14 @@ control ResultHarvest(inout ingress_headers_t hdr,
     }
 
     action recirculate(bit<8> multicast) {
-        hdr.harvest.setValid();
-        hdr.harvest.set_index = ig_md.set_index;
-        hdr.harvest.mcast_grp = ig_md.job.mcast_grp;
-        hdr.harvest.pad0 = 0;
-        hdr.harvest.reply_port = ig_intr_md.ingress_port;
-        hdr.harvest.multicast = multicast;
 #ifdef INAGG_SPLIT_VALUES
         /* The second half first (accumulators.p4), then the last pass. */
-        hdr.harvest.values_op = ig_md.values_op;
+        to_recirculation(hdr, ig_tm_md, ig_md.set_index, ig_md.job.mcast_grp,
+                         ig_intr_md.ingress_port, multicast, ig_md.values_op, 1);
 #else
-        hdr.harvest.values_op = VALUES_READ_EVEN;
+        to_recirculation(hdr, ig_tm_md, ig_md.set_index, ig_md.job.mcast_grp,
+                         ig_intr_md.ingress_port, multicast, VALUES_READ_EVEN, 1);
 #endif
-        hdr.harvest.result = 1;
-        hdr.bridged.kind = BRIDGE_RECIRCULATE;
-        ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
     }
 
     apply {
@@ -103,16 +114,7 @@ control SecondHalfEntry(inout ingress_headers_t hdr,
                         in ingress_metadata_t ig_md,
                         inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     apply {
-        hdr.harvest.setValid();
-        hdr.harvest.set_index = ig_md.set_index;
-        hdr.harvest.mcast_grp = 0;
-        hdr.harvest.pad0 = 0;
-        hdr.harvest.reply_port = 0;
-        hdr.harvest.multicast = 0;
-        hdr.harvest.values_op = ig_md.values_op;
-        hdr.harvest.result = 0;
-        hdr.bridged.kind = BRIDGE_RECIRCULATE;
-        ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+        to_recirculation(hdr, ig_tm_md, ig_md.set_index, 0, 0, 0, ig_md.values_op, 0);
     }
 }
 

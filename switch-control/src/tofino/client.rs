@@ -141,11 +141,6 @@ impl Client {
         Ok((tx, replies))
     }
 
-    /// Names the program every later write and read is about.
-    pub(crate) fn bind_name(&mut self, p4_name: &str) {
-        self.p4_name = p4_name.to_string();
-    }
-
     /// The target of a write or read: every pipe, both directions.
     fn target(&self) -> bfrt::TargetDevice {
         bfrt::TargetDevice {
@@ -166,8 +161,8 @@ impl Client {
             .map_err(|status| status_error(self.addr, op, &status))
     }
 
-    /// Writes a batch of updates, undone as a whole if one fails
-    /// (ROLLBACK_ON_ERROR). `op` says what they are, for errors.
+    /// Writes a batch of updates with ROLLBACK_ON_ERROR: the driver undoes
+    /// them all if one fails. `op` says what they are, for errors.
     pub(crate) fn write(&self, op: &str, updates: Vec<bfrt::Update>) -> Result<()> {
         let op = format!("Write ({op})");
         let request = bfrt::WriteRequest {
@@ -256,7 +251,8 @@ impl Client {
                 .await
                 .map(|_| ())
         })?;
-        self.bind_name(p4_name);
+        // The program every later write and read is about.
+        self.p4_name = p4_name.to_string();
         Ok(())
     }
 
@@ -281,11 +277,11 @@ impl Client {
 }
 
 /// `TargetDevice.pipe_id` for every pipe.
-pub(crate) const ALL_PIPES: u32 = 0xffff;
+const ALL_PIPES: u32 = 0xffff;
 /// `TargetDevice.direction` for ingress and egress.
-pub(crate) const BOTH_DIRECTIONS: u32 = 0xff;
+const BOTH_DIRECTIONS: u32 = 0xff;
 /// `TargetDevice.prsr_id` for every parser.
-pub(crate) const ALL_PARSERS: u32 = 0xff;
+const ALL_PARSERS: u32 = 0xff;
 
 /// A failed call as a [`ControlError`]: UNAVAILABLE is an unreachable
 /// server; otherwise its code and message.

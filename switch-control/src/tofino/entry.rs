@@ -77,36 +77,34 @@ impl<'a> Entry<'a> {
     }
 
     /// An action parameter, or, without an action, a data field.
-    pub(crate) fn set(mut self, name: &str, v: u64) -> Result<Self> {
+    pub(crate) fn set(self, name: &str, v: u64) -> Result<Self> {
         let field = self.data_field(name)?;
         let value = encode(field, v).map_err(|m| bad_value(self.table, m))?;
-        self.data.push(bfrt::DataField {
-            field_id: field.id,
-            value: Some(bfrt::data_field::Value::Stream(value)),
-        });
-        Ok(self)
+        self.push(field, bfrt::data_field::Value::Stream(value))
     }
 
     /// A repeated integer data field (a fixed table's list).
-    pub(crate) fn ints(mut self, name: &str, v: Vec<u32>) -> Result<Self> {
+    pub(crate) fn ints(self, name: &str, val: Vec<u32>) -> Result<Self> {
         let field = self.data_field(name)?;
-        self.data.push(bfrt::DataField {
-            field_id: field.id,
-            value: Some(bfrt::data_field::Value::IntArrVal(
-                bfrt::data_field::IntArray { val: v },
-            )),
-        });
-        Ok(self)
+        self.push(
+            field,
+            bfrt::data_field::Value::IntArrVal(bfrt::data_field::IntArray { val }),
+        )
     }
 
     /// A repeated boolean data field.
-    pub(crate) fn bools(mut self, name: &str, v: Vec<bool>) -> Result<Self> {
+    pub(crate) fn bools(self, name: &str, val: Vec<bool>) -> Result<Self> {
         let field = self.data_field(name)?;
+        self.push(
+            field,
+            bfrt::data_field::Value::BoolArrVal(bfrt::data_field::BoolArray { val }),
+        )
+    }
+
+    fn push(mut self, field: &Field, value: bfrt::data_field::Value) -> Result<Self> {
         self.data.push(bfrt::DataField {
             field_id: field.id,
-            value: Some(bfrt::data_field::Value::BoolArrVal(
-                bfrt::data_field::BoolArray { val: v },
-            )),
+            value: Some(value),
         });
         Ok(self)
     }

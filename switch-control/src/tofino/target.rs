@@ -10,7 +10,7 @@
 //! job asking for one is refused with the reason before anything is
 //! written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -229,11 +229,6 @@ impl TofinoTarget {
         })
     }
 
-    /// The tables' descriptions the names resolve through.
-    pub fn bfrt_info(&self) -> &BfrtInfo {
-        &self.info
-    }
-
     fn topology(&self) -> Result<&Topology> {
         self.topology.as_ref().ok_or_else(|| ControlError::Config {
             path: "--topology".into(),
@@ -386,75 +381,68 @@ impl TofinoTarget {
 
     /// The installed jobs, read back from job_table and worker_table.
     fn installed(&self) -> Result<Vec<JobSpec>> {
-        let mut workers: BTreeMap<u16, BTreeMap<u64, SocketAddr>> = BTreeMap::new();
-        for e in self.read_all(WORKER_TABLE)? {
-            let addr = Ipv4Addr::from(e.key("src_addr")? as u32);
-            let port = e.key("src_port")? as u16;
-            workers
-                .entry(e.key("job")? as u16)
-                .or_default()
-                .insert(e.get("worker")?, SocketAddr::from((addr, port)));
-        }
-        let mut jobs = Vec::new();
-        for e in self.read_all(JOB_TABLE)? {
-            let id = e.key("job")? as u16;
-            let group = e.get("mcast_grp")? as u16;
-            jobs.push(JobSpec {
-                id,
-                workers: workers
-                    .remove(&id)
-                    .unwrap_or_default()
-                    .into_values()
-                    .collect(),
-                pool_base: e.get("pool_base")? as u32,
-                pool_size: e.get("pool_size")? as u32,
-                elements: e.get("elements")? as u16,
-                generation: e.get("generation")? as u16,
-                queues: Vec::new(),
-                group: (group != id.wrapping_add(1)).then_some(group),
-                upstream: None,
-                detours: Vec::new(),
-            });
-        }
-        jobs.sort_by_key(|j| j.id);
-        Ok(jobs)
+        specs(&self.read_all(JOB_TABLE)?, &self.read_all(WORKER_TABLE)?)
     }
 
-    /// Packets (and bytes) counted by `counter` at `index`.
-    fn counter(&self, counter: &str, index: u64) -> Result<(u64, u64)> {
-        let table = self.info.table(counter)?;
-        let mut cell = self
-            .info
-            .entry(counter)?
-            .key("$COUNTER_INDEX", index)?
-            .build();
-        if let Some(bfrt::entity::Entity::TableEntry(t)) = &mut cell.entity {
-            t.table_flags = Some(bfrt::TableFlags {
-                from_hw: true,
-                key_only: false,
-            });
+    /// Packets and bytes of each (counter, index) cell, in one read.
+    fn read_counters(&self, cells: &[(&str, u64)]) -> Result<Vec<(u64, u64)>> {
+        let mut entities = Vec::new();
+        for &(counter, index) in cells {
+            let mut cell = self
+                .info
+                .entry(counter)?
+                .key("$COUNTER_INDEX", index)?
+                .build();
+            if let Some(bfrt::entity::Entity::TableEntry(t)) = &mut cell.entity {
+                t.table_flags = Some(bfrt::TableFlags {
+                    from_hw: true,
+                    key_only: false,
+                });
+            }
+            entities.push(cell);
         }
-        let read = ReadEntry::of(table, self.client.read(counter, vec![cell])?);
-        let e = read.first().ok_or_else(|| {
-            ControlError::Protocol(format!("the switch returned no {counter}[{index}]"))
-        })?;
-        Ok((e.get("$COUNTER_SPEC_PKTS")?, e.get("$COUNTER_SPEC_BYTES")?))
+        let read = self.client.read("counters", entities)?;
+        let mut counters: Vec<&str> = cells.iter().map(|&(counter, _)| counter).collect();
+        counters.sort_unstable();
+        counters.dedup();
+        let mut found = HashMap::new();
+        for counter in counters {
+            let table = self.info.table(counter)?;
+            for e in ReadEntry::of(table, read.clone()) {
+                let index = e.key("$COUNTER_INDEX")?;
+                let value = (e.get("$COUNTER_SPEC_PKTS")?, e.get("$COUNTER_SPEC_BYTES")?);
+                found.insert((counter, index), value);
+            }
+        }
+        cells
+            .iter()
+            .map(|&(counter, index)| {
+                found.get(&(counter, index)).copied().ok_or_else(|| {
+                    ControlError::Protocol(format!("the switch returned no {counter}[{index}]"))
+                })
+            })
+            .collect()
     }
 
-    fn job_counters(&self, id: u16) -> Result<JobCounters> {
-        let mut c = JobCounters::default();
-        let fields = [
-            &mut c.contributions,
-            &mut c.results,
-            &mut c.resent_results,
-            &mut c.duplicates,
-            &mut c.dropped,
-            &mut c.queries,
-        ];
-        for (name, field) in JOB_COUNTERS.into_iter().zip(fields) {
-            *field = self.counter(name, u64::from(id))?.0;
-        }
-        Ok(c)
+    /// Each job's counters, in one read.
+    fn job_counters(&self, ids: &[u16]) -> Result<Vec<JobCounters>> {
+        let cells: Vec<(&str, u64)> = ids
+            .iter()
+            .flat_map(|&id| JOB_COUNTERS.map(|name| (name, u64::from(id))))
+            .collect();
+        let values = self.read_counters(&cells)?;
+        Ok(values
+            .chunks(JOB_COUNTERS.len())
+            .map(|v| JobCounters {
+                contributions: v[0].0,
+                results: v[1].0,
+                resent_results: v[2].0,
+                duplicates: v[3].0,
+                dropped: v[4].0,
+                queries: v[5].0,
+                ..JobCounters::default()
+            })
+            .collect())
     }
 
     fn zero_counter(&self, counter: &str, index: u64) -> Result<bfrt::Update> {
@@ -466,6 +454,42 @@ impl TofinoTarget {
             .set("$COUNTER_SPEC_BYTES", 0)?;
         Ok(update(Modify, cell.build()))
     }
+}
+
+/// The jobs that job_table's and worker_table's entries describe.
+fn specs(jobs: &[ReadEntry<'_>], worker_entries: &[ReadEntry<'_>]) -> Result<Vec<JobSpec>> {
+    let mut workers: BTreeMap<u16, BTreeMap<u64, SocketAddr>> = BTreeMap::new();
+    for e in worker_entries {
+        let addr = Ipv4Addr::from(e.key("src_addr")? as u32);
+        let port = e.key("src_port")? as u16;
+        workers
+            .entry(e.key("job")? as u16)
+            .or_default()
+            .insert(e.get("worker")?, SocketAddr::from((addr, port)));
+    }
+    let mut specs = Vec::new();
+    for e in jobs {
+        let id = e.key("job")? as u16;
+        let group = e.get("mcast_grp")? as u16;
+        specs.push(JobSpec {
+            id,
+            workers: workers
+                .remove(&id)
+                .unwrap_or_default()
+                .into_values()
+                .collect(),
+            pool_base: e.get("pool_base")? as u32,
+            pool_size: e.get("pool_size")? as u32,
+            elements: e.get("elements")? as u16,
+            generation: e.get("generation")? as u16,
+            queues: Vec::new(),
+            group: (group != id.wrapping_add(1)).then_some(group),
+            upstream: None,
+            detours: Vec::new(),
+        });
+    }
+    specs.sort_by_key(|j| j.id);
+    Ok(specs)
 }
 
 impl Target for TofinoTarget {
@@ -510,8 +534,8 @@ impl Target for TofinoTarget {
     }
 
     fn delete_job(&mut self, id: u16) -> Result<()> {
-        let spec = self
-            .installed()?
+        let workers = self.read_all(WORKER_TABLE)?;
+        let spec = specs(&self.read_all(JOB_TABLE)?, &workers)?
             .into_iter()
             .find(|j| j.id == id)
             .ok_or(ControlError::Job(JobError::UnknownJob { id }))?;
@@ -523,7 +547,7 @@ impl Target for TofinoTarget {
         self.client
             .write(&format!("delete job {id}"), vec![update(Delete, job_key)])?;
         let mut rest = Vec::new();
-        for e in self.read_all(WORKER_TABLE)? {
+        for e in &workers {
             if e.key("job")? == u64::from(id) {
                 rest.push(update(Delete, e.key_entity()));
             }
@@ -556,20 +580,24 @@ impl Target for TofinoTarget {
     }
 
     fn job(&mut self, id: u16) -> Result<JobInfo> {
-        self.jobs()?
+        let spec = self
+            .installed()?
             .into_iter()
-            .find(|j| j.spec.id == id)
-            .ok_or(ControlError::Job(JobError::UnknownJob { id }))
+            .find(|j| j.id == id)
+            .ok_or(ControlError::Job(JobError::UnknownJob { id }))?;
+        let counters = self.job_counters(&[id])?.remove(0);
+        Ok(JobInfo { spec, counters })
     }
 
     fn jobs(&mut self) -> Result<Vec<JobInfo>> {
-        self.installed()?
+        let specs = self.installed()?;
+        let ids: Vec<u16> = specs.iter().map(|s| s.id).collect();
+        let counters = self.job_counters(&ids)?;
+        Ok(specs
             .into_iter()
-            .map(|spec| {
-                let counters = self.job_counters(spec.id)?;
-                Ok(JobInfo { spec, counters })
-            })
-            .collect()
+            .zip(counters)
+            .map(|(spec, counters)| JobInfo { spec, counters })
+            .collect())
     }
 
     fn pools(&mut self) -> Result<PoolMap> {
@@ -578,11 +606,14 @@ impl Target for TofinoTarget {
     }
 
     fn counters(&mut self) -> Result<Counters> {
+        let mut cells = vec![(RX, 0), (TX, 0)];
+        cells.extend((0..16).map(|reason| (DROPS, reason)));
+        let values = self.read_counters(&cells)?;
         let mut c = Counters::default();
-        (c.rx_packets, c.rx_bytes) = self.counter(RX, 0)?;
-        (c.tx_packets, c.tx_bytes) = self.counter(TX, 0)?;
-        for (reason, count) in c.drops.iter_mut().enumerate() {
-            *count = self.counter(DROPS, reason as u64)?.0;
+        (c.rx_packets, c.rx_bytes) = values[0];
+        (c.tx_packets, c.tx_bytes) = values[1];
+        for (count, value) in c.drops.iter_mut().zip(&values[2..]) {
+            *count = value.0;
         }
         Ok(c)
     }
