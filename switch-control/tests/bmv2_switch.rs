@@ -356,3 +356,27 @@ fn counters_read_and_reset() {
     t.reset_counters().unwrap();
     assert_eq!(t.job(1).unwrap().counters.contributions, 0);
 }
+
+#[test]
+fn priority_classes_map_to_queues_and_back() {
+    use inagg_switch_api::queues::ClassQueue;
+    let program = program_or_skip!();
+    let sw = SimpleSwitch::start();
+    let mut t = sw.connect(program);
+    assert!(t.queues().unwrap().map.is_empty());
+    t.set_priority_queue(5, 7).unwrap();
+    t.set_priority_queue(200, 2).unwrap();
+    t.set_priority_queue(9, 0).unwrap();
+    let cq = |class, queue| ClassQueue { class, queue };
+    assert_eq!(t.queues().unwrap().map, [cq(5, 7), cq(200, 2)]);
+    // Changed, then moved back to queue 0 (the default: no entry).
+    t.set_priority_queue(5, 3).unwrap();
+    t.set_priority_queue(200, 0).unwrap();
+    let report = t.queues().unwrap();
+    assert_eq!(report.map, [cq(5, 3)]);
+    assert!(report.link.is_none() && report.ports.is_empty());
+    // A queue the switch's ports do not have, refused before any write.
+    let msg = t.set_priority_queue(1, 8).unwrap_err().to_string();
+    assert!(msg.contains("queue 8"), "{msg}");
+    assert_eq!(t.queues().unwrap().map, [cq(5, 3)]);
+}

@@ -19,6 +19,12 @@
 //!   NOT_FOUND; register and counter cells are modified in place, index
 //!   within the size; one failed update undoes the whole write;
 //! - Read: a whole table (no key) or one entry or cell.
+//! - The traffic manager's tables (`tf1.tm.*`) hold an entry for every key
+//!   from the start, as the driver's do: the ports of [`TOPOLOGY`], each
+//!   with 8 queues in its port group, and the buffer's cell size. Their
+//!   string fields take only the values the table lists, and a queue's
+//!   scheduler entry is written to one pipe (`entry_tgt`), as the driver's
+//!   per-pipe queue tables take it.
 //!
 //! Its bf-rt.json (`tofino::testing::tna_bfrt_json`) is compared with the
 //! compiler's own where `p4/build.sh tna` has run.
@@ -32,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inagg_switch_api::{JobError, JobSpec, Upstream};
-use inagg_switch_control::bmv2::testing::{job as spec, topology};
+use inagg_switch_control::bmv2::testing::job as spec;
+use inagg_switch_control::bmv2::Topology;
 use inagg_switch_control::grpc::TestServer;
 use inagg_switch_control::target::{install_job, ControlError, Target};
 use inagg_switch_control::tofino::proto::bfrt_proto as bfrt;
@@ -91,6 +98,62 @@ fn table_entry(u: &bfrt::Update) -> Result<&bfrt::TableEntry, Status> {
 }
 
 impl State {
+    fn table_id(&self, name: &str) -> u32 {
+        self.info.as_ref().unwrap().table(name).unwrap().id
+    }
+
+    /// The entries the driver's traffic-manager tables start with.
+    fn driver_entries(&self) -> BTreeMap<Key, bfrt::TableData> {
+        let info = self.info.as_ref().unwrap();
+        let table = |n: &str| info.table(n).unwrap();
+        let field = |t: &str, n: &str| table(t).data(n).unwrap().id;
+        let byte = |v: u8| Some(bfrt::data_field::Value::Stream(vec![v]));
+        let data =
+            |t: &str, fields: Vec<(&str, Option<bfrt::data_field::Value>)>| bfrt::TableData {
+                action_id: 0,
+                fields: fields
+                    .into_iter()
+                    .map(|(n, value)| bfrt::DataField {
+                        field_id: field(t, n),
+                        value,
+                    })
+                    .collect(),
+            };
+        let mut entries = BTreeMap::new();
+        let cfg = "tf1.tm.port.cfg";
+        for port in PORTS {
+            // Four ports per port group, 8 queues each.
+            let (pg, nr) = ((port % 128 / 4) as u8, (port % 4) as u8);
+            let queues: Vec<u32> = (0..8).map(|q| u32::from(nr) * 8 + q).collect();
+            let d = data(
+                cfg,
+                vec![
+                    ("pg_id", byte(pg)),
+                    ("pg_port_nr", byte(nr)),
+                    ("port_queues_count", byte(8)),
+                    (
+                        "egress_qid_queues",
+                        Some(bfrt::data_field::Value::IntArrVal(
+                            bfrt::data_field::IntArray { val: queues },
+                        )),
+                    ),
+                ],
+            );
+            entries.insert((table(cfg).id, vec![(1, port.to_be_bytes().to_vec())]), d);
+        }
+        let d = data(
+            "tf1.tm.cfg",
+            vec![(
+                "cell_size_bytes",
+                Some(bfrt::data_field::Value::Stream(
+                    CELL_BYTES.to_be_bytes().to_vec(),
+                )),
+            )],
+        );
+        entries.insert((table("tf1.tm.cfg").id, Vec::new()), d);
+        entries
+    }
+
     /// Checks one entry against the descriptions: ids, widths, indices.
     fn check(&self, t: &bfrt::TableEntry, with_data: bool) -> Result<bool, Status> {
         let info = self
@@ -102,7 +165,9 @@ impl State {
             .filter_map(|n| info.table(n).ok())
             .find(|x| x.id == t.table_id)
             .ok_or_else(|| Status::invalid_argument(format!("unknown table id {}", t.table_id)))?;
-        let cells = matches!(table.table_type.as_str(), "Register" | "Counter");
+        // Cells, and the traffic manager's entries: every key exists.
+        let cells = matches!(table.table_type.as_str(), "Register" | "Counter")
+            || table.table_type.starts_with("Tm");
         for (id, value) in key_of(t).1 {
             let field = table.keys().iter().find(|f| f.id == id).ok_or_else(|| {
                 Status::invalid_argument(format!("{}: unknown key field {id}", table.name))
@@ -122,7 +187,8 @@ impl State {
                     table.name, field.name, field.width
                 )));
             }
-            if cells && v >= table.size {
+            let indexed = matches!(table.table_type.as_str(), "Register" | "Counter");
+            if indexed && v >= table.size {
                 return Err(Status::invalid_argument(format!(
                     "{}: index {v} of {}",
                     table.name, table.size
@@ -148,6 +214,17 @@ impl State {
                 let field = params.iter().find(|p| p.id == f.field_id).ok_or_else(|| {
                     Status::invalid_argument(format!("{}: data field {}", table.name, f.field_id))
                 })?;
+                if let Some(bfrt::data_field::Value::StrVal(v)) = &f.value {
+                    match &field.text {
+                        Some(choices) if choices.is_empty() || choices.contains(v) => {}
+                        _ => {
+                            return Err(Status::invalid_argument(format!(
+                                "{}: {} cannot be {v:?}",
+                                table.name, field.name
+                            )))
+                        }
+                    }
+                }
                 if let Some(bfrt::data_field::Value::Stream(b)) = &f.value {
                     if b.len() != field.width.div_ceil(8) as usize {
                         return Err(Status::invalid_argument(format!(
@@ -182,6 +259,14 @@ impl State {
             }
             Ok(Type::Modify) => {
                 let cells = self.check(t, true)?;
+                let pipe = t.entry_tgt.as_ref().map(|d| d.pipe_id);
+                if t.table_id == self.table_id("tf1.tm.queue.sched_cfg")
+                    && !matches!(pipe, Some(p) if p < 4)
+                {
+                    return Err(Status::invalid_argument(format!(
+                        "tf1.tm.queue.sched_cfg is written per pipe, not to pipe {pipe:?}"
+                    )));
+                }
                 if !cells && !entries.contains_key(&key) {
                     return Err(Status::not_found("no such entry"));
                 }
@@ -259,14 +344,16 @@ impl BfRuntime for Standin {
                     });
                 }
             }
-            if cells && !key.is_empty() && !s.entries.contains_key(&(table, key.clone())) {
+            let info = s.info.as_ref().unwrap();
+            let desc = info
+                .names()
+                .filter_map(|n| info.table(n).ok())
+                .find(|x| x.id == table)
+                .unwrap();
+            // A port the switch does not have reads as nothing.
+            let zeros = cells && desc.table_type != "TmPortCfg";
+            if zeros && !key.is_empty() && !s.entries.contains_key(&(table, key.clone())) {
                 // A cell never written reads as zeros.
-                let info = s.info.as_ref().unwrap();
-                let desc = info
-                    .names()
-                    .filter_map(|n| info.table(n).ok())
-                    .find(|x| x.id == table)
-                    .unwrap();
                 let fields = desc
                     .data_fields()
                     .iter()
@@ -324,7 +411,7 @@ impl BfRuntime for Standin {
                 s.info = Some(info);
                 s.programs =
                     HashMap::from([(config.p4_name.clone(), config.bfruntime_info.clone())]);
-                s.entries.clear();
+                s.entries = s.driver_entries();
             }
             _ => return Err(Status::unimplemented("action")),
         }
@@ -388,6 +475,26 @@ impl BfRuntime for Standin {
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
+}
+
+/// Where the test workers are plugged in; 10.0.0.3 is on port 130, in
+/// pipe 1.
+const TOPOLOGY: &str = r#"
+[workers]
+"10.0.0.1" = { port = 1, mac = "02:00:00:00:00:01" }
+"10.0.0.2" = { port = 2, mac = "02:00:00:00:00:02" }
+"10.0.0.3" = { port = 130, mac = "02:00:00:00:00:03" }
+"10.0.9.1" = { port = 9, mac = "02:00:00:00:00:09" }
+"#;
+
+/// The switch's ports: [`TOPOLOGY`]'s.
+const PORTS: [u32; 4] = [1, 2, 130, 9];
+
+/// The traffic manager's buffer cell.
+const CELL_BYTES: u32 = 80;
+
+fn topology() -> Topology {
+    Topology::parse("topology.toml", TOPOLOGY).unwrap()
 }
 
 /// A running stand-in; stops when dropped.
@@ -519,9 +626,41 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     // The bitmaps zeroed over the pool, slot 12 included, in a write of
     // their own before anything else.
     let s = sw.state.lock().unwrap();
-    assert_eq!(s.writes.len(), 2, "the bitmaps, then the entries");
+    assert_eq!(
+        s.writes.len(),
+        3,
+        "the bitmaps, the ports' queues, then the entries"
+    );
     assert_eq!(s.writes[0].len(), 2 * 4);
-    let last = s.writes[1].last().unwrap();
+    // Queue q of each worker port at strict priority q, on the port's
+    // pipe: port 130 (pipe 1) is the third in port group 0 of its pipe
+    // (queues 16-23); ports 1 and 2 are in pipe 0.
+    let sched = s.table_id("tf1.tm.queue.sched_cfg");
+    let mut levels = Vec::new();
+    for u in &s.writes[1] {
+        let t = table_entry(u).unwrap();
+        assert_eq!(t.table_id, sched);
+        let (_, key) = key_of(t);
+        let text: Vec<String> = t
+            .data
+            .as_ref()
+            .unwrap()
+            .fields
+            .iter()
+            .map(|f| match &f.value {
+                Some(bfrt::data_field::Value::StrVal(v)) => v.clone(),
+                v => panic!("{v:?}"),
+            })
+            .collect();
+        let pipe = t.entry_tgt.as_ref().unwrap().pipe_id;
+        levels.push((pipe, key[0].1[0], key[1].1[0], text));
+    }
+    assert_eq!(levels.len(), 3 * 8);
+    let level = |q: u8| vec![q.to_string(), q.to_string()];
+    assert_eq!(levels[0], (0, 0, 8, level(0)), "port 1, queue 0");
+    assert_eq!(levels[15], (0, 0, 23, level(7)), "port 2, queue 7");
+    assert_eq!(levels[20], (1, 0, 20, level(4)), "port 130, queue 4");
+    let last = s.writes[2].last().unwrap();
     let job_table = s
         .info
         .as_ref()
@@ -554,7 +693,7 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
             },
         )
         .collect();
-    assert_eq!(ports, vec![1, 2, 3]);
+    assert_eq!(ports, vec![1, 2, 130]);
     let groups = entries(&sw, "$pre.mgid");
     assert_eq!(groups.len(), 1);
     assert_eq!(groups[0].0, vec![(1, vec![0, 8])], "group = job id + 1");
@@ -571,7 +710,7 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     assert_eq!(workers.len(), 3);
     assert!(workers
         .iter()
-        .any(|(k, d)| k.contains(&(2, vec![0, 3])) && stream(d, 1) == vec![0, 2]));
+        .any(|(k, d)| k.contains(&(2, vec![0, 130])) && stream(d, 1) == vec![0, 2]));
 
     // Read back from the switch as it was asked for.
     let jobs = t.jobs().unwrap();
@@ -792,6 +931,7 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
         "pipe.InaggIngress.admission.job_table",
         "pipe.InaggIngress.admission.worker_table",
         "pipe.InaggEgress.result_rewrite.result_receivers",
+        "pipe.InaggIngress.queue_select.priority_to_queue",
         "pipe.InaggIngress.slot_state.bitmap_lo",
         "pipe.InaggIngress.slot_state.bitmap_hi",
         "pipe.InaggIngress.accumulators.pair_00.values",
@@ -808,4 +948,119 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
         "pipe.InaggIngress.job_queries",
     ]);
     assert_eq!(shape(&standin, &names), shape(&real, &names));
+}
+
+#[test]
+fn priority_classes_map_to_queues_whose_drops_and_depths_are_read() {
+    use inagg_switch_api::queues::ClassQueue;
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    let report = t.queues().unwrap();
+    assert!(report.map.is_empty() && report.ports.is_empty());
+    t.set_priority_queue(5, 7).unwrap();
+    t.set_priority_queue(200, 2).unwrap();
+    t.set_priority_queue(9, 0).unwrap();
+    let cq = |class, queue| ClassQueue { class, queue };
+    assert_eq!(t.queues().unwrap().map, [cq(5, 7), cq(200, 2)]);
+    let entries_now = entries(&sw, "pipe.InaggIngress.queue_select.priority_to_queue");
+    assert_eq!(entries_now.len(), 2);
+    assert_eq!(entries_now[0].0, vec![(1, vec![5])]);
+    assert_eq!(stream(&entries_now[0].1, 1), vec![7]);
+    // Changed, then moved back to queue 0 (the default: no entry).
+    t.set_priority_queue(5, 3).unwrap();
+    t.set_priority_queue(200, 0).unwrap();
+    assert_eq!(t.queues().unwrap().map, [cq(5, 3)]);
+    // A queue the ports do not have: refused, nothing written.
+    let writes = sw.state.lock().unwrap().writes.len();
+    let msg = t.set_priority_queue(1, 8).unwrap_err().to_string();
+    assert!(msg.contains("queue 8"), "{msg}");
+    assert_eq!(sw.state.lock().unwrap().writes.len(), writes);
+
+    // With a job, its ports' queues: port 130's queue 7 (group queue 23 of
+    // pipe 1's group 0) has dropped 4 packets and holds 3 cells.
+    install_job(&mut t, &spec(2, &["10.0.0.1:5000", "10.0.0.3:5000"], 0, 8)).unwrap();
+    {
+        let mut s = sw.state.lock().unwrap();
+        let id = s.table_id("tf1.tm.counter.queue");
+        let cell = |v: u64| Some(bfrt::data_field::Value::Stream(v.to_be_bytes().to_vec()));
+        let data = bfrt::TableData {
+            action_id: 0,
+            fields: [(1, 4), (2, 3), (3, 10)]
+                .into_iter()
+                .map(|(field_id, v)| bfrt::DataField {
+                    field_id,
+                    value: cell(v),
+                })
+                .collect(),
+        };
+        s.entries
+            .insert((id, vec![(1, vec![0]), (2, vec![23])]), data);
+    }
+    let report = t.queues().unwrap();
+    let ports: Vec<String> = report.ports.iter().map(|p| p.port.to_string()).collect();
+    assert_eq!(ports, ["10.0.0.1:5000", "10.0.0.3:5000"]);
+    let q7 = report.ports[1].queues[7];
+    assert_eq!(
+        (q7.drops, q7.depth_bytes, q7.max_depth_bytes),
+        (4, 3 * CELL_BYTES as usize, 10 * CELL_BYTES as usize)
+    );
+    assert_eq!(report.ports[0].queues[7].drops, 0);
+}
+
+#[test]
+fn a_port_the_switch_lacks_is_refused_before_the_job_is_written() {
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = TofinoTarget::connect(TofinoOptions {
+        addr: sw.addr,
+        program: Some(dir.path().to_path_buf()),
+        topology: Some(
+            Topology::parse(
+                "topology.toml",
+                "[workers]\n\"10.0.0.1\" = { port = 300, mac = \"02:00:00:00:00:01\" }\n",
+            )
+            .unwrap(),
+        ),
+        timeout: Duration::from_secs(5),
+        ..TofinoOptions::default()
+    })
+    .unwrap();
+    let err = install_job(&mut t, &spec(1, &["10.0.0.1:5000"], 0, 8)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no tf1.tm.port.cfg entry for port 300"),
+        "{err}"
+    );
+    assert!(sw.state.lock().unwrap().writes.is_empty());
+}
+
+/// The stand-in's fixed tables have the driver's keys and, for every data
+/// field the target uses, its id, type and values: checked against the
+/// driver's own descriptions where INAGG_BFRT_FIXED names them (its
+/// bf_rt_pre and bf_rt_tm JSON files for Tofino 1, separated by `:`).
+#[test]
+fn the_standins_fixed_tables_are_the_drivers() {
+    let Some(paths) = std::env::var_os("INAGG_BFRT_FIXED") else {
+        eprintln!("skipped: INAGG_BFRT_FIXED names none of the driver's bf-rt files");
+        return;
+    };
+    let mut driver = BfrtInfo::default();
+    for path in std::env::split_paths(&paths) {
+        let json = std::fs::read(&path).unwrap();
+        let info = BfrtInfo::parse(&json, &path.display().to_string()).unwrap();
+        driver.merge(info).unwrap();
+    }
+    let standin = BfrtInfo::parse(fixed_bfrt_json().as_bytes(), "stand-in").unwrap();
+    let mut names: Vec<&str> = standin.names().collect();
+    names.sort_unstable();
+    for name in names {
+        let ours = standin.table(name).unwrap();
+        let theirs = driver.table(name).unwrap();
+        assert_eq!(ours.table_type, theirs.table_type, "{name}");
+        assert_eq!(ours.keys(), theirs.keys(), "{name}'s keys");
+        for field in ours.data_fields() {
+            assert_eq!(Ok(field), theirs.data(&field.name), "{name}");
+        }
+    }
 }

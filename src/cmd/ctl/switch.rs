@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use inagg_switch_api::counters::{Counters, DropReason};
-use inagg_switch_api::queues::describe_map;
+use inagg_switch_api::queues::{describe_map, EGRESS_QUEUES};
 use inagg_switch_api::FaultConfig;
 use inagg_switch_api::{ApiError, GroupInfo, JobInfo, PoolMap};
 use inagg_switch_control::cluster::{self, ClusterFile};
@@ -114,7 +114,8 @@ pub fn run(
         }
         CtlCommand::Queues => {
             let report = t.queues()?;
-            emit(out, json, &report, |o| write_queues(o, &report))
+            let kind = t.kind();
+            emit(out, json, &report, |o| write_queues(o, kind, &report))
         }
         CtlCommand::Sites => Err(ControlError::Unsupported {
             target: t.kind(),
@@ -373,7 +374,7 @@ fn parse_port_rate(rate: &str) -> Result<Option<u64>> {
     }
 }
 
-fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
+fn write_queues(o: &mut dyn Write, kind: &str, r: &QueueReport) -> std::io::Result<()> {
     match r.link {
         Some(l) => writeln!(
             o,
@@ -381,7 +382,12 @@ fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
             l.rate_bps as f64 / 1e9,
             l.queue_bytes
         )?,
-        None => writeln!(o, "ports not paced (no line rate): queues never build")?,
+        None if kind == "emu" => writeln!(o, "ports not paced (no line rate): queues never build")?,
+        None => writeln!(
+            o,
+            "{kind}'s own queues: {EGRESS_QUEUES} strict-priority queues per port, queue {} first",
+            EGRESS_QUEUES - 1
+        )?,
     }
     if r.map.is_empty() {
         writeln!(o, "every priority class on queue 0")?;
@@ -392,6 +398,9 @@ fn write_queues(o: &mut dyn Write, r: &QueueReport) -> std::io::Result<()> {
             .map(|m| format!("{}->{}", m.class, m.queue))
             .collect();
         writeln!(o, "class -> queue: {} (others on 0)", map.join(" "))?;
+    }
+    if r.ports.is_empty() {
+        return Ok(());
     }
     writeln!(
         o,

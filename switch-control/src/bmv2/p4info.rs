@@ -62,6 +62,10 @@ pub mod names {
     pub const DETOUR_TABLE: &str = "InaggIngress.admission.detour_table";
     /// detour_table's action.
     pub const TAKE_DETOUR: &str = "InaggIngress.admission.take_detour";
+    /// Priority class -> egress queue (docs/PROTOCOL.md, "Egress queues").
+    pub const PRIORITY_TO_QUEUE: &str = "InaggIngress.queue_select.priority_to_queue";
+    /// priority_to_queue's action.
+    pub const SET_QUEUE: &str = "InaggIngress.queue_select.set_queue";
 
     /// Match fields.
     pub mod key {
@@ -82,6 +86,8 @@ pub mod names {
         pub const PARENT_JOB: &str = "parent_job";
         /// relay_table, detour_table: the member id a detour carries.
         pub const MEMBER: &str = "member";
+        /// priority_to_queue's key: the header's priority class.
+        pub const PRIORITY: &str = "priority";
     }
 
     /// Action parameters.
@@ -148,6 +154,8 @@ pub mod names {
         /// take_detour's: member_mac, member_addr, member_port (the
         /// member's own endpoint).
         pub const MEMBER_ENDPOINT: &str = "member";
+        /// set_queue's egress queue.
+        pub const QUEUE: &str = "queue";
     }
 
     /// inagg packets reaching the switch logic, index 0.
@@ -433,6 +441,19 @@ pub struct HopAction {
     pub egress_port: Field,
 }
 
+/// `InaggIngress.queue_select.priority_to_queue`: class -> queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTable {
+    /// Table id.
+    pub id: u32,
+    /// Key `priority`.
+    pub priority: Field,
+    /// Action `set_queue`: its id.
+    pub set_queue: u32,
+    /// set_queue's `queue`.
+    pub queue: Field,
+}
+
 /// An indexed counter array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counter {
@@ -523,6 +544,8 @@ pub struct Schema {
     pub relay_table: HopTable,
     /// Jobs' detours: taken as a member's contribution.
     pub detour_table: HopTable,
+    /// Priority class -> egress queue.
+    pub priority_to_queue: QueueTable,
     /// Counters.
     pub counters: Counters,
     /// Compiled SLOTS: the size of the bitmap register / 2.
@@ -624,6 +647,15 @@ impl Schema {
             false,
         )?;
 
+        let t = l.table(names::PRIORITY_TO_QUEUE)?;
+        let a = l.action(t, names::SET_QUEUE)?;
+        let priority_to_queue = QueueTable {
+            id: l.table_id(t),
+            priority: l.exact(t, key::PRIORITY)?,
+            set_queue: l.action_id(a),
+            queue: l.param(a, param::QUEUE)?,
+        };
+
         let counters = Counters {
             rx: l.counter(names::RX)?,
             drops: l.counter(names::DROPS)?,
@@ -685,6 +717,7 @@ impl Schema {
             upstream_table,
             relay_table,
             detour_table,
+            priority_to_queue,
             counters,
             slots,
             elements,

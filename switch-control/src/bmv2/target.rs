@@ -47,9 +47,10 @@ use super::client::{rpc_code, Client};
 use super::p4info::{self, Field, ResultReceivers, Schema, WorkerTable};
 use super::proto::p4::v1 as p4;
 use super::topology::{Host, Topology};
-use crate::target::{ControlError, Result, Target};
+use crate::target::{ControlError, QueueReport, Result, Target};
 
 mod detour;
+mod queues;
 mod relay;
 mod tree;
 use detour::{HopEntry, DETOURS, RELAYS};
@@ -1335,6 +1336,20 @@ impl Target for Bmv2Target {
 
     fn delete_relay(&mut self, key: RelayKey) -> Result<()> {
         self.remove_relay(key)
+    }
+
+    fn set_priority_queue(&mut self, class: u8, queue: u8) -> Result<()> {
+        self.map_class(class, queue)
+    }
+
+    /// The class -> queue map; bmv2's queues have no counters that
+    /// P4Runtime reads, so no ports are reported.
+    fn queues(&mut self) -> Result<QueueReport> {
+        Ok(QueueReport {
+            map: self.queue_map()?,
+            link: None,
+            ports: Vec::new(),
+        })
     }
 
     fn pools(&mut self) -> Result<PoolMap> {

@@ -40,13 +40,17 @@ pub struct Field {
     pub name: String,
     /// Its id within its table (keys, data) or action (parameters).
     pub id: u32,
-    /// Width in bits (1 for `bool`; 0 for a type inagg never writes:
-    /// strings, floats).
+    /// Width in bits (1 for `bool`; 0 for what is not an integer: strings,
+    /// floats).
     pub width: u32,
     /// A `bool` field (sent as `bool_val`), not bytes.
     pub boolean: bool,
     /// A list (`int_arr_val`, `bool_arr_val`).
     pub repeated: bool,
+    /// A `string` field (sent as `str_val`): the values it takes, as the
+    /// driver's tables list them (`max_priority`: `LOW`, `0` ... `7`,
+    /// `HIGH`); empty if any string goes.
+    pub text: Option<Vec<String>>,
 }
 
 /// An action and its parameters.
@@ -74,8 +78,12 @@ impl BfrtInfo {
             source_name: source.to_string(),
             message,
         };
-        let file: json::File =
-            serde_json::from_slice(json).map_err(|e| bad(format!("not a bf-rt.json: {e}")))?;
+        // Through a Value first: the driver's own files repeat a key here
+        // and there (tf2.tm.l1_node's `repeated`), which the driver's JSON
+        // reader takes, the last one winning, and a derived reader refuses.
+        let file: json::File = serde_json::from_slice::<serde_json::Value>(json)
+            .and_then(serde_json::from_value)
+            .map_err(|e| bad(format!("not a bf-rt.json: {e}")))?;
         let mut tables = HashMap::new();
         for t in file.tables {
             let table = t.into_table().map_err(|m| bad(m.to_string()))?;
@@ -207,7 +215,24 @@ mod json {
         id: u32,
         name: String,
         #[serde(default)]
-        data: Vec<FieldJson>,
+        data: Vec<ParamJson>,
+    }
+
+    /// An action parameter: flat in bf-p4c's files, wrapped like a data
+    /// field (`{"singleton": ...}`) in the driver's (tf1.tm.ppg.cfg).
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ParamJson {
+        Wrapped { singleton: FieldJson },
+        Flat(FieldJson),
+    }
+
+    impl ParamJson {
+        fn field(self) -> FieldJson {
+            match self {
+                ParamJson::Wrapped { singleton } | ParamJson::Flat(singleton) => singleton,
+            }
+        }
     }
 
     /// A table's data entry: one field, or a choice of several (`oneof`,
@@ -236,6 +261,8 @@ mod json {
         #[serde(rename = "type")]
         ty: String,
         width: Option<u32>,
+        #[serde(default)]
+        choices: Vec<String>,
     }
 
     impl TableJson {
@@ -254,7 +281,11 @@ mod json {
                 .action_specs
                 .into_iter()
                 .map(|a| {
-                    let params = a.data.into_iter().map(field).collect::<Result<_, _>>()?;
+                    let params = a
+                        .data
+                        .into_iter()
+                        .map(|p| field(p.field()))
+                        .collect::<Result<_, _>>()?;
                     Ok(Action {
                         name: a.name,
                         id: a.id,
@@ -289,12 +320,14 @@ mod json {
                     _ => (0, false),
                 },
             };
+            let text = (ty.ty == "string").then_some(ty.choices);
             Ok(Field {
                 name: self.name,
                 id: self.id,
                 width,
                 boolean,
                 repeated: self.repeated,
+                text,
             })
         }
     }
@@ -362,6 +395,31 @@ mod tests {
         assert_eq!(node.data("$MULTICAST_RID").unwrap().width, 16);
         let mgid = info.table("$pre.mgid").unwrap();
         assert!(mgid.data("$MULTICAST_NODE_L1_XID_VALID").unwrap().boolean);
+    }
+
+    /// The driver's own files wrap action parameters like data fields,
+    /// repeat a key now and then, and have string fields with choices.
+    #[test]
+    fn the_drivers_files_read_as_the_driver_reads_them() {
+        let json = r#"{"tables": [
+          {"name": "tf1.tm.ppg.cfg", "id": 7, "table_type": "TmPpgCfg", "size": 2,
+           "key": [{"id": 1, "name": "ppg_id", "type": {"type": "uint32"}}],
+           "action_specs": [{"id": 1, "name": "dev_port", "data": [
+             {"mandatory": false, "singleton": {"id": 1, "name": "dev_port",
+              "repeated": true, "repeated": false, "type": {"type": "uint32"}}}]}],
+           "data": [{"singleton": {"id": 4, "name": "max_priority", "repeated": false,
+              "type": {"type": "string", "choices": ["LOW", "0", "HIGH"]}}}]}
+        ]}"#;
+        let info = BfrtInfo::parse(json.as_bytes(), "the driver").unwrap();
+        let t = info.table("tf1.tm.ppg.cfg").unwrap();
+        let port = t.action("dev_port").unwrap().param("dev_port").unwrap();
+        assert_eq!((port.id, port.width, port.repeated), (1, 32, false));
+        let level = t.data("max_priority").unwrap();
+        assert_eq!(level.width, 0);
+        assert_eq!(
+            level.text.as_deref(),
+            Some(&["LOW", "0", "HIGH"].map(String::from)[..])
+        );
     }
 
     #[test]

@@ -151,6 +151,15 @@ impl Client {
         }
     }
 
+    /// One pipe of the device, both directions: where an entry of a
+    /// per-pipe table (the traffic manager's queues) is written.
+    pub(crate) fn pipe(&self, pipe: u32) -> bfrt::TargetDevice {
+        bfrt::TargetDevice {
+            pipe_id: pipe,
+            ..self.target()
+        }
+    }
+
     /// Runs one call with the timeout.
     fn call<T>(
         &self,

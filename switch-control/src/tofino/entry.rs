@@ -14,6 +14,7 @@ pub(crate) struct Entry<'a> {
     action: Option<&'a Action>,
     key: Vec<bfrt::KeyField>,
     data: Vec<bfrt::DataField>,
+    target: Option<bfrt::TargetDevice>,
 }
 
 impl BfrtInfo {
@@ -25,6 +26,7 @@ impl BfrtInfo {
             action: None,
             key: Vec::new(),
             data: Vec::new(),
+            target: None,
         })
     }
 }
@@ -92,6 +94,34 @@ impl<'a> Entry<'a> {
         )
     }
 
+    /// A string data field, one of the values its table lists.
+    pub(crate) fn text(self, name: &str, v: &str) -> Result<Self> {
+        let field = self.data_field(name)?;
+        match &field.text {
+            None => {
+                return Err(bad_value(
+                    self.table,
+                    format!("{name} is not a string field"),
+                ))
+            }
+            Some(choices) if !choices.is_empty() && !choices.iter().any(|c| c == v) => {
+                return Err(bad_value(
+                    self.table,
+                    format!("{name} takes one of {choices:?}, not {v:?}"),
+                ))
+            }
+            Some(_) => {}
+        }
+        self.push(field, bfrt::data_field::Value::StrVal(v.to_string()))
+    }
+
+    /// The device and pipe the entry is written to, in place of the
+    /// request's (all pipes): for the traffic manager's per-pipe tables.
+    pub(crate) fn on(mut self, target: bfrt::TargetDevice) -> Self {
+        self.target = Some(target);
+        self
+    }
+
     /// A repeated boolean data field.
     pub(crate) fn bools(self, name: &str, val: Vec<bool>) -> Result<Self> {
         let field = self.data_field(name)?;
@@ -129,6 +159,7 @@ impl<'a> Entry<'a> {
                 table_id: self.table.id,
                 value: key.map(bfrt::table_entry::Value::Key),
                 data,
+                entry_tgt: self.target,
                 ..Default::default()
             })),
         }
@@ -204,6 +235,22 @@ impl<'a> ReadEntry<'a> {
 
     /// An action parameter's or a data field's integer value.
     pub(crate) fn get(&self, name: &str) -> Result<u64> {
+        match self.value(name)? {
+            bfrt::data_field::Value::Stream(bytes) => decode(bytes).map_err(|m| self.unreadable(m)),
+            _ => Err(self.unreadable(format!("{name} is not bytes"))),
+        }
+    }
+
+    /// A repeated integer data field's values.
+    pub(crate) fn ints(&self, name: &str) -> Result<&[u32]> {
+        match self.value(name)? {
+            bfrt::data_field::Value::IntArrVal(a) => Ok(&a.val),
+            _ => Err(self.unreadable(format!("{name} is not a list of integers"))),
+        }
+    }
+
+    /// The value of an action parameter or data field, as sent.
+    fn value(&self, name: &str) -> Result<&bfrt::data_field::Value> {
         let id = match self.action() {
             Ok(action) => self
                 .table
@@ -219,12 +266,10 @@ impl<'a> ReadEntry<'a> {
             .flat_map(|d| &d.fields)
             .find(|f| f.field_id == id)
             .ok_or_else(|| self.unreadable(format!("no {name}")))?;
-        match &field.value {
-            Some(bfrt::data_field::Value::Stream(bytes)) => {
-                decode(bytes).map_err(|m| self.unreadable(m))
-            }
-            _ => Err(self.unreadable(format!("{name} is not bytes"))),
-        }
+        field
+            .value
+            .as_ref()
+            .ok_or_else(|| self.unreadable(format!("{name} has no value")))
     }
 
     /// The entry's key, alone (to delete it).
@@ -250,6 +295,7 @@ mod tests {
             width,
             boolean: false,
             repeated: false,
+            text: None,
         }
     }
 

@@ -8,7 +8,8 @@
 //!
 //! p4/tna has no aggregation trees, detours or per-job queue maps, so a
 //! job asking for one is refused with the reason before anything is
-//! written.
+//! written. The switch-wide class -> queue map and the ports' strict
+//! priority are target/queues.rs's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -23,10 +24,13 @@ use super::client::Client;
 use super::entry::{update, ReadEntry};
 use super::proto::bfrt_proto as bfrt;
 use crate::bmv2::topology::{Host, Topology};
-use crate::target::{ControlError, Result, Target};
+use crate::target::{ControlError, QueueReport, Result, Target};
 use crate::{JobInfo, JobSpec, PoolMap, SwitchInfo};
 
 use bfrt::update::Type::{Delete, Insert, Modify};
+
+mod queues;
+use queues::TmTables;
 
 /// Table names, as bf-p4c writes them into bf-rt.json for p4/tna.
 pub mod names {
@@ -49,6 +53,8 @@ pub mod names {
             && table.contains(".pair_")
             && table.ends_with(".values")
     }
+    /// Priority class -> egress queue.
+    pub const PRIORITY_TO_QUEUE: &str = "pipe.InaggIngress.queue_select.priority_to_queue";
     /// The driver's multicast tables.
     pub const PRE_NODE: &str = "$pre.node";
     /// A multicast group and its nodes.
@@ -124,6 +130,8 @@ pub struct TofinoTarget {
     slots: u32,
     /// K: twice the accumulator pairs.
     elements: u16,
+    /// The traffic manager's tables for this chip.
+    tm: TmTables,
 }
 
 /// A program directory's files as a pipeline to push.
@@ -184,6 +192,7 @@ fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
         JOB_TABLE,
         WORKER_TABLE,
         RESULT_RECEIVERS,
+        PRIORITY_TO_QUEUE,
         PRE_NODE,
         PRE_MGID,
     ];
@@ -220,12 +229,14 @@ impl TofinoTarget {
         client.set_pipeline(&options.p4_name, config)?;
         let info = info_from_switch(&client, &options.p4_name)?;
         let (slots, elements) = compiled(&info)?;
+        let tm = TmTables::resolve(&info)?;
         Ok(TofinoTarget {
             client,
             info,
             topology: options.topology,
             slots,
             elements,
+            tm,
         })
     }
 
@@ -527,8 +538,14 @@ impl Target for TofinoTarget {
             })
             .collect::<Result<Vec<_>>>()?;
         let zeros = self.bitmap_zeros(spec)?;
+        let mut ports: Vec<u16> = hosts.iter().map(|(_, h)| h.port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        let priority = self.strict_priority(&ports)?;
         let entries = self.install_entries(spec, &hosts)?;
         self.client.write("zero the pool's bitmaps", zeros)?;
+        self.client
+            .write("strict-priority queues on the workers' ports", priority)?;
         self.client
             .write(&format!("install job {}", spec.id), entries)
     }
@@ -616,6 +633,32 @@ impl Target for TofinoTarget {
             *count = value.0;
         }
         Ok(c)
+    }
+
+    fn set_priority_queue(&mut self, class: u8, queue: u8) -> Result<()> {
+        self.map_class(class, queue)
+    }
+
+    /// The class -> queue map, and the drops and depths of the queues of
+    /// every installed worker's port (the first worker on a port names it).
+    fn queues(&mut self) -> Result<QueueReport> {
+        let mut ports: Vec<(u16, SocketAddr)> = Vec::new();
+        if let Some(topology) = &self.topology {
+            for job in self.installed()? {
+                for (w, &addr) in job.workers.iter().enumerate() {
+                    let port = topology.host(job.id, w, addr)?.port;
+                    if !ports.iter().any(|&(p, _)| p == port) {
+                        ports.push((port, addr));
+                    }
+                }
+            }
+        }
+        ports.sort_unstable();
+        Ok(QueueReport {
+            map: self.queue_map()?,
+            link: None,
+            ports: self.port_stats(&ports)?,
+        })
     }
 
     fn reset_counters(&mut self) -> Result<()> {

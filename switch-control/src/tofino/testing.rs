@@ -1,6 +1,6 @@
 //! Test support: bf-rt.json of p4/tna as bf-p4c writes it, and the
-//! driver's fixed multicast tables, for tests that run where neither
-//! bf-p4c nor bf_switchd is installed.
+//! driver's fixed multicast and traffic-manager tables, for tests that run
+//! where neither bf-p4c nor bf_switchd is installed.
 //!
 //! Names, widths and sizes are written out here from p4/README.md
 //! ("Control-plane interface") and the driver's documented `$pre` tables,
@@ -136,6 +136,17 @@ pub fn tna_bfrt_json(k: u16, slots: u32) -> String {
                 action(2005, "InaggEgress.result_rewrite.drop_copy", &[]),
             ],
         ),
+        table(
+            1004,
+            "pipe.InaggIngress.queue_select.priority_to_queue",
+            256,
+            &[("priority", 8)],
+            vec![action(
+                2006,
+                "InaggIngress.queue_select.set_queue",
+                &[("queue", 5)],
+            )],
+        ),
         counter(3001, "pipe.InaggIngress.rx", 1),
         counter(3002, "pipe.InaggIngress.drops", 16),
         counter(3003, "pipe.InaggEgress.tx", 1),
@@ -183,12 +194,46 @@ pub fn tna_bfrt_json(k: u16, slots: u32) -> String {
     json!({"schema_version": "1.0.0", "tables": tables, "learn_filters": []}).to_string()
 }
 
-/// The driver's `$pre.node` and `$pre.mgid`, as bf_switchd serves them in
-/// `non_p4_config`.
+/// The driver's `$pre.node` and `$pre.mgid`, and the Tofino 1 traffic
+/// manager's tables the target uses (`tf1.tm.port.cfg`,
+/// `tf1.tm.queue.sched_cfg`, `tf1.tm.counter.queue`, `tf1.tm.cfg`), as
+/// bf_switchd serves them in `non_p4_config`.
 pub fn fixed_bfrt_json() -> String {
     let uint = |bits: u32| json!({"type": format!("uint{bits}")});
     let key = |name: &str, bits: u32| json!([{"id": 1, "name": name, "match_type": "Exact", "type": uint(bits)}]);
+    let queue_key = json!([
+        {"id": 1, "name": "pg_id", "match_type": "Exact", "type": uint(8)},
+        {"id": 2, "name": "pg_queue", "match_type": "Exact", "type": uint(8)}
+    ]);
+    let levels: Vec<String> = std::iter::once("LOW".to_string())
+        .chain((0..8).map(|l: u8| l.to_string()))
+        .chain(std::iter::once("HIGH".to_string()))
+        .collect();
+    let level = json!({"type": "string", "choices": levels});
     json!({"tables": [
+        {"name": "tf1.tm.port.cfg", "id": 4278517776u32, "table_type": "TmPortCfg", "size": 288,
+         "key": key("dev_port", 32),
+         "data": [singleton(1, "pg_id", uint(8), false),
+                  singleton(2, "pg_port_nr", uint(8), false),
+                  singleton(3, "port_queues_count", uint(8), false),
+                  singleton(4, "ingress_qid_map", uint(8), true),
+                  singleton(5, "egress_qid_queues", uint(8), true)]},
+        {"name": "tf1.tm.queue.sched_cfg", "id": 4278517797u32, "table_type": "TmQueueSchedCfg",
+         "size": 2304, "key": queue_key,
+         "data": [singleton(2, "min_rate_enable", json!({"type": "bool"}), false),
+                  singleton(1, "min_priority", level.clone(), false),
+                  singleton(5, "max_rate_enable", json!({"type": "bool"}), false),
+                  singleton(4, "max_priority", level, false),
+                  singleton(3, "dwrr_weight", uint(16), false)]},
+        {"name": "tf1.tm.counter.queue", "id": 4278517827u32, "table_type": "TmCounterQueue",
+         "size": 576, "key": queue_key,
+         "data": [singleton(1, "drop_count_packets", uint(64), false),
+                  singleton(2, "usage_cells", uint(64), false),
+                  singleton(3, "watermark_cells", uint(64), false)]},
+        {"name": "tf1.tm.cfg", "id": 4278517841u32, "table_type": "TmCfg", "size": 1, "key": [],
+         "data": [singleton(1, "timestamp_shift_bits", uint(8), false),
+                  singleton(2, "cell_size_bytes", uint(32), false),
+                  singleton(3, "total_cells", uint(32), false)]},
         {"name": "$pre.mgid", "id": 4278321153u32, "table_type": "PreMgid", "size": 65536,
          "key": key("$MGID", 16),
          "data": [singleton(1, "$MULTICAST_NODE_ID", uint(32), true),
