@@ -9,6 +9,10 @@
 #      compiler just wrote (switch-control/tests/tofino_target.rs, through
 #      INAGG_TNA_BFRT), so the names the control plane resolves are the
 #      compiler's;
+#   2b. the stand-in's fixed tables (the driver's $pre and Tofino 1 traffic
+#      manager tables) compared with the driver's own descriptions, where
+#      INAGG_BFRT_FIXED names them or an SDE install has them
+#      ($SDE_INSTALL/share/bf_rt_shared);
 #   3. the program on the Tofino model behind bf_switchd, programmed with
 #      `inagg ctl --target tofino`: not done here. The public open-p4studio
 #      sources lack the Tofino model binary (tofino-model) and parts of the
@@ -49,6 +53,21 @@ pass "p4/tna compiles and assembles for Tofino 1 (pipe/tofino.bin, $(wc -c <"$ou
     { cat "$tmp/names.log" >&2; fail "the stand-in's bf-rt.json differs from bf-p4c's"; }
 grep -q "skipped" "$tmp/names.log" && fail "the names check did not find $out/bf-rt.json"
 pass "the tofino target's tables, keys, actions and fields are bf-p4c's"
+
+# --- 2b. The driver's fixed tables -------------------------------------------
+fixed="${INAGG_BFRT_FIXED:-}"
+shared="${SDE_INSTALL:-/nonexistent}/share/bf_rt_shared"
+if [ -z "$fixed" ] && [ -f "$shared/bf_rt_pre_tf1.json" ] && [ -f "$shared/bf_rt_tm_tf1.json" ]; then
+    fixed="$shared/bf_rt_pre_tf1.json:$shared/bf_rt_tm_tf1.json"
+fi
+if [ -n "$fixed" ]; then
+    (cd "$repo" && INAGG_BFRT_FIXED="$fixed" cargo test --release --quiet \
+        -p inagg-switch-control --test tofino_target the_standins_fixed_tables 2>&1) >"$tmp/fixed.log" ||
+        { cat "$tmp/fixed.log" >&2; fail "the stand-in's fixed tables differ from the driver's"; }
+    pass "the tofino target's \$pre and traffic-manager fields are the driver's ($fixed)"
+else
+    echo "$name: skipped: the driver's fixed tables: set INAGG_BFRT_FIXED to its bf_rt_pre_tf1.json and bf_rt_tm_tf1.json, or SDE_INSTALL"
+fi
 
 # --- 3. The Tofino model ---------------------------------------------------
 if command -v bf_switchd >/dev/null 2>&1 && command -v tofino-model >/dev/null 2>&1; then
