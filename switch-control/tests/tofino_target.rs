@@ -660,18 +660,27 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     assert_eq!(levels[0], (0, 0, 8, level(0)), "port 1, queue 0");
     assert_eq!(levels[15], (0, 0, 23, level(7)), "port 2, queue 7");
     assert_eq!(levels[20], (1, 0, 20, level(4)), "port 130, queue 4");
-    let last = s.writes[2].last().unwrap();
-    let job_table = s
-        .info
-        .as_ref()
-        .unwrap()
-        .table("pipe.InaggIngress.admission.job_table")
-        .unwrap()
-        .id;
+    // The job entry after the PRE, receivers and workers; then the result
+    // group's relay (3 receivers, 3 members, 2 counters zeroed), its
+    // group_table entry last.
+    let tables: Vec<u32> = s.writes[2]
+        .iter()
+        .map(|u| table_entry(u).unwrap().table_id)
+        .collect();
+    let job_at = tables
+        .iter()
+        .position(|&t| t == s.table_id("pipe.InaggIngress.admission.job_table"))
+        .unwrap();
     assert_eq!(
-        table_entry(last).unwrap().table_id,
-        job_table,
-        "the job entry goes last"
+        job_at,
+        3 + 1 + 3 + 3,
+        "the job entry after the rest of the job"
+    );
+    assert_eq!(tables.len(), job_at + 1 + 3 + 3 + 2 + 1);
+    assert_eq!(
+        tables.last(),
+        Some(&s.table_id("pipe.InaggIngress.group_relay.group_table")),
+        "the relay's group entry goes last"
     );
     drop(s);
     let cells = entries(&sw, "pipe.InaggIngress.slot_state.bitmap_lo");
@@ -724,11 +733,24 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     assert!(err.to_string().contains("job 7 already exists"), "{err}");
     assert_eq!(sw.state.lock().unwrap().writes.len(), writes);
 
+    // The result group relays among the workers.
+    let groups = t.groups().unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].id, groups[0].job), (8, Some(7)));
+    assert_eq!(groups[0].members, job.workers);
+    let members = entries(&sw, "pipe.InaggIngress.group_relay.member_table");
+    assert!(members.iter().any(|(k, d)| k.contains(&(1, vec![0, 8]))
+        && k.contains(&(2, vec![0, 130]))
+        && stream(d, 1) == vec![0, 2]));
+
     t.delete_job(7).unwrap();
     for name in [
         "pipe.InaggIngress.admission.job_table",
         "pipe.InaggIngress.admission.worker_table",
         "pipe.InaggEgress.result_rewrite.result_receivers",
+        "pipe.InaggIngress.group_relay.group_table",
+        "pipe.InaggIngress.group_relay.member_table",
+        "pipe.InaggEgress.group_rewrite.group_receivers",
         "$pre.node",
         "$pre.mgid",
     ] {
@@ -932,6 +954,11 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
         "pipe.InaggIngress.admission.worker_table",
         "pipe.InaggEgress.result_rewrite.result_receivers",
         "pipe.InaggIngress.queue_select.priority_to_queue",
+        "pipe.InaggIngress.group_relay.group_table",
+        "pipe.InaggIngress.group_relay.member_table",
+        "pipe.InaggEgress.group_rewrite.group_receivers",
+        "pipe.InaggIngress.group_packets",
+        "pipe.InaggEgress.group_copies",
         "pipe.InaggIngress.slot_state.bitmap_lo",
         "pipe.InaggIngress.slot_state.bitmap_hi",
         "pipe.InaggIngress.accumulators.pair_00.values",
@@ -1063,4 +1090,96 @@ fn the_standins_fixed_tables_are_the_drivers() {
             assert_eq!(Ok(field), theirs.data(&field.name), "{name}");
         }
     }
+}
+
+#[test]
+fn groups_made_by_hand_are_installed_counted_and_removed() {
+    use inagg_switch_api::GroupSpec;
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    install_job(&mut t, &spec(1, &["10.0.0.1:5000", "10.0.0.2:5000"], 0, 8)).unwrap();
+    let members: Vec<SocketAddr> = ["10.0.0.3:6000", "10.0.0.1:6000", "10.0.0.2:6001"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let group = GroupSpec {
+        id: 700,
+        members: members.clone(),
+    };
+    let writes = sw.state.lock().unwrap().writes.len();
+    t.create_group(&group).unwrap();
+    assert_eq!(
+        sw.state.lock().unwrap().writes.len(),
+        writes + 1,
+        "one write"
+    );
+    // Member 0 on port 130: its PRE node (rid 0) and its receiver entry.
+    let nodes = entries(&sw, "$pre.node");
+    assert_eq!(nodes.len(), 2 + 3);
+    let group_node = (1u32 << 31) | (700 << 10);
+    assert!(nodes
+        .iter()
+        .any(|(k, d)| k == &vec![(1, group_node.to_be_bytes().to_vec())]
+            && stream(d, 1) == vec![0, 0]));
+    let receivers = entries(&sw, "pipe.InaggEgress.group_rewrite.group_receivers");
+    let (_, first) = receivers
+        .iter()
+        .find(|(k, _)| k == &vec![(1, 700u16.to_be_bytes().to_vec()), (2, vec![0, 0])])
+        .unwrap();
+    assert_eq!(stream(first, 2), vec![10, 0, 0, 3]);
+
+    // Counted: packets and copies at the group id.
+    {
+        let mut s = sw.state.lock().unwrap();
+        let id = s.table_id("pipe.InaggEgress.group_copies");
+        let cell = bfrt::TableData {
+            action_id: 0,
+            fields: vec![
+                bfrt::DataField {
+                    field_id: 65553,
+                    value: Some(bfrt::data_field::Value::Stream(vec![0; 8])),
+                },
+                bfrt::DataField {
+                    field_id: 65554,
+                    value: Some(bfrt::data_field::Value::Stream(6u64.to_be_bytes().to_vec())),
+                },
+            ],
+        };
+        s.entries
+            .insert((id, vec![(65556, 700u32.to_be_bytes().to_vec())]), cell);
+    }
+    let groups = t.groups().unwrap();
+    let ids: Vec<(u16, Option<u16>)> = groups.iter().map(|g| (g.id, g.job)).collect();
+    assert_eq!(ids, [(2, Some(1)), (700, None)]);
+    assert_eq!(groups[1].members, members);
+    assert_eq!((groups[1].packets, groups[1].copies), (0, 6));
+
+    // Ids in use, by a job's result group or by this group; a job whose
+    // result group would be this group's id.
+    let msg = t
+        .create_group(&GroupSpec {
+            id: 2,
+            members: members.clone(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("job 1"), "{msg}");
+    let msg = t.create_group(&group).unwrap_err().to_string();
+    assert!(msg.contains("made by hand"), "{msg}");
+    let mut clash = spec(3, &["10.0.0.3:5000"], 8, 8);
+    clash.group = Some(700);
+    let msg = install_job(&mut t, &clash).unwrap_err().to_string();
+    assert!(msg.contains("made by hand"), "{msg}");
+    let msg = t.delete_group(2).unwrap_err().to_string();
+    assert!(msg.contains("belongs to job 1"), "{msg}");
+
+    t.delete_group(700).unwrap();
+    assert_eq!(t.groups().unwrap().len(), 1);
+    assert_eq!(entries(&sw, "$pre.node").len(), 2);
+    assert_eq!(entries(&sw, "$pre.mgid").len(), 1);
+    assert!(matches!(
+        t.delete_group(700).unwrap_err(),
+        ControlError::Job(JobError::UnknownGroup { group: 700 })
+    ));
 }

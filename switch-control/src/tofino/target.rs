@@ -8,8 +8,9 @@
 //!
 //! p4/tna has no aggregation trees, detours or per-job queue maps, so a
 //! job asking for one is refused with the reason before anything is
-//! written. The switch-wide class -> queue map and the ports' strict
-//! priority are target/queues.rs's.
+//! written. The result group's relay entries (after the job entry) and
+//! groups made by hand are target/groups.rs's; the switch-wide class ->
+//! queue map and the ports' strict priority are target/queues.rs's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -29,6 +30,7 @@ use crate::{JobInfo, JobSpec, PoolMap, SwitchInfo};
 
 use bfrt::update::Type::{Delete, Insert, Modify};
 
+mod groups;
 mod queues;
 use queues::TmTables;
 
@@ -53,6 +55,16 @@ pub mod names {
             && table.contains(".pair_")
             && table.ends_with(".values")
     }
+    /// Groups that relay group datagrams (target/groups.rs).
+    pub const GROUP_TABLE: &str = "pipe.InaggIngress.group_relay.group_table";
+    /// Their members (ingress).
+    pub const MEMBER_TABLE: &str = "pipe.InaggIngress.group_relay.member_table";
+    /// Where each member's copy goes (egress).
+    pub const GROUP_RECEIVERS: &str = "pipe.InaggEgress.group_rewrite.group_receivers";
+    /// Per group id: group datagrams admitted.
+    pub const GROUP_PACKETS: &str = "pipe.InaggIngress.group_packets";
+    /// Per group id: copies of them sent.
+    pub const GROUP_COPIES: &str = "pipe.InaggEgress.group_copies";
     /// Priority class -> egress queue.
     pub const PRIORITY_TO_QUEUE: &str = "pipe.InaggIngress.queue_select.priority_to_queue";
     /// The driver's multicast tables.
@@ -192,10 +204,14 @@ fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
         JOB_TABLE,
         WORKER_TABLE,
         RESULT_RECEIVERS,
+        GROUP_TABLE,
+        MEMBER_TABLE,
+        GROUP_RECEIVERS,
         PRIORITY_TO_QUEUE,
         PRE_NODE,
         PRE_MGID,
     ];
+    needed.extend([GROUP_PACKETS, GROUP_COPIES]);
     needed.extend([RX, TX, DROPS]);
     needed.extend(BITMAPS);
     needed.extend(JOB_COUNTERS);
@@ -287,9 +303,54 @@ impl TofinoTarget {
         spec.group.unwrap_or(spec.id.wrapping_add(1))
     }
 
-    /// PRE node id of job `job`'s worker `w`: unique per (job, worker).
-    fn node(job: u16, w: usize) -> u64 {
-        (u64::from(job) << 6) | w as u64
+    /// PRE node id of job `job`'s worker `w`: unique per (job, worker),
+    /// below 2^22 (a group's are above, target/groups.rs).
+    fn node(job: u16, w: usize) -> u32 {
+        (u32::from(job) << 6) | w as u32
+    }
+
+    /// Multicast group `mgid` with one PRE node per `(node id, port)`, the
+    /// node's replication id its index (worker or member id).
+    fn pre_entries(&self, mgid: u16, nodes: &[(u32, u16)]) -> Result<Vec<bfrt::Update>> {
+        let mut updates = Vec::new();
+        for (rid, &(id, port)) in nodes.iter().enumerate() {
+            let node = self
+                .info
+                .entry(PRE_NODE)?
+                .key("$MULTICAST_NODE_ID", u64::from(id))?
+                .set("$MULTICAST_RID", rid as u64)?
+                .ints("$MULTICAST_LAG_ID", vec![])?
+                .ints("$DEV_PORT", vec![u32::from(port)])?;
+            updates.push(update(Insert, node.build()));
+        }
+        let ids: Vec<u32> = nodes.iter().map(|&(id, _)| id).collect();
+        let group = self
+            .info
+            .entry(PRE_MGID)?
+            .key("$MGID", u64::from(mgid))?
+            .bools("$MULTICAST_NODE_L1_XID_VALID", vec![false; ids.len()])?
+            .ints("$MULTICAST_NODE_L1_XID", vec![0; ids.len()])?
+            .ints("$MULTICAST_NODE_ID", ids)?;
+        updates.push(update(Insert, group.build()));
+        Ok(updates)
+    }
+
+    /// Deletes multicast group `mgid` and then its nodes.
+    fn pre_deletes(
+        &self,
+        mgid: u16,
+        nodes: impl Iterator<Item = u32>,
+    ) -> Result<Vec<bfrt::Update>> {
+        let group = self.info.entry(PRE_MGID)?.key("$MGID", u64::from(mgid))?;
+        let mut updates = vec![update(Delete, group.build())];
+        for id in nodes {
+            let node = self
+                .info
+                .entry(PRE_NODE)?
+                .key("$MULTICAST_NODE_ID", u64::from(id))?;
+            updates.push(update(Delete, node.build()));
+        }
+        Ok(updates)
     }
 
     fn bitmap_zeros(&self, spec: &JobSpec) -> Result<Vec<bfrt::Update>> {
@@ -322,28 +383,12 @@ impl TofinoTarget {
         hosts: &[(SocketAddrV4, Host)],
     ) -> Result<Vec<bfrt::Update>> {
         let group = Self::group(spec);
-        let mut updates = Vec::new();
-        for (w, (_, host)) in hosts.iter().enumerate() {
-            let node = self
-                .info
-                .entry(PRE_NODE)?
-                .key("$MULTICAST_NODE_ID", Self::node(spec.id, w))?
-                .set("$MULTICAST_RID", w as u64)?
-                .ints("$MULTICAST_LAG_ID", vec![])?
-                .ints("$DEV_PORT", vec![u32::from(host.port)])?;
-            updates.push(update(Insert, node.build()));
-        }
-        let nodes: Vec<u32> = (0..hosts.len())
-            .map(|w| Self::node(spec.id, w) as u32)
+        let nodes: Vec<(u32, u16)> = hosts
+            .iter()
+            .enumerate()
+            .map(|(w, (_, host))| (Self::node(spec.id, w), host.port))
             .collect();
-        let mgid = self
-            .info
-            .entry(PRE_MGID)?
-            .key("$MGID", u64::from(group))?
-            .bools("$MULTICAST_NODE_L1_XID_VALID", vec![false; nodes.len()])?
-            .ints("$MULTICAST_NODE_L1_XID", vec![0; nodes.len()])?
-            .ints("$MULTICAST_NODE_ID", nodes)?;
-        updates.push(update(Insert, mgid.build()));
+        let mut updates = self.pre_entries(group, &nodes)?;
         for (w, (addr, host)) in hosts.iter().enumerate() {
             let receiver = self
                 .info
@@ -537,12 +582,16 @@ impl Target for TofinoTarget {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
+        let group = Self::group(spec);
+        self.check_group_free(&[], &self.relay_state()?, group)?;
         let zeros = self.bitmap_zeros(spec)?;
         let mut ports: Vec<u16> = hosts.iter().map(|(_, h)| h.port).collect();
         ports.sort_unstable();
         ports.dedup();
         let priority = self.strict_priority(&ports)?;
-        let entries = self.install_entries(spec, &hosts)?;
+        let mut entries = self.install_entries(spec, &hosts)?;
+        // The result group's relay, after the job entry (target/groups.rs).
+        entries.extend(self.relay_entries(group, &hosts)?);
         self.client.write("zero the pool's bitmaps", zeros)?;
         self.client
             .write("strict-priority queues on the workers' ports", priority)?;
@@ -561,8 +610,10 @@ impl Target for TofinoTarget {
             .entry(JOB_TABLE)?
             .key("job", u64::from(id))?
             .build();
-        self.client
-            .write(&format!("delete job {id}"), vec![update(Delete, job_key)])?;
+        // The result group's relay first, its group_table entry leading.
+        let mut first = self.relay_deletes(&self.relay_state()?, Self::group(&spec))?;
+        first.push(update(Delete, job_key));
+        self.client.write(&format!("delete job {id}"), first)?;
         let mut rest = Vec::new();
         for e in &workers {
             if e.key("job")? == u64::from(id) {
@@ -577,21 +628,8 @@ impl Target for TofinoTarget {
                 .key("rid", w as u64)?;
             rest.push(update(Delete, receiver.build()));
         }
-        let group = Self::group(&spec);
-        rest.push(update(
-            Delete,
-            self.info
-                .entry(PRE_MGID)?
-                .key("$MGID", u64::from(group))?
-                .build(),
-        ));
-        for w in 0..spec.workers.len() {
-            let node = self
-                .info
-                .entry(PRE_NODE)?
-                .key("$MULTICAST_NODE_ID", Self::node(id, w))?;
-            rest.push(update(Delete, node.build()));
-        }
+        let nodes = (0..spec.workers.len()).map(|w| Self::node(id, w));
+        rest.extend(self.pre_deletes(Self::group(&spec), nodes)?);
         self.client
             .write(&format!("remove job {id}'s entries"), rest)
     }
@@ -633,6 +671,18 @@ impl Target for TofinoTarget {
             *count = value.0;
         }
         Ok(c)
+    }
+
+    fn groups(&mut self) -> Result<Vec<inagg_switch_api::GroupInfo>> {
+        self.all_groups()
+    }
+
+    fn create_group(&mut self, spec: &inagg_switch_api::GroupSpec) -> Result<()> {
+        self.install_group(spec)
+    }
+
+    fn delete_group(&mut self, id: u16) -> Result<()> {
+        self.remove_group(id)
     }
 
     fn set_priority_queue(&mut self, class: u8, queue: u8) -> Result<()> {

@@ -137,6 +137,55 @@ pub fn tna_bfrt_json(k: u16, slots: u32) -> String {
             ],
         ),
         table(
+            1005,
+            "pipe.InaggIngress.group_relay.group_table",
+            1024,
+            &[("group", 16)],
+            vec![
+                action(
+                    2007,
+                    "InaggIngress.group_relay.set_group",
+                    &[("mcast_grp", 16)],
+                ),
+                action(2002, "NoAction", &[]),
+            ],
+        ),
+        table(
+            1006,
+            "pipe.InaggIngress.group_relay.member_table",
+            8192,
+            &[
+                ("group", 16),
+                ("ingress_port", 9),
+                ("src_addr", 32),
+                ("src_port", 16),
+            ],
+            vec![
+                action(
+                    2008,
+                    "InaggIngress.group_relay.set_member",
+                    &[("member", 16)],
+                ),
+                action(2002, "NoAction", &[]),
+            ],
+        ),
+        table(
+            1007,
+            "pipe.InaggEgress.group_rewrite.group_receivers",
+            8192,
+            &[("group", 16), ("rid", 16)],
+            vec![
+                action(
+                    2009,
+                    "InaggEgress.group_rewrite.set_member_address",
+                    &[("dst_mac", 48), ("dst_addr", 32), ("dst_port", 16)],
+                ),
+                action(2010, "InaggEgress.group_rewrite.drop_copy", &[]),
+            ],
+        ),
+        counter(3004, "pipe.InaggIngress.group_packets", 1024),
+        counter(3005, "pipe.InaggEgress.group_copies", 1024),
+        table(
             1004,
             "pipe.InaggIngress.queue_select.priority_to_queue",
             256,
