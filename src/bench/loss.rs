@@ -23,12 +23,14 @@ use crate::args::{PoolArgs, WindowArgs};
 use crate::cmd::demo::{DemoArgs, DemoReport, Dtype};
 
 /// Runs per row. The runs of a series are interleaved (each repetition
-/// runs every fault setting once, lossless first), and a row's "of 0%" is
+/// runs every fault setting once, starting one setting further on each
+/// time, so that with 7 runs each setting of the longest series takes each
+/// place in the sequence once), and a row's "of 0%" is
 /// the median of its runs' ratios to the lossless run of the same
 /// repetition: a run of the default packets takes tens of milliseconds,
 /// the machine's load drifts between repetitions, and a ratio of medians
 /// taken minutes apart measured that drift as much as the loss.
-const RUNS: usize = 5;
+const RUNS: usize = 7;
 
 /// One row: a configuration at one fault setting.
 #[derive(Debug, Serialize)]
@@ -125,14 +127,16 @@ const SERIES: [Series; 6] = [
 /// Runs the table; 4 x `elements` per tensor for K = 16370 (a lossless
 /// run of 4M floats takes 40 ms, which one descheduled worker thread moves
 /// by a third) but `elements` at 20% loss and above (a run there takes
-/// seconds), an eighth of `elements` for K = 64 (whose packets carry 256
-/// times fewer values: a run of 4M floats would take a minute).
+/// seconds), a quarter of `elements` for K = 64 (whose packets carry 256
+/// times fewer values: a run of 4M floats would take a minute; a run of
+/// 512K, a fifth of a second, moved by half between repetitions, its
+/// 2,048 handshakes and its slow start a large part of it).
 pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut rows = Vec::new();
     for series in &SERIES {
         let size = |loss: f64| {
             if series.k < 1024 {
-                elements / 8
+                elements / 4
             } else if loss >= 0.2 {
                 elements
             } else {
@@ -143,7 +147,12 @@ pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
         // reports[fault][run]
         let mut reports: Vec<Vec<DemoReport>> = series.faults.iter().map(|_| Vec::new()).collect();
         for run in 0..RUNS {
-            for (f, &(loss, noise)) in series.faults.iter().enumerate() {
+            // Each repetition starts at another fault setting: a run's
+            // place in the sequence (the first after another series, or
+            // after a lossy run) must not favour one setting.
+            let n = series.faults.len();
+            for f in (0..n).map(|i| (i + run) % n) {
+                let (loss, noise) = series.faults[f];
                 reports[f].push(demo(series, size(loss), loss, noise, run as u64 + 1)?);
             }
         }
