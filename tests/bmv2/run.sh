@@ -110,6 +110,22 @@ done
 [ "$(ctl --json job list | tr -d ' \n')" = "[]" ] || fail "jobs still listed after delete"
 pass "every job deleted; the switch lists none"
 
+# --- 2b. Priority classes: class 5 on queue 7 (bmv2's --priority-queues 8,
+#     served first), an all-reduce tagged class 5 through it, the map read
+#     back, then cleared. A queue bmv2 lacks would drop every result. -------
+ctl priority 5 7 >/dev/null || fail "mapping class 5 to queue 7"
+ctl priority 6 3 >/dev/null || fail "mapping class 6 to queue 3"
+map=$(ctl --json queues | python3 -c 'import json,sys; print(sorted((m["class"], m["queue"]) for m in json.load(sys.stdin)["map"]))')
+[ "$map" = "[(5, 7), (6, 3)]" ] || fail "priority_to_queue reads back $map"
+ctl job create --id 30 --workers 10.0.0.1:5000,10.0.0.2:5000 --pool-base 0 --pool-size "$pool" \
+    --elements "$k" >/dev/null || fail "creating job 30"
+allreduce 30 2 i32 --priority 5
+ctl job delete 30 >/dev/null
+ctl priority 5 0 >/dev/null && ctl priority 6 0 >/dev/null || fail "moving classes 5 and 6 back to queue 0"
+[ "$(ctl --json queues | python3 -c 'import json,sys; print(json.load(sys.stdin)["map"])')" = "[]" ] ||
+    fail "priority_to_queue still has entries"
+pass "class 5 on queue 7: an all-reduce tagged class 5 verified; the map read back and cleared"
+
 # --- 3. Under loss: iptables drops every 9th datagram from the switch and
 #     every 11th to it in workers 0 and 1's namespaces. ---------------------
 for w in 0 1; do
