@@ -389,30 +389,21 @@ impl TofinoTarget {
             .map(|(w, (_, host))| (Self::node(spec.id, w), host.port))
             .collect();
         let mut updates = self.pre_entries(group, &nodes)?;
-        for (w, (addr, host)) in hosts.iter().enumerate() {
-            let receiver = self
-                .info
-                .entry(RESULT_RECEIVERS)?
-                .key("job", u64::from(spec.id))?
-                .key("rid", w as u64)?
-                .action("set_receiver")?
-                .set("dst_mac", host.mac.to_u64())?
-                .set("dst_addr", u64::from(u32::from(*addr.ip())))?
-                .set("dst_port", u64::from(addr.port()))?;
-            updates.push(update(Insert, receiver.build()));
-        }
-        for (w, (addr, host)) in hosts.iter().enumerate() {
-            let worker = self
-                .info
-                .entry(WORKER_TABLE)?
-                .key("job", u64::from(spec.id))?
-                .key("ingress_port", u64::from(host.port))?
-                .key("src_addr", u64::from(u32::from(*addr.ip())))?
-                .key("src_port", u64::from(addr.port()))?
-                .action("set_worker")?
-                .set("worker", w as u64)?;
-            updates.push(update(Insert, worker.build()));
-        }
+        let id = u64::from(spec.id);
+        let receivers = Endpoints {
+            table: RESULT_RECEIVERS,
+            key: "job",
+            action: "set_receiver",
+            param: "",
+        };
+        updates.extend(self.receiver_entries(&receivers, id, hosts)?);
+        let workers = Endpoints {
+            table: WORKER_TABLE,
+            key: "job",
+            action: "set_worker",
+            param: "worker",
+        };
+        updates.extend(self.sender_entries(&workers, id, hosts)?);
         let job = self
             .info
             .entry(JOB_TABLE)?
@@ -425,6 +416,55 @@ impl TofinoTarget {
             .set("generation", u64::from(spec.generation))?
             .set("mcast_grp", u64::from(group))?;
         updates.push(update(Insert, job.build()));
+        Ok(updates)
+    }
+
+    /// `(t.key = id, rid = i) -> t.action(MAC, address, port)` for each
+    /// endpoint i: where its multicast copy goes (result_receivers,
+    /// group_receivers).
+    fn receiver_entries(
+        &self,
+        t: &Endpoints,
+        id: u64,
+        hosts: &[(SocketAddrV4, Host)],
+    ) -> Result<Vec<bfrt::Update>> {
+        let mut updates = Vec::new();
+        for (i, (addr, host)) in hosts.iter().enumerate() {
+            let entry = self
+                .info
+                .entry(t.table)?
+                .key(t.key, id)?
+                .key("rid", i as u64)?
+                .action(t.action)?
+                .set("dst_mac", host.mac.to_u64())?
+                .set("dst_addr", u64::from(u32::from(*addr.ip())))?
+                .set("dst_port", u64::from(addr.port()))?;
+            updates.push(update(Insert, entry.build()));
+        }
+        Ok(updates)
+    }
+
+    /// `(t.key = id, port, address, UDP port) -> t.action(t.param = i)` for
+    /// each endpoint i: who a packet is from (worker_table, member_table).
+    fn sender_entries(
+        &self,
+        t: &Endpoints,
+        id: u64,
+        hosts: &[(SocketAddrV4, Host)],
+    ) -> Result<Vec<bfrt::Update>> {
+        let mut updates = Vec::new();
+        for (i, (addr, host)) in hosts.iter().enumerate() {
+            let entry = self
+                .info
+                .entry(t.table)?
+                .key(t.key, id)?
+                .key("ingress_port", u64::from(host.port))?
+                .key("src_addr", u64::from(u32::from(*addr.ip())))?
+                .key("src_port", u64::from(addr.port()))?
+                .action(t.action)?
+                .set(t.param, i as u64)?;
+            updates.push(update(Insert, entry.build()));
+        }
         Ok(updates)
     }
 
@@ -510,6 +550,15 @@ impl TofinoTarget {
             .set("$COUNTER_SPEC_BYTES", 0)?;
         Ok(update(Modify, cell.build()))
     }
+}
+
+/// A table of endpoints by (job or group, ...): its name, its key naming
+/// the job or group, its action and that action's id parameter.
+struct Endpoints {
+    table: &'static str,
+    key: &'static str,
+    action: &'static str,
+    param: &'static str,
 }
 
 /// The jobs that job_table's and worker_table's entries describe.

@@ -21,7 +21,8 @@ use std::net::{SocketAddr, SocketAddrV4};
 use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
 
 use super::{
-    TofinoTarget, GROUP_COPIES, GROUP_PACKETS, GROUP_RECEIVERS, GROUP_TABLE, MEMBER_TABLE,
+    Endpoints, TofinoTarget, GROUP_COPIES, GROUP_PACKETS, GROUP_RECEIVERS, GROUP_TABLE,
+    MEMBER_TABLE,
 };
 use crate::bmv2::topology::Host;
 use crate::target::{ControlError, Result};
@@ -81,31 +82,20 @@ impl TofinoTarget {
         hosts: &[(SocketAddrV4, Host)],
     ) -> Result<Vec<bfrt::Update>> {
         let id = u64::from(g);
-        let mut updates = Vec::new();
-        for (i, (addr, host)) in hosts.iter().enumerate() {
-            let receiver = self
-                .info
-                .entry(GROUP_RECEIVERS)?
-                .key("group", id)?
-                .key("rid", i as u64)?
-                .action("set_member_address")?
-                .set("dst_mac", host.mac.to_u64())?
-                .set("dst_addr", u64::from(u32::from(*addr.ip())))?
-                .set("dst_port", u64::from(addr.port()))?;
-            updates.push(update(Insert, receiver.build()));
-        }
-        for (i, (addr, host)) in hosts.iter().enumerate() {
-            let member = self
-                .info
-                .entry(MEMBER_TABLE)?
-                .key("group", id)?
-                .key("ingress_port", u64::from(host.port))?
-                .key("src_addr", u64::from(u32::from(*addr.ip())))?
-                .key("src_port", u64::from(addr.port()))?
-                .action("set_member")?
-                .set("member", i as u64)?;
-            updates.push(update(Insert, member.build()));
-        }
+        let receivers = Endpoints {
+            table: GROUP_RECEIVERS,
+            key: "group",
+            action: "set_member_address",
+            param: "",
+        };
+        let mut updates = self.receiver_entries(&receivers, id, hosts)?;
+        let members = Endpoints {
+            table: MEMBER_TABLE,
+            key: "group",
+            action: "set_member",
+            param: "member",
+        };
+        updates.extend(self.sender_entries(&members, id, hosts)?);
         for counter in [GROUP_PACKETS, GROUP_COPIES] {
             if id < self.info.table(counter)?.size {
                 updates.push(self.zero_counter(counter, id)?);
