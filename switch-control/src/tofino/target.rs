@@ -390,20 +390,8 @@ impl TofinoTarget {
             .collect();
         let mut updates = self.pre_entries(group, &nodes)?;
         let id = u64::from(spec.id);
-        let receivers = Endpoints {
-            table: RESULT_RECEIVERS,
-            key: "job",
-            action: "set_receiver",
-            param: "",
-        };
-        updates.extend(self.receiver_entries(&receivers, id, hosts)?);
-        let workers = Endpoints {
-            table: WORKER_TABLE,
-            key: "job",
-            action: "set_worker",
-            param: "worker",
-        };
-        updates.extend(self.sender_entries(&workers, id, hosts)?);
+        updates.extend(self.receiver_entries(&RECEIVERS, id, hosts)?);
+        updates.extend(self.sender_entries(&WORKERS, id, hosts)?);
         let job = self
             .info
             .entry(JOB_TABLE)?
@@ -560,6 +548,22 @@ struct Endpoints {
     action: &'static str,
     param: &'static str,
 }
+
+/// Where each worker's copy of a job's result goes.
+const RECEIVERS: Endpoints = Endpoints {
+    table: RESULT_RECEIVERS,
+    key: "job",
+    action: "set_receiver",
+    param: "",
+};
+
+/// Which worker of a job a contribution is from.
+const WORKERS: Endpoints = Endpoints {
+    table: WORKER_TABLE,
+    key: "job",
+    action: "set_worker",
+    param: "worker",
+};
 
 /// The jobs that job_table's and worker_table's entries describe.
 fn specs(jobs: &[ReadEntry<'_>], worker_entries: &[ReadEntry<'_>]) -> Result<Vec<JobSpec>> {

@@ -31,6 +31,22 @@ use crate::tofino::proto::bfrt_proto as bfrt;
 
 use bfrt::update::Type::{Delete, Insert};
 
+/// Where each member's copy of a group datagram goes.
+const RECEIVERS: Endpoints = Endpoints {
+    table: GROUP_RECEIVERS,
+    key: "group",
+    action: "set_member_address",
+    param: "",
+};
+
+/// Which member of a group a datagram is from.
+const MEMBERS: Endpoints = Endpoints {
+    table: MEMBER_TABLE,
+    key: "group",
+    action: "set_member",
+    param: "member",
+};
+
 /// PRE node ids of groups made by hand start here, above every job's.
 const GROUP_NODES: u32 = 1 << 31;
 
@@ -82,20 +98,8 @@ impl TofinoTarget {
         hosts: &[(SocketAddrV4, Host)],
     ) -> Result<Vec<bfrt::Update>> {
         let id = u64::from(g);
-        let receivers = Endpoints {
-            table: GROUP_RECEIVERS,
-            key: "group",
-            action: "set_member_address",
-            param: "",
-        };
-        let mut updates = self.receiver_entries(&receivers, id, hosts)?;
-        let members = Endpoints {
-            table: MEMBER_TABLE,
-            key: "group",
-            action: "set_member",
-            param: "member",
-        };
-        updates.extend(self.sender_entries(&members, id, hosts)?);
+        let mut updates = self.receiver_entries(&RECEIVERS, id, hosts)?;
+        updates.extend(self.sender_entries(&MEMBERS, id, hosts)?);
         for counter in [GROUP_PACKETS, GROUP_COPIES] {
             if id < self.info.table(counter)?.size {
                 updates.push(self.zero_counter(counter, id)?);
