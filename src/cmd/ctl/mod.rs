@@ -111,6 +111,7 @@ pub struct Bmv2Args {
     /// reads, so it should work beside the switch's controller (which
     /// holds the default id) without taking the switch from it.
     #[arg(skip)]
+    #[cfg_attr(not(feature = "bmv2"), allow(dead_code))]
     pub observe: bool,
 }
 

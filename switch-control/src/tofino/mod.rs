@@ -12,13 +12,16 @@
 //!   blocking on a current-thread runtime the target owns;
 //! - [`target`]: [`TofinoTarget`], a job's registers, multicast nodes and
 //!   table entries, written in p4/README.md's install order and read back
-//!   from the switch.
+//!   from the switch;
+//! - [`testing`] and [`standin`]: test support, descriptions of p4/tna
+//!   and the driver's tables, and a stand-in BF Runtime server.
 //!
 //! [`Target`]: crate::Target
 
 pub mod bfrt_info;
 mod client;
 mod entry;
+pub mod standin;
 pub mod target;
 pub mod testing;
 

@@ -1,0 +1,172 @@
+//! `inagg ctl --target tofino`, the binary end to end, against the stand-in
+//! BF Runtime server of `inagg_switch_control::tofino::standin` (its doc
+//! says what it checks, and why it stands in for bf_switchd): the program
+//! pushed, a job, a priority class, the queues' counters, a group made by
+//! hand and the counters, each through the CLI's options and output.
+
+#![cfg(feature = "tofino")]
+
+use std::process::{Command, Output};
+
+use inagg_switch_control::tofino::proto::bfrt_proto as bfrt;
+use inagg_switch_control::tofino::standin::{program_dir, Switch, TOPOLOGY};
+
+const INAGG: &str = env!("CARGO_BIN_EXE_inagg");
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `inagg ctl --target tofino --addr ... --topology ... ARGS`, and
+/// returns its output, failing the test if it failed.
+fn ctl(sw: &Switch, topology: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(INAGG)
+        .args(["ctl", "--target", "tofino", "--addr", &sw.addr.to_string()])
+        .arg("--topology")
+        .arg(topology)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "inagg ctl {args:?}: {}", text(&out));
+    text(&out)
+}
+
+#[test]
+fn ctl_programs_a_tofino_through_bf_runtime() {
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let topology = dir.path().join("topology.toml");
+    std::fs::write(&topology, TOPOLOGY).unwrap();
+    let program = dir.path().to_str().unwrap();
+
+    let info = ctl(&sw, &topology, &["--program", program, "--json", "info"]);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(
+        (
+            info["info"]["slots"].as_u64(),
+            info["info"]["max_elements"].as_u64()
+        ),
+        (Some(8192), Some(64))
+    );
+
+    // Without --program, the client binds to the program the switch runs.
+    ctl(
+        &sw,
+        &topology,
+        &[
+            "job",
+            "create",
+            "--id",
+            "7",
+            "--workers",
+            "10.0.0.1:5000,10.0.0.3:5000",
+            "--pool-base",
+            "0",
+            "--pool-size",
+            "16",
+            "--elements",
+            "64",
+        ],
+    );
+    let jobs: serde_json::Value =
+        serde_json::from_str(&ctl(&sw, &topology, &["--json", "job", "list"])).unwrap();
+    assert_eq!(jobs[0]["spec"]["id"], 7, "{jobs}");
+    assert_eq!(jobs[0]["spec"]["workers"][1], "10.0.0.3:5000", "{jobs}");
+
+    let out = ctl(&sw, &topology, &["priority", "5", "7"]);
+    assert!(out.contains("priority class 5 -> queue 7"), "{out}");
+    // Port 130 (10.0.0.3) has dropped 4 packets from queue 7: its pipe's
+    // port group 0, group queue 23.
+    {
+        let mut s = sw.state.lock().unwrap();
+        let id = s.table_id("tf1.tm.counter.queue");
+        let fields = (1..=3)
+            .map(|field_id| bfrt::DataField {
+                field_id,
+                value: Some(bfrt::data_field::Value::Stream(
+                    u64::from(field_id == 1)
+                        .saturating_mul(4)
+                        .to_be_bytes()
+                        .to_vec(),
+                )),
+            })
+            .collect();
+        let data = bfrt::TableData {
+            action_id: 0,
+            fields,
+        };
+        s.entries
+            .insert((id, vec![(1, vec![0]), (2, vec![23])]), data);
+    }
+    let out = ctl(&sw, &topology, &["queues"]);
+    assert!(
+        out.contains("tofino's own queues: 8 strict-priority queues per port, queue 7 first"),
+        "{out}"
+    );
+    assert!(out.contains("class -> queue: 5->7 (others on 0)"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("10.0.0.3:5000"))
+        .unwrap_or_else(|| panic!("no row for port 130's queue 7: {out}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((cells[1], cells[4]), ("7", "4"), "queue 7, 4 drops: {row}");
+
+    ctl(
+        &sw,
+        &topology,
+        &[
+            "group",
+            "create",
+            "--id",
+            "700",
+            "--members",
+            "10.0.0.2:6000,10.0.0.3:6000",
+        ],
+    );
+    let groups: serde_json::Value =
+        serde_json::from_str(&ctl(&sw, &topology, &["--json", "group", "list"])).unwrap();
+    let ids: Vec<u64> = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [8, 700],
+        "the job's result group and the one by hand: {groups}"
+    );
+
+    // The switch has received 45 packets (InaggIngress.rx, bytes 4500).
+    {
+        let mut s = sw.state.lock().unwrap();
+        let id = s.table_id("pipe.InaggIngress.rx");
+        let cell = |field_id, v: u64| bfrt::DataField {
+            field_id,
+            value: Some(bfrt::data_field::Value::Stream(v.to_be_bytes().to_vec())),
+        };
+        let data = bfrt::TableData {
+            action_id: 0,
+            fields: vec![cell(65553, 4500), cell(65554, 45)],
+        };
+        s.entries.insert((id, vec![(65556, vec![0; 4])]), data);
+    }
+    let counters: serde_json::Value =
+        serde_json::from_str(&ctl(&sw, &topology, &["--json", "counters"])).unwrap();
+    let switch = &counters["switch"];
+    assert_eq!(
+        (&switch["rx_packets"], &switch["rx_bytes"]),
+        (&45.into(), &4500.into()),
+        "{counters}"
+    );
+    assert_eq!(counters["jobs"][0]["spec"]["id"], 7, "{counters}");
+
+    ctl(&sw, &topology, &["group", "delete", "700"]);
+    ctl(&sw, &topology, &["job", "delete", "7"]);
+    let jobs = ctl(&sw, &topology, &["--json", "job", "list"]);
+    assert_eq!(jobs.split_whitespace().collect::<String>(), "[]");
+}
