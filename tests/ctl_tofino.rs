@@ -170,3 +170,80 @@ fn ctl_programs_a_tofino_through_bf_runtime() {
     let jobs = ctl(&sw, &topology, &["--json", "job", "list"]);
     assert_eq!(jobs.split_whitespace().collect::<String>(), "[]");
 }
+
+/// `inagg controller --target tofino` places a job named through `inagg ctl
+/// --controller` on the switch: its entries are in the stand-in's tables.
+#[test]
+fn the_controller_places_jobs_on_a_tofino() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let topology = dir.path().join("topology.toml");
+    std::fs::write(&topology, TOPOLOGY).unwrap();
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut controller = Command::new(INAGG)
+        .args([
+            "controller",
+            "--target",
+            "tofino",
+            "--switch",
+            &sw.addr.to_string(),
+        ])
+        .arg("--program")
+        .arg(dir.path())
+        .arg("--topology")
+        .arg(&topology)
+        .args([
+            "--switch-data",
+            "10.0.0.254:47000",
+            "--listen",
+            &listen.to_string(),
+        ])
+        .arg("--state")
+        .arg(dir.path().join("controller.redb"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the API to listen (its log says so), at most 30 s.
+    let mut log = BufReader::new(controller.stderr.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = String::new();
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller never listened: {seen}"
+        );
+        let mut line = String::new();
+        if log.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = controller.kill();
+            panic!("the controller exited: {seen}");
+        }
+        seen.push_str(&line);
+    }
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+
+    let out = Command::new(INAGG)
+        .args(["ctl", "--controller", &listen.to_string(), "job", "create"])
+        .args([
+            "--name",
+            "resnet",
+            "--workers",
+            "10.0.0.1:5000,10.0.0.2:5000",
+        ])
+        .args(["--elements", "64", "--slots", "32"])
+        .output()
+        .unwrap();
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    let s = sw.state.lock().unwrap();
+    let jobs = s.table_id("pipe.InaggIngress.admission.job_table");
+    let workers = s.table_id("pipe.InaggIngress.admission.worker_table");
+    let count = |t| s.entries.keys().filter(|(id, _)| *id == t).count();
+    assert_eq!((count(jobs), count(workers)), (1, 2), "{}", text(&out));
+}
