@@ -18,8 +18,9 @@
 #            p4test or in p4c's source tree (P4C_SRC/backends/tofino/bf-p4c/
 #            p4include). Nothing is written.
 #
-# -D arguments go to every compiler: -DK=32 (elements per packet; the TNA
-# program defaults to K = 32 for Tofino 1, the most that fits), -DSLOTS=4096,
+# -D arguments go to every compiler: -DK=32 (elements per packet; K = 64 by
+# default, on Tofino 1 with the values in two passes, -DK=32 in one),
+# -DSLOTS=4096,
 # -DINAGG_UDP_PORT=..., -DINAGG_RECIRC_PORT=... (TNA). K=... and SLOTS=... in
 # the environment do the same. P4_BUILD_DIR moves the output (default
 # p4/build); TOFINO_TARGET=tofino2 compiles the TNA program for Tofino 2.
