@@ -35,6 +35,25 @@ fn ctl(sw: &Switch, topology: &std::path::Path, args: &[&str]) -> String {
     text(&out)
 }
 
+/// Puts `(field id, value)` into the stand-in's entry of `table` at `key`,
+/// as the switch's hardware would have counted them.
+fn set_cell(sw: &Switch, table: &str, key: Vec<(u32, Vec<u8>)>, fields: &[(u32, u64)]) {
+    let mut s = sw.state.lock().unwrap();
+    let id = s.table_id(table);
+    let fields = fields
+        .iter()
+        .map(|&(field_id, v)| bfrt::DataField {
+            field_id,
+            value: Some(bfrt::data_field::Value::Stream(v.to_be_bytes().to_vec())),
+        })
+        .collect();
+    let data = bfrt::TableData {
+        action_id: 0,
+        fields,
+    };
+    s.entries.insert((id, key), data);
+}
+
 #[test]
 fn ctl_programs_a_tofino_through_bf_runtime() {
     let sw = Switch::start();
@@ -81,27 +100,12 @@ fn ctl_programs_a_tofino_through_bf_runtime() {
     assert!(out.contains("priority class 5 -> queue 7"), "{out}");
     // Port 130 (10.0.0.3) has dropped 4 packets from queue 7: its pipe's
     // port group 0, group queue 23.
-    {
-        let mut s = sw.state.lock().unwrap();
-        let id = s.table_id("tf1.tm.counter.queue");
-        let fields = (1..=3)
-            .map(|field_id| bfrt::DataField {
-                field_id,
-                value: Some(bfrt::data_field::Value::Stream(
-                    u64::from(field_id == 1)
-                        .saturating_mul(4)
-                        .to_be_bytes()
-                        .to_vec(),
-                )),
-            })
-            .collect();
-        let data = bfrt::TableData {
-            action_id: 0,
-            fields,
-        };
-        s.entries
-            .insert((id, vec![(1, vec![0]), (2, vec![23])]), data);
-    }
+    set_cell(
+        &sw,
+        "tf1.tm.counter.queue",
+        vec![(1, vec![0]), (2, vec![23])],
+        &[(1, 4), (2, 0), (3, 0)],
+    );
     let out = ctl(&sw, &topology, &["queues"]);
     assert!(
         out.contains("tofino's own queues: 8 strict-priority queues per port, queue 7 first"),
@@ -142,19 +146,12 @@ fn ctl_programs_a_tofino_through_bf_runtime() {
     );
 
     // The switch has received 45 packets (InaggIngress.rx, bytes 4500).
-    {
-        let mut s = sw.state.lock().unwrap();
-        let id = s.table_id("pipe.InaggIngress.rx");
-        let cell = |field_id, v: u64| bfrt::DataField {
-            field_id,
-            value: Some(bfrt::data_field::Value::Stream(v.to_be_bytes().to_vec())),
-        };
-        let data = bfrt::TableData {
-            action_id: 0,
-            fields: vec![cell(65553, 4500), cell(65554, 45)],
-        };
-        s.entries.insert((id, vec![(65556, vec![0; 4])]), data);
-    }
+    set_cell(
+        &sw,
+        "pipe.InaggIngress.rx",
+        vec![(65556, vec![0; 4])],
+        &[(65553, 4500), (65554, 45)],
+    );
     let counters: serde_json::Value =
         serde_json::from_str(&ctl(&sw, &topology, &["--json", "counters"])).unwrap();
     let switch = &counters["switch"];

@@ -75,6 +75,13 @@ struct Standin(Arc<Mutex<State>>);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// The table whose id is `id`.
+fn table_by_id(info: &BfrtInfo, id: u32) -> Option<&super::bfrt_info::Table> {
+    info.names()
+        .filter_map(|n| info.table(n).ok())
+        .find(|t| t.id == id)
+}
+
 /// An entry's table and exact key.
 pub fn key_of(t: &bfrt::TableEntry) -> Key {
     let mut fields = Vec::new();
@@ -161,10 +168,7 @@ impl State {
             .info
             .as_ref()
             .ok_or_else(|| Status::failed_precondition("no program"))?;
-        let table = info
-            .names()
-            .filter_map(|n| info.table(n).ok())
-            .find(|x| x.id == t.table_id)
+        let table = table_by_id(info, t.table_id)
             .ok_or_else(|| Status::invalid_argument(format!("unknown table id {}", t.table_id)))?;
         // Cells, and the traffic manager's entries: every key exists.
         let cells = matches!(table.table_type.as_str(), "Register" | "Counter")
@@ -346,11 +350,7 @@ impl BfRuntime for Standin {
                 }
             }
             let info = s.info.as_ref().unwrap();
-            let desc = info
-                .names()
-                .filter_map(|n| info.table(n).ok())
-                .find(|x| x.id == table)
-                .unwrap();
+            let desc = table_by_id(info, table).unwrap();
             // A port the switch does not have reads as nothing.
             let zeros = cells && desc.table_type != "TmPortCfg";
             if zeros && !key.is_empty() && !s.entries.contains_key(&(table, key.clone())) {

@@ -211,8 +211,7 @@ fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
         PRE_NODE,
         PRE_MGID,
     ];
-    needed.extend([GROUP_PACKETS, GROUP_COPIES]);
-    needed.extend([RX, TX, DROPS]);
+    needed.extend([RX, TX, DROPS, GROUP_PACKETS, GROUP_COPIES]);
     needed.extend(BITMAPS);
     needed.extend(JOB_COUNTERS);
     for name in needed {
@@ -636,7 +635,7 @@ impl Target for TofinoTarget {
             })
             .collect::<Result<Vec<_>>>()?;
         let group = Self::group(spec);
-        self.check_group_free(&[], &self.relay_state()?, group)?;
+        Self::check_group_free(&[], &self.group_entries()?, group)?;
         let zeros = self.bitmap_zeros(spec)?;
         let mut ports: Vec<u16> = hosts.iter().map(|(_, h)| h.port).collect();
         ports.sort_unstable();

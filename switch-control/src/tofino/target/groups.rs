@@ -67,13 +67,21 @@ pub(super) struct Relays {
 }
 
 impl TofinoTarget {
+    /// group_table: each group's PRE group.
+    pub(super) fn group_entries(&self) -> Result<BTreeMap<u16, u16>> {
+        let mut groups = BTreeMap::new();
+        for e in self.read_all(GROUP_TABLE)? {
+            groups.insert(e.key("group")? as u16, e.get("mcast_grp")? as u16);
+        }
+        Ok(groups)
+    }
+
     /// What group_table, member_table and group_receivers hold.
     pub(super) fn relay_state(&self) -> Result<Relays> {
-        let mut r = Relays::default();
-        for e in self.read_all(GROUP_TABLE)? {
-            r.groups
-                .insert(e.key("group")? as u16, e.get("mcast_grp")? as u16);
-        }
+        let mut r = Relays {
+            groups: self.group_entries()?,
+            ..Relays::default()
+        };
         for e in self.read_all(MEMBER_TABLE)? {
             let addr = std::net::Ipv4Addr::from(e.key("src_addr")? as u32);
             let endpoint = SocketAddr::from((addr, e.key("src_port")? as u16));
@@ -140,10 +148,14 @@ impl TofinoTarget {
 
     /// Refuses group id `g` if a job's result group or a group made by hand
     /// holds it.
-    pub(super) fn check_group_free(&self, jobs: &[JobSpec], r: &Relays, g: u16) -> Result<()> {
+    pub(super) fn check_group_free(
+        jobs: &[JobSpec],
+        groups: &BTreeMap<u16, u16>,
+        g: u16,
+    ) -> Result<()> {
         let owner = match jobs.iter().find(|j| Self::group(j) == g) {
             Some(j) => format!("job {}", j.id),
-            None if r.groups.contains_key(&g) => "made by hand".into(),
+            None if groups.contains_key(&g) => "made by hand".into(),
             None => return Ok(()),
         };
         Err(JobError::GroupInUse { group: g, owner }.into())
@@ -153,7 +165,7 @@ impl TofinoTarget {
     pub(super) fn install_group(&self, spec: &GroupSpec) -> Result<()> {
         check_group(spec)?;
         let relays = self.relay_state()?;
-        self.check_group_free(&self.installed()?, &relays, spec.id)?;
+        Self::check_group_free(&self.installed()?, &relays.groups, spec.id)?;
         let topology = self.topology()?;
         let hosts = spec
             .members
