@@ -504,6 +504,46 @@ fn a_port_the_switch_lacks_is_refused_before_the_job_is_written() {
     assert!(sw.state.lock().unwrap().writes.is_empty());
 }
 
+#[test]
+fn a_port_with_fewer_than_eight_queues_is_refused_before_the_job_is_written() {
+    let sw = Switch::start();
+    let dir = program_dir(64, 8192);
+    let mut t = connect(&sw, Some(dir.path())).unwrap();
+    // Port 2's group gives it 4 queues (tf1.tm.port.group can): the
+    // priority classes need 8.
+    {
+        let mut s = sw.state.lock().unwrap();
+        let cfg = s
+            .info
+            .as_ref()
+            .unwrap()
+            .table("tf1.tm.port.cfg")
+            .unwrap()
+            .clone();
+        let key = (cfg.id, vec![(1, 2u32.to_be_bytes().to_vec())]);
+        let data = s.entries.get_mut(&key).expect("port 2's tm.port.cfg entry");
+        for f in &mut data.fields {
+            if f.field_id == cfg.data("port_queues_count").unwrap().id {
+                f.value = Some(bfrt::data_field::Value::Stream(vec![4]));
+            } else if f.field_id == cfg.data("egress_qid_queues").unwrap().id {
+                f.value = Some(bfrt::data_field::Value::IntArrVal(
+                    bfrt::data_field::IntArray {
+                        val: vec![8, 9, 10, 11],
+                    },
+                ));
+            }
+        }
+    }
+    let err = install_job(&mut t, &spec(1, &["10.0.0.1:5000", "10.0.0.2:5000"], 0, 8)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("switch port 2 has 4 queues; inagg's priority classes need 8"),
+        "{err}"
+    );
+    assert!(sw.state.lock().unwrap().writes.is_empty());
+    assert!(t.jobs().unwrap().is_empty());
+}
+
 /// The stand-in's fixed tables have the driver's keys and, for every data
 /// field the target uses, its id, type and values: checked against the
 /// driver's own descriptions where INAGG_BFRT_FIXED names them (its
