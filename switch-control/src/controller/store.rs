@@ -57,14 +57,37 @@ fn open_advice_damaged(what: &str) -> String {
 }
 
 /// `Database::create`, or None where redb panics instead of returning an
-/// error (it asserts on some truncated files). The default panic message
-/// is held back meanwhile: the caller reports the damage in its own words.
+/// error (it asserts on some truncated files). The panic's message is held
+/// back on this thread meanwhile: the caller reports the damage in its own
+/// words.
 fn create_quietly(path: &Path) -> Option<Result<Database, redb::DatabaseError>> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    QUIET.with(|q| q.set(true));
+    quiet_hook();
     let result = std::panic::catch_unwind(|| Database::create(path));
-    std::panic::set_hook(hook);
+    QUIET.with(|q| q.set(false));
     result.ok()
+}
+
+thread_local! {
+    /// This thread's panics print nothing (see [`create_quietly`]).
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs, once per process, a panic hook that passes every panic to the
+/// hook it found, except on a thread that is [`QUIET`]. Swapping the hook
+/// around each call instead, as this once did, silenced every thread's
+/// panics meanwhile, and two calls at once could leave the silent hook in
+/// place for good: a failing test then printed no message at all.
+fn quiet_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let found = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(std::cell::Cell::get) {
+                found(info);
+            }
+        }));
+    });
 }
 
 impl Store {
