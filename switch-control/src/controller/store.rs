@@ -75,15 +75,16 @@ thread_local! {
 
 /// Installs, once per process, a panic hook that passes every panic to the
 /// hook it found, except on a thread that is [`QUIET`]. Swapping the hook
-/// around each call instead, as this once did, silenced every thread's
-/// panics meanwhile, and two calls at once could leave the silent hook in
-/// place for good: a failing test then printed no message at all.
+/// around each call instead would silence every thread's panics
+/// meanwhile, and two calls at once could leave the silent hook in place
+/// for good. (A thread whose locals are gone, panicking as it exits, is
+/// not quiet.)
 fn quiet_hook() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
         let found = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.with(std::cell::Cell::get) {
+            if !QUIET.try_with(std::cell::Cell::get).unwrap_or(false) {
                 found(info);
             }
         }));
