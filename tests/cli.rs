@@ -856,6 +856,48 @@ fn demo_prints_a_verified_json_report() {
     assert!(r["lost_contributions"].as_u64().unwrap() > 0, "{r}");
 }
 
+/// The demo gives the emulator's data plane a CPU of its own where there
+/// are two or more, and says where everything ran; `--no-pin` leaves it.
+#[cfg(target_os = "linux")]
+#[test]
+fn demo_pins_the_data_plane_apart_from_the_workers() {
+    let cpus = inagg_emu::affinity::allowed().unwrap();
+    let demo = |extra: &[&str]| {
+        let out = Command::new(INAGG)
+            .args(["demo", "--json", "--workers", "2", "--elements", "20000"])
+            .args(["-k", "256", "--loss", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let r = demo(&[]);
+    assert_eq!(r["verified"], true, "{r}");
+    match inagg_emu::affinity::Placement::split(&cpus) {
+        Some(p) => {
+            assert_eq!(r["switch_cpu"], p.switch, "{r}");
+            assert_eq!(r["worker_cpus"], serde_json::json!(p.workers), "{r}");
+        }
+        None => assert!(r["switch_cpu"].is_null(), "one CPU: {r}"),
+    }
+    let r = demo(&["--no-pin"]);
+    assert_eq!(r["verified"], true, "{r}");
+    assert!(r["switch_cpu"].is_null(), "{r}");
+    assert_eq!(r["worker_cpus"], serde_json::json!([]), "{r}");
+    let refused = Command::new(INAGG)
+        .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+        .args(["--cpu", "4096"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("CPU 4096: this process may run only on CPUs "),
+        "{}",
+        text(&refused)
+    );
+}
+
 #[test]
 fn bad_arguments_get_clear_errors_not_panics() {
     let run = |args: &[&str]| Command::new(INAGG).args(args).output().unwrap();

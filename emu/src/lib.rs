@@ -15,6 +15,7 @@
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
 //! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
+pub mod affinity;
 pub mod arbitration;
 pub mod conformance;
 #[cfg(feature = "dpdk")]

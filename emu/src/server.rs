@@ -54,6 +54,9 @@ pub struct EmulatorConfig {
     /// The control endpoint's token: a connection must present it before
     /// anything else is answered. Required off loopback.
     pub token: Option<Token>,
+    /// The CPU the data-plane thread is pinned to ([`crate::affinity`]);
+    /// `None`: wherever the OS runs it.
+    pub cpu: Option<usize>,
 }
 
 impl Default for EmulatorConfig {
@@ -66,6 +69,7 @@ impl Default for EmulatorConfig {
             link: None,
             port_rates: Vec::new(),
             token: None,
+            cpu: None,
         }
     }
 }
@@ -120,10 +124,19 @@ impl Emulator {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let data = {
-            let (state, stop) = (state.clone(), stop.clone());
+            let (state, stop, cpu) = (state.clone(), stop.clone(), config.cpu);
             std::thread::Builder::new()
                 .name("emu-data".into())
-                .spawn(move || data(state, stop))?
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        // Checked by `validate`: this fails only if the
+                        // process's CPUs changed since.
+                        if let Err(e) = crate::affinity::pin(&[cpu]) {
+                            tracing::warn!(cpu, "data plane not pinned: {e}");
+                        }
+                    }
+                    data(state, stop)
+                })?
         };
         let control = {
             let (state, stop) = (state.clone(), stop.clone());
@@ -204,6 +217,9 @@ pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
     }
     for r in &config.port_rates {
         check_rate(r.rate_bps).map_err(|e| invalid(format!("port {}: {e}", r.port)))?;
+    }
+    if let Some(cpu) = config.cpu {
+        crate::affinity::check(cpu)?;
     }
     Ok(())
 }

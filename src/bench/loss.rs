@@ -51,6 +51,10 @@ struct Row {
     queries: u64,
     timeouts: u64,
     verified: bool,
+    /// Where the runs' emulator data plane ran (`None`: unpinned), and
+    /// their workers.
+    switch_cpu: Option<usize>,
+    worker_cpus: Vec<usize>,
 }
 
 /// A series of rows sharing a lossless baseline.
@@ -131,7 +135,7 @@ const SERIES: [Series; 6] = [
 /// times fewer values: a run of 4M floats would take a minute; a run of
 /// 512K, a fifth of a second, moved by half between repetitions, its
 /// 2,048 handshakes and its slow start a large part of it).
-pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
+pub fn run(elements: usize, pin: bool, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut rows = Vec::new();
     for series in &SERIES {
         let size = |loss: f64| {
@@ -153,7 +157,8 @@ pub fn run(elements: usize, json: bool, out: &mut dyn Write) -> Result<()> {
             let n = series.faults.len();
             for f in (0..n).map(|i| (i + run) % n) {
                 let (loss, noise) = series.faults[f];
-                reports[f].push(demo(series, size(loss), loss, noise, run as u64 + 1)?);
+                let seed = run as u64 + 1;
+                reports[f].push(demo(series, size(loss), loss, noise, seed, pin)?);
             }
         }
         for (f, &(loss, noise)) in series.faults.iter().enumerate() {
@@ -201,11 +206,22 @@ fn row(
         queries: sum(|r| r.stats.queries),
         timeouts: sum(|r| r.stats.timeouts),
         verified: runs.iter().all(|r| r.verified),
+        switch_cpu: runs.first().and_then(|r| r.switch_cpu),
+        worker_cpus: runs
+            .first()
+            .map_or_else(Vec::new, |r| r.worker_cpus.clone()),
     }
 }
 
 /// One all-reduce through the demo's cluster.
-fn demo(series: &Series, elements: usize, loss: f64, noise: f64, seed: u64) -> Result<DemoReport> {
+fn demo(
+    series: &Series,
+    elements: usize,
+    loss: f64,
+    noise: f64,
+    seed: u64,
+    pin: bool,
+) -> Result<DemoReport> {
     crate::cmd::demo::run(&DemoArgs {
         workers: series.workers,
         elements,
@@ -224,6 +240,7 @@ fn demo(series: &Series, elements: usize, loss: f64, noise: f64, seed: u64) -> R
         seed,
         json: true,
         no_progress: true,
+        no_pin: !pin,
     })
 }
 
@@ -238,6 +255,14 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
         "inagg bench --loss: float and int32 all-reduces through the emulator, loss per direction, \
          median of {RUNS} interleaved runs (counts summed over them)"
     )?;
+    match rows.first().and_then(|r| r.switch_cpu) {
+        Some(cpu) => writeln!(
+            out,
+            "placement: emulator data plane on CPU {cpu}, workers on CPUs {} (--no-pin: unpinned)",
+            inagg_emu::affinity::List(&rows[0].worker_cpus)
+        )?,
+        None => writeln!(out, "placement: unpinned")?,
+    }
     writeln!(
         out,
         "{:>5} {:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",

@@ -74,6 +74,11 @@ pub struct BenchArgs {
     /// queries and timeouts.
     #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
     pub loss: bool,
+    /// With --loss: leave the emulator's data plane and the workers
+    /// wherever the OS runs them (as `demo --no-pin`; by default the data
+    /// plane has a CPU of its own).
+    #[arg(long, requires = "loss")]
+    pub no_pin: bool,
     /// PyTorch: DDP training steps with inagg's hook next to gloo, 2 and 4
     /// ranks, and the all-reduce alone for ResNet-50's 25.6M parameters
     /// (needs a Python with torch: $INAGG_TORCH_PYTHON or the one
@@ -170,7 +175,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         return crate::bench::torch::run(args.repeat, out);
     }
     if args.loss {
-        return crate::bench::loss::run(args.elements, args.json, out);
+        return crate::bench::loss::run(args.elements, !args.no_pin, args.json, out);
     }
     if args.priority {
         return crate::bench::priority::run(args.repeat, args.json, out);

@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use inagg_emu::{DropReason, FaultConfig};
+use inagg_emu::affinity::{self, Placement};
+use inagg_emu::{DropReason, EmulatorConfig, FaultConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16, Stats, Worker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::args::PoolArgs;
-use inagg_testbed::local::{run_all, JobParams, LocalCluster};
+use inagg_testbed::local::{run_all, run_all_on, JobParams, LocalCluster};
 use inagg_testbed::verify::{check_float, check_i32, gradient, FloatCheck};
 
 /// Options of `inagg demo`.
@@ -55,6 +56,12 @@ pub struct DemoArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Leave the emulator's data plane and the workers wherever the OS
+    /// runs them. By default, with two CPUs or more, the data plane gets
+    /// the last CPU this process may use and the workers share the others:
+    /// a switch is a device of its own.
+    #[arg(long)]
+    pub no_pin: bool,
 }
 
 /// A float format of the demo's tensor.
@@ -133,6 +140,10 @@ pub struct DemoReport {
     pub check: FloatCheck,
     /// All workers' statistics, summed.
     pub stats: Stats,
+    /// The CPU the emulator's data plane was pinned to (`None`: unpinned).
+    pub switch_cpu: Option<usize>,
+    /// The CPUs the workers shared (empty: unpinned).
+    pub worker_cpus: Vec<usize>,
 }
 
 /// Runs the demo and prints its report.
@@ -165,7 +176,13 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         reorder: args.reorder,
         seed: args.seed,
     };
-    let cluster = LocalCluster::start(faults)?;
+    let placement = if args.no_pin { None } else { Placement::here() };
+    let cluster = LocalCluster::start_config(EmulatorConfig {
+        faults,
+        cpu: placement.as_ref().map(|p| p.switch),
+        ..EmulatorConfig::ephemeral()
+    })?;
+    let cpus = placement.as_ref().map_or(&[][..], |p| &p.workers[..]);
     let params = JobParams {
         id: 1,
         workers: args.workers,
@@ -177,10 +194,10 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
     let mut workers = cluster.job(params, |c| c.window = window)?;
     let kernel_before = crate::kernel::udp_receive_buffer_errors();
     let (stats, check) = match args.dtype {
-        Dtype::F32 => reduce(args, &mut workers, |x| x)?,
-        Dtype::F16 => reduce(args, &mut workers, f16::from_f32)?,
-        Dtype::Bf16 => reduce(args, &mut workers, bf16::from_f32)?,
-        Dtype::I32 => reduce_i32(args, &mut workers)?,
+        Dtype::F32 => reduce(args, &mut workers, cpus, |x| x)?,
+        Dtype::F16 => reduce(args, &mut workers, cpus, f16::from_f32)?,
+        Dtype::Bf16 => reduce(args, &mut workers, cpus, bf16::from_f32)?,
+        Dtype::I32 => reduce_i32(args, &mut workers, cpus)?,
     };
     let kernel_drops = crate::kernel::udp_receive_buffer_errors()
         .zip(kernel_before)
@@ -211,18 +228,21 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         kernel_drops,
         check,
         stats: sum,
+        switch_cpu: placement.as_ref().map(|p| p.switch),
+        worker_cpus: cpus.to_vec(),
     })
 }
 
 /// Every worker's gradient in format `T`, all-reduced at once under the
-/// progress bar, and checked.
+/// progress bar on `cpus` (all of them if empty), and checked.
 fn reduce<T: Float>(
     args: &DemoArgs,
     workers: &mut [Worker],
+    cpus: &[usize],
     from: fn(f32) -> T,
 ) -> Result<(Vec<Stats>, FloatCheck)> {
     let inputs = gradients(args, from);
-    let (stats, data) = reduce_all(args, workers, &inputs, true, |w, d| {
+    let (stats, data) = reduce_all(args, workers, cpus, &inputs, true, |w, d| {
         w.allreduce_float(d, None)
     });
     Ok((
@@ -234,9 +254,15 @@ fn reduce<T: Float>(
 /// Every worker's int32 tensor (its float gradient in 1/65536ths, so
 /// that eight workers' sums stay within i32), all-reduced at once and
 /// checked for the exact sum: the check's error is then 0 or it fails.
-fn reduce_i32(args: &DemoArgs, workers: &mut [Worker]) -> Result<(Vec<Stats>, FloatCheck)> {
+fn reduce_i32(
+    args: &DemoArgs,
+    workers: &mut [Worker],
+    cpus: &[usize],
+) -> Result<(Vec<Stats>, FloatCheck)> {
     let inputs = gradients(args, |x| (x * 65536.0) as i32);
-    let (stats, data) = reduce_all(args, workers, &inputs, false, |w, d| w.allreduce_i32(d));
+    let (stats, data) = reduce_all(args, workers, cpus, &inputs, false, |w, d| {
+        w.allreduce_i32(d)
+    });
     let check = match check_i32(&inputs, &data) {
         Ok(()) => FloatCheck {
             verified: true,
@@ -272,6 +298,7 @@ fn gradients<T>(args: &DemoArgs, from: impl Fn(f32) -> T) -> Vec<Vec<T>> {
 fn reduce_all<T: Clone + Send>(
     args: &DemoArgs,
     workers: &mut [Worker],
+    cpus: &[usize],
     inputs: &[Vec<T>],
     float: bool,
     op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
@@ -283,7 +310,11 @@ fn reduce_all<T: Clone + Send>(
     }
     let total = workers[0].rounds(args.elements, float) * u64::from(args.workers);
     let bar = progress_bar(!args.json && !args.no_progress, total, progress.clone());
-    let stats = run_all(workers, &mut data, op);
+    let stats = if cpus.is_empty() {
+        run_all(workers, &mut data, op)
+    } else {
+        run_all_on(cpus, workers, &mut data, op)
+    };
     bar.finish_and_clear();
     (stats, data)
 }
@@ -370,6 +401,14 @@ pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::
             "result:      FAILED: {} elements outside the bound (first: worker {w}, element {i})",
             r.check.failures
         )?;
+    }
+    match r.switch_cpu {
+        Some(cpu) => writeln!(
+            out,
+            "placement:   emulator data plane on CPU {cpu}, workers on CPUs {}",
+            affinity::List(&r.worker_cpus)
+        )?,
+        None => writeln!(out, "placement:   unpinned (--no-pin, or one CPU)")?,
     }
     writeln!(out, "time:        {:.3} s", r.seconds)?;
     writeln!(

@@ -85,6 +85,11 @@ pub struct EmuArgs {
     /// e.g. 127.0.0.1:9471. Off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Pin the data-plane thread to this CPU, so that the switch has a
+    /// core of its own (keep the workers off it). Default: wherever the OS
+    /// runs it.
+    #[arg(long)]
+    pub cpu: Option<usize>,
 }
 
 /// The ports' pacing, from --line-rate and --queue-bytes.
@@ -144,6 +149,7 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
             .transpose()
             .map_err(anyhow::Error::msg)
             .context("--token")?,
+        cpu: args.cpu,
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;

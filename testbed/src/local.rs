@@ -156,6 +156,28 @@ pub fn run_all<T: Send>(
     })
 }
 
+/// [`run_all`] with every worker's thread pinned to `cpus`: with the
+/// emulator's data plane pinned elsewhere (`EmulatorConfig::cpu`), one
+/// host's stand-in for a switch and workers on devices of their own
+/// ([`inagg_emu::affinity`]).
+pub fn run_all_on<T: Send>(
+    cpus: &[usize],
+    workers: &mut [Worker],
+    data: &mut [Vec<T>],
+    op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
+) -> Result<Vec<Stats>> {
+    for &cpu in cpus {
+        inagg_emu::affinity::check(cpu).context("the workers' CPUs")?;
+    }
+    run_all(workers, data, |w, d| {
+        inagg_emu::affinity::pin(cpus).map_err(|source| inagg_host_agent::Error::Io {
+            what: "pin the worker's thread",
+            source,
+        })?;
+        op(w, d)
+    })
+}
+
 /// Joins one thread per worker, in worker order; the first failure (or
 /// panic) names its worker.
 pub fn join_workers<T>(
