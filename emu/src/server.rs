@@ -219,7 +219,7 @@ pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
         check_rate(r.rate_bps).map_err(|e| invalid(format!("port {}: {e}", r.port)))?;
     }
     if let Some(cpu) = config.cpu {
-        crate::affinity::check(cpu)?;
+        crate::affinity::check(&[cpu])?;
     }
     Ok(())
 }

@@ -166,9 +166,7 @@ pub fn run_all_on<T: Send>(
     data: &mut [Vec<T>],
     op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
 ) -> Result<Vec<Stats>> {
-    for &cpu in cpus {
-        inagg_emu::affinity::check(cpu).context("the workers' CPUs")?;
-    }
+    inagg_emu::affinity::check(cpus).context("the workers' CPUs")?;
     run_all(workers, data, |w, d| {
         inagg_emu::affinity::pin(cpus).map_err(|source| inagg_host_agent::Error::Io {
             what: "pin the worker's thread",
