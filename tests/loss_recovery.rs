@@ -81,6 +81,9 @@ fn losses_are_found_by_queries_and_resent_once() {
             "{workers} workers: {s:?}"
         );
         assert!(s.statuses > 0 && s.statuses <= s.queries, "{s:?}");
+        // A held member's status reaches the members the round waits for
+        // (counted apart from the answers to a worker's own queries).
+        assert!(s.nudges > 0, "{workers} workers: {s:?}");
     }
 }
 

@@ -482,6 +482,14 @@ fn egress(
                 sent(to, copy)
             })
             .collect(),
+        Action::Nudge { job, members } => sw
+            .workers(job)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter(|&(id, _)| id < 64 && members & (1u64 << id) != 0)
+            .map(|(_, &to)| sent(to, result.to_vec()))
+            .collect(),
         // No paced ports here, so a partial sum always takes the primary.
         Action::Unicast { to } | Action::Upstream { to, .. } | Action::Forward { to } => {
             vec![sent(to, result.to_vec())]

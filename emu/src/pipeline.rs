@@ -172,6 +172,15 @@ impl Pipeline {
                     self.egress(state, &head, &payload, addr, out);
                 }
             }
+            Action::Nudge { job, members } => {
+                // Unchanged copies: the worker field names the asker.
+                for id in (0..64).filter(|id| members & (1u64 << id) != 0) {
+                    let Some(&addr) = state.switch.workers(job).and_then(|w| w.get(id)) else {
+                        break;
+                    };
+                    self.egress(state, &head, &payload, addr, out);
+                }
+            }
             Action::Replicate { group, sender } => {
                 for id in 0.. {
                     let Some(&addr) = state.switch.members(group).and_then(|m| m.get(id)) else {

@@ -71,6 +71,18 @@ pub enum Action {
         /// The sender's member index (it gets no copy).
         sender: u16,
     },
+    /// A query's status while the set holds the asker's contribution and
+    /// waits for others (docs/PROTOCOL.md, "Loss recovery"): the status
+    /// (written to the output buffer) goes unchanged, the asker's id in its
+    /// worker field, to the asker and to every member whose bit is clear,
+    /// so that a member whose contribution was lost asks about it at once
+    /// instead of at its own timer.
+    Nudge {
+        /// The job whose members receive it.
+        job: u16,
+        /// The receivers' member ids, one bit each (bit i: member i).
+        members: u64,
+    },
     /// A retransmission to a completed slot: the stored result (written to the
     /// output buffer) goes back to the sender only.
     Unicast {
@@ -642,9 +654,16 @@ impl Job {
         status.emit(&mut Packet::new_unchecked(&mut out[..]));
         Status {
             bitmap: set.bitmap,
-            members: self.spec.workers.len() as u16,
+            members: n,
         }
         .emit(&mut out[HEADER_LEN..]);
+        let asker = 1u64 << repr.worker;
+        if set.bitmap & asker != 0 && set.count < n {
+            return Action::Nudge {
+                job: self.spec.id,
+                members: (all_members(n) & !set.bitmap) | asker,
+            };
+        }
         Action::Unicast { to }
     }
 
@@ -741,6 +760,15 @@ fn superseded(set: &SetState, repr: &Repr, n: u16) -> bool {
 }
 
 /// Whether packet id `a` is after `b` in serial-number order.
+/// One bit for each of a job's `n` members (at most 64).
+fn all_members(n: u16) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
 fn newer(a: u32, b: u32) -> bool {
     let ahead = a.wrapping_sub(b);
     ahead != 0 && ahead < 1 << 31
@@ -939,10 +967,23 @@ mod tests {
         assert_eq!((status.bitmap, status.members), (0, 3));
         send(&mut sw, 0, 2, 0, [1, 1], &mut out);
         send(&mut sw, 2, 2, 0, [4, 4], &mut out);
-        let (_, repr, status) = query(&mut sw, 0, 2, 0);
+        let (action, repr, status) = query(&mut sw, 0, 2, 0);
+        // The set holds the asker's: the status goes to the member it
+        // waits for as well, naming the asker.
+        assert_eq!(
+            action,
+            Action::Nudge {
+                job: 1,
+                members: 0b011
+            }
+        );
         assert_eq!((repr.worker, repr.slot, repr.set, repr.count), (0, 2, 0, 2));
         assert_eq!(status.missing().collect::<Vec<_>>(), [1]);
         assert!(status.holds(0));
+        // The missing member's own query goes to it alone.
+        let (action, repr, _) = query(&mut sw, 1, 2, 0);
+        assert_eq!(action, Action::Unicast { to: addr(1001) });
+        assert_eq!(repr.worker, 1);
         assert_eq!(
             send(&mut sw, 1, 2, 0, [2, 2], &mut out),
             Action::Multicast { job: 1 }
@@ -964,7 +1005,7 @@ mod tests {
             (repr.kind, repr.count, repr.worker, values),
             (Kind::Result, 3, 2, [7, 7])
         );
-        assert_eq!(sw.job(1).unwrap().counters.queries, 3);
+        assert_eq!(sw.job(1).unwrap().counters.queries, 4);
         assert_eq!(sw.job(1).unwrap().counters.resent_results, 1);
         // A member that moved on to the other set gets the status: its bit
         // is clear there.
@@ -973,6 +1014,35 @@ mod tests {
         assert_eq!(
             (repr.kind, repr.count, status.bitmap),
             (Kind::Status, 3, 0b011)
+        );
+    }
+
+    /// The status goes to every member a set of 64 waits for: the bitmap's
+    /// last bit is a member too.
+    #[test]
+    fn a_status_reaches_every_missing_member_of_sixty_four() {
+        let mut sw = empty_switch();
+        let workers = (0..64).map(|i| addr(1000 + i)).collect();
+        sw.create_job(spec(workers, 10, None)).unwrap();
+        let mut out = Vec::new();
+        send(&mut sw, 63, 2, 0, [1, 1], &mut out);
+        let (action, _, status) = query(&mut sw, 63, 2, 0);
+        assert_eq!(
+            action,
+            Action::Nudge {
+                job: 1,
+                members: u64::MAX
+            }
+        );
+        assert_eq!(status.missing().count(), 63);
+        send(&mut sw, 0, 2, 0, [1, 1], &mut out);
+        let (action, _, _) = query(&mut sw, 0, 2, 0);
+        assert_eq!(
+            action,
+            Action::Nudge {
+                job: 1,
+                members: !(1u64 << 63)
+            }
         );
     }
 

@@ -7,6 +7,7 @@ use inagg_emu::switch::Action;
 use inagg_emu::{JobSpec, Switch, SwitchConfig};
 use inagg_switch_api::detour::{AuxPath, Detour, RelaySpec};
 use inagg_switch_api::Upstream;
+use inagg_wire::status::STATUS_LEN;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 /// K of every job of the sample switch.
@@ -111,11 +112,18 @@ pub fn check_output(action: Action, input: &[u8], out: &[u8], k: u16) {
         Action::Forward { .. } | Action::Replicate { .. } => {
             assert_eq!(out, input, "{action:?} must copy the datagram verbatim")
         }
-        Action::Multicast { .. } | Action::Unicast { .. } | Action::Upstream { .. } => {
+        Action::Multicast { .. }
+        | Action::Unicast { .. }
+        | Action::Upstream { .. }
+        | Action::Nudge { .. } => {
             let p = Packet::new_checked(out).expect("the switch sent a short packet");
             let repr = Repr::parse(&p).expect("the switch sent a malformed packet");
             assert_eq!(repr.elements, k, "{action:?}: {repr:?}");
-            assert_eq!(out.len(), HEADER_LEN + usize::from(k) * 4);
+            let body = match repr.kind {
+                Kind::Status => STATUS_LEN,
+                _ => usize::from(k) * 4,
+            };
+            assert_eq!(out.len(), HEADER_LEN + body, "{action:?}: {repr:?}");
         }
     }
 }

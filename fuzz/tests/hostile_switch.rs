@@ -110,6 +110,7 @@ fn outcome(action: Action) -> &'static str {
         Action::Multicast { .. } => "Multicast",
         Action::Replicate { .. } => "Replicate",
         Action::Unicast { .. } => "Unicast",
+        Action::Nudge { .. } => "Nudge",
         Action::Upstream { .. } => "Upstream",
         Action::Forward { .. } => "Forward",
     }

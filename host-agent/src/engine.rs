@@ -107,6 +107,10 @@ enum Verdict<'d> {
     },
     /// The switch's answer to this slot's query.
     Status { slot: usize, status: Status },
+    /// The status of another member's query about this slot's round (its
+    /// worker field names the asker): the switch sends it to the members
+    /// the round waits for.
+    Nudge { slot: usize, status: Status },
     /// A second copy of the result of a round the slot asked about: the
     /// result had not been lost.
     Spurious { slot: usize },
@@ -321,6 +325,18 @@ impl<L: Link> Engine<'_, L> {
                         Verdict::Spurious { slot } => {
                             slots[slot].answered_asking = None;
                             self.path.rack.on_spurious();
+                            continue;
+                        }
+                        Verdict::Nudge { slot, status } => {
+                            stats.nudges += 1;
+                            self.on_nudge(
+                                &mut slots[slot],
+                                slot,
+                                &status,
+                                now,
+                                &mut queries,
+                                &mut stats,
+                            );
                             continue;
                         }
                         Verdict::Status { slot, status } => {
@@ -667,7 +683,11 @@ impl<L: Link> Engine<'_, L> {
             // The answer to this round's query: it echoes the round's id.
             return match Status::parse(payload) {
                 Ok(status) if repr.packet_id == slots[s].packet_id => {
-                    Verdict::Status { slot: s, status }
+                    if repr.worker == self.config.worker {
+                        Verdict::Status { slot: s, status }
+                    } else {
+                        Verdict::Nudge { slot: s, status }
+                    }
                 }
                 Ok(_) => {
                     stats.stale_results += 1;
@@ -886,6 +906,29 @@ impl<L: Link> Engine<'_, L> {
         slot.deadline = now + wait;
         queries.push(s);
         stats.queries += 1;
+    }
+
+    /// Another member's status says slot `s`'s round lacks this worker's
+    /// contribution: the worker asks about it at once rather than at its
+    /// own suspicion, a round trip or more later. It resends only on its
+    /// own answer: the other member asked when it did, and this worker's
+    /// copy may have arrived since (resending on the nudge itself sent
+    /// spurious copies when the contribution was merely behind a queue).
+    /// A slot already asked about, or asked about before, has its own
+    /// recovery under way.
+    fn on_nudge(
+        &mut self,
+        slot: &mut Slot<L::Buf>,
+        s: usize,
+        status: &Status,
+        now: Nanos,
+        queries: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) {
+        let lacks_mine = recovery::judge(status, self.config.worker) == Said::Resend;
+        if lacks_mine && slot.asked == Asked::Not && slot.queries == 0 {
+            self.ask(slot, s, now, queries, stats);
+        }
     }
 
     /// Slot `s` timed out (its queries unanswered, or its set held too

@@ -22,6 +22,10 @@ pub struct Stats {
     pub queries: u64,
     /// Statuses the switch answered them with.
     pub statuses: u64,
+    /// Statuses of other members' queries: the switch sends a status to
+    /// the members the round waits for too, and each that lacks its
+    /// contribution asks at once (docs/PROTOCOL.md, "Loss recovery").
+    pub nudges: u64,
     /// Slot timeouts that fired: queries a switch never answered, or a set
     /// that held this worker's contribution too long.
     pub timeouts: u64,
@@ -78,6 +82,7 @@ impl Stats {
         self.fast_retransmissions += o.fast_retransmissions;
         self.queries += o.queries;
         self.statuses += o.statuses;
+        self.nudges += o.nudges;
         self.timeouts += o.timeouts;
         self.window_cuts += o.window_cuts;
         self.window = self.window.max(o.window);

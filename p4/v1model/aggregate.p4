@@ -55,7 +55,9 @@
  *     yes: the stored result goes back to w alone (w's copy was lost), as
  *          for a retransmission (meta.inagg.stored_result)
  *     no:  the set's status goes back to w: bitmap[here] and n in the
- *          status block, count[here] in the header's count
+ *          status block, count[here] in the header's count; when w's bit
+ *          is set (count < n), also to the members whose bits are clear
+ *          (meta.inagg.nudge; StatusAnswer)
  *
  * The late copy (PROTOCOL.md, "Slot state machine", "Late copies"): set s
  * holds a complete round that some members have not left, and w's bit is
@@ -329,6 +331,8 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         hdr.inagg.packet_id = stored ? packet_id_here : hdr.inagg.packet_id;
         hdr.inagg.priority = stored ? priority_here : hdr.inagg.priority;
         meta.inagg.stored_result = stored ? 1w1 : 1w0;
+        meta.inagg.nudge = ((live_here & me) != 64w0 && count_live < meta.job.worker_count)
+                           ? 1w1 : 1w0;
         meta.inagg.retransmission = 0;
         meta.inagg.late = 0;
         meta.inagg.complete = 0;

@@ -14,6 +14,7 @@
  *   ... a query:            Admission -> Aggregate (reads only) ->
  *                           ResultDispatch (the stored result) or
  *                           StatusAnswer, + QueueSelect, to the asker
+ *                           (and the members its set waits for)
  *   anything else:          L2Forwarding
  *
  * The branches only decide; ResultDispatch, SendUpstream, RelayDetour and

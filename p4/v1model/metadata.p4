@@ -81,6 +81,7 @@ struct inagg_md_t {
     bit<1>        detour;          /* a detour taken as its member's contribution */
     bit<1>        detour_sent;     /* a partial sum sent by the auxiliary path */
     bit<1>        stored_result;   /* a query answered with the set's stored result */
+    bit<1>        nudge;           /* a query's status also goes to the members the set waits for */
 }
 
 /* Plain forwarding. */

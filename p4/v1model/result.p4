@@ -106,7 +106,11 @@ control ResultDispatch(inout headers_t hdr,
  * set's status (docs/PROTOCOL.md, "Loss recovery"; emu/src/switch.rs,
  * Job::query): the header with kind 6, the contributors in count, exponent
  * 0 and the query's packet id; then the 12-byte block Aggregate filled.
- * Unicast back to the asker, addressed back the way it came.
+ * Addressed back the way it came, to the asker alone; or, when the set
+ * holds the asker's contribution and waits for others (Aggregate's nudge),
+ * multicast to the job's group, where ResultRewrite keeps the asker's copy
+ * and those of the members whose bits are clear, and leaves the worker
+ * field naming the asker.
  */
 control StatusAnswer(inout headers_t hdr,
                      inout metadata_t meta,
@@ -118,13 +122,26 @@ control StatusAnswer(inout headers_t hdr,
         hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
         hdr.ipv4.total_len = (bit<16>)IPV4_BYTES + hdr.udp.length;
         address_back(hdr);
-        standard_metadata.egress_spec = standard_metadata.ingress_port;
         meta.inagg.is_result = 1;
+    }
+
+    action to_asker() {
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
         meta.inagg.multicast = 0;
+    }
+
+    action to_waiting_members() {
+        standard_metadata.mcast_grp = meta.job.mcast_grp;
+        meta.inagg.multicast = 1;
     }
 
     apply {
         make_status();
+        if (meta.inagg.nudge == 1) {
+            to_waiting_members();
+        } else {
+            to_asker();
+        }
     }
 }
 

@@ -8,6 +8,11 @@
  * receiving worker's id (each multicast copy is rewritten per receiver, as
  * the P4 egress does from the replication id)"). A copy without an entry is
  * dropped.
+ *
+ * A status multicast by StatusAnswer goes only to the asker (its worker
+ * field) and to the members whose bits its bitmap leaves clear; the other
+ * copies are dropped, and the kept ones still name the asker
+ * (docs/PROTOCOL.md, "Loss recovery").
  */
 #ifndef _INAGG_V1MODEL_RESULT_REWRITE_P4_
 #define _INAGG_V1MODEL_RESULT_REWRITE_P4_
@@ -42,7 +47,17 @@ control ResultRewrite(inout headers_t hdr,
     }
 
     apply {
-        result_receivers.apply();
+        bit<16> asker = hdr.inagg.worker;
+        bit<64> receiver = 64w1 << (bit<8>)standard_metadata.egress_rid;
+        if (hdr.status.isValid() && standard_metadata.egress_rid != asker
+            && (hdr.status.bitmap & receiver) != 64w0) {
+            drop_copy();
+        } else {
+            result_receivers.apply();
+            if (hdr.status.isValid()) {
+                hdr.inagg.worker = asker;
+            }
+        }
     }
 }
 
