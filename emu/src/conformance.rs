@@ -64,6 +64,10 @@ pub struct JobVector {
     /// The relays the job takes detours from, by member.
     #[serde(default)]
     pub detours: Vec<DetourVector>,
+    /// The members that are switches (a tree's child switches), one bit
+    /// each.
+    #[serde(default)]
+    pub child_switches: u64,
     pub workers: Vec<Endpoint>,
 }
 
@@ -223,6 +227,7 @@ impl JobVector {
     /// The job as the control plane installs it.
     pub fn spec(&self) -> JobSpec {
         JobSpec {
+            child_switches: self.child_switches,
             upstream: self.upstream.as_ref().map(|u| Upstream {
                 switch: u.switch.addr,
                 job: u.job,

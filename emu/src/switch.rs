@@ -661,7 +661,7 @@ impl Job {
         if set.bitmap & asker != 0 && set.count < n {
             return Action::Nudge {
                 job: self.spec.id,
-                members: (all_members(n) & !set.bitmap) | asker,
+                members: (all_members(n) & !set.bitmap & !self.spec.child_switches) | asker,
             };
         }
         Action::Unicast { to }
@@ -849,6 +849,7 @@ mod tests {
     /// Job 1 with `workers`, a pool of 4 slots at `pool_base`, K = 2.
     fn spec(workers: Vec<SocketAddr>, pool_base: u32, upstream: Option<Upstream>) -> JobSpec {
         JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             id: 1,
             workers,
@@ -1044,6 +1045,27 @@ mod tests {
                 members: !(1u64 << 63)
             }
         );
+    }
+
+    /// A tree's child switch is a member that takes results, not statuses:
+    /// a switch does not query.
+    #[test]
+    fn a_status_skips_child_switches() {
+        let mut sw = empty_switch();
+        let mut job = spec(vec![addr(1000), addr(1001), addr(1002)], 10, None);
+        job.child_switches = 0b100;
+        sw.create_job(job).unwrap();
+        let mut out = Vec::new();
+        send(&mut sw, 0, 2, 0, [1, 1], &mut out);
+        let (action, _, status) = query(&mut sw, 0, 2, 0);
+        assert_eq!(
+            action,
+            Action::Nudge {
+                job: 1,
+                members: 0b011
+            }
+        );
+        assert_eq!(status.missing().collect::<Vec<_>>(), [1, 2]);
     }
 
     /// A query is admitted as a contribution is: a stranger's, or one for a
@@ -1280,6 +1302,7 @@ mod tests {
     fn two_jobs_with_disjoint_pools_are_independent() {
         let mut sw = switch();
         sw.create_job(JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id: 2,
@@ -1367,6 +1390,7 @@ mod tests {
     fn a_jobs_group_comes_and_goes_with_the_job_and_ids_never_clash() {
         let mut sw = switch();
         let spec = |id: u16, group: u16| JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id,
@@ -1411,6 +1435,7 @@ mod tests {
         let mut sw = switch();
         let workers = vec![addr(3000), addr(3001)];
         sw.create_job(JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id: 2,

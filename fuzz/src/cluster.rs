@@ -30,6 +30,7 @@ const PATH: &str = "fuzz.toml";
 fn present() -> JobSpec {
     let at = |host: u8| SocketAddr::from(([10, 0, 0, host], 5000));
     JobSpec {
+        child_switches: 0,
         id: 7,
         workers: vec![at(1), at(2)],
         pool_base: 0,

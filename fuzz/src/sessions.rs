@@ -55,6 +55,7 @@ fn world() -> &'static Mutex<World> {
         EmuTarget::connect(emu.control_addr())
             .and_then(|mut t| {
                 t.create_job(&JobSpec {
+                    child_switches: 0,
                     id: JOB,
                     workers: endpoints.clone(),
                     pool_base: 0,

@@ -71,7 +71,8 @@ control Admission(inout headers_t hdr,
                    bit<16> generation,
                    bit<16> mcast_grp,
                    bit<32> incarnation,
-                   bit<1>  detours) {
+                   bit<1>  detours,
+                   bit<64> child_switches) {
         meta.job.worker_count = worker_count;
         meta.job.pool_base = pool_base;
         meta.job.pool_size = pool_size;
@@ -80,6 +81,7 @@ control Admission(inout headers_t hdr,
         meta.job.mcast_grp = mcast_grp;
         meta.job.incarnation = incarnation;
         meta.job.detours = detours;
+        meta.job.child_switches = child_switches;
         meta.job.known = 1;
     }
 

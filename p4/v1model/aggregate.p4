@@ -56,8 +56,9 @@
  *          for a retransmission (meta.inagg.stored_result)
  *     no:  the set's status goes back to w: bitmap[here] and n in the
  *          status block, count[here] in the header's count; when w's bit
- *          is set (count < n), also to the members whose bits are clear
- *          (meta.inagg.nudge; StatusAnswer)
+ *          is set (count < n), also to the members whose bits are clear,
+ *          but not to child switches (meta.inagg.nudge and not_nudged;
+ *          StatusAnswer)
  *
  * The late copy (PROTOCOL.md, "Slot state machine", "Late copies"): set s
  * holds a complete round that some members have not left, and w's bit is
@@ -333,6 +334,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         meta.inagg.stored_result = stored ? 1w1 : 1w0;
         meta.inagg.nudge = ((live_here & me) != 64w0 && count_live < meta.job.worker_count)
                            ? 1w1 : 1w0;
+        meta.inagg.not_nudged = live_here | meta.job.child_switches;
         meta.inagg.retransmission = 0;
         meta.inagg.late = 0;
         meta.inagg.complete = 0;

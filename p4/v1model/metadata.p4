@@ -26,6 +26,7 @@ struct job_md_t {
     bit<32> incarnation;    /* changes every time the job is installed */
     bit<1>  known;          /* job_table has the job */
     bit<1>  detours;        /* the job takes detours: packets may come out of order */
+    bit<64> child_switches; /* members that are switches: no status copies (one bit each) */
 }
 
 /* What upstream_table installs for a tree job (docs/PROTOCOL.md,
@@ -82,6 +83,7 @@ struct inagg_md_t {
     bit<1>        detour_sent;     /* a partial sum sent by the auxiliary path */
     bit<1>        stored_result;   /* a query answered with the set's stored result */
     bit<1>        nudge;           /* a query's status also goes to the members the set waits for */
+    bit<64>       not_nudged;      /* ... but not to these: the set holds theirs, or they are switches */
 }
 
 /* Plain forwarding. */

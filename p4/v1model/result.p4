@@ -109,7 +109,8 @@ control ResultDispatch(inout headers_t hdr,
  * Addressed back the way it came, to the asker alone; or, when the set
  * holds the asker's contribution and waits for others (Aggregate's nudge),
  * multicast to the job's group, where ResultRewrite keeps the asker's copy
- * and those of the members whose bits are clear, and leaves the worker
+ * and those of the members whose bits are clear (not child switches), and
+ * leaves the worker
  * field naming the asker.
  */
 control StatusAnswer(inout headers_t hdr,

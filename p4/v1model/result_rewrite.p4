@@ -10,8 +10,9 @@
  * dropped.
  *
  * A status multicast by StatusAnswer goes only to the asker (its worker
- * field) and to the members whose bits its bitmap leaves clear; the other
- * copies are dropped, and the kept ones still name the asker
+ * field) and to the members whose bits its bitmap leaves clear, child
+ * switches excepted (Aggregate's not_nudged); the other copies are
+ * dropped, and the kept ones still name the asker
  * (docs/PROTOCOL.md, "Loss recovery").
  */
 #ifndef _INAGG_V1MODEL_RESULT_REWRITE_P4_
@@ -50,7 +51,7 @@ control ResultRewrite(inout headers_t hdr,
         bit<16> asker = hdr.inagg.worker;
         bit<64> receiver = 64w1 << (bit<8>)standard_metadata.egress_rid;
         if (hdr.status.isValid() && standard_metadata.egress_rid != asker
-            && (hdr.status.bitmap & receiver) != 64w0) {
+            && (meta.inagg.not_nudged & receiver) != 64w0) {
             drop_copy();
         } else {
             result_receivers.apply();

@@ -531,6 +531,8 @@ fn tree_job(
     let job = config.job(t)?;
     let mut members = workers.to_vec();
     members.extend(tree.children(v).iter().map(|&c| datas[c]));
+    // Members workers.len().. are switches: no statuses for them.
+    let child_switches = (workers.len()..members.len().min(64)).fold(0u64, |m, i| m | 1 << i);
     let upstream = match tree.parent[v] {
         Some(p) if v != tree.root => Some(Upstream {
             switch: datas[p],
@@ -541,6 +543,7 @@ fn tree_job(
         _ => None,
     };
     Ok(JobSpec {
+        child_switches,
         detours: Vec::new(),
         id: job,
         workers: members,

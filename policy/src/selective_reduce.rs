@@ -101,6 +101,7 @@ impl CoordinatorConfig {
             self.pool_base + pool as u32 * self.slots,
         );
         JobSpec {
+            child_switches: 0,
             generation,
             ..JobSpec::new(id, workers, base, self.slots, self.elements)
         }

@@ -297,6 +297,7 @@ fn emu_rate(k: u16) -> Result<EmuRate> {
     let mut sw = Switch::new(SwitchConfig::default());
     let slots = 256u16;
     sw.create_job(JobSpec {
+        child_switches: 0,
         detours: Vec::new(),
         upstream: None,
         id: 1,

@@ -170,6 +170,16 @@ pub enum JobError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A job's child switches name a member it does not have.
+    #[error("job {id}: child switch {member} is not a member (the job has {members})")]
+    BadChildSwitch {
+        /// The job.
+        id: u16,
+        /// The member id named.
+        member: usize,
+        /// The job's members.
+        members: usize,
+    },
     /// A relay entry that cannot work (it loops, or names a member no
     /// parent has).
     #[error("relay {key}: {reason}")]

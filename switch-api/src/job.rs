@@ -85,6 +85,16 @@ pub struct JobSpec {
     /// (docs/PROTOCOL.md, "Auxiliary paths").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub detours: Vec<Detour>,
+    /// Members that are switches (a tree's child switches), one bit per
+    /// member id. They take the job's results, but not the status a held
+    /// member's query sends to the members its round waits for
+    /// (docs/PROTOCOL.md, "Loss recovery"): a switch does not query.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub child_switches: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Where a tree job's partial sums go: the parent switch's data-plane
@@ -144,6 +154,7 @@ impl JobSpec {
         elements: u16,
     ) -> JobSpec {
         JobSpec {
+            child_switches: 0,
             id,
             workers,
             pool_base,
@@ -165,6 +176,20 @@ impl JobSpec {
     /// Bytes of aggregator values its pool takes.
     pub fn memory(&self) -> u64 {
         u64::from(self.pool_size) * slot_bytes(self.elements)
+    }
+}
+
+/// Child switches must be members: a bit beyond the member list names no
+/// one.
+fn check_child_switches(spec: &JobSpec) -> Result<(), JobError> {
+    let n = spec.workers.len();
+    match (0..64).find(|&m| m >= n && spec.child_switches & (1u64 << m) != 0) {
+        Some(member) => Err(JobError::BadChildSwitch {
+            id: spec.id,
+            member,
+            members: n,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -224,6 +249,7 @@ pub fn validate_job<'a>(
         check_aux_path(id, &up)?;
     }
     crate::detour::check_detours(id, &spec.workers, &spec.detours)?;
+    check_child_switches(spec)?;
     if spec.group == Some(0) {
         return Err(JobError::GroupZero);
     }
@@ -644,6 +670,21 @@ mod tests {
                 total: 1 << 20,
             })
         );
+    }
+
+    #[test]
+    fn child_switches_must_be_members() {
+        let mut s = spec(3, 0, 10);
+        s.child_switches = 1 << s.workers.len();
+        assert_eq!(
+            validate_job(&s, [], CONFIG).unwrap_err().to_string(),
+            format!(
+                "job 3: child switch {0} is not a member (the job has {0})",
+                s.workers.len()
+            )
+        );
+        s.child_switches = 1;
+        assert!(validate_job(&s, [], CONFIG).is_ok());
     }
 
     #[test]

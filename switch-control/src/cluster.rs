@@ -96,6 +96,7 @@ fn default_elements() -> u16 {
 impl From<&JobSection> for JobSpec {
     fn from(j: &JobSection) -> JobSpec {
         JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id: j.id,

@@ -953,6 +953,7 @@ fn create_job_writes_the_documented_entries_in_order() {
                     ("mcast_grp", &[2]),
                     ("incarnation", &incarnation),
                     ("detours", &[0]),
+                    ("child_switches", &[0]),
                 ],
             )),
         ),
@@ -1007,6 +1008,7 @@ fn create_job_writes_the_documented_entries_in_order() {
                 ("mcast_grp", &[0x01, 0x2d]),
                 ("incarnation", &last_incarnation(&sw, &ids)),
                 ("detours", &[0]),
+                ("child_switches", &[0]),
             ],
         )),
     );
@@ -1655,6 +1657,7 @@ fn auxiliary_paths_write_their_entries_and_read_back() {
                     ("mcast_grp", &[6]),
                     ("incarnation", &last_incarnation(&sw, &ids)),
                     ("detours", &[1]),
+                    ("child_switches", &[0]),
                 ],
             )),
         ),

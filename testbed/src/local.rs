@@ -123,6 +123,7 @@ impl LocalCluster {
             })
             .collect::<Result<Vec<_>>>()?;
         let spec = JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id: p.id,

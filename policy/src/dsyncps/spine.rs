@@ -409,6 +409,7 @@ impl State {
         let c = &self.config;
         let workers = racks.iter().map(|id| self.racks[id].endpoint).collect();
         let spec = JobSpec {
+            child_switches: 0,
             generation: self.generation,
             ..JobSpec::new(c.job, workers, c.pool_base, c.pool_size, c.elements)
         };

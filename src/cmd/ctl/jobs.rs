@@ -119,6 +119,13 @@ pub struct Create {
     /// comma-separated.
     #[arg(long, value_name = "MEMBER=RELAY", value_delimiter = ',')]
     pub detour: Vec<Detour>,
+    /// Member MEMBER of --workers is a child switch of an aggregation
+    /// tree (direct only; the emulator and bmv2): it takes the job's
+    /// results but not the statuses sent to the members a round waits
+    /// for (docs/PROTOCOL.md, "Loss recovery"); repeatable or
+    /// comma-separated.
+    #[arg(long, value_name = "MEMBER", value_delimiter = ',', value_parser = clap::value_parser!(u8).range(0..64))]
+    pub child_switch: Vec<u8>,
 }
 
 impl Create {
@@ -133,6 +140,7 @@ impl Create {
             ("--upstream", self.upstream.is_some()),
             ("--aux-path", self.aux_path.is_some()),
             ("--detour", !self.detour.is_empty()),
+            ("--child-switch", !self.child_switch.is_empty()),
         ];
         let controller_only = [
             ("--name", self.name.is_some()),
@@ -187,6 +195,7 @@ impl Create {
         }
         let aux = self.aux_path;
         Ok(JobSpec {
+            child_switches: self.child_switch.iter().fold(0, |m, &c| m | 1 << c),
             detours: self.detour,
             upstream: self.upstream.map(|u| Upstream { aux, ..u }),
             id,

@@ -132,6 +132,8 @@ pub mod names {
         pub const EGRESS_PORT: &str = "egress_port";
         /// set_job: the job takes detours (1) or not (0).
         pub const DETOURS: &str = "detours";
+        /// set_job: the members that are switches, one bit each.
+        pub const CHILD_SWITCHES: &str = "child_switches";
         /// set_upstream: the job has an auxiliary path (1) or not (0).
         pub const AUX: &str = "aux";
         /// set_upstream: the auxiliary path's first switch's MAC.
@@ -278,6 +280,8 @@ pub struct SetJob {
     pub incarnation: Field,
     /// Whether the job takes detours.
     pub detours: Field,
+    /// The members that are switches.
+    pub child_switches: Field,
 }
 
 /// `InaggIngress.admission.worker_table`, and
@@ -577,6 +581,7 @@ impl Schema {
                 mcast_grp: l.param(a, param::MCAST_GRP)?,
                 incarnation: l.param(a, param::INCARNATION)?,
                 detours: l.param(a, param::DETOURS)?,
+                child_switches: l.param(a, param::CHILD_SWITCHES)?,
             },
         };
 

@@ -544,6 +544,7 @@ impl Bmv2Target {
                         param(a.mcast_grp, group.into(), &what)?,
                         param(a.incarnation, incarnation.into(), &what)?,
                         param(a.detours, u64::from(!spec.detours.is_empty()), &what)?,
+                        param(a.child_switches, spec.child_switches, &what)?,
                     ],
                 )),
             ),
@@ -902,6 +903,8 @@ struct JobEntry {
     incarnation: u32,
     /// The job takes detours.
     detours: bool,
+    /// The members that are switches.
+    child_switches: u64,
     /// The job's result multicast group.
     group: u16,
     /// The key, for deleting it.
@@ -929,6 +932,7 @@ impl JobEntry {
             generation: narrow(t, p::GENERATION, v(j.set_job.generation, p::GENERATION)?)?,
             incarnation: narrow(t, p::INCARNATION, v(j.set_job.incarnation, p::INCARNATION)?)?,
             detours: v(j.set_job.detours, p::DETOURS)? == 1,
+            child_switches: v(j.set_job.child_switches, p::CHILD_SWITCHES)?,
             group: narrow(t, p::MCAST_GRP, v(j.set_job.mcast_grp, p::MCAST_GRP)?)?,
             key: key_of(e),
         })
@@ -1151,6 +1155,7 @@ impl SwitchState {
         Ok(JobSpec {
             detours,
             upstream,
+            child_switches: j.child_switches,
             id: j.job,
             workers: workers.into_iter().map(SocketAddr::V4).collect(),
             pool_base: j.pool_base,

@@ -57,6 +57,7 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
                 ("mcast_grp", 16),
                 ("incarnation", 32),
                 ("detours", 1),
+                ("child_switches", 64),
             ],
         ),
         ("InaggIngress.admission.set_worker", &[("worker", 16)]),

@@ -75,6 +75,7 @@ impl JobRecord {
             return None;
         }
         Some(JobSpec {
+            child_switches: 0,
             detours: Vec::new(),
             upstream: None,
             id: self.id,

@@ -278,6 +278,9 @@ impl TofinoTarget {
         if !spec.detours.is_empty() {
             return refuse("detours");
         }
+        if spec.child_switches != 0 {
+            return refuse("child switches (a tree's root or inner node)");
+        }
         if !spec.queues.is_empty() {
             return refuse("a per-job queue map");
         }
@@ -580,6 +583,8 @@ fn specs(jobs: &[ReadEntry<'_>], worker_entries: &[ReadEntry<'_>]) -> Result<Vec
         let id = e.key("job")? as u16;
         let group = e.get("mcast_grp")? as u16;
         specs.push(JobSpec {
+            // The TNA program has no trees.
+            child_switches: 0,
             id,
             workers: workers
                 .remove(&id)
