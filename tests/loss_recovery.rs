@@ -81,10 +81,24 @@ fn losses_are_found_by_queries_and_resent_once() {
             "{workers} workers: {s:?}"
         );
         assert!(s.statuses > 0 && s.statuses <= s.queries, "{s:?}");
-        // A held member's status reaches the members the round waits for
-        // (counted apart from the answers to a worker's own queries).
-        assert!(s.nudges > 0, "{workers} workers: {s:?}");
     }
+}
+
+/// With few slots in flight (a pool of 8), workers ask for nudges: a held
+/// member's status reaches the members the round waits for (counted apart
+/// from the answers to a worker's own queries), and each that lacks its
+/// contribution asks at once; still one retransmission per loss.
+#[test]
+fn few_slots_in_flight_ask_for_nudges() {
+    let (s, lost) = run_pool(FaultConfig::loss(0.05, 5), 4, 400_000, 8, 1024);
+    assert!(lost > 20, "too few drops to judge: {lost}");
+    assert!(s.nudges > 0, "{s:?}");
+    assert!(s.statuses <= s.queries, "{s:?}");
+    assert!(
+        s.retransmissions * 10 <= lost * 11,
+        "{} retransmissions for {lost} lost: {s:?}",
+        s.retransmissions
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use inagg_wire::status::Status;
+use inagg_wire::status::{Status, QUERY_NUDGE};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
 use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
@@ -658,7 +658,7 @@ impl Job {
         }
         .emit(&mut out[HEADER_LEN..]);
         let asker = 1u64 << repr.worker;
-        if set.bitmap & asker != 0 && set.count < n {
+        if repr.count == QUERY_NUDGE && set.bitmap & asker != 0 && set.count < n {
             return Action::Nudge {
                 job: self.spec.id,
                 members: (all_members(n) & !set.bitmap & !self.spec.child_switches) | asker,
@@ -938,9 +938,12 @@ mod tests {
     }
 
     /// Worker `worker`'s query for `slot`/`set` and the status it gets.
+    /// A query that asks for nudges ([`QUERY_NUDGE`]), as workers with few
+    /// slots in flight send.
     fn query(sw: &mut Switch, worker: u16, slot: u16, set: u8) -> (Action, Repr, Status) {
         let repr = Repr {
             kind: Kind::Query,
+            count: QUERY_NUDGE,
             ..Repr::contribution(1, slot, set, worker, 2, 7)
         };
         let mut out = Vec::new();
@@ -985,6 +988,16 @@ mod tests {
         let (action, repr, _) = query(&mut sw, 1, 2, 0);
         assert_eq!(action, Action::Unicast { to: addr(1001) });
         assert_eq!(repr.worker, 1);
+        // A query that does not ask for nudges (count 0) is answered to
+        // the asker alone.
+        let q = Repr {
+            kind: Kind::Query,
+            ..Repr::contribution(1, 2, 0, 0, 2, 7)
+        };
+        assert_eq!(
+            sw.process(&q.to_bytes(), addr(1000), &mut out),
+            Action::Unicast { to: addr(1000) }
+        );
         assert_eq!(
             send(&mut sw, 1, 2, 0, [2, 2], &mut out),
             Action::Multicast { job: 1 }
@@ -1006,7 +1019,7 @@ mod tests {
             (repr.kind, repr.count, repr.worker, values),
             (Kind::Result, 3, 2, [7, 7])
         );
-        assert_eq!(sw.job(1).unwrap().counters.queries, 4);
+        assert_eq!(sw.job(1).unwrap().counters.queries, 5);
         assert_eq!(sw.job(1).unwrap().counters.resent_results, 1);
         // A member that moved on to the other set gets the status: its bit
         // is clear there.

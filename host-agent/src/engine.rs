@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use inagg_wire::status::Status;
+use inagg_wire::status::{Status, QUERY_NUDGE};
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use crate::link::{Link, SlotBuf};
@@ -207,6 +207,15 @@ const HELD_DOUBLINGS: u32 = 3;
 /// interval grows for a switch that drops what it asked for, and stays
 /// short enough that a lost resend at heavy loss does not wait a timeout.
 const RESEND_DOUBLINGS: u32 = 3;
+/// A worker's queries ask the switch to nudge the members a round waits
+/// for (docs/PROTOCOL.md, "Loss recovery") while at most this many of its
+/// slots may be in flight. With few, a member learns of its own loss late
+/// (few later rounds complete to show it), and the nudge saves it a round
+/// trip or more (K = 16370, pool 8, 4 workers, int32 at 10% loss: 3.07
+/// against 2.70 Gbit/s); with hundreds, its own evidence comes about as
+/// soon, and the copies cost the switch and the workers more than they
+/// save (K = 64, 512 slots, 4 workers at 5%: 0.097 against 0.108 Gbit/s).
+const NUDGE_WINDOW: usize = 32;
 
 impl<B> Slot<B> {
     /// When the packet in flight last went out (its first copy, or its
@@ -1018,6 +1027,11 @@ impl<L: Link> Engine<'_, L> {
         if queries.is_empty() {
             return Ok(());
         }
+        let count = if slots.len().min(self.path.window.limit()) <= NUDGE_WINDOW {
+            QUERY_NUDGE
+        } else {
+            0
+        };
         for &s in queries.iter() {
             let slot = &mut slots[s];
             let buf = match &mut slot.query {
@@ -1034,7 +1048,7 @@ impl<L: Link> Engine<'_, L> {
                 worker: self.config.worker,
                 generation: self.config.generation,
                 exponent: 0,
-                count: 0,
+                count,
                 elements: self.config.elements,
                 packet_id: slot.packet_id,
             }

@@ -55,8 +55,9 @@
  *     yes: the stored result goes back to w alone (w's copy was lost), as
  *          for a retransmission (meta.inagg.stored_result)
  *     no:  the set's status goes back to w: bitmap[here] and n in the
- *          status block, count[here] in the header's count; when w's bit
- *          is set (count < n), also to the members whose bits are clear,
+ *          status block, count[here] in the header's count; when the
+ *          query asks for nudges (its count QUERY_NUDGE) and w's bit is
+ *          set (count < n), also to the members whose bits are clear,
  *          but not to child switches (meta.inagg.nudge and not_nudged;
  *          StatusAnswer)
  *
@@ -327,14 +328,15 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         hdr.status.members = meta.job.worker_count;
         hdr.status.reserved = 0;
 
+        /* Read before the count becomes the answer's: 1 asks for nudges. */
+        meta.inagg.nudge = (hdr.inagg.count == QUERY_NUDGE && (live_here & me) != 64w0
+                            && count_live < meta.job.worker_count) ? 1w1 : 1w0;
+        meta.inagg.not_nudged = live_here | meta.job.child_switches;
         hdr.inagg.count = stored ? weight_here : count_live;
         hdr.inagg.exponent = stored ? exponent_here : 8w0;
         hdr.inagg.packet_id = stored ? packet_id_here : hdr.inagg.packet_id;
         hdr.inagg.priority = stored ? priority_here : hdr.inagg.priority;
         meta.inagg.stored_result = stored ? 1w1 : 1w0;
-        meta.inagg.nudge = ((live_here & me) != 64w0 && count_live < meta.job.worker_count)
-                           ? 1w1 : 1w0;
-        meta.inagg.not_nudged = live_here | meta.job.child_switches;
         meta.inagg.retransmission = 0;
         meta.inagg.late = 0;
         meta.inagg.complete = 0;

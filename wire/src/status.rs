@@ -21,6 +21,12 @@ use crate::{Error, Result};
 /// Bytes of the status block.
 pub const STATUS_LEN: usize = 12;
 
+/// A query's count field: 1 asks the switch to send its status to the
+/// members the round waits for as well, when the set holds the asker's
+/// contribution (a nudge); 0 asks for the asker alone. A switch that does
+/// not nudge answers the asker alone either way.
+pub const QUERY_NUDGE: u16 = 1;
+
 /// A status block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
