@@ -227,6 +227,52 @@ fn ctl_manages_jobs_and_refuses_bad_ones() {
         "{show}"
     );
     assert!(emu.ctl(&["job", "delete", "3"]).status.success());
+    // A tree's root lists its child switches among the members: only
+    // members can be.
+    let root = |child: &str| {
+        emu.ctl(&[
+            "--json",
+            "job",
+            "create",
+            "--id",
+            "4",
+            "--workers",
+            "127.0.0.1:7000,127.0.0.1:9000",
+            "--pool-base",
+            "700",
+            "--pool-size",
+            "8",
+            "--child-switch",
+            child,
+        ])
+    };
+    let outside = root("2");
+    assert!(
+        text(&outside).contains("job 4: child switch 2 is not a member (the job has 2)"),
+        "{}",
+        text(&outside)
+    );
+    let wide = root("64");
+    assert!(
+        !wide.status.success() && text(&wide).contains("64 is not in 0..64"),
+        "{}",
+        text(&wide)
+    );
+    assert!(root("1").status.success(), "{}", text(&root("1")));
+    let list = emu.ctl(&["--json", "job", "list"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let four = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["spec"]["id"] == 4);
+    assert_eq!(four.unwrap()["spec"]["child_switches"], 2);
+    let show = text(&emu.ctl(&["job", "show", "4"]));
+    assert!(
+        show.contains("worker   1  127.0.0.1:9000  (child switch)"),
+        "{show}"
+    );
+    assert!(emu.ctl(&["job", "delete", "4"]).status.success());
     assert!(emu.ctl(&["job", "delete", "1"]).status.success());
     let gone = emu.ctl(&["job", "show", "1"]);
     assert!(!gone.status.success() && text(&gone).contains("no job 1 is installed"));

@@ -292,7 +292,9 @@ fn write_job(o: &mut dyn Write, j: &JobInfo) -> std::io::Result<()> {
         s.generation
     )?;
     for (i, w) in s.workers.iter().enumerate() {
-        writeln!(o, "  worker {i:>3}  {w}")?;
+        let switch = i < 64 && s.child_switches & (1 << i) != 0;
+        let note = if switch { "  (child switch)" } else { "" };
+        writeln!(o, "  worker {i:>3}  {w}{note}")?;
     }
     if !s.queues.is_empty() {
         writeln!(o, "  priority map  {}", describe_map(&s.queues))?;
