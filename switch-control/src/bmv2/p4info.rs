@@ -1171,6 +1171,8 @@ mod tests {
             param::GENERATION,
             param::MCAST_GRP,
             param::INCARNATION,
+            param::DETOURS,
+            param::CHILD_SWITCHES,
             param::WORKER,
             param::DST_MAC,
             param::DST_ADDR,
