@@ -198,6 +198,18 @@ pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {
     base_rtt.map_or(floor, |b| (b / 4).max(floor))
 }
 
+/// The rank of the worker whose turn it is to speak for the round at
+/// `place`, of `workers` (ranks: one per worker under the sum,
+/// in a tree as at one switch): the turns go round by the round's place,
+/// so each round of a job has one speaker, and every worker speaks for
+/// about as many rounds as every other.
+pub(crate) fn speaker(place: Place, workers: u16) -> u16 {
+    let (count, slot) = place;
+    let n = usize::from(workers.max(1));
+    // Below n, so it fits in a u16.
+    ((count + slot) % n) as u16
+}
+
 /// When a slot with nothing sent after it is probed: two recent round
 /// trips (`rtt`), at least `floor`, doubled for each query already sent about the
 /// same round (a slot the switch keeps answering "resend" to costs a packet
@@ -252,6 +264,24 @@ mod tests {
         );
         // Complete and held: the result is away at the tree's parent.
         assert_eq!(judge(&s(0b1111), 0), Said::Held { missing: 0 });
+    }
+
+    #[test]
+    fn each_round_has_one_speaker_and_the_turns_go_round() {
+        for workers in [1u16, 3, 8] {
+            let mut turns = vec![0; usize::from(workers)];
+            for count in 0..24 {
+                for slot in 0..8 {
+                    turns[usize::from(speaker((count, slot), workers))] += 1;
+                }
+            }
+            let fair = 24 * 8 / usize::from(workers);
+            assert!(turns.iter().all(|&t| t == fair), "{workers}: {turns:?}");
+        }
+        // The next round of a slot has the next worker speak for it.
+        assert_eq!(speaker((4, 2), 4), 2);
+        assert_eq!(speaker((5, 2), 4), 3);
+        assert_eq!(speaker((6, 2), 4), 0);
     }
 
     #[test]
