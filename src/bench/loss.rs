@@ -1,8 +1,8 @@
 //! `inagg bench --loss`: goodput under loss, side by side with lossless, in
 //! one run: workers all-reduce a float or int32 tensor through the emulator
 //! at 0-30% loss per direction, for the default packets (K = 16370, pool 8) and a
-//! Tofino job's (K = 64, pool 512), with 4 workers and with 8, and with
-//! duplication and reordering on top of 1% loss.
+//! Tofino job's (K = 64, pool 512), with 4 workers and with 8 (float and
+//! int32 each), and with duplication and reordering on top of 1% loss.
 //!
 //! Each row is the median of interleaved runs ([`RUNS`]). Spurious
 //! retransmissions are the retransmissions beyond the contributions the
@@ -69,7 +69,7 @@ struct Series {
 
 const TO_10: &[(f64, f64)] = &[(0.0, 0.0), (0.01, 0.0), (0.05, 0.0), (0.1, 0.0)];
 
-const SERIES: [Series; 6] = [
+const SERIES: [Series; 8] = [
     Series {
         dtype: Dtype::F32,
         workers: 4,
@@ -100,6 +100,13 @@ const SERIES: [Series; 6] = [
         faults: TO_10,
     },
     Series {
+        dtype: Dtype::I32,
+        workers: 8,
+        k: 16370,
+        pool: 8,
+        faults: TO_10,
+    },
+    Series {
         dtype: Dtype::F32,
         workers: 4,
         k: 64,
@@ -122,6 +129,13 @@ const SERIES: [Series; 6] = [
     Series {
         dtype: Dtype::I32,
         workers: 4,
+        k: 64,
+        pool: 512,
+        faults: TO_10,
+    },
+    Series {
+        dtype: Dtype::I32,
+        workers: 8,
         k: 64,
         pool: 512,
         faults: TO_10,
