@@ -105,8 +105,8 @@ fn few_slots_in_flight_ask_for_nudges() {
 /// speak for it: one asks at once (and asks for nudges), the others wait
 /// two round trips more, by which time the round has usually completed.
 /// A round stalled by one lost contribution then costs a query or two, not
-/// one from each of its 8 members: fewer than 3.5 per datum lost (2.6-3.0
-/// in three runs; every member asking at once made it 4.1-4.4), still one
+/// one from each of its 8 members: fewer than 3.5 per datum lost (2.5-3.0
+/// in nine runs; every member asking at once made it 4.1-4.4), still one
 /// retransmission per loss.
 #[test]
 fn many_slots_in_flight_take_turns_to_ask() {

@@ -61,14 +61,18 @@ ctl --p4info "$tmp/p4/v1model/inagg.p4info.bin" --bmv2-json "$tmp/p4/v1model/ina
 
 rounds=$(((len + k - 1) / k))
 job=0
+# Creates the next job ($job) over the first $1 workers, pool and K as set.
+new_job() {
+    job=$((job + 1))
+    ctl job create --id "$job" --workers "$(seq -s, -f "10.0.0.%g:5000" 1 "$1")" \
+        --pool-base 0 --pool-size "$pool" --elements "$k" >/dev/null
+}
 # One all-reduce of job $job over $1 workers, dtype $2, extra agent flags
 # after. Prints one table row.
 measure() {
     local n=$1 dtype=$2 label=$3
     shift 3
-    job=$((job + 1))
-    ctl job create --id "$job" --workers "$(seq -s, -f "10.0.0.%g:5000" 1 "$n")" \
-        --pool-base 0 --pool-size "$pool" --elements "$k" >/dev/null
+    new_job "$n"
     local start end
     start=$(date +%s.%N)
     allreduce "$job" "$n" "$dtype" "$@"
@@ -88,7 +92,7 @@ switch_rate = c.get("contributions", 0) / secs
 print(f"| {label} | {n} | {dtype} | {secs:.1f} | {n * rounds / secs:,.0f} | {switch_rate:,.0f} | "
       f"{length * 32 / secs / 1e6:.2f} | {resent} ({100 * resent / (n * rounds):.1f}%) | {dup} | {res} |")
 with open(sys.argv[10], "a") as f:
-    f.write(f"{label}\t{dtype}\t{n * rounds / secs}\t{switch_rate}\t{resent / (n * rounds)}\t{secs}\n")
+    f.write(f"{label}\t{dtype}\t{n * rounds / secs}\t{switch_rate}\t{resent / (n * rounds)}\n")
 EOF
     ctl job delete "$job" >/dev/null
 }
@@ -119,7 +123,7 @@ import sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
 bmv2 = float(rows[0][3])
 print(f"bmv2 rate (one worker, whole pool in flight): {bmv2:,.0f} contributions/s at the switch")
-for label, dtype, useful, _, resent, _ in rows[1:]:
+for label, dtype, useful, _, resent in rows[1:]:
     if "adaptive" not in label:
         continue
     met = float(useful) >= bmv2 / 2 and float(resent) <= 0.10
@@ -163,9 +167,7 @@ dropped() {
 # queries nudges timeouts" to $tmp/loss.tsv.
 loss_run() {
     local dtype=$1 loss=$2 rep=$3 before after start end
-    job=$((job + 1))
-    ctl job create --id "$job" --workers "$(seq -s, -f "10.0.0.%g:5000" 1 "$workers")" \
-        --pool-base 0 --pool-size "$pool" --elements "$k" >/dev/null
+    new_job "$workers"
     before=$(dropped)
     start=$(date +%s.%N)
     allreduce "$job" "$workers" "$dtype"
