@@ -42,6 +42,7 @@ control InaggEgressDeparser(packet_out pkt,
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.inagg);
+        pkt.emit(hdr.status);
     }
 }
 

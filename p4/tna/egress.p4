@@ -2,6 +2,9 @@
  * InaggEgress: per-copy work after the packet replication engine.
  *
  *   multicast result copy      -> ResultRewrite (receiver from egress_rid)
+ *   multicast status copy      -> StatusRewrite (only the asker and the
+ *                                 members the round waits for), then
+ *                                 ResultRewrite, the asker's id kept
  *   group datagram copy        -> GroupRewrite (member from egress_rid; the
  *                                 sender's copy is dropped)
  *   flooded plain traffic      -> the copy for the ingress port is dropped
@@ -26,13 +29,23 @@ control InaggEgress(inout egress_headers_t hdr,
     Counter<bit<64>, bit<16>>(INAGG_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) group_copies;
 
     ResultRewrite() result_rewrite;
+    StatusRewrite() status_rewrite;
     GroupRewrite() group_rewrite;
 
     apply {
-        if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST) {
+        bit<16> asker = hdr.inagg.worker;
+        if (hdr.bridged.kind == BRIDGE_STATUS_MULTICAST) {
+            status_rewrite.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
+        }
+        if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST
+            || (hdr.bridged.kind == BRIDGE_STATUS_MULTICAST && eg_md.copy_dropped == 0)) {
             result_rewrite.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
         }
-        if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST || hdr.bridged.kind == BRIDGE_RESULT_UNICAST) {
+        if (hdr.bridged.kind == BRIDGE_STATUS_MULTICAST) {
+            hdr.inagg.worker = asker;
+        }
+        if (hdr.bridged.kind == BRIDGE_RESULT_MULTICAST || hdr.bridged.kind == BRIDGE_RESULT_UNICAST
+            || hdr.bridged.kind == BRIDGE_STATUS_MULTICAST) {
             if (eg_md.copy_dropped == 0) {
                 tx.count(0);
             }

@@ -46,6 +46,7 @@
 #include "forwarding.p4"
 #include "ingress.p4"
 #include "result_rewrite.p4"
+#include "status_rewrite.p4"
 #include "group_rewrite.p4"
 #include "egress.p4"
 #include "deparser.p4"

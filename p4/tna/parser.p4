@@ -37,6 +37,7 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.select_queue = 0;
         ig_md.inagg = 0;
         ig_md.query = 0;
+        ig_md.nudge_asked = 0;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_harvest;
             default: parse_ethernet;
@@ -112,8 +113,19 @@ parser InaggIngressParser(packet_in pkt,
         }
     }
 
+    /* A query whose count asks for nudges (docs/PROTOCOL.md, "Loss
+     * recovery") is marked here, so that StatusAnswer's choice of
+     * destination is one gateway on two bits. */
     state parse_query {
         ig_md.query = 1;
+        transition select(hdr.inagg.count) {
+            QUERY_NUDGE: parse_nudge_query;
+            default: accept;
+        }
+    }
+
+    state parse_nudge_query {
+        ig_md.nudge_asked = 1;
         transition accept;
     }
 
@@ -136,8 +148,18 @@ parser InaggEgressParser(packet_in pkt,
             BRIDGE_RESULT_UNICAST: parse_inagg_headers;
             BRIDGE_RESULT_MULTICAST: parse_inagg_headers;
             BRIDGE_GROUP_COPY: parse_inagg_headers;
+            BRIDGE_STATUS_MULTICAST: parse_status_copy;
             default: accept;
         }
+    }
+
+    state parse_status_copy {
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.inagg);
+        pkt.extract(hdr.status);
+        transition accept;
     }
 
     /* A result or a group datagram's copy is always Ethernet / IPv4 / UDP /

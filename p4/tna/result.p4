@@ -153,8 +153,11 @@ control ResultDelivery(inout ingress_headers_t hdr,
  * emu/src/switch.rs, Job::query): kind 6, the contributors in count (0 for
  * an empty set, whose countdown is an older round's), exponent 0, the
  * query's own packet id and priority; then the 12-byte block with the
- * set's bitmap and n. Unicast back to the asker, addressed back the way it
- * came.
+ * set's bitmap and n. Addressed back the way it came, to the asker alone;
+ * or, when the query asks for nudges (its count QUERY_NUDGE) and the set
+ * holds the asker's contribution and waits for others, multicast to the
+ * job's group, where StatusRewrite keeps the asker's copy and those of the
+ * members whose bits are clear (docs/PROTOCOL.md, "Loss recovery").
  */
 control StatusAnswer(inout ingress_headers_t hdr,
                      inout ingress_metadata_t ig_md,
@@ -174,11 +177,29 @@ control StatusAnswer(inout ingress_headers_t hdr,
         hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
         hdr.ipv4.total_len = (bit<16>)(IPV4_BYTES + UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
         address_back(hdr);
+    }
+
+    action to_asker() {
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.bridged.kind = BRIDGE_RESULT_UNICAST;
     }
 
+    action to_waiting_members() {
+        ig_tm_md.mcast_grp_a = ig_md.job.mcast_grp;
+        hdr.bridged.kind = BRIDGE_STATUS_MULTICAST;
+    }
+
     apply {
+        /* The asker's bit is set (SlotState's retransmission) and, this
+         * not being a stored result's resend, the set still waits: a
+         * nudge when the query asks for one. One gateway on two bits the
+         * parser and round_classifier set, so that the choice adds no
+         * stage to the chain after SlotState. */
+        if (ig_md.retransmission == 1 && ig_md.nudge_asked == 1) {
+            to_waiting_members();
+        } else {
+            to_asker();
+        }
         make_status();
         /* Two gateways: one condition reads at most 4 bytes of PHV. */
         hdr.inagg.count = ig_md.job.worker_count - ig_md.remaining[15:0];

@@ -16,6 +16,7 @@ const bit<8> BRIDGE_RECIRCULATE      = 2;  /* pass 1 of a result, to the recircu
 const bit<8> BRIDGE_RESULT_UNICAST   = 3;  /* a result resent to its sender */
 const bit<8> BRIDGE_RESULT_MULTICAST = 4;  /* a result copy for one worker */
 const bit<8> BRIDGE_GROUP_COPY       = 5;  /* a group datagram's copy for one member */
+const bit<8> BRIDGE_STATUS_MULTICAST = 6;  /* a query's status copy: the asker, or a member the round waits for */
 
 header bridged_md_h {
     bit<8>   kind;
@@ -54,13 +55,16 @@ struct ingress_headers_t {
     status_h     status;     /* made by the switch: a query's answer */
 }
 
-/* Egress parses results up to the inagg header; the payload passes through. */
+/* Egress parses results up to the inagg header; the payload passes
+ * through. A status copy's block is parsed too: its bitmap prunes the
+ * copies (StatusRewrite). */
 struct egress_headers_t {
     bridged_md_h bridged;
     ethernet_h   ethernet;
     ipv4_h       ipv4;
     udp_h        udp;
     inagg_h      inagg;
+    status_h     status;
 }
 
 /* What job_table installs for the packet's job (docs/PROTOCOL.md, "Switch
@@ -101,6 +105,7 @@ struct ingress_metadata_t {
     bit<16>       ip_udp_gap;       /* IPv4 total length - UDP length: 20 .. 0x7fff */
     bit<1>        inagg;            /* to the inagg port (the parser) */
     bit<1>        query;            /* a query (kind 5): answered, nothing changes (the parser) */
+    bit<1>        nudge_asked;      /* ... whose count is QUERY_NUDGE (the parser) */
     bit<1>        malformed;        /* a length, field or parse check failed */
 
     /* Slot state (slot_state.p4). */
