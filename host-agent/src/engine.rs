@@ -459,34 +459,7 @@ impl<L: Link> Engine<'_, L> {
                 }
                 let waited = Duration::from_nanos(now - last_progress);
                 if waited > self.config.give_up_after {
-                    // A slot the switch said it waits on others for, if any.
-                    let stuck = slots
-                        .iter()
-                        .position(|s| s.waits_for != 0)
-                        .or_else(|| slots.iter().position(|s| s.round < s.rounds))
-                        .unwrap_or(0);
-                    let missing = slots[stuck].waits_for;
-                    tracing::warn!(
-                        job = self.config.job,
-                        slot = stuck,
-                        "no progress; giving up"
-                    );
-                    return Err(Error::Timeout {
-                        switch: self.switch,
-                        job: self.config.job,
-                        slot: stuck,
-                        waited,
-                        retransmissions: stats.retransmissions,
-                        refusals: refusals.0,
-                        refused_last: Duration::from_nanos(now - refusals.1),
-                        handshake_weight: bad_weight
-                            .map(|w| (w, 2 * u32::from(self.config.workers))),
-                        missing,
-                        queries: (
-                            u32::try_from(stats.queries).unwrap_or(u32::MAX),
-                            u32::try_from(stats.statuses).unwrap_or(u32::MAX),
-                        ),
-                    });
+                    return Err(self.give_up(slots, waited, refusals, now, bad_weight, &stats));
                 }
                 if let Some(live) = self.live {
                     stats.elapsed = start.elapsed();
@@ -511,6 +484,46 @@ impl<L: Link> Engine<'_, L> {
         stats.elapsed = start.elapsed();
         stats.window = self.path.window.limit() as u64;
         Ok(stats)
+    }
+
+    /// The error of a worker that made no progress for `give_up_after`:
+    /// what it saw, for the operator (lib.rs, `Error::Timeout`): the slot
+    /// it waited on (one the switch said waits on other members, if any,
+    /// and those members), whether the switch refused or answered.
+    fn give_up(
+        &self,
+        slots: &[Slot<L::Buf>],
+        waited: Duration,
+        refusals: (u64, Nanos),
+        now: Nanos,
+        bad_weight: Option<u16>,
+        stats: &Stats,
+    ) -> Error {
+        let stuck = slots
+            .iter()
+            .position(|s| s.waits_for != 0)
+            .or_else(|| slots.iter().position(|s| s.round < s.rounds))
+            .unwrap_or(0);
+        tracing::warn!(
+            job = self.config.job,
+            slot = stuck,
+            "no progress; giving up"
+        );
+        Error::Timeout {
+            switch: self.switch,
+            job: self.config.job,
+            slot: stuck,
+            waited,
+            retransmissions: stats.retransmissions,
+            refusals: refusals.0,
+            refused_last: Duration::from_nanos(now - refusals.1),
+            handshake_weight: bad_weight.map(|w| (w, 2 * u32::from(self.config.workers))),
+            missing: slots[stuck].waits_for,
+            queries: (
+                u32::try_from(stats.queries).unwrap_or(u32::MAX),
+                u32::try_from(stats.statuses).unwrap_or(u32::MAX),
+            ),
+        }
     }
 
     /// Sends ready slots, first in the shared order, while the window has room.
