@@ -33,6 +33,10 @@ control InaggEgress(inout egress_headers_t hdr,
     GroupRewrite() group_rewrite;
 
     apply {
+        /* ResultRewrite writes the receiver's id; a status copy keeps the
+         * asker's. result_receivers is applied at one place for results
+         * and status copies both: bf-p4c refuses a table applied in two
+         * ("the next-table information cannot correctly propagate"). */
         bit<16> asker = hdr.inagg.worker;
         if (hdr.bridged.kind == BRIDGE_STATUS_MULTICAST) {
             status_rewrite.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
