@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use inagg_host_agent::Window;
+use inagg_host_agent::{AgentConfig, Window};
 
 /// Packet size and window of a job run through the emulator, as `demo` and
 /// `bench` take them: by default the largest datagram, whose per-packet
@@ -15,11 +15,45 @@ pub struct PoolArgs {
     /// datagram); a Tofino job uses 64.
     #[arg(short = 'k', long = "k", default_value_t = inagg_wire::MAX_ELEMENTS as u16)]
     pub k: u16,
-    /// Slots in the job's pool: the most packets each worker has outstanding.
+    /// The most packets each worker keeps in flight: the window's ceiling.
     #[arg(long, default_value_t = 8)]
     pub window: u32,
+    /// Slots the job's pool has beyond the window, for rounds in recovery:
+    /// each round a worker asks about or resends lets another slot in, up
+    /// to this many (docs/PROTOCOL.md, "Congestion window").
+    #[arg(long, default_value_t = DEFAULT_SPARE_SLOTS, value_name = "SLOTS")]
+    pub spare_slots: u32,
     #[command(flatten)]
     pub congestion: WindowArgs,
+}
+
+/// Spare slots by default: at 1% loss about one round in twelve of 8
+/// slots' (4 workers, K = 16370) is being recovered at any time, and at
+/// 5% about one in three.
+pub const DEFAULT_SPARE_SLOTS: u32 = 4;
+
+impl PoolArgs {
+    /// Slots in the job's pool: the window's and the spare ones.
+    pub fn pool_size(&self) -> Result<u32> {
+        match self.window.checked_add(self.spare_slots) {
+            Some(pool) if pool <= 65_536 => Ok(pool),
+            _ => bail!(
+                "--window {} with --spare-slots {}: a pool holds at most 65536 slots",
+                self.window,
+                self.spare_slots
+            ),
+        }
+    }
+
+    /// What sets a worker's window and spare slots.
+    pub fn tune(&self) -> Result<impl Fn(&mut AgentConfig)> {
+        let window = self.congestion.window()?;
+        let spare_slots = self.spare_slots;
+        Ok(move |config: &mut AgentConfig| {
+            config.window = window;
+            config.spare_slots = spare_slots;
+        })
+    }
 }
 
 /// How many of the pool's slots a worker keeps in flight (docs/PROTOCOL.md,

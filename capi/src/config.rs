@@ -33,6 +33,7 @@ const KEYS: &[&str] = &[
     "priority",
     "timeout",
     "window",
+    "spare_slots",
     "controller",
     "token",
     "register_wait",
@@ -278,6 +279,9 @@ impl Settings {
             .unwrap_or(0);
         config.give_up_after = self.seconds("timeout", 10.0)?;
         config.window = self.window()?;
+        config.spare_slots = self
+            .value("spare_slots", "a slot count (0-65535)")?
+            .unwrap_or(0);
         Ok(config)
     }
 
@@ -414,6 +418,12 @@ mod tests {
             .unwrap();
         assert_eq!((c.worker, c.rank, c.priority), (1, 2, 5));
         assert_eq!(c.window, Window::default());
+        assert_eq!(c.spare_slots, 0);
+        let c = parse("job=7 worker=1 workers=3 pool_size=16 spare_slots=4")
+            .unwrap()
+            .agent_config()
+            .unwrap();
+        assert_eq!((c.pool_size, c.spare_slots), (16, 4));
     }
 
     #[test]

@@ -89,6 +89,11 @@ pub struct AgentConfig {
     /// How many slots may be in flight at once (docs/PROTOCOL.md,
     /// "Congestion window").
     pub window: Window,
+    /// Slots of the pool the window leaves to rounds in recovery: the
+    /// window grows to `pool_size - spare_slots` at most, and each round
+    /// this worker has asked about or resent lets one more slot in, up to
+    /// `spare_slots` (docs/PROTOCOL.md, "Congestion window"). 0 by default.
+    pub spare_slots: u32,
 }
 
 impl AgentConfig {
@@ -122,6 +127,7 @@ impl AgentConfig {
             max_rto: Duration::from_secs(1),
             give_up_after: Duration::from_secs(10),
             window: Window::default(),
+            spare_slots: 0,
         }
     }
 
@@ -153,6 +159,12 @@ impl AgentConfig {
             return fail(format!(
                 "pool size {} must be 1 to 65536 slots",
                 self.pool_size
+            ));
+        }
+        if self.spare_slots >= self.pool_size {
+            return fail(format!(
+                "{} spare slots leave none of the pool's {} to the window",
+                self.spare_slots, self.pool_size
             ));
         }
         if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
@@ -815,6 +827,19 @@ mod tests {
         );
         let never = timeout_advice(switch, (0, Duration::ZERO), None, quiet);
         assert!(never.contains("check that the job is installed"), "{never}");
+    }
+
+    #[test]
+    fn spare_slots_must_leave_the_window_a_slot() {
+        let mut c = AgentConfig::new("127.0.0.1:47000".parse().unwrap(), 1, 0, 2, 8, 64);
+        c.spare_slots = 7;
+        assert!(c.validate().is_ok());
+        c.spare_slots = 8;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("8 spare slots leave none of the pool's 8 to the window"),
+            "{err}"
+        );
     }
 
     /// What the switch said about the stuck slot names the members it

@@ -211,7 +211,8 @@ pub(crate) struct CongestionWindow {
     flight_len: usize,
     /// The last judged flight was late.
     queue: bool,
-    /// The window never grows past this (the pool), nor when it is fixed.
+    /// The window never grows past this (the pool less its spare slots),
+    /// nor when it is fixed.
     ceiling: u64,
     fixed: bool,
 }
@@ -223,21 +224,22 @@ const SLACK: Nanos = 2_000_000;
 
 impl CongestionWindow {
     pub(crate) fn new(config: &AgentConfig) -> Self {
-        let pool = u64::from(config.pool_size.max(1));
+        // The spare slots are recovery's ([`crate::AgentConfig::spare_slots`]).
+        let ceiling = u64::from(config.pool_size.saturating_sub(config.spare_slots).max(1));
         let (cwnd, fixed) = match config.window {
-            crate::Window::Adaptive { initial } => (u64::from(initial.max(1)).min(pool), false),
-            crate::Window::Fixed { slots } => (u64::from(slots).min(pool), true),
+            crate::Window::Adaptive { initial } => (u64::from(initial.max(1)).min(ceiling), false),
+            crate::Window::Fixed { slots } => (u64::from(slots).min(ceiling), true),
         };
         CongestionWindow {
             cwnd: cwnd * ONE,
-            ssthresh: pool * ONE,
+            ssthresh: ceiling * ONE,
             recover_from: 0,
             base_rtt: None,
             flight_min: Nanos::MAX,
             flight_results: 0,
             flight_len: cwnd as usize,
             queue: false,
-            ceiling: pool * ONE,
+            ceiling: ceiling * ONE,
             fixed,
         }
     }
@@ -439,6 +441,18 @@ mod tests {
         results(&mut w, 100, 100 * MS);
         assert!(!w.on_timeout(0, 10 * MS));
         assert_eq!(w.limit(), 16);
+    }
+
+    #[test]
+    fn spare_slots_are_left_out_of_the_window_adaptive_or_fixed() {
+        let mut c = config(12, Window::Adaptive { initial: 16 });
+        c.spare_slots = 4;
+        let mut w = CongestionWindow::new(&c);
+        assert_eq!(w.limit(), 8);
+        results(&mut w, 1000, MS);
+        assert_eq!(w.limit(), 8, "never past the pool less its spare slots");
+        c.window = Window::POOL;
+        assert_eq!(CongestionWindow::new(&c).limit(), 8);
     }
 
     #[test]

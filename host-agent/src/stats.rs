@@ -31,6 +31,10 @@ pub struct Stats {
     pub timeouts: u64,
     /// Times a timeout halved the congestion window (once per flight).
     pub window_cuts: u64,
+    /// Rounds sent into one of the pool's spare slots: past the window, in
+    /// place of a round being recovered
+    /// ([`crate::AgentConfig::spare_slots`]).
+    pub spare_sends: u64,
     /// Slots the congestion window allowed in flight at the end (the
     /// largest of a multi-lane worker's).
     pub window: u64,
@@ -85,6 +89,7 @@ impl Stats {
         self.nudges += o.nudges;
         self.timeouts += o.timeouts;
         self.window_cuts += o.window_cuts;
+        self.spare_sends += o.spare_sends;
         self.window = self.window.max(o.window);
         self.stale_results += o.stale_results;
         self.handshakes += o.handshakes;

@@ -1,7 +1,8 @@
 //! `inagg bench --loss`: goodput under loss, side by side with lossless, in
 //! one run: workers all-reduce a float or int32 tensor through the emulator
-//! at 0-30% loss per direction, for the default packets (K = 16370, pool 8) and a
-//! Tofino job's (K = 64, pool 512), with 4 workers and with 8 (float and
+//! at 0-30% loss per direction, for the default packets (K = 16370, window
+//! 8) and a Tofino job's (K = 64, window 512), each with the default spare
+//! slots, with 4 workers and with 8 (float and
 //! int32 each), and with duplication and reordering on top of 1% loss.
 //!
 //! Each row is the median of interleaved runs ([`RUNS`]). Spurious
@@ -19,7 +20,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::args::{PoolArgs, WindowArgs};
+use crate::args::{PoolArgs, WindowArgs, DEFAULT_SPARE_SLOTS};
 use crate::cmd::demo::{DemoArgs, DemoReport, Dtype};
 
 /// Runs per row. The runs of a series are interleaved (each repetition
@@ -38,7 +39,9 @@ struct Row {
     dtype: &'static str,
     workers: u16,
     k: u16,
-    pool: u32,
+    /// The window's ceiling and the pool's spare slots beyond it.
+    window: u32,
+    spare_slots: u32,
     loss: f64,
     duplicate: f64,
     reorder: f64,
@@ -62,7 +65,8 @@ struct Series {
     dtype: Dtype,
     workers: u16,
     k: u16,
-    pool: u32,
+    /// The window's ceiling; the pool has [`DEFAULT_SPARE_SLOTS`] more.
+    window: u32,
     /// (loss, duplicate and reorder) per row; the first is lossless.
     faults: &'static [(f64, f64)],
 }
@@ -74,7 +78,7 @@ const SERIES: [Series; 8] = [
         dtype: Dtype::F32,
         workers: 4,
         k: 16370,
-        pool: 8,
+        window: 8,
         faults: &[
             (0.0, 0.0),
             (0.01, 0.0),
@@ -89,28 +93,28 @@ const SERIES: [Series; 8] = [
         dtype: Dtype::F32,
         workers: 8,
         k: 16370,
-        pool: 8,
+        window: 8,
         faults: TO_10,
     },
     Series {
         dtype: Dtype::I32,
         workers: 4,
         k: 16370,
-        pool: 8,
+        window: 8,
         faults: TO_10,
     },
     Series {
         dtype: Dtype::I32,
         workers: 8,
         k: 16370,
-        pool: 8,
+        window: 8,
         faults: TO_10,
     },
     Series {
         dtype: Dtype::F32,
         workers: 4,
         k: 64,
-        pool: 512,
+        window: 512,
         faults: &[
             (0.0, 0.0),
             (0.01, 0.0),
@@ -123,21 +127,21 @@ const SERIES: [Series; 8] = [
         dtype: Dtype::F32,
         workers: 8,
         k: 64,
-        pool: 512,
+        window: 512,
         faults: TO_10,
     },
     Series {
         dtype: Dtype::I32,
         workers: 4,
         k: 64,
-        pool: 512,
+        window: 512,
         faults: TO_10,
     },
     Series {
         dtype: Dtype::I32,
         workers: 8,
         k: 64,
-        pool: 512,
+        window: 512,
         faults: TO_10,
     },
 ];
@@ -207,7 +211,8 @@ fn row(
         dtype: runs[0].dtype,
         workers: series.workers,
         k: series.k,
-        pool: series.pool,
+        window: series.window,
+        spare_slots: DEFAULT_SPARE_SLOTS,
         loss,
         duplicate: noise,
         reorder: noise,
@@ -242,7 +247,8 @@ fn demo(
         dtype: series.dtype,
         pool: PoolArgs {
             k: series.k,
-            window: series.pool,
+            window: series.window,
+            spare_slots: DEFAULT_SPARE_SLOTS,
             congestion: WindowArgs {
                 initial_window: 16,
                 fixed_window: false,
@@ -279,11 +285,11 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     }
     writeln!(
         out,
-        "{:>5} {:>3} {:>6} {:>5} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
+        "{:>5} {:>3} {:>6} {:>7} {:>5} {:>8} {:>9} {:>7} {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
         "dtype",
         "n",
         "K",
-        "pool",
+        "window",
         "loss",
         "dup/reo",
         "Gbit/s",
@@ -299,11 +305,11 @@ fn print_table(rows: &[Row], out: &mut dyn Write) -> Result<()> {
     for r in rows {
         writeln!(
             out,
-            "{:>5} {:>3} {:>6} {:>5} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
+            "{:>5} {:>3} {:>6} {:>7} {:>4.0}% {:>7.0}% {:>9.3} {:>6.2}x {:>7} {:>10} {:>8} {:>6} {:>8} {:>8} {:>8}",
             r.dtype,
             r.workers,
             r.k,
-            r.pool,
+            format!("{}+{}", r.window, r.spare_slots),
             r.loss * 100.0,
             r.duplicate * 100.0,
             r.goodput_gbps,

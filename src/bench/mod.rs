@@ -346,17 +346,16 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
         .map(|w| gradient(7, w, args.elements))
         .collect();
     let bits = args.elements as f64 * 32.0;
-    let window = args.pool.congestion.window()?;
     let cluster = LocalCluster::start(FaultConfig::default())?;
     let mut workers = cluster.job(
         JobParams {
             id: 1,
             workers: n,
             pool_base: 0,
-            pool_size: args.pool.window,
+            pool_size: args.pool.pool_size()?,
             elements: args.pool.k,
         },
-        |c| c.window = window,
+        args.pool.tune()?,
     )?;
     // Interleaved, so that both see the same machine conditions; medians,
     // so that one lucky or unlucky run decides nothing.

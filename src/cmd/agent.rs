@@ -157,6 +157,11 @@ pub struct AgentArgs {
     pub json: bool,
     #[command(flatten)]
     pub congestion: crate::args::WindowArgs,
+    /// Slots of the job's pool left out of the window for rounds in
+    /// recovery: each round this worker asks about or resends lets one
+    /// more slot in, up to this many (docs/PROTOCOL.md, "Congestion window").
+    #[arg(long, default_value_t = 0, value_name = "SLOTS")]
+    pub spare_slots: u32,
     /// Serve the worker's counters in the Prometheus text format on this
     /// address (GET /metrics) while it runs.
     #[arg(long, value_name = "ADDR")]
@@ -191,6 +196,7 @@ pub fn run(a: &AgentArgs, out: &mut dyn Write) -> Result<()> {
     config.priority = a.priority;
     config.give_up_after = give_up_after;
     config.window = a.congestion.window()?;
+    config.spare_slots = a.spare_slots;
     let (job, worker_id) = (config.job, config.worker);
     let mut worker = open(a, config)?;
     let metrics = serve_metrics(a, &mut worker, job, worker_id)?;

@@ -187,11 +187,10 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         id: 1,
         workers: args.workers,
         pool_base: 0,
-        pool_size: args.pool.window,
+        pool_size: args.pool.pool_size()?,
         elements: args.pool.k,
     };
-    let window = args.pool.congestion.window()?;
-    let mut workers = cluster.job(params, |c| c.window = window)?;
+    let mut workers = cluster.job(params, args.pool.tune()?)?;
     let kernel_before = crate::kernel::udp_receive_buffer_errors();
     let (stats, check) = match args.dtype {
         Dtype::F32 => reduce(args, &mut workers, cpus, |x| x)?,
