@@ -111,8 +111,10 @@ pub struct DemoReport {
     pub element_bytes: usize,
     /// K.
     pub k: u16,
-    /// Pool slots.
+    /// The most slots each worker keeps in flight (the window's ceiling).
     pub window: u32,
+    /// The pool's slots beyond the window, for rounds in recovery.
+    pub spare_slots: u32,
     /// Loss per direction.
     pub loss: f64,
     /// Wall time of the all-reduce (slowest worker).
@@ -213,6 +215,7 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         element_bytes: args.dtype.size(),
         k: args.pool.k,
         window: args.pool.window,
+        spare_slots: args.pool.spare_slots,
         loss: args.loss,
         seconds,
         goodput_gbps: sum.goodput_gbps(),
@@ -375,13 +378,14 @@ pub fn print_summary(r: &DemoReport, out: &mut impl std::io::Write) -> std::io::
     let mib = (r.elements * r.element_bytes) as f64 / (1 << 20) as f64;
     writeln!(
         out,
-        "inagg demo: {} workers all-reduce {} {} {} ({mib:.1} MiB) through the emulator, K={} window={} loss={}%",
+        "inagg demo: {} workers all-reduce {} {} {} ({mib:.1} MiB) through the emulator, K={} window={} (+{} spare slots) loss={}%",
         r.workers,
         r.elements,
         r.dtype,
         if r.dtype == "i32" { "integers" } else { "floats" },
         r.k,
         r.window,
+        r.spare_slots,
         r.loss * 100.0
     )?;
     if r.verified && r.dtype == "i32" {
