@@ -20,30 +20,48 @@ pub struct PoolArgs {
     pub window: u32,
     /// Slots the job's pool has beyond the window, for rounds in recovery:
     /// each round a worker asks about or resends lets another slot in, up
-    /// to this many (docs/PROTOCOL.md, "Congestion window").
-    #[arg(long, default_value_t = DEFAULT_SPARE_SLOTS, value_name = "SLOTS")]
-    pub spare_slots: u32,
+    /// to this many (docs/PROTOCOL.md, "Congestion window"). Default: 4
+    /// for a window of at most 32 slots, none for a larger one.
+    #[arg(long, value_name = "SLOTS")]
+    pub spare_slots: Option<u32>,
     #[command(flatten)]
     pub congestion: WindowArgs,
 }
 
-/// Spare slots by default. With 8 slots in flight at K = 16370, a round
-/// that loses a packet (8% of them with 4 workers at 1% loss per
-/// direction, 15% with 8; a third and over half at 5%) spends about
-/// 0.85 ms in recovery against 0.66 ms for a whole round that loses
-/// nothing: on average about one slot in recovery at 1%, two to four
-/// at 5% (docs/PERFORMANCE.md, "Goodput under loss").
+/// Spare slots by default for a window of at most [`SPARE_WINDOW`] slots.
+/// With 8 slots in flight at K = 16370, a round that loses a packet (8%
+/// of them with 4 workers at 1% loss per direction, 15% with 8; a third
+/// and over half at 5%) spends about 0.85 ms in recovery against 0.66 ms
+/// for a whole round that loses nothing: on average about one slot in
+/// recovery at 1%, two to four at 5% (docs/PERFORMANCE.md, "Goodput
+/// under loss").
 pub const DEFAULT_SPARE_SLOTS: u32 = 4;
 
+/// The largest window given spare slots by default. In a window of 512
+/// (K = 64), 4 more slots changed nothing measurable under loss, and in
+/// two lossless runs of several hundred, on a machine in a slow phase,
+/// the workers' queries went into the thousands and ended in timeouts
+/// (103 in one 0.56 s all-reduce), which no run without them did.
+pub const SPARE_WINDOW: u32 = 32;
+
 impl PoolArgs {
+    /// The pool's spare slots: as given, or by the window's size.
+    pub fn spare_slots(&self) -> u32 {
+        self.spare_slots.unwrap_or(if self.window <= SPARE_WINDOW {
+            DEFAULT_SPARE_SLOTS
+        } else {
+            0
+        })
+    }
+
     /// Slots in the job's pool: the window's and the spare ones.
     pub fn pool_size(&self) -> Result<u32> {
-        match self.window.checked_add(self.spare_slots) {
+        let spare = self.spare_slots();
+        match self.window.checked_add(spare) {
             Some(pool) if pool <= 65_536 => Ok(pool),
             _ => bail!(
-                "--window {} with --spare-slots {}: a pool holds at most 65536 slots",
+                "--window {} with --spare-slots {spare}: a pool holds at most 65536 slots",
                 self.window,
-                self.spare_slots
             ),
         }
     }
@@ -51,7 +69,7 @@ impl PoolArgs {
     /// What sets a worker's window and spare slots.
     pub fn tune(&self) -> Result<impl Fn(&mut AgentConfig)> {
         let window = self.congestion.window()?;
-        let spare_slots = self.spare_slots;
+        let spare_slots = self.spare_slots();
         Ok(move |config: &mut AgentConfig| {
             config.window = window;
             config.spare_slots = spare_slots;

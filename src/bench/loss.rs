@@ -1,9 +1,9 @@
 //! `inagg bench --loss`: goodput under loss, side by side with lossless, in
 //! one run: workers all-reduce a float or int32 tensor through the emulator
 //! at 0-30% loss per direction, for the default packets (K = 16370, window
-//! 8) and a Tofino job's (K = 64, window 512), each with the default spare
-//! slots, with 4 workers and with 8 (float and
-//! int32 each), and with duplication and reordering on top of 1% loss.
+//! 8, 4 spare slots) and a Tofino job's (K = 64, window 512), with 4
+//! workers and with 8 (float and int32 each), and with duplication and
+//! reordering on top of 1% loss.
 //!
 //! Each row is the median of interleaved runs ([`RUNS`]). Spurious
 //! retransmissions are the retransmissions beyond the contributions the
@@ -20,7 +20,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::args::{PoolArgs, WindowArgs, DEFAULT_SPARE_SLOTS};
+use crate::args::{PoolArgs, WindowArgs};
 use crate::cmd::demo::{DemoArgs, DemoReport, Dtype};
 
 /// Runs per row. The runs of a series are interleaved (each repetition
@@ -65,7 +65,8 @@ struct Series {
     dtype: Dtype,
     workers: u16,
     k: u16,
-    /// The window's ceiling; the pool has [`DEFAULT_SPARE_SLOTS`] more.
+    /// The window's ceiling; the pool has the default spare slots more
+    /// ([`PoolArgs::spare_slots`]).
     window: u32,
     /// (loss, duplicate and reorder) per row; the first is lossless.
     faults: &'static [(f64, f64)],
@@ -212,7 +213,7 @@ fn row(
         workers: series.workers,
         k: series.k,
         window: series.window,
-        spare_slots: DEFAULT_SPARE_SLOTS,
+        spare_slots: runs[0].spare_slots,
         loss,
         duplicate: noise,
         reorder: noise,
@@ -248,7 +249,7 @@ fn demo(
         pool: PoolArgs {
             k: series.k,
             window: series.window,
-            spare_slots: DEFAULT_SPARE_SLOTS,
+            spare_slots: None,
             congestion: WindowArgs {
                 initial_window: 16,
                 fixed_window: false,

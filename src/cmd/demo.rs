@@ -215,7 +215,7 @@ pub fn run(args: &DemoArgs) -> Result<DemoReport> {
         element_bytes: args.dtype.size(),
         k: args.pool.k,
         window: args.pool.window,
-        spare_slots: args.pool.spare_slots,
+        spare_slots: args.pool.spare_slots(),
         loss: args.loss,
         seconds,
         goodput_gbps: sum.goodput_gbps(),
