@@ -39,9 +39,10 @@ pub const DEFAULT_SPARE_SLOTS: u32 = 4;
 
 /// The largest window given spare slots by default. In a window of 512
 /// (K = 64), 4 more slots changed nothing measurable under loss, and in
-/// two lossless runs of several hundred, on a machine in a slow phase,
-/// the workers' queries went into the thousands and ended in timeouts
-/// (103 in one 0.56 s all-reduce), which no run without them did.
+/// two of several hundred lossless runs with them the workers' queries
+/// went into the thousands and ended in timeouts (103 in one 0.56 s
+/// all-reduce), which no run without them did; the cause is not found
+/// (docs/PERFORMANCE.md, "Goodput under loss").
 pub const SPARE_WINDOW: u32 = 32;
 
 impl PoolArgs {

@@ -532,8 +532,9 @@ impl<L: Link> Engine<'_, L> {
     /// slots ([`crate::AgentConfig::spare_slots`]): up to that many rounds
     /// being recovered each let another slot in. A round that lost a
     /// packet waits for a query's and a resend's round trips, not for the
-    /// switch's pace, and held its share of the window for them: with 8
-    /// slots at K = 16370 and 1% loss, about a tenth of the goodput.
+    /// switch's pace, and held its share of the window for them (with 8
+    /// slots at K = 16370, a few percent of the goodput at 1% loss and
+    /// more at 5%: docs/PERFORMANCE.md, "Goodput under loss").
     /// Left out of the window without a bound (RFC 6675's pipe), slots in
     /// recovery let more slots in behind them than a switch on 2 cores
     /// kept up with; its queue grew, the round trips with it, and the
