@@ -35,7 +35,7 @@ pub struct PoolArgs {
 /// for a whole round that loses nothing: on average about one slot in
 /// recovery at 1%, two to four at 5% (docs/PERFORMANCE.md, "Goodput
 /// under loss").
-pub const DEFAULT_SPARE_SLOTS: u32 = 4;
+const DEFAULT_SPARE_SLOTS: u32 = 4;
 
 /// The largest window given spare slots by default. In a window of 512
 /// (K = 64), 4 more slots changed nothing measurable under loss, and in
@@ -43,7 +43,7 @@ pub const DEFAULT_SPARE_SLOTS: u32 = 4;
 /// went into the thousands and ended in timeouts (103 in one 0.56 s
 /// all-reduce), which no run without them did; the cause is not found
 /// (docs/PERFORMANCE.md, "Goodput under loss").
-pub const SPARE_WINDOW: u32 = 32;
+const SPARE_WINDOW: u32 = 32;
 
 impl PoolArgs {
     /// The pool's spare slots: as given, or by the window's size.

@@ -116,8 +116,8 @@ fn few_slots_in_flight_ask_for_nudges() {
 /// With spare slots (a pool of 12, a window of at most 8), a round being
 /// recovered lets the next round due into a spare slot; still exact sums
 /// and one retransmission per loss. Without spare slots the same run
-/// sends nothing past its window (the sends that keep the shared order,
-/// [`Stats::spare_sends`] leaves out, are not counted).
+/// counts no spare send (a send past the window that only keeps the
+/// shared order is not one).
 #[test]
 fn rounds_in_recovery_hand_their_place_in_the_window_to_spare_slots() {
     let (s, lost) = run_spare(FaultConfig::loss(0.05, 5), 4, 400_000, 12, 1024, 4);

@@ -33,7 +33,9 @@ pub struct Stats {
     pub window_cuts: u64,
     /// Rounds sent into one of the pool's spare slots: past the window, in
     /// place of a round being recovered
-    /// ([`crate::AgentConfig::spare_slots`]).
+    /// ([`crate::AgentConfig::spare_slots`]). A send that the shared order
+    /// forces while a spare slot is open counts too; without spare slots,
+    /// none does.
     pub spare_sends: u64,
     /// Slots the congestion window allowed in flight at the end (the
     /// largest of a multi-lane worker's).
