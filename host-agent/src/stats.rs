@@ -26,6 +26,11 @@ pub struct Stats {
     /// the members the round waits for too, and each that lacks its
     /// contribution asks at once (docs/PROTOCOL.md, "Loss recovery").
     pub nudges: u64,
+    /// Contributions resent on a nudge without a query of this worker's
+    /// own: with many slots in flight, a nudge about a packet that left a
+    /// smoothed round trip ago (docs/PROTOCOL.md, "Loss recovery").
+    /// Counted in `retransmissions` and `fast_retransmissions` too.
+    pub nudge_resends: u64,
     /// Slot timeouts that fired: queries a switch never answered, or a set
     /// that held this worker's contribution too long.
     pub timeouts: u64,
@@ -89,6 +94,7 @@ impl Stats {
         self.queries += o.queries;
         self.statuses += o.statuses;
         self.nudges += o.nudges;
+        self.nudge_resends += o.nudge_resends;
         self.timeouts += o.timeouts;
         self.window_cuts += o.window_cuts;
         self.spare_sends += o.spare_sends;
