@@ -114,6 +114,14 @@ impl Rack {
         by_first || by_resend
     }
 
+    /// Whether a first copy sent after `sent` has been answered: the
+    /// switch took this worker's packets in the order sent, so one sent at
+    /// `sent` and not answered was lost (or its result was, or the round
+    /// waits for another member), not merely behind a queue.
+    pub(crate) fn answered_after(&self, sent: Nanos) -> bool {
+        self.first.0 > sent
+    }
+
     /// A suspicion of loss was spurious: the window widens.
     pub(crate) fn on_spurious(&mut self) {
         self.units = (self.units + 1).min(MAX_REORDER_UNITS);
