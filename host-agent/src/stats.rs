@@ -28,7 +28,8 @@ pub struct Stats {
     pub nudges: u64,
     /// Contributions resent on a nudge without a query of this worker's
     /// own: with many slots in flight, a nudge about a packet that left a
-    /// smoothed round trip ago (docs/PROTOCOL.md, "Loss recovery").
+    /// smoothed round trip ago, with a packet sent after it answered
+    /// (docs/PROTOCOL.md, "Loss recovery").
     /// Counted in `retransmissions` and `fast_retransmissions` too.
     pub nudge_resends: u64,
     /// Slot timeouts that fired: queries a switch never answered, or a set
