@@ -1300,9 +1300,8 @@ fn on_its_way<B>(path: &Path, slot: &Slot<B>, now: Nanos) -> bool {
 /// every sample, and neither the timeout nor the window learns of the
 /// queue that made it fire.
 ///
-/// Every answer is loss evidence ([`crate::recovery::Rack`]): a first copy
-/// for the slots sent before it, a resend for those sent before it and
-/// before it in the shared order.
+/// Every answer is loss evidence ([`crate::recovery::Rack`]) for the slots
+/// sent before it and before it in the shared order.
 fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
     path.rack
         .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
