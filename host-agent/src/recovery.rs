@@ -72,23 +72,42 @@ pub(crate) type Place = (usize, usize);
 /// trip; 16 losses recovered since the last such suspicion narrow it again.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rack {
-    /// The latest-sent first copy answered: when, its round trip, where.
-    first: (Nanos, Nanos, Place),
-    /// The first copy furthest in the order answered: where, when, round
-    /// trip.
-    ahead: Option<(Place, Nanos, Nanos)>,
-    /// The resend furthest in the order answered: where, when, round trip.
-    resend: Option<(Place, Nanos, Nanos)>,
+    /// The latest-sent first copy answered.
+    first: Option<Answer>,
+    /// The first copy furthest in the order answered.
+    ahead: Option<Answer>,
+    /// The resend furthest in the order answered.
+    resend: Option<Answer>,
     /// The reordering window in units of [`reorder_window`].
     units: u32,
     /// Losses recovered since the window last widened.
     recovered: u32,
 }
 
+/// An answered packet kept as loss evidence ([`Rack`]).
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    /// Its place in the shared order.
+    place: Place,
+    /// When it was last sent.
+    sent: Nanos,
+    /// Its round trip.
+    rtt: Nanos,
+}
+
+impl Answer {
+    /// Whether it shows the packet at `place`, sent at `sent`, lost by
+    /// `now`: it comes later in the order, was sent later, and the packet
+    /// has had its round trip and `reorder` more.
+    fn judges(&self, place: Place, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
+        self.place > place && self.sent > sent && now >= sent + self.rtt + reorder
+    }
+}
+
 impl Default for Rack {
     fn default() -> Self {
         Rack {
-            first: (0, 0, (0, 0)),
+            first: None,
             ahead: None,
             resend: None,
             units: 1,
@@ -107,17 +126,21 @@ impl Rack {
     /// A result answered the packet at `place`, last sent at `sent` (a
     /// resend if `resent`), at `now`.
     pub(crate) fn on_answer(&mut self, place: Place, sent: Nanos, resent: bool, now: Nanos) {
-        let rtt = now.saturating_sub(sent);
+        let answer = Answer {
+            place,
+            sent,
+            rtt: now.saturating_sub(sent),
+        };
         let furthest = if resent {
             &mut self.resend
         } else {
-            if sent >= self.first.0 {
-                self.first = (sent, rtt, place);
+            if self.first.is_none_or(|f| sent >= f.sent) {
+                self.first = Some(answer);
             }
             &mut self.ahead
         };
-        if furthest.is_none_or(|(p, _, _)| place > p) {
-            *furthest = Some((place, sent, rtt));
+        if furthest.is_none_or(|f| place > f.place) {
+            *furthest = Some(answer);
         }
     }
 
@@ -126,13 +149,10 @@ impl Rack {
     /// answered, and it has had that packet's round trip and `reorder`
     /// more.
     pub(crate) fn lost(&self, place: Place, sent: Nanos, now: Nanos, reorder: Nanos) -> bool {
-        let judges = |(p, t, rtt): (Place, Nanos, Nanos)| {
-            p > place && t > sent && now >= sent + rtt + reorder
-        };
-        let (first_sent, first_rtt, first_place) = self.first;
-        judges((first_place, first_sent, first_rtt))
-            || self.ahead.is_some_and(judges)
-            || self.resend.is_some_and(judges)
+        [self.first, self.ahead, self.resend]
+            .iter()
+            .flatten()
+            .any(|a| a.judges(place, sent, now, reorder))
     }
 
     /// Whether a first copy sent after `sent` has been answered: the
@@ -140,7 +160,7 @@ impl Rack {
     /// `sent` and not answered was lost (or its result was, or the round
     /// waits for another member), not merely behind a queue.
     pub(crate) fn answered_after(&self, sent: Nanos) -> bool {
-        self.first.0 > sent
+        self.first.is_some_and(|f| f.sent > sent)
     }
 
     /// A suspicion of loss was spurious: the window widens.
@@ -174,7 +194,7 @@ impl Rack {
     /// A new all-reduce: its clock starts at zero again (the window's
     /// width is the path's, and stays).
     pub(crate) fn restart_clock(&mut self) {
-        self.first = (0, 0, (0, 0));
+        self.first = None;
         self.ahead = None;
         self.resend = None;
     }
