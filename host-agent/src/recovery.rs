@@ -49,13 +49,12 @@ pub(crate) type Place = (usize, usize);
 /// (one that lost a packet lands late). A round this worker sent later
 /// but that comes earlier in the order may be one another member sent
 /// first, so its completing says nothing of the slot: judged by send time
-/// alone, such rounds were suspected about a thousand times per
-/// all-reduce at K = 64 and 1% loss (4 workers, 1M floats: nudges to
-/// members whose packet had just left), each a query and a status, a
-/// nudge and the nudged member's own query, and the other members'
-/// queries after their turn; judged by both, the queries fell from 5,198
-/// to 3,112 per all-reduce (medians of 12 seeds; docs/PERFORMANCE.md,
-/// "Goodput under loss"). A round later in the order that this worker
+/// alone, each such suspicion cost a query and a status, a nudge to a
+/// member whose packet had just left and its own query, and the other
+/// members' queries after their turn; judged by both, at K = 64 and 1%
+/// loss (4 workers, 1M floats) the nudges fell from 1,291-1,447 to
+/// 502-615 per all-reduce (seeds 1-3) and the queries from 5,198 to 3,112
+/// (medians of 12 seeds; docs/PERFORMANCE.md, "Goodput under loss"). A round later in the order that this worker
 /// sent before the slot says nothing either (a member may have sent the
 /// slot after it). A resend of a round earlier in the order than slots
 /// sent shortly before it says nothing of them (taken as evidence, it made
