@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 
 use inagg_wire::payload;
 
-use crate::engine::{Codec, Encoded};
 use crate::float::Float;
+use crate::protocol::{Codec, Encoded};
 use crate::quant;
 
 /// A lane's share of a tensor: the chunks of the slots the lane owns.

@@ -23,11 +23,9 @@ mod engine;
 pub mod float;
 pub mod group;
 mod link;
-mod path;
+pub mod protocol;
 pub mod quant;
-mod recovery;
 pub mod sched;
-mod session;
 pub mod stats;
 
 use std::net::SocketAddr;
@@ -36,12 +34,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
-use crate::engine::{Codec, Engine};
+use crate::engine::Watchers;
 use crate::float::Float;
 use crate::link::{Link, SocketLink};
-use crate::path::Path;
-pub use crate::session::HANDSHAKE_WEIGHT;
-use crate::session::{SlotSession, Token};
+use crate::protocol::path::Path;
+pub use crate::protocol::session::HANDSHAKE_WEIGHT;
+use crate::protocol::session::{SlotSession, Token};
+use crate::protocol::{Codec, Lane};
 pub use crate::stats::Stats;
 /// The 16-bit float types [`Worker::allreduce_f16`] and [`Worker::allreduce_bf16`] take.
 pub use half::{bf16, f16};
@@ -649,18 +648,18 @@ impl Shared<'_> {
         path: &mut Path,
         lane: (usize, usize),
     ) -> Result<Stats> {
-        Engine {
+        let lane = Lane {
             config: self.config,
-            link,
             sessions,
             token: self.token,
             path,
-            switch: self.config.switch,
+            lane,
+        };
+        let watch = Watchers {
             progress: self.progress,
             live: self.live,
-            lane,
-        }
-        .run(codec, self.chunks, self.bytes)
+        };
+        engine::run(link, lane, codec, (self.chunks, self.bytes), watch)
     }
 
     /// One thread per lane; each lane's slots' sessions come back from it,

@@ -14,23 +14,13 @@
 //! results come back before their timeout and is halved, at most once per
 //! round trip, when one does not: ATP's AIMD, TCP Reno's arithmetic.
 //! docs/PROTOCOL.md ("Congestion window") is the contract; the engine
-//! ([`crate::engine`]) sends a worker's ready slots in one order that every
+//! ([`super::Core`]) sends a worker's ready slots in one order that every
 //! worker of the job shares, which keeps windows of different sizes from
 //! waiting on one another.
 
-use std::time::Duration;
-
-use crate::recovery::Rack;
+use super::recovery::Rack;
+use super::time::{nanos, Nanos};
 use crate::AgentConfig;
-
-/// Nanoseconds since an all-reduce started.
-pub(crate) type Nanos = u64;
-
-/// A duration in [`Nanos`] (saturating: a configured timeout of centuries
-/// is "never").
-pub(crate) fn nanos(d: Duration) -> Nanos {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
-}
 
 /// The round-trip estimate and the congestion window of one worker (or one
 /// lane of a multi-queue worker).
@@ -39,7 +29,7 @@ pub(crate) struct Path {
     pub rtt: RttEstimator,
     pub window: CongestionWindow,
     /// The latest-sent packet answered: loss detection's evidence
-    /// ([`crate::recovery`]).
+    /// ([`super::recovery`]).
     pub rack: Rack,
     /// The switch has answered a query with a status: it speaks loss
     /// recovery, so an unanswered query was lost, not ignored.
@@ -319,6 +309,7 @@ mod tests {
     use super::*;
     use crate::Window;
     use std::net::SocketAddr;
+    use std::time::Duration;
 
     fn config(pool: u32, window: Window) -> AgentConfig {
         let mut c = AgentConfig::new(SocketAddr::from(([127, 0, 0, 1], 1)), 1, 0, 2, pool, 64);

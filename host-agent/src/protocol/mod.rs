@@ -1,0 +1,657 @@
+//! The worker's protocol core, without I/O or clocks (as quinn-proto is
+//! for QUIC): one all-reduce as a state machine that takes events (a
+//! datagram received at a time, the path drained at a time) and returns
+//! actions (packets and queries to send, the next time it wants to be
+//! woken, a finished tensor or an error). The kernel socket path and the
+//! DPDK path drive it with a real clock ([`crate::engine`]); the protocol
+//! simulator (`inagg-protosim`) drives it in virtual time, against the
+//! emulator's switch, with seeded faults.
+//!
+//! What it holds, module by module:
+//!
+//! - [`Core`] (here): the self-clocking window, at most one outstanding
+//!   packet per slot of the job's pool, the next round of a slot due when
+//!   its result arrives (into the slot's other shadow set); what each
+//!   event does to it.
+//! - [`flight`]: the order every worker of a job sends its ready slots in
+//!   ([`flight::Flight`]), and how many may be in flight.
+//! - [`path`]: the round-trip estimate and the congestion window, which
+//!   persist across all-reduces.
+//! - [`recovery`]: every rule of loss recovery: when a slot is suspected
+//!   lost, queries, statuses, nudges, resends, timeouts.
+//! - [`session`]: the session handshake and its token.
+//! - [`accept`]: what a received datagram means to the all-reduce.
+//! - [`slot`]: one slot's state.
+//! - [`time`]: the protocol's clock, nanoseconds handed in with each event.
+//!
+//! Timers cost nothing per packet: sending stores a deadline in the slot's
+//! entry, and the slot table is scanned for expired deadlines and
+//! suspected losses once per scan interval ([`Core::next_wakeup`]), not
+//! once per packet. What goes into each packet, and what to do with each
+//! result, is the [`Codec`]'s business: the same core runs int32 and float
+//! all-reduces. The packet buffers are the driver's ([`SlotBuf`]): over
+//! DPDK an mbuf the NIC sends from, in the simulator a `Vec<u8>`.
+
+mod accept;
+pub(crate) mod flight;
+pub(crate) mod path;
+pub(crate) mod recovery;
+pub(crate) mod session;
+mod slot;
+pub mod time;
+
+use inagg_wire::{Kind, Repr, HEADER_LEN};
+
+use self::accept::Verdict;
+use self::flight::{spares_in_use, Flight};
+use self::path::Path;
+use self::recovery::{answered, on_its_way, Asked, Pending};
+use self::session::{SlotSession, Token, HANDSHAKE_WEIGHT};
+use self::slot::{Slot, QUICK_MOVES};
+use self::time::{nanos, Nanos};
+use crate::link::SlotBuf;
+use crate::stats::Stats;
+use crate::{AgentConfig, Error};
+
+/// What a slot's rounds carry. Round `r` of slot `s` is the `r`-th packet the
+/// slot sends in this all-reduce.
+pub trait Codec {
+    /// How many rounds slot `slot` runs when `window` slots are in use.
+    fn rounds(&self, slot: usize, window: usize) -> usize;
+    /// Writes round `round`'s payload (all of it, padding included).
+    fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> Encoded;
+    /// Takes round `round`'s result.
+    fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8);
+    /// Whether round `round` carries values. One that does not (a float
+    /// all-reduce's exponent round) can be the slot's handshake; before
+    /// one that does, the handshake is a round of its own.
+    fn carries_values(&self, _slot: usize, _round: usize, _window: usize) -> bool {
+        true
+    }
+    /// The priority class round `round` is tagged with, when the codec's
+    /// chunks carry their own (else the worker's).
+    fn class(&self, _slot: usize, _round: usize, _window: usize) -> Option<u8> {
+        None
+    }
+}
+
+/// What [`Codec::encode`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Encoded {
+    /// The exponent to send.
+    pub exponent: u8,
+    /// The payload's [`inagg_wire::frame::ones_sum_native`] sum, taken
+    /// while writing it: a raw-Ethernet link's UDP checksum then never
+    /// reads the payload back.
+    pub sum: u64,
+}
+
+impl<C: Codec + ?Sized> Codec for &mut C {
+    fn rounds(&self, slot: usize, window: usize) -> usize {
+        (**self).rounds(slot, window)
+    }
+    fn encode(&mut self, slot: usize, round: usize, window: usize, payload: &mut [u8]) -> Encoded {
+        (**self).encode(slot, round, window, payload)
+    }
+    fn decode(&mut self, slot: usize, round: usize, window: usize, payload: &[u8], exponent: u8) {
+        (**self).decode(slot, round, window, payload, exponent)
+    }
+    fn carries_values(&self, slot: usize, round: usize, window: usize) -> bool {
+        (**self).carries_values(slot, round, window)
+    }
+    fn class(&self, slot: usize, round: usize, window: usize) -> Option<u8> {
+        (**self).class(slot, round, window)
+    }
+}
+
+/// The shortest scan interval.
+const SCAN_FLOOR: Nanos = 200_000;
+
+/// What one lane of a worker brings to an all-reduce: its configuration,
+/// and the state that persists from one all-reduce to the next (each
+/// slot's session, the token, the path).
+pub(crate) struct Lane<'a> {
+    pub config: &'a AgentConfig,
+    /// Per-slot round counters and handshake state that persist across
+    /// all-reduces, so that a slot keeps alternating shadow sets, packet ids
+    /// stay fresh and a slot shakes hands once per session.
+    pub sessions: &'a mut [SlotSession],
+    /// This worker's session token.
+    pub token: Token,
+    /// The round-trip estimate and the congestion window.
+    pub path: &'a mut Path,
+    /// (this lane, lanes): a multi-queue worker runs one core per lane,
+    /// each with the slots `s` where `s % lanes == lane`; 1 lane has them all.
+    pub lane: (usize, usize),
+}
+
+/// One all-reduce of one lane, as a state machine.
+///
+/// The driver's loop: send what [`Core::packets`] and [`Core::queries`]
+/// hold (then [`Core::sent`]), wait for datagrams until
+/// [`Core::next_wakeup`], hand each to [`Core::on_datagram`], then call
+/// [`Core::on_idle`]; until [`Core::is_done`] or an error.
+pub(crate) struct Core<'a, B, C> {
+    lane: Lane<'a>,
+    codec: C,
+    window: usize,
+    slots: Vec<Slot<B>>,
+    flight: Flight,
+    /// Slots whose packet is due: sent from the slots' own buffers (kept
+    /// for retransmission), so nothing is copied on the way out.
+    tx: Vec<usize>,
+    /// Slots whose query is due.
+    queries: Vec<usize>,
+    /// Slots a nudge would have resent, once the path is drained.
+    nudged: Vec<Pending>,
+    /// Slots with rounds still to run.
+    active: usize,
+    next_scan: Nanos,
+    last_progress: Nanos,
+    /// Port unreachables seen so far, and when the count last grew: a
+    /// switch that stops refusing came back (docs/PROTOCOL.md,
+    /// "Retransmission").
+    refusals: (u64, Nanos),
+    /// The weight of a handshake result that held this worker's token but
+    /// weighed other than 2n (kept to explain a timeout).
+    bad_weight: Option<u16>,
+    stats: Stats,
+    /// Results taken so far, for progress displays.
+    landed: u64,
+}
+
+impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
+    /// Starts running `chunks` chunks through the pool with `codec`: every
+    /// slot's first packet is queued. Slot buffers come from `kept` (those
+    /// of the last all-reduce), then from `alloc`.
+    pub fn new(
+        lane: Lane<'a>,
+        codec: C,
+        chunks: usize,
+        payload_bytes: u64,
+        kept: Vec<B>,
+        mut alloc: impl FnMut(usize) -> Result<B, Error>,
+    ) -> Result<Self, Error> {
+        let window = chunks.min(lane.config.pool_size as usize);
+        let len = HEADER_LEN + usize::from(lane.config.elements) * 4;
+        let mut kept = kept.into_iter();
+        let mut bufs = Vec::with_capacity(window);
+        for _ in 0..window {
+            bufs.push(match kept.next() {
+                Some(b) => b,
+                None => alloc(len)?,
+            });
+        }
+        lane.path.restart_clock();
+        let slots = lane.start_slots(&codec, window, bufs);
+        let mut core = Core {
+            flight: Flight::new(&slots),
+            active: slots.iter().filter(|s| s.rounds > 0).count(),
+            next_scan: lane.scan_interval(),
+            lane,
+            codec,
+            window,
+            slots,
+            tx: Vec::with_capacity(window),
+            queries: Vec::new(),
+            nudged: Vec::new(),
+            last_progress: 0,
+            refusals: (0, 0),
+            bad_weight: None,
+            stats: Stats {
+                payload_bytes,
+                ..Stats::default()
+            },
+            landed: 0,
+        };
+        core.release(0)?;
+        Ok(core)
+    }
+
+    /// Whether every slot has run all its rounds: the tensor is reduced.
+    pub fn is_done(&self) -> bool {
+        self.active == 0
+    }
+
+    /// When the core next wants [`Core::on_idle`] called: its next scan.
+    pub fn next_wakeup(&self) -> Nanos {
+        self.next_scan
+    }
+
+    /// Results taken so far.
+    pub fn landed(&self) -> u64 {
+        self.landed
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The packets to send now, in order.
+    pub fn packets(&self) -> impl ExactSizeIterator<Item = &B> {
+        self.tx.iter().map(|&s| &self.slots[s].packet)
+    }
+
+    /// Builds the queries to send now, each in its slot's own small
+    /// buffer (made by `alloc` when the slot first asks); [`Core::queries`]
+    /// then holds them.
+    pub fn build_queries(
+        &mut self,
+        mut alloc: impl FnMut(usize) -> Result<B, Error>,
+    ) -> Result<(), Error> {
+        let few = self.lane.few_in_flight(self.slots.len());
+        for &s in &self.queries {
+            let slot = &mut self.slots[s];
+            let head = self.lane.query_header(slot, s, few);
+            let buf = match &mut slot.query {
+                Some(b) => b,
+                None => slot.query.insert(alloc(HEADER_LEN)?),
+            };
+            let sum = head.emit_summed(buf.datagram_mut()?);
+            buf.seal(sum);
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += buf.wire_len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The queries [`Core::build_queries`] built, in order.
+    pub fn queries(&self) -> impl ExactSizeIterator<Item = &B> {
+        self.queries
+            .iter()
+            .map(|&s| self.slots[s].query.as_ref().expect("built first"))
+    }
+
+    /// What [`Core::packets`] and [`Core::queries`] held was handed to the
+    /// path at `left` (`refused` of them refused, recovered by
+    /// retransmission like any loss).
+    pub fn sent(&mut self, left: Nanos, refused: u64) {
+        self.stats.send_errors += refused;
+        for &s in &self.tx {
+            self.slots[s].left_at = left;
+        }
+        self.tx.clear();
+        self.queries.clear();
+    }
+
+    /// Ends the all-reduce: its statistics, and the slot buffers for the
+    /// next one.
+    pub fn finish(self) -> (Stats, Vec<B>) {
+        let mut stats = self.stats;
+        stats.window = self.lane.path.window.limit() as u64;
+        (stats, self.slots.into_iter().map(|s| s.packet).collect())
+    }
+
+    /// A datagram arrived at `now`.
+    pub fn on_datagram(&mut self, now: Nanos, data: &[u8]) -> Result<(), Error> {
+        self.stats.packets_received += 1;
+        self.stats.bytes_received += data.len() as u64;
+        let verdict = self
+            .lane
+            .accept(data, self.window, &self.slots, &mut self.stats);
+        // `joined`: the result is a handshake's that was also the codec's
+        // round (it moved the slot's epoch already).
+        let (s, payload, exponent, joined) = match verdict {
+            Verdict::Current {
+                slot,
+                payload,
+                exponent,
+            } => (slot, payload, exponent, false),
+            Verdict::Ignore => return Ok(()),
+            Verdict::Spurious { slot } => {
+                self.slots[slot].answered_asking = None;
+                self.lane.path.rack.on_spurious();
+                return Ok(());
+            }
+            Verdict::Nudge { slot, status } => {
+                let few = self.lane.few_in_flight(self.slots.len());
+                let entry = &mut self.slots[slot];
+                let q = (&mut self.queries, &mut self.nudged, &mut self.stats);
+                self.lane.on_nudge_status(entry, slot, &status, now, few, q);
+                return Ok(());
+            }
+            Verdict::Status { slot, status } => {
+                let entry = &mut self.slots[slot];
+                let tx = &mut self.tx;
+                self.lane
+                    .on_status(entry, slot, &status, now, tx, &mut self.stats);
+                return Ok(());
+            }
+            Verdict::Joined {
+                slot,
+                payload,
+                exponent,
+                packet_id,
+            } => {
+                self.stats.handshakes += 1;
+                self.bad_weight = None;
+                let entry = &mut self.slots[slot];
+                let session = &mut self.lane.sessions[slot];
+                session.move_past(packet_id, entry.set);
+                session.joined = true;
+                entry.rollback = Some(entry.round);
+                if self.codec.carries_values(slot, entry.round, self.window) {
+                    // A round of its own: the first data round is next, in
+                    // its turn like any round. (Sent at once, it went before
+                    // slots that other workers sent first: their rounds then
+                    // waited on this worker's, and read as lost.)
+                    answered(self.lane.path, entry, now);
+                    self.last_progress = now;
+                    self.flight.land(entry, slot);
+                    return Ok(());
+                }
+                // The handshake was the codec's round (a float all-reduce's
+                // exponent round): taken as that below.
+                (slot, payload, exponent, true)
+            }
+            Verdict::MoveOn {
+                slot,
+                packet_id,
+                own_weight,
+            } => return self.move_on(slot, packet_id, own_weight, now),
+        };
+        let entry = &mut self.slots[s];
+        answered(self.lane.path, entry, now);
+        entry.answered_asking = on_its_way(self.lane.path, entry, now).then_some(entry.packet_id);
+        self.codec
+            .decode(s, entry.round, self.window, payload, exponent);
+        if !joined {
+            let session = &mut self.lane.sessions[s];
+            session.epoch = session.epoch.wrapping_add(1);
+            entry.rollback = None;
+        }
+        entry.round += 1;
+        self.last_progress = now;
+        self.landed += 1;
+        self.flight.land(entry, s);
+        if entry.round >= entry.rounds {
+            self.active -= 1;
+        }
+        Ok(())
+    }
+
+    /// A result sends slot `s` to a new handshake in its other set.
+    fn move_on(
+        &mut self,
+        s: usize,
+        packet_id: u32,
+        own_weight: Option<u16>,
+        now: Nanos,
+    ) -> Result<(), Error> {
+        self.bad_weight = own_weight.or(self.bad_weight);
+        self.stats.handshake_retries += 1;
+        let entry = &mut self.slots[s];
+        let session = &mut self.lane.sessions[s];
+        session.move_past(packet_id, entry.set);
+        session.joined = false;
+        session.attempt = session.attempt.wrapping_add(1);
+        if let Some(round) = entry.rollback.take() {
+            entry.round = round;
+        }
+        let (tx, stats) = (&mut self.tx, &mut self.stats);
+        self.lane
+            .send(&mut self.codec, entry, s, self.window, now, tx, stats)?;
+        if entry.quick_moves(now) > QUICK_MOVES {
+            // Sent by its timer instead: see QUICK_MOVES.
+            self.tx.pop();
+            self.stats.packets_sent -= 1;
+            self.stats.bytes_sent -= entry.packet.wire_len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The datagrams that arrived together have been handed in, at `now`;
+    /// `drained` when the path holds no more (fewer than a batch came),
+    /// `refusals` the ICMP port unreachables the path has seen so far.
+    /// Releases due slots into the window and, once the path is drained
+    /// and the scan is due, runs loss recovery (results already queued in
+    /// the path, a worker descheduled for a while, are not losses).
+    /// Returns whether it scanned, or the error of a worker that made no
+    /// progress for `give_up_after`.
+    pub fn on_idle(&mut self, now: Nanos, drained: bool, refusals: u64) -> Result<bool, Error> {
+        if drained {
+            let (tx, stats) = (&mut self.tx, &mut self.stats);
+            self.lane
+                .resend_nudged(&mut self.slots, &mut self.nudged, now, tx, stats);
+        }
+        self.release(now)?;
+        if !drained || now < self.next_scan {
+            return Ok(false);
+        }
+        if refusals > self.refusals.0 {
+            self.refusals = (refusals, now);
+        }
+        let waited = std::time::Duration::from_nanos(now - self.last_progress);
+        if waited > self.lane.config.give_up_after {
+            let e = self.lane.give_up(
+                &self.slots,
+                waited,
+                self.refusals,
+                now,
+                self.bad_weight,
+                &self.stats,
+            );
+            return Err(e);
+        }
+        let before = self.stats.retransmissions;
+        let (tx, queries, stats) = (&mut self.tx, &mut self.queries, &mut self.stats);
+        self.lane.recover(&mut self.slots, now, tx, queries, stats);
+        if self.stats.retransmissions > before {
+            tracing::debug!(
+                job = self.lane.config.job,
+                resent = self.stats.retransmissions - before,
+                total = self.stats.retransmissions,
+                window = self.lane.path.window.limit(),
+                "slots timed out; retransmitted"
+            );
+        }
+        self.next_scan = now + self.lane.scan_interval();
+        Ok(true)
+    }
+
+    /// Sends ready slots, first in the shared order, while the window has room.
+    ///
+    /// A slot in recovery counts in the window unless the pool has spare
+    /// slots ([`crate::AgentConfig::spare_slots`]): up to that many rounds
+    /// being recovered each let another slot in. A round that lost a
+    /// packet waits for a query's and a resend's round trips, not for the
+    /// switch's pace, and held its share of the window for them
+    /// (docs/PERFORMANCE.md, "Goodput under loss"). Left out of the window
+    /// without a bound (RFC 6675's pipe), slots in recovery let more slots
+    /// in behind them than a switch on 2 cores kept up with; its queue
+    /// grew, the round trips with it, and the rounds that waited on a late
+    /// worker were queried as lost.
+    fn release(&mut self, now: Nanos) -> Result<(), Error> {
+        let window_limit = self.lane.path.window.limit();
+        let limit = window_limit + spares_in_use(&self.slots, self.lane.config.spare_slots);
+        while let Some((packets, s)) = self.flight.take(limit) {
+            if (window_limit..limit).contains(&(self.flight.flying.len() - 1)) {
+                self.stats.spare_sends += 1;
+            }
+            let slot = &mut self.slots[s];
+            slot.in_flight = true;
+            slot.place = (packets, s);
+            let (tx, stats) = (&mut self.tx, &mut self.stats);
+            self.lane
+                .send(&mut self.codec, slot, s, self.window, now, tx, stats)?;
+        }
+        Ok(())
+    }
+}
+
+impl Lane<'_> {
+    /// Slot `s`'s first state, with `packet` as its buffer.
+    fn start_slots<B, C: Codec>(&self, codec: &C, window: usize, bufs: Vec<B>) -> Vec<Slot<B>> {
+        let (lane, lanes) = self.lane;
+        let rto = self.path.rtt.rto(self.config);
+        bufs.into_iter()
+            .enumerate()
+            .map(|(s, packet)| {
+                let rounds = if s % lanes == lane {
+                    codec.rounds(s, window)
+                } else {
+                    0
+                };
+                Slot::new(s, rounds, rto, packet)
+            })
+            .collect()
+    }
+
+    /// The error of a worker that made no progress for `give_up_after`:
+    /// what it saw, for the operator (lib.rs, `Error::Timeout`): the slot
+    /// it waited on (one the switch said waits on other members, if any,
+    /// and those members), whether the switch refused or answered.
+    fn give_up<B>(
+        &self,
+        slots: &[Slot<B>],
+        waited: std::time::Duration,
+        refusals: (u64, Nanos),
+        now: Nanos,
+        bad_weight: Option<u16>,
+        stats: &Stats,
+    ) -> Error {
+        let stuck = slots
+            .iter()
+            .position(|s| s.waits_for != 0)
+            .or_else(|| slots.iter().position(|s| s.round < s.rounds))
+            .unwrap_or(0);
+        tracing::warn!(
+            job = self.config.job,
+            slot = stuck,
+            "no progress; giving up"
+        );
+        Error::Timeout {
+            switch: self.config.switch,
+            job: self.config.job,
+            slot: stuck,
+            waited,
+            retransmissions: stats.retransmissions,
+            refusals: refusals.0,
+            refused_last: std::time::Duration::from_nanos(now - refusals.1),
+            handshake_weight: bad_weight.map(|w| (w, 2 * u32::from(self.config.workers))),
+            missing: slots[stuck].waits_for,
+            queries: (
+                u32::try_from(stats.queries).unwrap_or(u32::MAX),
+                u32::try_from(stats.statuses).unwrap_or(u32::MAX),
+            ),
+        }
+    }
+
+    /// Builds the slot's current round and queues it.
+    #[allow(clippy::too_many_arguments)]
+    fn send<B: SlotBuf, C: Codec>(
+        &self,
+        codec: &mut C,
+        slot: &mut Slot<B>,
+        s: usize,
+        window: usize,
+        now: Nanos,
+        tx: &mut Vec<usize>,
+        stats: &mut Stats,
+    ) -> Result<(), Error> {
+        let session = self.sessions[s];
+        slot.set = (session.epoch & 1) as u8;
+        // Unique per (epoch, slot) for 65536 epochs: a late result from an
+        // earlier round of the slot cannot be mistaken for the current one.
+        slot.packet_id = session.epoch.wrapping_shl(16) | s as u32;
+        let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
+        let encoded = if session.joined {
+            codec.encode(s, slot.round, window, payload)
+        } else {
+            self.encode_handshake(codec, s, slot.round, window, payload, session.attempt)
+        };
+        let priority = codec
+            .class(s, slot.round, window)
+            .unwrap_or(self.config.priority);
+        let header_sum = Repr {
+            kind: Kind::Contribution,
+            set: slot.set,
+            priority,
+            job: self.config.job,
+            slot: s as u16,
+            worker: self.config.worker,
+            generation: self.config.generation,
+            exponent: encoded.exponent,
+            count: if session.joined { 0 } else { HANDSHAKE_WEIGHT },
+            elements: self.config.elements,
+            packet_id: slot.packet_id,
+        }
+        .emit_summed(head);
+        slot.packet.seal(header_sum + encoded.sum);
+        slot.sent_at = now;
+        slot.rto = self.path.rtt.rto(self.config);
+        slot.deadline = now + slot.rto;
+        slot.resends = 0;
+        slot.asked = Asked::Not;
+        slot.waits_for = 0;
+        slot.queries = 0;
+        slot.held = 0;
+        tx.push(s);
+        stats.packets_sent += 1;
+        stats.bytes_sent += slot.packet.wire_len() as u64;
+        Ok(())
+    }
+
+    /// Writes a handshake's payload: this worker's token, in round `round`
+    /// when that round carries no values (with the round's exponent), else
+    /// in zeros (exponent 0).
+    fn encode_handshake<C: Codec>(
+        &self,
+        codec: &mut C,
+        s: usize,
+        round: usize,
+        window: usize,
+        payload: &mut [u8],
+        attempt: u32,
+    ) -> Encoded {
+        let exponent = if codec.carries_values(s, round, window) {
+            payload.fill(0);
+            0
+        } else {
+            codec.encode(s, round, window, payload).exponent
+        };
+        self.token.write(payload, attempt);
+        Encoded {
+            exponent,
+            sum: inagg_wire::frame::ones_sum_native(payload),
+        }
+    }
+
+    /// How often the slot table is scanned for expired deadlines and
+    /// suspected losses: a quarter of the recent round trip, so that a
+    /// loss is found within about a round trip, between 200 µs and a
+    /// quarter of the minimum timeout.
+    fn scan_interval(&self) -> Nanos {
+        let ceiling = nanos(self.config.min_rto / 4).max(SCAN_FLOOR);
+        self.path
+            .rtt
+            .recent_min()
+            .map_or(ceiling, |rtt| (rtt / 4).clamp(SCAN_FLOOR, ceiling))
+    }
+
+    /// Slot `s`'s query about its round in flight. The member whose turn
+    /// it is asks for nudges with its first query about the round: it
+    /// speaks for every member (with `few` slots in flight, every query
+    /// asks).
+    fn query_header<B>(&self, slot: &Slot<B>, s: usize, few: bool) -> Repr {
+        let nudge = few || (slot.queries == 1 && self.speaks_for(slot.place));
+        Repr {
+            kind: Kind::Query,
+            set: slot.set,
+            priority: self.config.priority,
+            job: self.config.job,
+            slot: s as u16,
+            worker: self.config.worker,
+            generation: self.config.generation,
+            exponent: 0,
+            count: if nudge {
+                inagg_wire::status::QUERY_NUDGE
+            } else {
+                0
+            },
+            elements: self.config.elements,
+            packet_id: slot.packet_id,
+        }
+    }
+}
