@@ -11,7 +11,8 @@
 //!   (pure, no I/O);
 //! - [`faults`]: seeded loss, duplication and reordering;
 //! - [`egress`]: paced ports with strict-priority queues;
-//! - `pipeline`: what happens to each datagram, whatever the ports are;
+//! - [`pipeline`]: what happens to each datagram, whatever the ports are
+//!   (the socket, DPDK and simulated data planes all run it);
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
 //! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
@@ -23,7 +24,7 @@ pub mod dpdk;
 pub mod egress;
 pub mod faults;
 pub mod neighbours;
-mod pipeline;
+pub mod pipeline;
 pub mod server;
 pub mod switch;
 

@@ -32,7 +32,7 @@ pub struct State {
 }
 
 /// Where outgoing datagrams go.
-pub(crate) trait Egress {
+pub trait Egress {
     /// A result payload stored once and shared by every copy.
     type Staged;
     /// Stores a payload for [`Egress::push_parts`].
@@ -77,7 +77,7 @@ struct Held {
 
 /// The per-datagram path and the packets the reorder fault holds back.
 #[derive(Debug, Default)]
-pub(crate) struct Pipeline {
+pub struct Pipeline {
     result: Vec<u8>,
     held_in: Option<Held>,
     held_out: Option<Held>,

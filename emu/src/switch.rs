@@ -603,7 +603,22 @@ impl Job {
             set.exponent = set.exponent.max(repr.exponent);
         }
         // Moving on to this set frees the worker's place in the other one.
-        self.sets[other].bitmap &= !bit;
+        // In a round not yet complete there, the place goes from the count
+        // too: a set's count is the distinct members whose bits it holds,
+        // so a round completes only with every member's bit set. (Counted
+        // once per contribution, a member going back and forth between the
+        // sets counted twice: three endpoints of a four-member job
+        // completed both sets without the fourth, and every later round
+        // of every session was dropped as `stale_round`.) The values it
+        // added stay, and so does its weight: should the round complete,
+        // its result's count shows the extra weight and no worker takes it.
+        let o = &mut self.sets[other];
+        if o.bitmap & bit != 0 {
+            o.bitmap &= !bit;
+            if o.count < n {
+                o.count -= 1;
+            }
+        }
         let set = &mut self.sets[index];
         if set.count < n {
             return Action::Absorbed;
@@ -954,6 +969,49 @@ mod tests {
             Repr::parse(&p).unwrap(),
             Status::parse(p.payload()).unwrap(),
         )
+    }
+
+    /// Three endpoints of a four-member job, going back and forth between
+    /// a slot's sets, complete neither: a set's count is its distinct
+    /// members, so a round needs the fourth. The honest members' rounds
+    /// then complete in both sets (the slot is not wedged).
+    #[test]
+    fn members_going_back_and_forth_count_once_and_wedge_nothing() {
+        let mut sw = empty_switch();
+        let members: Vec<SocketAddr> = (0..4).map(|w| addr(1000 + w)).collect();
+        sw.create_job(spec(members, 0, None)).unwrap();
+        let mut out = Vec::new();
+        let mut send = |sw: &mut Switch, w: u16, set: u8, id: u32| {
+            let bytes = encode(&Repr::contribution(1, 0, set, w, 2, id), &[1, 2]);
+            sw.process(&bytes, addr(1000 + w), &mut out)
+        };
+        for (w, set) in [
+            (0, 0),
+            (1, 0),
+            (2, 0),
+            (0, 1),
+            (0, 0),
+            (1, 1),
+            (2, 1),
+            (1, 0),
+            (2, 0),
+            (0, 1),
+        ] {
+            let action = send(&mut sw, w, set, 9);
+            assert!(
+                !matches!(action, Action::Multicast { .. }),
+                "worker {w} to set {set} completed a round without worker 3"
+            );
+        }
+        // Every member's next round, in each set in turn.
+        for (set, id) in [(1u8, 1u32), (0, 2), (1, 3)] {
+            let actions: Vec<Action> = (0..4).map(|w| send(&mut sw, w, set, id)).collect();
+            assert_eq!(
+                actions.last(),
+                Some(&Action::Multicast { job: 1 }),
+                "set {set}: {actions:?}"
+            );
+        }
     }
 
     /// A query answers who holds a place in the set, to the asker alone,

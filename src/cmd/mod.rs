@@ -6,4 +6,5 @@ pub mod controller;
 pub mod ctl;
 pub mod demo;
 pub mod emu;
+pub mod protosim;
 pub mod sim;

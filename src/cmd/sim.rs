@@ -1,5 +1,7 @@
 //! `inagg sim reproduce NAME`: runs a paper's setup in the flow-level
 //! simulator and prints the paper's headline figures next to inagg's.
+//! `inagg sim protocol`: the deterministic protocol simulator
+//! ([`super::protosim`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,7 +9,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
-/// Simulate the scheduling policies of the source papers.
+/// Simulate the scheduling policies of the source papers, or the protocol
+/// itself under faults.
 #[derive(Debug, Args)]
 pub struct SimArgs {
     #[command(subcommand)]
@@ -19,6 +22,9 @@ pub enum SimCommand {
     /// Reproduce a paper's headline results: selective-reduce, selmcast,
     /// netstorm, dsyncps, priority (or all).
     Reproduce(ReproduceArgs),
+    /// Run the protocol (the emulator's switch and real agent cores) in
+    /// virtual time over seeded faults, checking its invariants.
+    Protocol(super::protosim::ProtocolArgs),
 }
 
 #[derive(Debug, Args)]
@@ -56,6 +62,7 @@ pub struct ReproduceArgs {
 pub fn run(args: &SimArgs, out: &mut dyn Write) -> Result<()> {
     match &args.command {
         SimCommand::Reproduce(r) => reproduce(r, out),
+        SimCommand::Protocol(p) => super::protosim::run(p, out),
     }
 }
 

@@ -33,6 +33,7 @@
 //! DPDK an mbuf the NIC sends from, in the simulator a `Vec<u8>`.
 
 mod accept;
+mod agent;
 pub(crate) mod flight;
 pub(crate) mod path;
 pub(crate) mod recovery;
@@ -41,6 +42,8 @@ mod slot;
 pub mod time;
 
 use inagg_wire::{Kind, Repr, HEADER_LEN};
+
+pub use self::agent::{Agent, AllReduce};
 
 use self::accept::Verdict;
 use self::flight::{spares_in_use, Flight};

@@ -91,12 +91,18 @@ impl Token {
     /// K = `elements` elements per packet. `None` when there are more than
     /// 32 workers per element (no room for a field of one bit each).
     pub fn new(rank: u16, workers: u16, elements: u16) -> Option<Token> {
+        Self::with_seed(rank, workers, elements, u64::from(random_u32()))
+    }
+
+    /// A token whose random key derives from `seed` (the simulator's, so
+    /// that one seed replays one run).
+    pub fn with_seed(rank: u16, workers: u16, elements: u16, seed: u64) -> Option<Token> {
         let k = usize::from(elements.max(1));
         let per_lane = usize::from(workers).div_ceil(k).max(1);
         let bits = u32::try_from(32 / per_lane).ok().filter(|&b| b > 0)?;
         let rank = usize::from(rank);
         Some(Token {
-            base: random_u32(),
+            base: (seed ^ (seed >> 32)) as u32,
             lane: rank % k,
             shift: (rank / k) as u32 * bits,
             mask: if bits == 32 {
