@@ -61,14 +61,12 @@ impl Fault {
         }
     }
 
-    /// Whether the fault takes a session's liveness away while it lasts:
-    /// forgers on member endpoints can stall a round (they cannot make it
-    /// wrong), a restart or a crash ends the all-reduce under way.
+    /// Whether the fault may fail the all-reduce under way: forgers and
+    /// replays on member endpoints can stall a round, a crashed worker's
+    /// peers wait for it in vain. A restart of the switch may not: the
+    /// workers hold what it lost, and the all-reduce must resume.
     pub fn may_stall(self) -> bool {
-        matches!(
-            self,
-            Fault::Forge | Fault::Replay | Fault::Restart | Fault::Crash
-        )
+        matches!(self, Fault::Forge | Fault::Replay | Fault::Crash)
     }
 }
 
