@@ -322,8 +322,10 @@ fn a_killed_rank_makes_the_others_fail_within_the_timeout() {
         let waited = at.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "rank {i} succeeded without rank 1");
+        // Bounded, not timed: twelve times the 5 s timeout, room for a
+        // busy machine's start-up; a rank that hung would never come.
         assert!(
-            waited < Duration::from_secs(30),
+            waited < Duration::from_secs(60),
             "rank {i} took {waited:?} to fail"
         );
         assert!(

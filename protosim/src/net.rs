@@ -111,6 +111,8 @@ pub struct Net {
     down_last: Vec<Nanos>,
     switch_free: Nanos,
     pub faults: LinkFaults,
+    /// The switch's time per packet (before its time per byte).
+    pub switch_ns: Nanos,
     pub counts: NetCounts,
     pub trace: Trace,
     /// Each forged query's response bytes (the amplification check),
@@ -184,6 +186,7 @@ impl Net {
             hosts,
             switch_free: 0,
             faults: LinkFaults::default(),
+            switch_ns: SWITCH_NS,
             counts: NetCounts::default(),
             trace: Trace::new(readable),
             query_responses: Vec::new(),
@@ -311,7 +314,7 @@ impl Net {
         self.counts.delivered += 1;
         self.trace
             .event(self.now, "switch", &from.to_string(), bytes);
-        let cost = SWITCH_NS + bytes.len() as u64 * SWITCH_PS_PER_BYTE / 1000;
+        let cost = self.switch_ns + bytes.len() as u64 * SWITCH_PS_PER_BYTE / 1000;
         let done = self.now.max(self.switch_free) + cost;
         self.switch_free = done;
         let mut out = Collect::default();

@@ -24,6 +24,8 @@ use std::net::SocketAddr;
 use inagg_emu::{JobSpec, Switch, SwitchConfig};
 use inagg_host_agent::protocol::{Agent, AllReduce};
 use inagg_host_agent::{AgentConfig, Stats, Window};
+
+pub use crate::net::LinkFaults as Links;
 use inagg_wire::{Kind, Repr, HEADER_LEN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -53,12 +55,24 @@ const CRASH: u32 = 5;
 const PAUSE: u32 = 6;
 
 /// How big a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Size {
     /// A few thousand elements: what CI runs thousands of.
     Small,
     /// `elements` per worker, 4 workers, K = 64, a pool of 512.
     Large { elements: usize },
+    /// A job of its own: `workers`, K, a pool of `pool` slots, `elements`
+    /// per worker, one all-reduce; the mix is exactly the faults given,
+    /// at loss `loss` each way.
+    Job {
+        workers: u16,
+        k: u16,
+        pool: u32,
+        elements: usize,
+        loss: f64,
+        /// The switch's time per packet, when not the default's.
+        switch_ns: Option<u64>,
+    },
 }
 
 /// What to run.
@@ -128,7 +142,10 @@ impl std::fmt::Display for Scenario {
 impl Scenario {
     /// The scenario of `options.seed`.
     pub fn draw(options: &Options, rng: &mut ChaCha8Rng) -> Scenario {
-        let mix = options.faults.draw(rng);
+        let mix = match options.size {
+            Size::Job { .. } => options.faults,
+            _ => options.faults.draw(rng),
+        };
         let (workers, k, pool, elements) = match options.size {
             Size::Small => {
                 let workers = rng.random_range(2..=5);
@@ -138,9 +155,18 @@ impl Scenario {
                 (workers, k, pool, elements)
             }
             Size::Large { elements } => (4, 64, 512, elements),
+            Size::Job {
+                workers,
+                k,
+                pool,
+                elements,
+                ..
+            } => (workers, k, pool, elements),
         };
         let mut link = LinkFaults::default();
-        if mix.has(Fault::Loss) {
+        if let (true, Size::Job { loss, .. }) = (mix.has(Fault::Loss), options.size) {
+            (link.loss_up, link.loss_down) = (loss, loss);
+        } else if mix.has(Fault::Loss) {
             let max = [0.01, 0.05, 0.1, 0.3][rng.random_range(0..4)];
             link.loss_up = rng.random_range(0.0..=max);
             link.loss_down = rng.random_range(0.0..=max);
@@ -190,7 +216,10 @@ impl Scenario {
             k,
             pool,
             elements,
-            calls: rng.random_range(1..=3),
+            calls: match options.size {
+                Size::Job { .. } => 1,
+                _ => rng.random_range(1..=3),
+            },
             float: rng.random_bool(0.25),
             mix,
             link,
@@ -221,6 +250,8 @@ pub struct Outcome {
     /// Queries sent and statuses received by every worker, faulty phase.
     pub queries: u64,
     pub statuses: u64,
+    /// Every worker's statistics of the faulty phase, summed.
+    pub stats: Stats,
     /// All-reduces completed and failed (every phase).
     pub completed: u64,
     pub failed: u64,
@@ -270,6 +301,7 @@ struct World {
     failed: u64,
     queries: u64,
     statuses: u64,
+    stats: Stats,
 }
 
 /// Runs one seed.
@@ -285,7 +317,14 @@ pub fn run(options: &Options) -> Outcome {
     switch
         .create_job(spec.clone())
         .expect("the simulator's job fits a default switch");
-    let net = Net::new(switch, switch_addr, hosts, rng, options.readable);
+    let mut net = Net::new(switch, switch_addr, hosts, rng, options.readable);
+    if let Size::Job {
+        switch_ns: Some(ns),
+        ..
+    } = options.size
+    {
+        net.switch_ns = ns;
+    }
     let mut world = World {
         net,
         hosts: (0..sc.workers).map(|_| Host::default()).collect(),
@@ -298,6 +337,7 @@ pub fn run(options: &Options) -> Outcome {
         failed: 0,
         queries: 0,
         statuses: 0,
+        stats: Stats::default(),
         sc,
     };
     world.phases(options.seed);
@@ -312,6 +352,7 @@ pub fn run(options: &Options) -> Outcome {
         lost_data: world.net.counts.lost_data,
         queries: world.queries,
         statuses: world.statuses,
+        stats: world.stats,
         completed: world.completed,
         failed: world.failed,
         trace: world.net.trace.lines().to_vec(),
@@ -540,6 +581,7 @@ impl World {
         if faulty {
             self.queries += stats.queries;
             self.statuses += stats.statuses;
+            self.stats.merge(stats);
         }
     }
 

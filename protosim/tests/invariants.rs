@@ -45,7 +45,10 @@ fn ten_thousand_seeds_keep_every_invariant() {
     let completed: u64 = outcomes.iter().map(|o| o.completed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
     assert!(lost > 10_000, "{lost} data packets lost");
-    assert!(failed > 0 && completed > 4 * failed, "{completed} completed, {failed} failed");
+    assert!(
+        failed > 0 && completed > 4 * failed,
+        "{completed} completed, {failed} failed"
+    );
 }
 
 /// The same seed gives the same run, event for event; another seed
@@ -87,7 +90,10 @@ fn broken(faults: &str, count: u64, what: &str) -> usize {
 #[test]
 fn the_simulator_finds_the_holes_it_knows_of() {
     assert!(broken("replay", 100, "safety") > 0, "replayed sessions");
-    assert!(broken("forge", 300, "safety") > 0, "forgers on member endpoints");
+    assert!(
+        broken("forge", 300, "safety") > 0,
+        "forgers on member endpoints"
+    );
     assert!(broken("loss,restart", 300, "liveness") > 0, "a restart");
     assert!(broken("dup,reorder", 500, "liveness") > 0, "late copies");
 }

@@ -2125,7 +2125,8 @@ fn connection_problems_are_clear_errors_within_the_timeout() {
             && msg.ends_with("is simple_switch_grpc running?"),
         "{msg}"
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // A bound on the wait, not a speed: ten times the 2 s timeout.
+    assert!(started.elapsed() < Duration::from_secs(20));
 
     // Listening but never answering (the kernel accepts, nobody speaks).
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2140,8 +2141,10 @@ fn connection_problems_are_clear_errors_within_the_timeout() {
         matches!(err, ControlError::P4RuntimeUnreachable { .. }),
         "{err}"
     );
+    // Bounded (it does not hang), with room for a busy machine: ten
+    // times the 1 s timeout.
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );

@@ -1,0 +1,133 @@
+//! Loss recovery's rules, in virtual time: what tests/loss_recovery.rs
+//! asserted on real sockets, where a worker starved of CPU (a busy CI
+//! machine) timed out and queried for reasons the protocol does not
+//! control. Here every worker gets its events on time unless a fault says
+//! otherwise, so the counts are the protocol's own.
+
+use inagg_protosim::{run, Faults, Options, Size};
+
+/// One all-reduce of `elements` int32 per worker at `loss` each way.
+fn job(
+    seed: u64,
+    workers: u16,
+    k: u16,
+    pool: u32,
+    elements: usize,
+    loss: f64,
+) -> inagg_protosim::Outcome {
+    job_at(seed, (workers, k, pool, elements, loss), None)
+}
+
+/// [`job`] on a switch that takes `switch_ns` per packet.
+fn job_at(
+    seed: u64,
+    (workers, k, pool, elements, loss): (u16, u16, u32, usize, f64),
+    switch_ns: Option<u64>,
+) -> inagg_protosim::Outcome {
+    let o = run(&Options {
+        seed,
+        faults: if loss > 0.0 {
+            Faults::parse("loss").unwrap()
+        } else {
+            Faults::NONE
+        },
+        readable: false,
+        size: Size::Job {
+            workers,
+            k,
+            pool,
+            elements,
+            loss,
+            switch_ns,
+        },
+    });
+    assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
+    o
+}
+
+/// Each lost contribution or result copy costs at most about one
+/// retransmission (resending every copy of a stalled round would cost
+/// n - 1 more), a lost result comes back as the answer to a query, and
+/// losses are found by queries in about a round trip, not by timeouts.
+#[test]
+fn losses_are_found_by_queries_and_resent_once() {
+    for (seed, workers, pool) in [(1, 4, 8), (2, 8, 8), (3, 4, 512), (4, 8, 512)] {
+        let o = job(seed, workers, 64, pool, 64 * 2048, 0.05);
+        let (s, lost) = (&o.stats, o.lost_data);
+        assert!(lost > 500, "too few losses to judge: {lost}");
+        assert!(
+            s.retransmissions * 10 <= lost * 11,
+            "{workers} workers, pool {pool}: {} retransmissions for {lost} lost: {s:?}",
+            s.retransmissions
+        );
+        assert!(s.retransmissions < lost, "{s:?}");
+        assert!(
+            s.fast_retransmissions * 10 >= s.retransmissions * 9,
+            "{workers} workers, pool {pool}: {s:?}"
+        );
+        assert!(s.statuses > 0 && s.statuses <= s.queries, "{s:?}");
+        assert!(s.nudges > 0, "{s:?}");
+    }
+}
+
+/// With hundreds of slots in flight, members take turns to speak for a
+/// round, and a nudged member resends without asking. In virtual time
+/// (8 workers, 5% loss) that is 4.0 queries per datum lost: below 4.5
+/// here, above the 3.5 the same rule showed on sockets, and above the
+/// target of 3 queries and statuses together (docs/PROTOCOL.md, "What the
+/// simulator checks").
+#[test]
+fn many_slots_in_flight_take_turns_to_ask() {
+    let o = job(13, 8, 64, 512, 64 * 4096, 0.05);
+    let (s, lost) = (&o.stats, o.lost_data);
+    assert!(lost > 500, "too few losses to judge: {lost}");
+    assert!(s.nudge_resends > 0, "{s:?}");
+    assert!(
+        2 * s.queries < 9 * lost,
+        "{} queries for {lost} lost: {s:?}",
+        s.queries
+    );
+}
+
+/// Without loss nothing is resent, asked or timed out.
+#[test]
+fn a_lossless_path_resends_nothing() {
+    let o = job(5, 4, 64, 512, 64 * 2048, 0.0);
+    let s = &o.stats;
+    assert_eq!(
+        (o.lost_data, s.retransmissions, s.timeouts, s.queries),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
+}
+
+/// At 30% loss each way the members whose contributions the switch holds
+/// keep asking and resend nothing it has: each retransmission is owed to a
+/// loss, and timeouts stay rare.
+#[test]
+fn heavy_loss_resends_no_contribution_the_switch_holds() {
+    let o = job(5, 4, 1024, 8, 1024 * 256, 0.3);
+    let (s, lost) = (&o.stats, o.lost_data);
+    assert!(lost > 500, "too few losses to judge: {lost}");
+    assert!(
+        s.retransmissions * 10 <= lost * 11,
+        "{} retransmissions for {lost} lost: {s:?}",
+        s.retransmissions
+    );
+    assert!(
+        s.timeouts * 100 <= s.retransmissions,
+        "{} timeouts: {s:?}",
+        s.timeouts
+    );
+}
+
+/// A switch slower than the workers (20 µs a packet, a pool of 256 slots
+/// in flight from 4 workers: a queue of 20 ms) builds a queue; the window
+/// shrinks below the pool and the late results are not taken for losses.
+#[test]
+fn the_window_shrinks_behind_a_slow_switch() {
+    let o = job_at(7, (4, 64, 256, 64 * 4096, 0.0), Some(20_000));
+    let s = &o.stats;
+    assert!(s.window < 256, "the window stayed at the pool: {s:?}");
+    assert_eq!(s.retransmissions, 0, "{s:?}");
+}
