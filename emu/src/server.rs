@@ -537,7 +537,10 @@ pub fn handle(
         }),
         Request::CreateJob { spec } => sw.create_job(spec).map(|_| Reply::Done).map_err(Into::into),
         Request::DeleteJob { id } => sw.delete_job(id).map(|_| Reply::Done).map_err(Into::into),
-        Request::GetJob { id } => sw.job(id).map(|job| Reply::Job { job }).map_err(Into::into),
+        Request::GetJob { id } => sw
+            .job(id)
+            .map(|job| Reply::Job { job: Box::new(job) })
+            .map_err(Into::into),
         Request::ListJobs => Ok(Reply::Jobs { jobs: sw.jobs() }),
         Request::CreateGroup { group } => sw
             .create_group(group)

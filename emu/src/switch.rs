@@ -422,7 +422,7 @@ impl Switch {
         if repr.kind == Kind::Detour {
             return self.detour(&repr, data, from, out);
         }
-        if !matches!(repr.kind, Kind::Contribution | Kind::Query) {
+        if !matches!(repr.kind, Kind::Contribution | Kind::Query | Kind::Announce) {
             return Action::Drop(DropReason::NotContribution);
         }
         let Some(job) = self.jobs.get_mut(&repr.job) else {
@@ -432,10 +432,11 @@ impl Switch {
             job.counters.dropped += 1;
             return Action::Drop(reason);
         }
-        if repr.kind == Kind::Query {
-            return job.query(&repr, out);
+        match repr.kind {
+            Kind::Query => job.query(&repr, out),
+            Kind::Announce => job.announce(&repr, &data[HEADER_LEN..]),
+            _ => job.contribute(&repr, &data[HEADER_LEN..], out),
         }
-        job.contribute(&repr, &data[HEADER_LEN..], out)
     }
 
     /// A result coming down an aggregation tree: accepted only from the
@@ -637,6 +638,46 @@ impl Job {
                 Action::Multicast { job: self.spec.id }
             }
         }
+    }
+
+    /// A member re-announces a round's result it holds (docs/PROTOCOL.md,
+    /// "A switch that lost its state"). Only a set summing that very round
+    /// part-way takes it: some member resent the round into it since the
+    /// switch lost it, so that member is behind the announcer and nobody
+    /// is ahead of it. A set whose round is complete (the switch did not
+    /// lose it), that sums another round, or that is empty (nobody waits
+    /// for the round here: the announcer may be the one behind, its
+    /// previous round long left by every member) ignores it. The set takes
+    /// the result as its round's, complete, with the bits of every member
+    /// that has not moved on to the other set: their resends and queries
+    /// then bring it back to them, as for any lost result. Jobs of a tree
+    /// or with detours take none (their rounds complete above).
+    fn announce(&mut self, repr: &Repr, values: &[u8]) -> Action {
+        let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
+        let n = self.spec.workers.len() as u16;
+        let set = &self.sets[index];
+        let tree = self.spec.upstream.is_some()
+            || !self.spec.detours.is_empty()
+            || self.spec.child_switches != 0;
+        let waiting = set.count < n && set.bitmap != 0 && set.packet_id == repr.packet_id;
+        if tree || !waiting {
+            self.counters.announcements_ignored += 1;
+            return Action::Absorbed;
+        }
+        let moved_on = self.sets[index ^ 1].bitmap | (1u64 << repr.worker);
+        let k = usize::from(self.spec.elements);
+        payload::read_i32s(values, &mut self.values[index * k..(index + 1) * k]);
+        self.sets[index] = SetState {
+            bitmap: all_members(n) & !moved_on,
+            count: n,
+            weight: repr.count,
+            awaiting: false,
+            exponent: repr.exponent,
+            packet_id: repr.packet_id,
+            priority: repr.priority,
+        };
+        self.counters.announcements += 1;
+        Action::Absorbed
     }
 
     /// A member's query (docs/PROTOCOL.md, "Loss recovery"), admitted as a
@@ -1012,6 +1053,93 @@ mod tests {
                 "set {set}: {actions:?}"
             );
         }
+    }
+
+    /// A restart empties the sets while workers are a round apart: one has
+    /// round 7's result and went on to round 8, the others lost it. The
+    /// one that holds it announces it; the set takes it with the bits of
+    /// those that have not moved on, and their resends bring it back, so
+    /// round 8 completes. A set whose round is complete, that sums another
+    /// round, or that nobody has resent the round into, ignores an
+    /// announcement.
+    #[test]
+    fn a_round_lost_in_a_restart_is_announced_by_a_worker_that_holds_it() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let send = |sw: &mut Switch, out: &mut Vec<u8>, repr: Repr, values: &[i32]| {
+            let from = addr(1000 + repr.worker);
+            sw.process(&encode(&repr, values), from, out)
+        };
+        let round = |set, w, id| Repr::contribution(1, 0, set, w, 2, id);
+        for w in 0..3 {
+            send(&mut sw, &mut out, round(0, w, 7), &[w as i32 + 1, 10]);
+        }
+        let held = Repr {
+            kind: Kind::Announce,
+            count: 3,
+            ..round(0, 0, 7)
+        };
+        let action = send(&mut sw, &mut out, held, &[99, 99]);
+        assert_eq!(action, Action::Absorbed);
+        assert_eq!(
+            sw.job(1).unwrap().counters.announcements_ignored,
+            1,
+            "complete"
+        );
+        // The restart.
+        let spec = sw.delete_job(1).unwrap();
+        sw.create_job(spec).unwrap();
+        // Announced before anyone resent round 7: nobody waits for it here.
+        send(&mut sw, &mut out, held, &[6, 30]);
+        assert_eq!(
+            sw.job(1).unwrap().counters.announcements_ignored,
+            1,
+            "empty"
+        );
+        send(&mut sw, &mut out, round(1, 0, 8), &[1, 1]);
+        send(&mut sw, &mut out, round(1, 1, 8), &[1, 1]);
+        // Worker 2 resends round 7: alone in the emptied set.
+        assert_eq!(
+            send(&mut sw, &mut out, round(0, 2, 7), &[3, 10]),
+            Action::Absorbed
+        );
+        // A late announcement of another round is ignored...
+        let late = Repr {
+            kind: Kind::Announce,
+            count: 3,
+            ..round(0, 1, 5)
+        };
+        send(&mut sw, &mut out, late, &[0, 0]);
+        assert_eq!(sw.job(1).unwrap().counters.announcements_ignored, 2);
+        // ...worker 0 announces round 7's result, and worker 2's resend
+        // brings it back.
+        let announce = Repr {
+            kind: Kind::Announce,
+            count: 3,
+            ..round(0, 0, 7)
+        };
+        assert_eq!(
+            send(&mut sw, &mut out, announce, &[6, 30]),
+            Action::Absorbed
+        );
+        assert_eq!(sw.job(1).unwrap().counters.announcements, 1);
+        let action = send(&mut sw, &mut out, round(0, 2, 7), &[3, 10]);
+        assert_eq!(action, Action::Unicast { to: addr(1002) });
+        let result = Repr::parse(&Packet::new_checked(&out[..]).unwrap()).unwrap();
+        assert_eq!(
+            (result.kind, result.count, result.packet_id),
+            (Kind::Result, 3, 7)
+        );
+        let mut want = [0u8; 8];
+        payload::write_i32s(&mut want, &[6, 30]);
+        assert_eq!(&out[HEADER_LEN..], &want[..]);
+        // Workers 0 and 1 moved on: their bits stay clear in set 0 (a
+        // probe: were worker 1's set, the stored result would come back).
+        let action = send(&mut sw, &mut out, round(0, 1, 9), &[0, 0]);
+        assert_eq!(action, Action::Drop(DropReason::StaleRound));
+        // Round 8 completes with worker 2.
+        let action = send(&mut sw, &mut out, round(1, 2, 8), &[1, 1]);
+        assert_eq!(action, Action::Multicast { job: 1 });
     }
 
     /// A query answers who holds a place in the set, to the asker alone,

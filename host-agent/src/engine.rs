@@ -95,9 +95,10 @@ fn transmit<L: Link, C: Codec>(
         refused += link.send(core.packets())?;
     }
     let left = clock();
-    core.build_queries(|len| link.new_buf(len))?;
-    if core.queries().len() > 0 {
-        refused += link.send(core.queries())?;
+    if core.has_queries() {
+        core.build_queries(|len| link.new_buf(len))?;
+        let queries: Vec<&L::Buf> = core.queries().collect();
+        refused += link.send(queries.into_iter())?;
     }
     core.sent(left, refused);
     Ok(())

@@ -37,6 +37,7 @@ use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
 use crate::engine::Watchers;
 use crate::float::Float;
 use crate::link::{Link, SocketLink};
+use crate::protocol::announce::LastRound;
 use crate::protocol::path::Path;
 pub use crate::protocol::session::HANDSHAKE_WEIGHT;
 use crate::protocol::session::{SlotSession, Token};
@@ -368,6 +369,8 @@ pub struct Worker {
     backend: Backend,
     /// Each slot's round counter and handshake state in this session.
     sessions: Vec<SlotSession>,
+    /// Each slot's last result, to announce to a switch that lost it.
+    last: Vec<LastRound>,
     /// This session's token (docs/PROTOCOL.md, "Sessions").
     token: Token,
     path: Path,
@@ -397,6 +400,7 @@ impl Worker {
         let path = Path::new(&config);
         Worker {
             sessions: vec![SlotSession::default(); config.pool_size as usize],
+            last: vec![LastRound::default(); config.pool_size as usize],
             token,
             config,
             backend,
@@ -481,6 +485,7 @@ impl Worker {
         self.token = new_token(&config);
         self.config = config;
         self.sessions.fill(SlotSession::default());
+        self.last.fill(LastRound::default());
         Ok(())
     }
 
@@ -524,7 +529,9 @@ impl Worker {
         chunks: usize,
         bytes: u64,
     ) -> Result<Stats> {
-        let (config, sessions, path) = (&self.config, &mut self.sessions[..], &mut self.path);
+        let config = &self.config;
+        let sessions = (&mut self.sessions[..], &mut self.last[..]);
+        let path = &mut self.path;
         let progress = self.progress.as_deref();
         let live = self.live.as_deref();
         let shared = Shared {
@@ -644,7 +651,7 @@ impl Shared<'_> {
         self,
         link: &mut L,
         codec: &mut C,
-        sessions: &mut [SlotSession],
+        (sessions, last): (&mut [SlotSession], &mut [LastRound]),
         path: &mut Path,
         lane: (usize, usize),
     ) -> Result<Stats> {
@@ -653,6 +660,7 @@ impl Shared<'_> {
             sessions,
             token: self.token,
             path,
+            last,
             lane,
         };
         let watch = Watchers {
@@ -662,14 +670,15 @@ impl Shared<'_> {
         engine::run(link, lane, codec, (self.chunks, self.bytes), watch)
     }
 
-    /// One thread per lane; each lane's slots' sessions come back from it,
-    /// the statistics are summed and the first error is returned.
+    /// One thread per lane; each lane's slots' sessions and last results
+    /// come back from it, the statistics are summed and the first error is
+    /// returned.
     #[cfg(feature = "dpdk")]
     fn run_lanes<L: Link + Send, C: Codec + Send>(
         self,
         links: &mut [L],
         codecs: Vec<C>,
-        sessions: &mut [SlotSession],
+        (sessions, last): (&mut [SlotSession], &mut [LastRound]),
         path: &mut Path,
     ) -> Result<Stats> {
         let lanes = links.len();
@@ -685,12 +694,13 @@ impl Shared<'_> {
                 .enumerate()
                 .map(|(lane, (link, mut codec))| {
                     let (mut sessions, mut path) = (sessions.to_vec(), *path);
+                    let mut last = last.to_vec();
                     scope.spawn(move || {
                         dpdk::on_lcore(|| {
                             let r = self.run_lane(
                                 link,
                                 &mut codec,
-                                &mut sessions,
+                                (&mut sessions, &mut last),
                                 &mut path,
                                 (lane, lanes),
                             );
@@ -700,7 +710,7 @@ impl Shared<'_> {
                                     std::thread::yield_now();
                                 }
                             }
-                            (r, sessions, path)
+                            (r, (sessions, last), path)
                         })
                     })
                 })
@@ -712,9 +722,12 @@ impl Shared<'_> {
         });
         let mut total: Option<Stats> = None;
         let mut error = None;
-        for (lane, (r, lane_sessions, lane_path)) in outcomes.into_iter().enumerate() {
+        for (lane, (r, (lane_sessions, mut lane_last), lane_path)) in
+            outcomes.into_iter().enumerate()
+        {
             for s in (lane..sessions.len()).step_by(lanes) {
                 sessions[s] = lane_sessions[s];
+                last[s] = std::mem::take(&mut lane_last[s]);
             }
             if lane == 0 {
                 *path = lane_path;

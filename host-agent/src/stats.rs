@@ -32,6 +32,9 @@ pub struct Stats {
     /// (docs/PROTOCOL.md, "Loss recovery").
     /// Counted in `retransmissions` and `fast_retransmissions` too.
     pub nudge_resends: u64,
+    /// Rounds' results announced to a switch that had lost them
+    /// (docs/PROTOCOL.md, "A switch that lost its state").
+    pub announcements: u64,
     /// Slot timeouts that fired: queries a switch never answered, or a set
     /// that held this worker's contribution too long.
     pub timeouts: u64,
@@ -91,6 +94,7 @@ impl Stats {
         self.packets_sent += o.packets_sent;
         self.packets_received += o.packets_received;
         self.retransmissions += o.retransmissions;
+        self.announcements += o.announcements;
         self.fast_retransmissions += o.fast_retransmissions;
         self.queries += o.queries;
         self.statuses += o.statuses;

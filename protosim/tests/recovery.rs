@@ -131,3 +131,27 @@ fn the_window_shrinks_behind_a_slow_switch() {
     assert!(s.window < 256, "the window stayed at the pool: {s:?}");
     assert_eq!(s.retransmissions, 0, "{s:?}");
 }
+
+/// A switch restart mid all-reduce at 5% loss, four workers, a pool of 16
+/// and of 512: resumed, every sum exact (the run's invariants), every
+/// worker done.
+#[test]
+fn a_restart_mid_allreduce_at_5_percent_loss_is_resumed() {
+    for (seed, pool) in [(21, 16), (22, 512), (23, 16), (24, 512)] {
+        let o = run(&Options {
+            seed,
+            faults: Faults::parse("loss,restart").unwrap(),
+            readable: false,
+            size: Size::Job {
+                workers: 4,
+                k: 64,
+                pool,
+                elements: 64 * 4096,
+                loss: 0.05,
+                switch_ns: None,
+            },
+        });
+        assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
+        assert_eq!((o.completed, o.failed), (8, 0), "seed {seed}");
+    }
+}

@@ -168,8 +168,8 @@ pub enum Reply {
     Done,
     /// One job.
     Job {
-        /// The job.
-        job: JobInfo,
+        /// The job (boxed: the largest reply).
+        job: Box<JobInfo>,
     },
     /// Every job.
     Jobs {

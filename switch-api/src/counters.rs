@@ -173,6 +173,14 @@ pub struct JobCounters {
     /// recovery").
     #[serde(default)]
     pub queries: u64,
+    /// Rounds' results re-announced by members and taken by a set that had
+    /// lost its round (docs/PROTOCOL.md, "A switch that lost its state").
+    #[serde(default)]
+    pub announcements: u64,
+    /// Announcements a set did not take: its round complete (the switch
+    /// had not lost it) or another round under way there.
+    #[serde(default)]
+    pub announcements_ignored: u64,
     /// Packets naming this job dropped by its checks (worker, slot, K, generation).
     pub dropped: u64,
 }

@@ -129,7 +129,7 @@ impl Target for EmuTarget {
 
     fn job(&mut self, id: u16) -> Result<JobInfo> {
         match self.call(&Request::GetJob { id })? {
-            Reply::Job { job } => Ok(job),
+            Reply::Job { job } => Ok(*job),
             other => Err(unexpected(other)),
         }
     }

@@ -107,6 +107,12 @@ code_enum! {
         /// The switch's answer to a query, switch -> worker: the header and
         /// a [`crate::status`] payload saying who has contributed to the set.
         Status = 6,
+        /// A round's result re-announced by a worker that holds it, worker
+        /// -> switch, to a switch that lost it (a restart): K int32s, the
+        /// result's packet id, exponent and weight (in count). Taken only
+        /// by a set whose round is not complete ("A switch that lost its
+        /// state" in docs/PROTOCOL.md).
+        Announce = 7,
     }
 }
 
@@ -133,6 +139,7 @@ impl fmt::Display for Kind {
             Kind::Detour => write!(f, "detour"),
             Kind::Query => write!(f, "query"),
             Kind::Status => write!(f, "status"),
+            Kind::Announce => write!(f, "announce"),
             Kind::Unknown(n) => write!(f, "kind({n})"),
         }
     }

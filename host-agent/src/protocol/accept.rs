@@ -38,6 +38,11 @@ pub(super) enum Verdict<'d> {
     },
     /// The switch's answer to this slot's query.
     Status { slot: usize, status: Status },
+    /// A status about a round whose result this worker holds (the answer
+    /// to its query about its previous round, or another member's query
+    /// about it, a nudge): the set's contributor count
+    /// ([`super::announce`]).
+    Previous { slot: usize, count: u16 },
     /// The status of another member's query about this slot's round (its
     /// worker field names the asker): the switch sends it to the members
     /// the round waits for.
@@ -74,6 +79,12 @@ impl Lane<'_> {
             return Verdict::Ignore;
         }
         let s = usize::from(repr.slot);
+        if repr.kind == Kind::Status && s < window && self.last[s].is_of(&repr, &slots[s]) {
+            return Verdict::Previous {
+                slot: s,
+                count: repr.count,
+            };
+        }
         let waiting = s < window
             && slots[s].in_flight
             && slots[s].round < slots[s].rounds

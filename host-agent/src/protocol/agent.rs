@@ -6,6 +6,7 @@
 //! all-reduce as an [`AllReduce`], which takes events and hands back the
 //! datagrams to send.
 
+use super::announce::LastRound;
 use super::path::Path;
 use super::session::{SlotSession, Token};
 use super::time::Nanos;
@@ -19,6 +20,7 @@ use crate::{AgentConfig, Error, Result};
 pub struct Agent {
     config: AgentConfig,
     sessions: Vec<SlotSession>,
+    last: Vec<LastRound>,
     token: Token,
     path: Path,
 }
@@ -32,6 +34,7 @@ impl Agent {
             .ok_or_else(|| Error::Config("no room for the session token".into()))?;
         Ok(Agent {
             sessions: vec![SlotSession::default(); config.pool_size as usize],
+            last: vec![LastRound::default(); config.pool_size as usize],
             path: Path::new(&config),
             token,
             config,
@@ -80,6 +83,7 @@ impl Agent {
             sessions: &mut self.sessions,
             token: self.token,
             path: &mut self.path,
+            last: &mut self.last,
             lane: (0, 1),
         };
         let core = Core::new(lane, codec, chunks, bytes, Vec::new(), |len| {

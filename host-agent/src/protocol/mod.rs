@@ -34,6 +34,7 @@
 
 mod accept;
 mod agent;
+pub(crate) mod announce;
 pub(crate) mod flight;
 pub(crate) mod path;
 pub(crate) mod recovery;
@@ -46,6 +47,7 @@ use inagg_wire::{Kind, Repr, HEADER_LEN};
 pub use self::agent::{Agent, AllReduce};
 
 use self::accept::Verdict;
+use self::announce::{probes_previous, LastRound};
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
 use self::recovery::{answered, on_its_way, Asked, Pending};
@@ -123,6 +125,9 @@ pub(crate) struct Lane<'a> {
     pub token: Token,
     /// The round-trip estimate and the congestion window.
     pub path: &'a mut Path,
+    /// Each slot's last result, kept to announce to a switch that lost it
+    /// ([`announce`]).
+    pub last: &'a mut [LastRound],
     /// (this lane, lanes): a multi-queue worker runs one core per lane,
     /// each with the slots `s` where `s % lanes == lane`; 1 lane has them all.
     pub lane: (usize, usize),
@@ -147,6 +152,10 @@ pub(crate) struct Core<'a, B, C> {
     queries: Vec<usize>,
     /// Slots a nudge would have resent, once the path is drained.
     nudged: Vec<Pending>,
+    /// Slots whose previous round is to be asked about, and announced
+    /// ([`announce`]).
+    previous: Vec<usize>,
+    announce: Vec<usize>,
     /// Slots with rounds still to run.
     active: usize,
     next_scan: Nanos,
@@ -198,6 +207,8 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             tx: Vec::with_capacity(window),
             queries: Vec::new(),
             nudged: Vec::new(),
+            previous: Vec::new(),
+            announce: Vec::new(),
             last_progress: 0,
             refusals: (0, 0),
             bad_weight: None,
@@ -256,14 +267,55 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             self.stats.packets_sent += 1;
             self.stats.bytes_sent += buf.wire_len() as u64;
         }
+        for &s in &self.previous {
+            let head = self.lane.previous_query(s);
+            let slot = &mut self.slots[s];
+            let buf = match &mut slot.previous_query {
+                Some(b) => b,
+                None => slot.previous_query.insert(alloc(HEADER_LEN)?),
+            };
+            let sum = head.emit_summed(buf.datagram_mut()?);
+            buf.seal(sum);
+            self.stats.queries += 1;
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += buf.wire_len() as u64;
+        }
+        for &s in &self.announce {
+            let head = self.lane.announcement(s);
+            let payload = &self.lane.last[s].payload;
+            let slot = &mut self.slots[s];
+            let buf = match &mut slot.announcement {
+                Some(b) => b,
+                None => slot.announcement.insert(alloc(HEADER_LEN + payload.len())?),
+            };
+            let datagram = buf.datagram_mut()?;
+            let (h, p) = datagram.split_at_mut(HEADER_LEN);
+            p.copy_from_slice(payload);
+            let sum = head.emit_summed(h) + inagg_wire::frame::ones_sum_native(p);
+            buf.seal(sum);
+            self.stats.announcements += 1;
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += buf.wire_len() as u64;
+        }
         Ok(())
     }
 
-    /// The queries [`Core::build_queries`] built, in order.
-    pub fn queries(&self) -> impl ExactSizeIterator<Item = &B> {
-        self.queries
-            .iter()
-            .map(|&s| self.slots[s].query.as_ref().expect("built first"))
+    /// The queries and announcements [`Core::build_queries`] built, in
+    /// order.
+    pub fn queries(&self) -> impl Iterator<Item = &B> {
+        let slots = &self.slots;
+        let queries = self.queries.iter().map(move |&s| &slots[s].query);
+        let previous = self.previous.iter().map(move |&s| &slots[s].previous_query);
+        let announce = self.announce.iter().map(move |&s| &slots[s].announcement);
+        queries
+            .chain(previous)
+            .chain(announce)
+            .map(|b| b.as_ref().expect("built first"))
+    }
+
+    /// Whether there is any query or announcement to send.
+    pub fn has_queries(&self) -> bool {
+        !(self.queries.is_empty() && self.previous.is_empty() && self.announce.is_empty())
     }
 
     /// What [`Core::packets`] and [`Core::queries`] held was handed to the
@@ -276,6 +328,8 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         }
         self.tx.clear();
         self.queries.clear();
+        self.previous.clear();
+        self.announce.clear();
     }
 
     /// Ends the all-reduce: its statistics, and the slot buffers for the
@@ -319,6 +373,21 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let tx = &mut self.tx;
                 self.lane
                     .on_status(entry, slot, &status, now, tx, &mut self.stats);
+                let entry = &self.slots[slot];
+                let last = &self.lane.last[slot];
+                if entry.asked == Asked::Held && probes_previous(entry.held) && last.precedes(entry)
+                {
+                    self.previous.push(slot);
+                }
+                return Ok(());
+            }
+            Verdict::Previous { slot, count } => {
+                // The switch lost the round before this one (its set's
+                // round is not complete): announce the result held here.
+                let n = self.lane.config.workers;
+                if count < n && !self.announce.contains(&slot) {
+                    self.announce.push(slot);
+                }
                 return Ok(());
             }
             Verdict::Joined {
@@ -330,6 +399,8 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 self.stats.handshakes += 1;
                 self.bad_weight = None;
                 let entry = &mut self.slots[slot];
+                let weight = self.lane.config.workers.saturating_mul(2);
+                self.lane.last[slot].keep(entry.set, packet_id, exponent, weight, payload);
                 let session = &mut self.lane.sessions[slot];
                 session.move_past(packet_id, entry.set);
                 session.joined = true;
@@ -355,6 +426,10 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             } => return self.move_on(slot, packet_id, own_weight, now),
         };
         let entry = &mut self.slots[s];
+        if !joined {
+            let n = self.lane.config.workers;
+            self.lane.last[s].keep(entry.set, entry.packet_id, exponent, n, payload);
+        }
         answered(self.lane.path, entry, now);
         entry.answered_asking = on_its_way(self.lane.path, entry, now).then_some(entry.packet_id);
         self.codec
@@ -516,7 +591,7 @@ impl Lane<'_> {
     ) -> Error {
         let stuck = slots
             .iter()
-            .position(|s| s.waits_for != 0)
+            .position(|s| s.waits_for != 0 && s.round < s.rounds)
             .or_else(|| slots.iter().position(|s| s.round < s.rounds))
             .unwrap_or(0);
         tracing::warn!(
@@ -638,7 +713,11 @@ impl Lane<'_> {
     /// speaks for every member (with `few` slots in flight, every query
     /// asks).
     fn query_header<B>(&self, slot: &Slot<B>, s: usize, few: bool) -> Repr {
-        let nudge = few || (slot.queries == 1 && self.speaks_for(slot.place));
+        // A round held a while asks again (a restart may have taken the
+        // round before from the members it waits for: their nudges make
+        // them announce it, `announce`).
+        let nudge =
+            few || (slot.queries == 1 && self.speaks_for(slot.place)) || probes_previous(slot.held);
         Repr {
             kind: Kind::Query,
             set: slot.set,

@@ -46,6 +46,11 @@ pub(crate) struct Slot<B> {
     pub(crate) packet: B,
     /// The slot's query, made when it first asks.
     pub(crate) query: Option<B>,
+    /// Its query about its previous round, and its announcement of that
+    /// round's result, made when first needed
+    /// ([`crate::protocol::announce`]).
+    pub(crate) previous_query: Option<B>,
+    pub(crate) announcement: Option<B>,
     /// When the last query went out.
     pub(crate) asked_at: Nanos,
     /// When the packet in flight (its first copy or its latest resend)
@@ -95,6 +100,8 @@ impl<B> Slot<B> {
             held: 0,
             packet,
             query: None,
+            previous_query: None,
+            announcement: None,
             answered_asking: None,
             asked_at: 0,
             left_at: 0,
@@ -154,6 +161,8 @@ pub(crate) mod tests {
             held: 0,
             packet: (),
             query: None,
+            previous_query: None,
+            announcement: None,
             answered_asking: None,
             asked_at: 0,
             left_at: sent_at.max(resent_at),

@@ -1,0 +1,111 @@
+//! A switch that lost its state mid all-reduce (a restart): the workers
+//! of a slot may be a round apart, those that had round r's result
+//! waiting in round r + 1 for those that lost it, who resend round r into
+//! a set the restart emptied. Neither round can complete. A worker keeps
+//! each slot's last result ([`LastRound`]); when the switch has held its
+//! round r + 1 a while, it asks about round r (a query naming that round's
+//! set and packet id), and if the switch says that set's round is not
+//! complete, it announces the result it holds. A nudge about a round whose
+//! result it holds (a member that lost it asks about it, and the set
+//! lacks this worker) says the same, and is answered the same way, also
+//! by a worker whose slot has no round left in this all-reduce (kind 7, docs/PROTOCOL.md,
+//! "A switch that lost its state"). The set takes it for the members that
+//! have not moved on, whose resends then bring it back as a stored
+//! result.
+//!
+//! Nothing here is trusted more than a contribution: an announcement is
+//! admitted from the member's endpoint only, and a set whose round is
+//! complete, or that sums another round, ignores it.
+
+use inagg_wire::{Kind, Repr};
+
+use super::slot::Slot;
+use super::Lane;
+
+/// Held answers about a round after which the worker asks about the
+/// previous round (and its query asks for nudges): the 2nd, then every
+/// 4th. A held round is usually a slow member, not a restart, so not at
+/// the first; at heavy loss a query, its nudge or the announcement is
+/// often lost, so again and again while the round stays held (held
+/// answers come at most every few round trips, each later than the last).
+pub(super) fn probes_previous(held: u32) -> bool {
+    held == 2 || (held > 0 && held.is_multiple_of(4))
+}
+
+/// A slot's last completed round: its set, packet id, exponent, weight
+/// and the result's payload (K big-endian int32s, as the switch sent it).
+#[derive(Debug, Clone, Default)]
+pub struct LastRound {
+    pub(crate) set: u8,
+    pub(crate) packet_id: u32,
+    pub(crate) exponent: u8,
+    pub(crate) weight: u16,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) valid: bool,
+}
+
+impl LastRound {
+    /// Keeps a result.
+    pub(super) fn keep(
+        &mut self,
+        set: u8,
+        packet_id: u32,
+        exponent: u8,
+        weight: u16,
+        payload: &[u8],
+    ) {
+        self.set = set;
+        self.packet_id = packet_id;
+        self.exponent = exponent;
+        self.weight = weight;
+        self.payload.clear();
+        self.payload.extend_from_slice(payload);
+        self.valid = true;
+    }
+
+    /// Whether this is the round before `slot`'s round in flight: in the
+    /// other set (a slot alternates sets round by round).
+    pub(super) fn precedes<B>(&self, slot: &Slot<B>) -> bool {
+        self.valid && self.set != slot.set && slot.in_flight
+    }
+
+    /// Whether `status` is about this round, and not about `slot`'s round
+    /// in flight: a status the switch sent about a round whose result this
+    /// worker holds.
+    pub(super) fn is_of<B>(&self, status: &Repr, slot: &Slot<B>) -> bool {
+        self.valid
+            && (status.set, status.packet_id) == (self.set, self.packet_id)
+            && !(slot.in_flight && slot.packet_id == status.packet_id)
+    }
+}
+
+impl Lane<'_> {
+    /// The header of slot `s`'s query about its previous round.
+    pub(super) fn previous_query(&self, s: usize) -> Repr {
+        let last = &self.last[s];
+        Repr {
+            kind: Kind::Query,
+            set: last.set,
+            priority: self.config.priority,
+            job: self.config.job,
+            slot: s as u16,
+            worker: self.config.worker,
+            generation: self.config.generation,
+            exponent: 0,
+            count: 0,
+            elements: self.config.elements,
+            packet_id: last.packet_id,
+        }
+    }
+
+    /// The header of slot `s`'s announcement of its previous round.
+    pub(super) fn announcement(&self, s: usize) -> Repr {
+        let last = &self.last[s];
+        Repr {
+            kind: Kind::Announce,
+            exponent: last.exponent,
+            count: last.weight,
+            ..self.previous_query(s)
+        }
+    }
+}
