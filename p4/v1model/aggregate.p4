@@ -33,7 +33,8 @@
  *                 priority stored
  *            no:  acc += values (wrapping), exponent = max, count += 1,
  *                 weight += c (saturating)
- *          bitmap[here] |= bit; bitmap[there] &= ~bit
+ *          bitmap[here] |= bit; bitmap[there] &= ~bit (and, if that bit
+ *          was set and count[there] < n, count[there] -= 1)
  *          complete = (count == n):
  *            a tree job (meta.upstream.valid): away = 1, and the partial sum
  *              goes up to the parent as one contribution, count = weight
@@ -162,6 +163,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bit<64> bitmap_here;
         bit<64> bitmap_there;
         bit<16> count_here;
+        bit<16> count_there;
         bit<8>  exponent_here;
         bit<32> packet_id_here;
         bit<8>  priority_here;
@@ -172,6 +174,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bitmap.read(bitmap_here, here);
         bitmap.read(bitmap_there, there);
         contributors.read(count_here, here);
+        contributors.read(count_there, there);
         max_exponent.read(exponent_here, here);
         round_packet_id.read(packet_id_here, here);
         round_priority.read(priority_here, here);
@@ -231,6 +234,12 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         incarnation.write(there, keep ? incarnation_there : meta.job.incarnation);
         bitmap.write(here, keep ? bitmap_here : (held_here | me));
         bitmap.write(there, keep ? bitmap_there : (live_there & ~me));
+        /* Counts are distinct members: moving on from a round not complete
+         * there gives the member's place back to that set's count too
+         * (emu/src/switch.rs, contribute). */
+        bool gives_back = !keep && (live_there & me) != 64w0
+                          && count_there != meta.job.worker_count;
+        contributors.write(there, gives_back ? count_there - 16w1 : count_there);
         contributors.write(here, count_now);
         max_exponent.write(here, exponent_now);
         round_packet_id.write(here, packet_id_now);

@@ -103,7 +103,13 @@ start_switch() {
     [ "$ns" = - ] || exec=(ip netns exec "$ns")
     local args=()
     for p in "${ports[@]}"; do args+=(-i "$p"); done
-    "${exec[@]}" simple_switch_grpc --device-id 0 "${args[@]}" --thrift-port "$thrift" --no-p4 \
+    # A bmv2 built without Thrift has no --thrift-port (P4Runtime is all
+    # the tests use).
+    local thrift_args=()
+    if simple_switch_grpc --help 2>&1 | grep -q -- --thrift-port; then
+        thrift_args=(--thrift-port "$thrift")
+    fi
+    "${exec[@]}" simple_switch_grpc --device-id 0 "${args[@]}" "${thrift_args[@]}" --no-p4 \
         -- --grpc-server-addr "127.0.0.1:$grpc_port" --priority-queues 8 >"$tmp/$log.log" 2>&1 &
     pids+=($!)
     local pid=$!
