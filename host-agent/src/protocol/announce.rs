@@ -83,19 +83,7 @@ impl Lane<'_> {
     /// The header of slot `s`'s query about its previous round.
     pub(super) fn previous_query(&self, s: usize) -> Repr {
         let last = &self.last[s];
-        Repr {
-            kind: Kind::Query,
-            set: last.set,
-            priority: self.config.priority,
-            job: self.config.job,
-            slot: s as u16,
-            worker: self.config.worker,
-            generation: self.config.generation,
-            exponent: 0,
-            count: 0,
-            elements: self.config.elements,
-            packet_id: last.packet_id,
-        }
+        self.query(s, last.set, last.packet_id, 0)
     }
 
     /// The header of slot `s`'s announcement of its previous round.

@@ -718,22 +718,29 @@ impl Lane<'_> {
         // them announce it, `announce`).
         let nudge =
             few || (slot.queries == 1 && self.speaks_for(slot.place)) || probes_previous(slot.held);
+        let count = if nudge {
+            inagg_wire::status::QUERY_NUDGE
+        } else {
+            0
+        };
+        self.query(s, slot.set, slot.packet_id, count)
+    }
+
+    /// A query about slot `s`'s round of `packet_id` in `set`; `count` 1
+    /// asks for nudges.
+    pub(super) fn query(&self, s: usize, set: u8, packet_id: u32, count: u16) -> Repr {
         Repr {
             kind: Kind::Query,
-            set: slot.set,
+            set,
             priority: self.config.priority,
             job: self.config.job,
             slot: s as u16,
             worker: self.config.worker,
             generation: self.config.generation,
             exponent: 0,
-            count: if nudge {
-                inagg_wire::status::QUERY_NUDGE
-            } else {
-                0
-            },
+            count,
             elements: self.config.elements,
-            packet_id: slot.packet_id,
+            packet_id,
         }
     }
 }
