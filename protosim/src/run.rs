@@ -72,6 +72,8 @@ pub enum Size {
         loss: f64,
         /// The switch's time per packet, when not the default's.
         switch_ns: Option<u64>,
+        /// A float all-reduce (else int32).
+        float: bool,
     },
 }
 
@@ -220,7 +222,10 @@ impl Scenario {
                 Size::Job { .. } => 1,
                 _ => rng.random_range(1..=3),
             },
-            float: rng.random_bool(0.25),
+            float: match options.size {
+                Size::Job { float, .. } => float,
+                _ => rng.random_bool(0.25),
+            },
             mix,
             link,
             starved,

@@ -39,6 +39,7 @@ fn job_at(
             elements,
             loss,
             switch_ns,
+            float: false,
         },
     });
     assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
@@ -149,6 +150,7 @@ fn a_restart_mid_allreduce_at_5_percent_loss_is_resumed() {
                 elements: 64 * 4096,
                 loss: 0.05,
                 switch_ns: None,
+                float: false,
             },
         });
         assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);

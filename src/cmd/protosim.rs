@@ -29,18 +29,47 @@ pub struct ProtocolArgs {
     /// instead of the small random jobs of the default.
     #[arg(long)]
     pub elements: Option<usize>,
+    /// With --elements: a float all-reduce of one call at exactly this
+    /// loss each way (no other fault), e.g. to time it against `inagg
+    /// demo --loss` on sockets.
+    #[arg(long, requires = "elements", value_parser = loss_rate)]
+    pub loss: Option<f64>,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     pub threads: Option<usize>,
 }
 
+/// A loss probability: a number in [0, 1].
+fn loss_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a probability in [0, 1]"))
+    }
+}
+
 /// Runs `inagg sim protocol`.
 pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     let faults = Faults::parse(&args.faults).map_err(anyhow::Error::msg)?;
-    let size = match args.elements {
-        Some(0) => bail!("--elements must be at least 1"),
-        Some(elements) => Size::Large { elements },
-        None => Size::Small,
+    let size = match (args.elements, args.loss) {
+        (Some(0), _) => bail!("--elements must be at least 1"),
+        (Some(elements), Some(loss)) => Size::Job {
+            workers: 4,
+            k: 64,
+            pool: 512,
+            elements,
+            loss,
+            switch_ns: None,
+            float: true,
+        },
+        (Some(elements), None) => Size::Large { elements },
+        (None, _) => Size::Small,
+    };
+    let faults = if args.loss.is_some() {
+        Faults::parse("loss").map_err(anyhow::Error::msg)?
+    } else {
+        faults
     };
     if args.trace {
         let o = inagg_protosim::run(&Options {
