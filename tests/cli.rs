@@ -1469,3 +1469,77 @@ fn commands_print_into_a_closed_pipe_as_an_error() {
         "127.0.0.1:0",
     ]));
 }
+
+/// `inagg sim protocol ARGS`.
+fn sim_protocol(args: &[&str]) -> Output {
+    Command::new(INAGG)
+        .args(["sim", "protocol"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The protocol simulator from the command line: seeds that keep every
+/// invariant pass and say so; a fault set with a known hole fails and
+/// prints the command that replays a failing seed; that command replays
+/// it with a readable trace; bad arguments are refused with a reason.
+#[test]
+fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
+    let ok = sim_protocol(&[
+        "--seeds",
+        "40",
+        "--faults",
+        "loss,dup,starve",
+        "--threads",
+        "2",
+    ]);
+    let out = text(&ok);
+    assert!(ok.status.success(), "{out}");
+    assert!(
+        out.contains("40 seeds") && out.contains("0 seeds broke an invariant"),
+        "{out}"
+    );
+    assert!(out.contains("M packets/s per core"), "{out}");
+
+    let bad = sim_protocol(&["--seeds", "60", "--faults", "replay"]);
+    let out = text(&bad);
+    assert!(!bad.status.success(), "{out}");
+    assert!(out.contains("safety:"), "{out}");
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: inagg "))
+        .unwrap_or_else(|| panic!("no replay command: {out}"));
+    let traced = Command::new(INAGG)
+        .args(replay.split(' '))
+        .output()
+        .unwrap();
+    let trace = text(&traced);
+    assert!(!traced.status.success(), "{trace}");
+    assert!(
+        trace.contains("trace hash") && trace.contains("VIOLATION safety:"),
+        "{trace}"
+    );
+    assert!(trace.contains("Contribution job 7"), "{trace}");
+
+    let unknown = sim_protocol(&["--faults", "flood"]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown).contains("unknown fault \"flood\""),
+        "{}",
+        text(&unknown)
+    );
+    let loss_alone = sim_protocol(&["--loss", "0.05"]);
+    assert!(!loss_alone.status.success());
+    assert!(
+        text(&loss_alone).contains("--elements"),
+        "{}",
+        text(&loss_alone)
+    );
+    let not_a_rate = sim_protocol(&["--elements", "64", "--loss", "2"]);
+    assert!(!not_a_rate.status.success());
+    assert!(
+        text(&not_a_rate).contains("not a probability"),
+        "{}",
+        text(&not_a_rate)
+    );
+}
