@@ -188,6 +188,13 @@ pub struct LaunchRecord {
     pub alive: usize,
     /// Every live worker is in it.
     pub full: bool,
+    /// The selective-reduce controller's step this group was chosen at
+    /// (its `k`: every `c`-th is a full turn); `None` for a group the
+    /// controller did not choose (the other policies, and every ready
+    /// worker launched when the controller chose nobody). Launch numbers
+    /// and steps part when groups are cut to the free sub-pools or
+    /// launched without a step, which a loaded machine makes happen.
+    pub turn: Option<u64>,
     /// From the launch to the last member's done.
     pub sync_time: Duration,
     /// Every member got its result.
@@ -541,11 +548,15 @@ impl State {
             })
             .collect();
         let n = self.alive();
-        let mut groups = match &mut self.chooser {
-            Chooser::Selective(c) => c.step(n, &ready, &training, &self.cdf),
-            Chooser::Partial(p) => partial_reduce(&ready, *p),
-            Chooser::AllReduce => all_reduce(&ready, n),
+        let (mut groups, first_turn) = match &mut self.chooser {
+            Chooser::Selective(c) => {
+                let k = c.k;
+                (c.step(n, &ready, &training, &self.cdf), Some(k))
+            }
+            Chooser::Partial(p) => (partial_reduce(&ready, *p), None),
+            Chooser::AllReduce => (all_reduce(&ready, n), None),
         };
+        let chosen = groups.len();
         if groups.is_empty() && ready.len() == n {
             // Nobody left to wait for (see the module's doc).
             groups.push(ready);
@@ -556,12 +567,13 @@ impl State {
             }
             groups.truncate(free);
         }
-        for g in groups {
-            self.launch(g.iter().map(|r| r.id).collect());
+        for (i, g) in groups.into_iter().enumerate() {
+            let turn = first_turn.filter(|_| i < chosen).map(|k| k + i as u64);
+            self.launch(g.iter().map(|r| r.id).collect(), turn);
         }
     }
 
-    fn launch(&mut self, members: Vec<usize>) {
+    fn launch(&mut self, members: Vec<usize>, turn: Option<u64>) {
         let pool = self
             .pool_free
             .iter()
@@ -614,6 +626,7 @@ impl State {
             waiting,
             alive,
             full,
+            turn,
             sync_time: Duration::ZERO,
             ok: false,
         };
