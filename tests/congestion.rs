@@ -48,13 +48,12 @@ fn a_slow_switch_gets_a_window_it_can_serve_and_few_retransmissions() {
     let len = 64 * 1024;
     let inputs = inputs(4, len, 1);
     let mut data = inputs.clone();
-    let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
+    run_all(&mut workers, &mut data, |w, d| w.allreduce_i32(d)).unwrap();
     check_i32(&inputs, &data).unwrap();
     // How far the window shrinks, and that the late results cost no
     // retransmission, depend on the machine's load here: they are
     // checked in virtual time (protosim/tests/recovery.rs,
-    // the_window_shrinks_behind_a_slow_switch). Here, the sums.
-    assert_eq!(stats.len(), 4);
+    // the_window_shrinks_behind_a_slow_switch). Here, the sums (above).
 }
 
 /// Windows that shrink while slots are in flight, under loss, with workers

@@ -484,7 +484,7 @@ impl World {
         // clean call.
         let quiet = self.net.now + 100 * MS;
         while let Some(ev) = self.peek_before(quiet) {
-            self.handle(ev, &mut [], 0);
+            self.handle(ev);
         }
         self.net.now = self.net.now.max(quiet);
         for h in &mut self.hosts {
@@ -617,12 +617,12 @@ impl World {
                     .trace
                     .event(self.net.now, "crash", &w.to_string(), &[]);
             }
-            ev => self.handle(ev, endings, start),
+            ev => self.handle(ev),
         }
     }
 
     /// An event that needs no agent.
-    fn handle(&mut self, ev: Event, endings: &mut [Option<Ending>], _start: Nanos) {
+    fn handle(&mut self, ev: Event) {
         match ev {
             Event::Arrive {
                 to: Node::Switch,
@@ -657,7 +657,6 @@ impl World {
                 }
                 h.inbox.push_back(bytes);
                 let at = self.net.now.max(h.busy_until).max(h.stalled_until);
-                let _ = endings;
                 self.schedule(i, at);
             }
             Event::Wake { host, generation } => {

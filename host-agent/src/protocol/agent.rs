@@ -48,11 +48,7 @@ impl Agent {
 
     /// Starts an exact int32 all-reduce of `data` in place.
     pub fn allreduce_i32<'a>(&'a mut self, data: &'a mut [i32]) -> Result<AllReduce<'a>> {
-        let k = usize::from(self.config.elements);
-        let chunks = chunk_count(data.len(), k);
-        let bytes = data.len() as u64 * 4;
-        let window = chunks.min(self.config.pool_size as usize).max(1);
-        let data = LaneData::split(data, k, window, 1).remove(0);
+        let (data, chunks, bytes) = self.whole(data);
         let codec = AnyCodec::Int(IntCodec {
             data,
             classes: None,
@@ -63,13 +59,18 @@ impl Agent {
     /// Starts a float all-reduce of `data` in place (within
     /// [`crate::quant::error_bound`]).
     pub fn allreduce_f32<'a>(&'a mut self, data: &'a mut [f32]) -> Result<AllReduce<'a>> {
-        let k = usize::from(self.config.elements);
-        let chunks = chunk_count(data.len(), k);
-        let bytes = data.len() as u64 * 4;
-        let window = chunks.min(self.config.pool_size as usize).max(1);
-        let data = LaneData::split(data, k, window, 1).remove(0);
+        let (data, chunks, bytes) = self.whole(data);
         let codec = AnyCodec::F32(FloatCodec::new(data, self.config.workers, None));
         self.start(codec, chunks, bytes)
+    }
+
+    /// `data` as the one lane's view, its chunks of K, and its bytes.
+    fn whole<'a, T>(&self, data: &'a mut [T]) -> (LaneData<'a, T>, usize, u64) {
+        let k = usize::from(self.config.elements);
+        let chunks = chunk_count(data.len(), k);
+        let bytes = std::mem::size_of_val(data) as u64;
+        let window = chunks.min(self.config.pool_size as usize).max(1);
+        (LaneData::split(data, k, window, 1).remove(0), chunks, bytes)
     }
 
     fn start<'a>(
