@@ -580,6 +580,20 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
+        if left_behind(set, n) && newer(repr.packet_id, set.packet_id) {
+            // A round newer than the complete one the set holds, which
+            // some members have not left: in order, a member sends round
+            // r + 2 to a set only after every member sent round r + 1,
+            // each leaving round r's set; so those bits are no honest
+            // member's, and nobody needs the stored result. Both sets can
+            // be left so (replays or forgers on every member's endpoint,
+            // each set complete with the bits of members now in the other)
+            // and every contribution would then be a late copy to one set
+            // or a retransmission to the other: the slot would be wedged
+            // for every later session. A newer round frees it.
+            self.counters.taken_over += 1;
+            set.bitmap = 0;
+        }
         if left_behind(set, n) || (detours && out_of_order(set, repr, n)) {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
@@ -1134,8 +1148,9 @@ mod tests {
         payload::write_i32s(&mut want, &[6, 30]);
         assert_eq!(&out[HEADER_LEN..], &want[..]);
         // Workers 0 and 1 moved on: their bits stay clear in set 0 (a
-        // probe: were worker 1's set, the stored result would come back).
-        let action = send(&mut sw, &mut out, round(0, 1, 9), &[0, 0]);
+        // probe, a copy of round 7: were worker 1's bit set, the stored
+        // result would come back).
+        let action = send(&mut sw, &mut out, round(0, 1, 7), &[0, 0]);
         assert_eq!(action, Action::Drop(DropReason::StaleRound));
         // Round 8 completes with worker 2.
         let action = send(&mut sw, &mut out, round(1, 2, 8), &[1, 1]);
@@ -1334,6 +1349,38 @@ mod tests {
         );
         assert_eq!(result(&out).1, [222, 222]);
         assert_eq!(sw.counters().dropped(DropReason::StaleRound), 1);
+    }
+
+    /// A complete round that members left behind is taken over by a newer
+    /// round (its packet id ahead in serial order), never by a copy of its
+    /// own: both sets left so, by replays on every member's endpoint, would
+    /// otherwise wedge the slot for good.
+    #[test]
+    fn a_newer_round_takes_over_a_round_left_behind() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        let send = |sw: &mut Switch, out: &mut Vec<u8>, set, w: u16, id, v: i32| {
+            let repr = Repr::contribution(1, 0, set, w, 2, id);
+            sw.process(&encode(&repr, &[v, v]), addr(1000 + w), out)
+        };
+        for w in 0..3 {
+            send(&mut sw, &mut out, 0, w, 7, 1);
+        }
+        // Worker 0 moves on; set 0's round stays complete, held by 1 and 2.
+        assert_eq!(send(&mut sw, &mut out, 1, 0, 8, 1), Action::Absorbed);
+        let stale = send(&mut sw, &mut out, 0, 0, 7, 1);
+        assert_eq!(stale, Action::Drop(DropReason::StaleRound));
+        let older = send(&mut sw, &mut out, 0, 0, 6, 1);
+        assert_eq!(older, Action::Drop(DropReason::StaleRound));
+        assert_eq!(sw.job(1).unwrap().counters.taken_over, 0);
+        // A newer round takes the set: only its own values are summed.
+        assert_eq!(send(&mut sw, &mut out, 0, 0, 9, 100), Action::Absorbed);
+        assert_eq!(sw.job(1).unwrap().counters.taken_over, 1);
+        send(&mut sw, &mut out, 0, 1, 9, 20);
+        let done = send(&mut sw, &mut out, 0, 2, 9, 3);
+        assert_eq!(done, Action::Multicast { job: 1 });
+        let (repr, values) = result(&out);
+        assert_eq!((repr.packet_id, values), (9, [123, 123]));
     }
 
     #[test]

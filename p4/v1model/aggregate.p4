@@ -24,7 +24,10 @@
  *            complete, away -> the partial sum goes up again (tree jobs)
  *            complete       -> the stored result goes back to w alone (resend)
  *            else           -> dropped, duplicate_pending
- *     no:  count[here] == n and bitmap[here] != 0 (a late copy), or, at a
+ *     no:  count[here] == n, bitmap[here] != 0 and the packet id newer than
+ *          id[here]?  (a round left behind, taken over)
+ *            yes: the set reads as empty: bitmap[here] = 0 for what follows
+ *          count[here] == n and bitmap[here] != 0 (a late copy), or, at a
  *          job with detours, count[here] == n and id[here] == packet id, or
  *          bitmap[here] != 0 and id[here] != packet id?
  *            yes: nothing changes; dropped, stale_round
@@ -66,7 +69,10 @@
  * holds a complete round that some members have not left, and w's bit is
  * clear. w left it, so this is a copy of w's contribution that w's next
  * round overtook; added, it would corrupt the stored result and clear w's
- * bit in the round w moved on to. emu/src/switch.rs, left_behind.
+ * bit in the round w moved on to. emu/src/switch.rs, left_behind. A copy
+ * carries the round's packet id or an older one; a packet whose id is
+ * newer cannot be one (in order, round r + 2 reaches a set only after every
+ * member left round r there): it takes the set over and starts its round.
  *
  * A job that takes detours (job_table's `detours`; PROTOCOL.md, "Auxiliary
  * paths", stale rounds) no longer sees each member's packets in order, so
@@ -191,10 +197,16 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
          * and the set reads as empty (emu/src/switch.rs, superseded). Packet
          * ids compare as serial numbers: newer when less than 2^31 ahead. */
         bit<32> ahead = hdr.inagg.packet_id - packet_id_here;
+        bool newer = ahead != 32w0 && ahead[31:31] == 1w0;
         bool superseded = meta.job.detours == 1 && live_here != 64w0
-                          && count_here != meta.job.worker_count
-                          && ahead != 32w0 && ahead[31:31] == 1w0;
-        bit<64> held_here = superseded ? 64w0 : live_here;
+                          && count_here != meta.job.worker_count && newer;
+        /* A complete round that w left and others have not, and a newer
+         * packet id: in order, no member can still need that round, so a
+         * newer round takes the set over (emu/src/switch.rs, taken over).
+         * Both sets left so would wedge the slot for good. */
+        bool taken_over = live_here != 64w0 && (live_here & me) == 64w0
+                          && count_here == meta.job.worker_count && newer;
+        bit<64> held_here = (superseded || taken_over) ? 64w0 : live_here;
 
         bool seen = (held_here & me) != 64w0;   /* a retransmission */
         bool first = held_here == 64w0;         /* first of a round (never seen) */

@@ -181,6 +181,10 @@ pub struct JobCounters {
     /// had not lost it) or another round under way there.
     #[serde(default)]
     pub announcements_ignored: u64,
+    /// Complete rounds that members had left behind, taken over by a
+    /// newer round (docs/PROTOCOL.md, "Slot state machine").
+    #[serde(default)]
+    pub taken_over: u64,
     /// Packets naming this job dropped by its checks (worker, slot, K, generation).
     pub dropped: u64,
 }
