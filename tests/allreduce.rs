@@ -279,15 +279,15 @@ fn two_jobs_at_once_with_disjoint_pools_are_independent() {
     let (ia, ib) = (int_inputs(3, 30_000, 1), int_inputs(2, 25_000, 2));
     allreduce_i32_side_by_side(&mut a, &ia, &mut b, &ib).unwrap();
     let jobs = cluster.emu.state().switch.jobs();
-    // One slot round per chunk, and the session handshake of each slot in
-    // the window (an int32 all-reduce's round of its own; on a fresh job
-    // it succeeds the first time).
+    // One slot round per chunk (K - 1 values), and the session handshake
+    // of each slot in the window (an int32 all-reduce's round of its own;
+    // on a fresh job it succeeds the first time).
     assert_eq!(
         jobs[0].counters.results,
-        30_000u64.div_ceil(64) + 32,
+        30_000u64.div_ceil(63) + 32,
         "job 1 completes one slot round per chunk and one handshake per slot"
     );
-    assert_eq!(jobs[1].counters.results, 25_000u64.div_ceil(128) + 16);
+    assert_eq!(jobs[1].counters.results, 25_000u64.div_ceil(127) + 16);
 }
 
 #[test]
@@ -315,14 +315,16 @@ fn a_non_finite_chunk_is_nan_on_every_worker_and_the_rest_is_exact() {
     let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
     let mut workers = cluster.job(job(1, 3, 0, 8, 64), |_| {}).unwrap();
     let mut inputs: Vec<Vec<f32>> = (0..3).map(|w| gradient(1, w, 640)).collect();
-    inputs[1][130] = f32::INFINITY; // chunk 2
-    inputs[2][600] = f32::NAN; // chunk 9
+    // K = 64: a packet carries 63 values and its check.
+    inputs[1][130] = f32::INFINITY; // chunk 2: 126..189
+    inputs[2][600] = f32::NAN; // chunk 9: 567..630
     let mut data = inputs.clone();
     run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d)).unwrap();
     for d in &data {
-        assert!(d[128..192].iter().all(|x| x.is_nan()));
-        assert!(d[576..640].iter().all(|x| x.is_nan()));
-        assert!(d[..128].iter().chain(&d[192..576]).all(|x| x.is_finite()));
+        assert!(d[126..189].iter().all(|x| x.is_nan()));
+        assert!(d[567..630].iter().all(|x| x.is_nan()));
+        let rest = d[..126].iter().chain(&d[189..567]).chain(&d[630..]);
+        assert!(rest.copied().all(f32::is_finite));
     }
     assert!(check_f32(&inputs, &data, 64).verified);
 }
@@ -630,10 +632,11 @@ fn a_result_of_another_generation_is_not_taken() {
         answer(&sent, &payload, 4, 9, from);
         answer(&sent, &payload, 5, sent.packet_id, from);
     });
-    let mut data = vec![1, -2, 3, -4];
+    // K = 4: one packet's 3 values (the fourth element is the check).
+    let mut data = vec![1, -2, 3];
     let stats = worker.allreduce_i32(&mut data).unwrap();
     driver.join().unwrap();
-    assert_eq!(data, [1, -2, 3, -4]);
+    assert_eq!(data, [1, -2, 3]);
     assert_eq!(stats.foreign, 1, "{stats:?}");
     assert_eq!(stats.packets_sent, 2, "{stats:?}");
 }

@@ -182,7 +182,7 @@ fn netstorm_forest_sums_exactly_across_four_switches_under_loss() {
     let roots: Vec<usize> = forest.trees.iter().map(|t| t.root).collect();
     assert_eq!(roots, vec![1, 2]);
     assert_eq!(forest.trees[0], fapt(&overlay(), 1));
-    let ranges = forest.split(LEN, CONFIG.elements);
+    let ranges = forest.split(LEN, usize::from(CONFIG.elements) - 1);
     assert_eq!(ranges[0].start, 0);
     assert_eq!(ranges[1].end, LEN);
     assert!(!ranges[0].is_empty() && !ranges[1].is_empty(), "{ranges:?}");

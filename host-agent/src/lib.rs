@@ -72,7 +72,8 @@ pub struct AgentConfig {
     pub rank: u16,
     /// Slots in the job's pool: the window.
     pub pool_size: u32,
-    /// Elements per packet, K (the job's).
+    /// Elements per packet, K (the job's). A data packet carries K - 1
+    /// values and its check (docs/PROTOCOL.md, "The check lane").
     pub elements: u16,
     /// Membership generation of the job.
     pub generation: u16,
@@ -131,6 +132,11 @@ impl AgentConfig {
         }
     }
 
+    /// Tensor elements per packet: K less the check lane.
+    pub fn values_per_packet(&self) -> usize {
+        usize::from(self.elements).saturating_sub(1)
+    }
+
     /// Bytes of one datagram: the header and K elements.
     pub fn datagram_len(&self) -> usize {
         inagg_wire::HEADER_LEN + usize::from(self.elements) * inagg_wire::ELEMENT_LEN
@@ -167,9 +173,10 @@ impl AgentConfig {
                 self.spare_slots, self.pool_size
             ));
         }
-        if self.elements == 0 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
+        if self.elements < 2 || usize::from(self.elements) > inagg_wire::MAX_ELEMENTS {
             return fail(format!(
-                "elements per packet {} must be 1 to {}",
+                "elements per packet {} must be 2 to {} (each packet's last element is its \
+                 check, the others carry values)",
                 self.elements,
                 inagg_wire::MAX_ELEMENTS
             ));
@@ -256,7 +263,7 @@ pub enum Error {
     #[error(
         "no result from the switch at {switch} for job {job} (slot {slot} waiting) for {waited:?} after \
          {retransmissions} retransmissions; {}",
-        timeout_advice(*switch, (*refusals, *refused_last), *handshake_weight, (*missing, *slot, *queries))
+        timeout_advice(*switch, (*refusals, *refused_last), *handshake_weight, (*missing, *slot, *queries), *rejected)
     )]
     Timeout {
         /// The switch address.
@@ -264,7 +271,7 @@ pub enum Error {
         /// The job.
         job: u16,
         /// A slot still waiting.
-        slot: usize,
+        slot: u32,
         /// Time without progress.
         waited: Duration,
         /// Retransmissions so far.
@@ -283,6 +290,8 @@ pub enum Error {
         /// Queries this worker sent in the all-reduce, and the statuses
         /// the switch answered them with.
         queries: (u32, u32),
+        /// Results that failed their check ([`Stats::rejected`]).
+        rejected: u32,
     },
 }
 
@@ -293,7 +302,8 @@ fn timeout_advice(
     switch: SocketAddr,
     (refusals, quiet): (u64, Duration),
     weight: Option<(u16, u32)>,
-    (missing, slot, (queries, statuses)): (u64, usize, (u32, u32)),
+    (missing, slot, (queries, statuses)): (u64, u32, (u32, u32)),
+    rejected: u32,
 ) -> String {
     // A worker resends at least once per max_rto (1 s by default) and a
     // host refuses each (rate-limited) while nothing listens: refusals that
@@ -312,6 +322,14 @@ fn timeout_advice(
         format!(
             "the host at {switch} answered 'port unreachable' {refusals} times: nothing listens \
              there; is the switch running, at that address?"
+        )
+    } else if rejected > 0 {
+        format!(
+            "{rejected} results for this worker's rounds failed their check: the switch summed \
+             contributions that are not this session's into them (an earlier session's \
+             datagrams replayed, or datagrams forged from a member's endpoint), or they were \
+             forged; none was taken. Find who else sends to the switch from the members' \
+             addresses; a new session starts clean"
         )
     } else if let Some((seen, expected)) = weight {
         // A handshake weighs 2 per worker: a result with this worker's own
@@ -506,7 +524,7 @@ impl Worker {
     /// all-reduce also sends a handshake per slot the session has not used
     /// yet (docs/PROTOCOL.md, "Sessions"), which is not counted here.
     pub fn rounds(&self, len: usize, float: bool) -> u64 {
-        let chunks = chunk_count(len, usize::from(self.config.elements));
+        let chunks = chunk_count(len, self.config.values_per_packet());
         let extra = if float {
             chunks.min(self.config.pool_size as usize)
         } else {
@@ -564,8 +582,8 @@ impl Worker {
         self.allreduce_i32_classes(data, None)
     }
 
-    /// [`Worker::allreduce_i32`] with a priority class per chunk of K
-    /// elements (`classes[c]` tags chunk `c`'s packets; chunks past the end
+    /// [`Worker::allreduce_i32`] with a priority class per chunk of
+    /// [`AgentConfig::values_per_packet`] elements (`classes[c]` tags chunk `c`'s packets; chunks past the end
     /// of `classes` use the worker's class): several tensors of different
     /// urgency can share one all-reduce and still leave the switch by their
     /// own queues.
@@ -574,7 +592,7 @@ impl Worker {
         data: &mut [i32],
         classes: Option<&[u8]>,
     ) -> Result<Stats> {
-        let k = usize::from(self.config.elements);
+        let k = self.config.values_per_packet();
         let chunks = chunk_count(data.len(), k);
         let bytes = data.len() as u64 * 4;
         let codecs = LaneData::split(data, k, self.window(chunks), self.lanes())
@@ -591,8 +609,8 @@ impl Worker {
         self.allreduce_f32_classes(data, None)
     }
 
-    /// [`Worker::allreduce_f32`] with a priority class per chunk of K
-    /// elements, as [`Worker::allreduce_i32_classes`].
+    /// [`Worker::allreduce_f32`] with a priority class per chunk, as
+    /// [`Worker::allreduce_i32_classes`].
     pub fn allreduce_f32_classes(
         &mut self,
         data: &mut [f32],
@@ -616,13 +634,13 @@ impl Worker {
     }
 
     /// A float all-reduce of any [`Float`] format, with a priority class
-    /// per chunk of K elements when `classes` is given.
+    /// per chunk when `classes` is given.
     pub fn allreduce_float<T: Float>(
         &mut self,
         data: &mut [T],
         classes: Option<&[u8]>,
     ) -> Result<Stats> {
-        let k = usize::from(self.config.elements);
+        let k = self.config.values_per_packet();
         let chunks = chunk_count(data.len(), k);
         let bytes = std::mem::size_of_val(data) as u64;
         let workers = self.config.workers;
@@ -828,16 +846,16 @@ mod tests {
     fn timeout_advice_tells_a_missing_switch_from_a_restarted_one() {
         let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
         let quiet = (0, 3, (0, 0));
-        let still = timeout_advice(switch, (40, Duration::from_millis(300)), None, quiet);
+        let still = timeout_advice(switch, (40, Duration::from_millis(300)), None, quiet, 0);
         assert!(still.contains("nothing listens there"), "{still}");
-        let back = timeout_advice(switch, (40, Duration::from_secs(12)), None, quiet);
+        let back = timeout_advice(switch, (40, Duration::from_secs(12)), None, quiet, 0);
         assert!(
             back.contains("the last 12.0 s before giving up")
                 && back.contains("came back (restarted?)")
                 && back.contains("run it again"),
             "{back}"
         );
-        let never = timeout_advice(switch, (0, Duration::ZERO), None, quiet);
+        let never = timeout_advice(switch, (0, Duration::ZERO), None, quiet, 0);
         assert!(never.contains("check that the job is installed"), "{never}");
     }
 
@@ -859,17 +877,22 @@ mod tests {
     #[test]
     fn timeout_advice_names_the_members_the_switch_waits_for() {
         let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
-        let waits = timeout_advice(switch, (0, Duration::ZERO), None, (0b1010, 5, (9, 9)));
+        let waits = timeout_advice(switch, (0, Duration::ZERO), None, (0b1010, 5, (9, 9)), 0);
         assert!(
             waits.contains(
                 "holds this worker's contribution to slot 5 and waits for members [1, 3]"
             ),
             "{waits}"
         );
-        let mute = timeout_advice(switch, (0, Duration::ZERO), None, (0, 5, (9, 0)));
+        let mute = timeout_advice(switch, (0, Duration::ZERO), None, (0, 5, (9, 0)), 0);
         assert!(
             mute.contains("answered none of this worker's 9 queries"),
             "{mute}"
+        );
+        let forged = timeout_advice(switch, (0, Duration::ZERO), None, (0b10, 5, (9, 9)), 3);
+        assert!(
+            forged.contains("3 results for this worker's rounds failed their check"),
+            "{forged}"
         );
     }
 }

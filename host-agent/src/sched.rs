@@ -17,7 +17,7 @@
 //! therefore runs in *epochs*: each epoch is one all-reduce of
 //!
 //! ```text
-//! [ control: K flags | slice | slice | ... ]     (each slice padded to whole chunks)
+//! [ control: K - 1 flags | slice | slice | ... ] (each slice padded to whole chunks of K - 1)
 //! ```
 //!
 //! where flag `i` is 1 on a worker holding tensor `base + i` (tensors are
@@ -163,7 +163,7 @@ pub enum Order {
 pub struct Policy {
     /// Service order.
     pub order: Order,
-    /// Elements per slice (rounded up to whole chunks of K).
+    /// Elements per slice (rounded up to whole chunks, a packet's K - 1 values).
     pub slice: usize,
     /// Slices committed per epoch: what an urgent tensor may have to wait
     /// behind once it is agreed.
@@ -266,7 +266,7 @@ pub fn run<T: Element>(
     source: &Receiver<Tensor<T>>,
     mut done: impl FnMut(Completed<T>),
 ) -> Result<SchedStats> {
-    let k = usize::from(worker.config().elements);
+    let k = worker.config().values_per_packet();
     let slice = policy.slice.max(1).div_ceil(k) * k;
     let credit = policy.credit.max(1);
     let workers = i64::from(worker.config().workers);

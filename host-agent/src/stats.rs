@@ -51,6 +51,14 @@ pub struct Stats {
     pub window: u64,
     /// Results that were not the one awaited (duplicates, late copies).
     pub stale_results: u64,
+    /// Results that failed their check lane (docs/PROTOCOL.md, "The check
+    /// lane"): sums holding a contribution that is not this session's
+    /// (replayed, forged, or a late copy summed into another round), or
+    /// forged results. Never handed to the user.
+    pub rejected: u64,
+    /// Handshakes that left set 1 for the round of set 0 of a slot whose
+    /// members were split between its sets (docs/PROTOCOL.md, "Sessions").
+    pub split_joins: u64,
     /// Slots whose session handshake succeeded (docs/PROTOCOL.md,
     /// "Sessions"): once per slot per session.
     pub handshakes: u64,
@@ -107,6 +115,8 @@ impl Stats {
         self.stale_results += o.stale_results;
         self.handshakes += o.handshakes;
         self.handshake_retries += o.handshake_retries;
+        self.rejected += o.rejected;
+        self.split_joins += o.split_joins;
         self.malformed += o.malformed;
         self.foreign += o.foreign;
         self.send_errors += o.send_errors;

@@ -145,8 +145,8 @@ impl Forest {
     /// The element range of `len` each tree carries: chunks of `k`
     /// elements shared by [`netstorm::chunk_quota`], contiguous, in tree
     /// order. Every worker computes the same ranges.
-    pub fn split(&self, len: usize, k: u16) -> Vec<std::ops::Range<usize>> {
-        let k = usize::from(k.max(1));
+    pub fn split(&self, len: usize, k: usize) -> Vec<std::ops::Range<usize>> {
+        let k = k.max(1);
         let quota = netstorm::chunk_quota(len.div_ceil(k), &self.shares);
         let mut start = 0;
         quota
@@ -735,7 +735,7 @@ impl ForestWorker {
         data: &mut [T],
         op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
     ) -> Result<Vec<Stats>> {
-        let k = self.workers[0].config().elements;
+        let k = self.workers[0].config().values_per_packet();
         let ranges = self.forest.split(data.len(), k);
         let mut parts: Vec<&mut [T]> = Vec::with_capacity(ranges.len());
         let mut rest = data;

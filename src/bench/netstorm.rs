@@ -271,7 +271,7 @@ fn measure(iterations: usize, stage: Stage) -> Result<NetstormReport> {
 /// 256 KiB probes, REPORT_RATE 10%, UPDATE_TIME 0.
 pub(crate) fn knobs() -> AwarenessConfig {
     AwarenessConfig {
-        chunk_bytes: u64::from(CONFIG.elements) * 4,
+        chunk_bytes: u64::from(CONFIG.elements - 1) * 4,
         probe_bytes: 256 * 1024,
         report_rate: 0.1,
         update_time: Duration::ZERO,

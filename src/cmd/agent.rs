@@ -447,7 +447,7 @@ fn run_float<T: Float + FileElement>(
     from: fn(f32) -> T,
 ) -> Result<(Stats, Option<bool>)> {
     let c = worker.config();
-    let (rank, workers, k) = (c.rank, c.workers, usize::from(c.elements));
+    let (rank, workers, k) = (c.rank, c.workers, c.values_per_packet());
     let pattern = |w: u16, i: usize| from(pattern_f32(w, i));
     let mut data = load(a, rank, pattern)?;
     let stats = worker.allreduce_float(&mut data, None)?;

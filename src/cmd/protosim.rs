@@ -102,10 +102,12 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     let asked: u64 = outcomes.iter().map(|o| o.queries + o.statuses).sum();
     let completed: u64 = outcomes.iter().map(|o| o.completed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
-    let bad: Vec<_> = outcomes
+    let mut bad: Vec<_> = outcomes
         .iter()
         .filter(|o| !o.violations.is_empty())
         .collect();
+    // Wrong sums first: they are the worst news.
+    bad.sort_by_key(|o| !o.violations.iter().any(|v| v.starts_with("safety")));
     writeln!(
         out,
         "{} seeds, faults from {}: {} all-reduces completed, {} failed (as faults allow), {} seeds broke an invariant",
@@ -120,6 +122,14 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
         "{packets} simulated packets in {wall:.2} s on {threads} thread(s): {:.2} M packets/s per core; data lost {lost}, queries + statuses {asked}",
         packets as f64 / wall / threads as f64 / 1e6
     )?;
+    let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+    for v in bad.iter().flat_map(|o| o.violations.iter()) {
+        *kinds.entry(v.split(':').next().unwrap_or("")).or_default() += 1;
+    }
+    if !kinds.is_empty() {
+        let tally: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        writeln!(out, "violations: {}", tally.join(", "))?;
+    }
     for o in bad.iter().take(10) {
         writeln!(out, "seed {}: {}", o.seed, o.scenario)?;
         for v in o.violations.iter().take(3) {

@@ -222,7 +222,7 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
     let (job, worker) = (job.to_string(), worker.to_string());
     let labels = [("job", job.as_str()), ("worker", worker.as_str())];
     let mut e = Exposition::default();
-    let rows: [(&'static str, &'static str, u64); 16] = [
+    let rows: [(&'static str, &'static str, u64); 17] = [
         (
             "inagg_agent_allreduces_total",
             "All-reduces completed.",
@@ -272,6 +272,11 @@ pub fn agent(live: &inagg_host_agent::stats::Live, job: u16, worker: u16) -> Str
             "inagg_agent_handshake_retries_total",
             "Handshakes sent again in a slot's other set (an earlier session's state there).",
             s.handshake_retries,
+        ),
+        (
+            "inagg_agent_rejected_total",
+            "Results that failed their check lane (replayed or forged contributions in the sum).",
+            s.rejected,
         ),
         (
             "inagg_agent_malformed_total",

@@ -35,7 +35,9 @@ pub fn gradient(seed: u64, worker: usize, len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Checks every worker's result against the f64 sum of the inputs.
+/// Checks every worker's result against the f64 sum of the inputs, of a
+/// job with K = `k` elements per packet (each block exponent covers a
+/// packet's K - 1 values; docs/PROTOCOL.md, "The check lane").
 pub fn check_f32(inputs: &[Vec<f32>], outputs: &[Vec<f32>], k: usize) -> FloatCheck {
     check_float(inputs, outputs, k)
 }
@@ -50,8 +52,9 @@ pub fn check_float<T: Float>(inputs: &[Vec<T>], outputs: &[Vec<T>], k: usize) ->
         verified: true,
         ..FloatCheck::default()
     };
-    for start in (0..len).step_by(k) {
-        let end = (start + k).min(len);
+    let chunk = k.saturating_sub(1).max(1);
+    for start in (0..len).step_by(chunk) {
+        let end = (start + chunk).min(len);
         let e = inputs
             .iter()
             .map(|x| T::block_exponent(&x[start..end]))

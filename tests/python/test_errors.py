@@ -33,7 +33,7 @@ class ConfigErrors(unittest.TestCase):
         cases = [
             (dict(wokers=2), 'unknown key "wokers"; the keys are switch, bind'),
             (dict(workers=None), "workers is needed (without controller)"),
-            (dict(elements=0), "elements per packet 0 must be 1 to"),
+            (dict(elements=1), "elements per packet 1 must be 2 to"),
             (dict(worker=3), "worker id 3 is not below the worker count 2"),
             (dict(timeout=-1), "timeout=-1: give a number of seconds above 0"),
             (dict(switch="nowhere"), 'switch="nowhere": not an address'),

@@ -5,8 +5,9 @@
 use inagg_wire::status::Status;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
+use super::recovery::Asked;
 use super::session::Found;
-use super::slot::Slot;
+use super::slot::{Slot, FOREIGN_COPIES};
 use super::Lane;
 use crate::stats::Stats;
 
@@ -50,6 +51,15 @@ pub(super) enum Verdict<'d> {
     /// A second copy of the result of a round the slot asked about: the
     /// result had not been lost.
     Spurious { slot: usize },
+    /// A nudge from set 0 of this slot, whose round lacks this worker,
+    /// while its own handshake waits in set 1 for members that are not
+    /// coming: the slot's members are split between its sets. It goes to
+    /// the round of set 0, as a handshake with that round's packet id
+    /// ([`split`]).
+    Join { slot: usize, packet_id: u32 },
+    /// Another round's result in the set this slot's round went to
+    /// (counted: [`super::slot::FOREIGN_COPIES`]).
+    Foreign { slot: usize },
     /// Anything else.
     Ignore,
 }
@@ -83,6 +93,12 @@ impl Lane<'_> {
             return Verdict::Previous {
                 slot: s,
                 count: repr.count,
+            };
+        }
+        if repr.kind == Kind::Status && s < window && split(&repr, data, &slots[s], self) {
+            return Verdict::Join {
+                slot: s,
+                packet_id: repr.packet_id,
             };
         }
         let waiting = s < window
@@ -141,25 +157,73 @@ impl Lane<'_> {
                 },
             };
         }
-        if repr.packet_id == slots[s].packet_id && count == n {
-            return Verdict::Current {
-                slot: s,
-                payload,
-                exponent: repr.exponent,
-            };
-        }
-        // Handshakes in the slot's first data round (each weighs 2): a
-        // worker whose own handshake failed has come to this set, and every
-        // worker in it sees the same result. Its packet id may be that
-        // worker's (whose count of rounds is its own until it joins).
-        if count > n && count < 2 * n && slots[s].rollback.is_some() {
+        let (id, slot) = (repr.packet_id, &slots[s]);
+        if id == slot.packet_id {
+            if count == n && session.key.verify((id, slot.round as u32), payload) {
+                return Verdict::Current {
+                    slot: s,
+                    payload,
+                    exponent: repr.exponent,
+                };
+            }
+            // This round's set holds a sum that is not this round's: a
+            // replayed, forged or misplaced contribution is in it, or a
+            // handshake in the slot's first data round. Every member whose
+            // contribution went there is answered with the same sum, and
+            // each leaves the set on it, for a handshake in the other one,
+            // in step ("Sessions", "The check lane").
+            stats.rejected += 1;
             return Verdict::MoveOn {
                 slot: s,
-                packet_id: repr.packet_id,
+                packet_id: id,
                 own_weight: None,
             };
         }
+        // Handshakes in the slot's first data round (each weighs 2), under
+        // the packet id of a worker whose handshake failed (its count of
+        // rounds is its own until it joins): every worker sees the same.
+        if count > n && count < 2 * n && slot.rollback.is_some() {
+            return Verdict::MoveOn {
+                slot: s,
+                packet_id: id,
+                own_weight: None,
+            };
+        }
+        // Another round's result in this set: a late copy of an earlier
+        // one, or a round the set holds that this session did not make,
+        // which comes back with every resend ([`super::slot::FOREIGN_COPIES`]).
         stats.stale_results += 1;
-        Verdict::Ignore
+        if slot.foreign + 1 >= FOREIGN_COPIES {
+            stats.rejected += 1;
+            return Verdict::MoveOn {
+                slot: s,
+                packet_id: id,
+                own_weight: None,
+            };
+        }
+        Verdict::Foreign { slot: s }
     }
+}
+
+/// Whether a status is a nudge that finds a slot's members split between
+/// its sets (docs/PROTOCOL.md, "Sessions", split slots): this worker's
+/// handshake is held in set 1, waiting for members, and another member's
+/// query about set 0 says the round there lacks this worker. Each half
+/// would wait for the other for good; the rule sends the set-1 half to
+/// set 0 (a fixed set, so that the halves never cross each other), with
+/// the packet id of the round there (its epoch even, as set 0's is).
+fn split<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
+    let s = usize::from(repr.slot);
+    if repr.set != 0
+        || slot.set != 1
+        || !slot.in_flight
+        || slot.round >= slot.rounds
+        || lane.sessions[s].joined
+        || slot.asked != Asked::Held
+        || repr.worker == lane.config.worker
+        || (repr.packet_id >> 16) & 1 != 0
+    {
+        return false;
+    }
+    Status::parse(&data[HEADER_LEN..]).is_ok_and(|status| !status.holds(lane.config.worker))
 }

@@ -66,7 +66,7 @@ impl Agent {
 
     /// `data` as the one lane's view, its chunks of K, and its bytes.
     fn whole<'a, T>(&self, data: &'a mut [T]) -> (LaneData<'a, T>, usize, u64) {
-        let k = usize::from(self.config.elements);
+        let k = self.config.values_per_packet();
         let chunks = chunk_count(data.len(), k);
         let bytes = std::mem::size_of_val(data) as u64;
         let window = chunks.min(self.config.pool_size as usize).max(1);

@@ -20,6 +20,8 @@
 //! - [`recovery`]: every rule of loss recovery: when a slot is suspected
 //!   lost, queries, statuses, nudges, resends, timeouts.
 //! - [`session`]: the session handshake and its token.
+//! - [`check`]: the check lane, the last element of every data packet,
+//!   which proves a result is the sum of this session's contributions.
 //! - [`accept`]: what a received datagram means to the all-reduce.
 //! - [`slot`]: one slot's state.
 //! - [`time`]: the protocol's clock, nanoseconds handed in with each event.
@@ -35,6 +37,7 @@
 mod accept;
 mod agent;
 pub(crate) mod announce;
+pub(crate) mod check;
 pub(crate) mod flight;
 pub(crate) mod path;
 pub(crate) mod recovery;
@@ -48,6 +51,7 @@ pub use self::agent::{Agent, AllReduce};
 
 use self::accept::Verdict;
 use self::announce::{probes_previous, LastRound};
+use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
 use self::recovery::{answered, on_its_way, Asked, Pending};
@@ -108,6 +112,10 @@ impl<C: Codec + ?Sized> Codec for &mut C {
         (**self).class(slot, round, window)
     }
 }
+
+/// Bytes of a data packet's payload that carry its check, not values: the
+/// last element ([`check`]).
+pub(crate) const CHECK_LANE: usize = 4;
 
 /// The shortest scan interval.
 const SCAN_FLOOR: Nanos = 200_000;
@@ -356,6 +364,10 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 exponent,
             } => (slot, payload, exponent, false),
             Verdict::Ignore => return Ok(()),
+            Verdict::Foreign { slot } => {
+                self.slots[slot].foreign += 1;
+                return Ok(());
+            }
             Verdict::Spurious { slot } => {
                 self.slots[slot].answered_asking = None;
                 self.lane.path.rack.on_spurious();
@@ -404,14 +416,17 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let session = &mut self.lane.sessions[slot];
                 session.move_past(packet_id, entry.set);
                 session.joined = true;
+                session.key = CheckKey::from_handshake(payload);
                 entry.rollback = Some(entry.round);
                 if self.codec.carries_values(slot, entry.round, self.window) {
                     // A round of its own: the first data round is next, in
                     // its turn like any round. (Sent at once, it went before
                     // slots that other workers sent first: their rounds then
                     // waited on this worker's, and read as lost.)
+                    // (Not progress: a handshake that succeeds again and
+                    // again while no data round does is a livelock, which
+                    // must end in the timeout's error, not a hang.)
                     answered(self.lane.path, entry, now);
-                    self.last_progress = now;
                     self.flight.land(entry, slot);
                     return Ok(());
                 }
@@ -424,6 +439,10 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 packet_id,
                 own_weight,
             } => return self.move_on(slot, packet_id, own_weight, now),
+            Verdict::Join { slot, packet_id } => {
+                self.stats.split_joins += 1;
+                return self.join_split(slot, packet_id, now);
+            }
         };
         let entry = &mut self.slots[s];
         if !joined {
@@ -432,21 +451,42 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         }
         answered(self.lane.path, entry, now);
         entry.answered_asking = on_its_way(self.lane.path, entry, now).then_some(entry.packet_id);
+        let values = &payload[..payload.len() - CHECK_LANE];
         self.codec
-            .decode(s, entry.round, self.window, payload, exponent);
+            .decode(s, entry.round, self.window, values, exponent);
         if !joined {
             let session = &mut self.lane.sessions[s];
             session.epoch = session.epoch.wrapping_add(1);
             entry.rollback = None;
         }
         entry.round += 1;
-        self.last_progress = now;
+        if entry.round > entry.reached {
+            // A round taken again after a rollback is not progress.
+            entry.reached = entry.round;
+            self.last_progress = now;
+        }
         self.landed += 1;
         self.flight.land(entry, s);
         if entry.round >= entry.rounds {
             self.active -= 1;
         }
         Ok(())
+    }
+
+    /// Slot `s`'s members are split between its sets: its handshake goes
+    /// to the round of set 0 with that round's packet id
+    /// ([`Verdict::Join`]).
+    fn join_split(&mut self, s: usize, packet_id: u32, now: Nanos) -> Result<(), Error> {
+        let entry = &mut self.slots[s];
+        let session = &mut self.lane.sessions[s];
+        session.epoch = packet_id >> 16;
+        session.attempt = session.attempt.wrapping_add(1);
+        if let Some(round) = entry.rollback.take() {
+            entry.round = round;
+        }
+        let (tx, stats) = (&mut self.tx, &mut self.stats);
+        self.lane
+            .send(&mut self.codec, entry, s, self.window, now, tx, stats)
     }
 
     /// A result sends slot `s` to a new handshake in its other set.
@@ -602,7 +642,7 @@ impl Lane<'_> {
         Error::Timeout {
             switch: self.config.switch,
             job: self.config.job,
-            slot: stuck,
+            slot: stuck as u32,
             waited,
             retransmissions: stats.retransmissions,
             refusals: refusals.0,
@@ -613,6 +653,7 @@ impl Lane<'_> {
                 u32::try_from(stats.queries).unwrap_or(u32::MAX),
                 u32::try_from(stats.statuses).unwrap_or(u32::MAX),
             ),
+            rejected: u32::try_from(stats.rejected).unwrap_or(u32::MAX),
         }
     }
 
@@ -635,7 +676,13 @@ impl Lane<'_> {
         slot.packet_id = session.epoch.wrapping_shl(16) | s as u32;
         let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
         let encoded = if session.joined {
-            codec.encode(s, slot.round, window, payload)
+            let at = payload.len() - CHECK_LANE;
+            let mut encoded = codec.encode(s, slot.round, window, &mut payload[..at]);
+            let round = (slot.packet_id, slot.round as u32);
+            let member = (self.config.rank, self.config.workers);
+            session.key.seal(round, member, payload);
+            encoded.sum += inagg_wire::frame::ones_sum_native(&payload[at..]);
+            encoded
         } else {
             self.encode_handshake(codec, s, slot.round, window, payload, session.attempt)
         };
@@ -665,6 +712,7 @@ impl Lane<'_> {
         slot.waits_for = 0;
         slot.queries = 0;
         slot.held = 0;
+        slot.foreign = 0;
         tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.wire_len() as u64;

@@ -36,6 +36,8 @@
 
 use std::hash::{BuildHasher, Hasher};
 
+use super::check::CheckKey;
+
 /// The count field of a handshake contribution: what it weighs in a
 /// result's count, so that a round of handshakes counts 2n, a round of data
 /// n, and a round that mixes them something in between.
@@ -51,6 +53,9 @@ pub(crate) struct SlotSession {
     pub joined: bool,
     /// Handshakes the slot has sent (each attempt carries its own token).
     pub attempt: u32,
+    /// The session's check key, from the handshake's result
+    /// ([`super::check`]).
+    pub key: CheckKey,
 }
 
 impl SlotSession {

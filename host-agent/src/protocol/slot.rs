@@ -9,6 +9,9 @@ use super::time::Nanos;
 pub(crate) struct Slot<B> {
     pub(crate) round: usize,
     pub(crate) rounds: usize,
+    /// The most rounds the slot has completed (a rollback takes `round`
+    /// back, not this): progress is a slot reaching further.
+    pub(crate) reached: usize,
     pub(crate) packet_id: u32,
     pub(crate) set: u8,
     /// Times in nanoseconds since the all-reduce started ([`Nanos`]):
@@ -64,7 +67,18 @@ pub(crate) struct Slot<B> {
     /// ([`on_its_way`]): a second copy of it means the query was not
     /// needed ([`crate::recovery::Rack::on_spurious`]).
     pub(crate) answered_asking: Option<u32>,
+    /// Results for the round's set with another round's packet id seen
+    /// since the round was sent ([`FOREIGN_COPIES`]).
+    pub(crate) foreign: u32,
 }
+
+/// Results of another round that come back to a slot in its round's set
+/// before it leaves the set for a handshake in the other one. A late copy
+/// of an earlier round comes once or twice (a duplicate); a round the set
+/// holds that this session did not make (an earlier session's, with this
+/// worker's bit still set; one that a late copy started after every member
+/// had left) comes back with every resend, for good.
+pub(super) const FOREIGN_COPIES: u32 = 4;
 
 /// Moves on from a slot's handshake that a result answers at once, in a
 /// row, before the next waits for the slot's timer. A result that moves a
@@ -83,6 +97,7 @@ impl<B> Slot<B> {
         Slot {
             round: 0,
             rounds,
+            reached: 0,
             packet_id: 0,
             set: 0,
             sent_at: 0,
@@ -103,6 +118,7 @@ impl<B> Slot<B> {
             previous_query: None,
             announcement: None,
             answered_asking: None,
+            foreign: 0,
             asked_at: 0,
             left_at: 0,
         }
@@ -142,30 +158,12 @@ pub(crate) mod tests {
     /// last at `resent_at`.
     pub(crate) fn slot(sent_at: Nanos, resends: u32, resent_at: Nanos) -> Slot<()> {
         Slot {
-            round: 0,
-            rounds: 1,
-            packet_id: 0,
-            set: 0,
-            sent_at,
-            deadline: 0,
-            rto: 0,
+            in_flight: true,
             resends,
             resent_at,
-            moves: (0, 0),
-            in_flight: true,
-            place: (0, 0),
-            rollback: None,
-            asked: Asked::Not,
-            waits_for: 0,
-            queries: 0,
-            held: 0,
-            packet: (),
-            query: None,
-            previous_query: None,
-            announcement: None,
-            answered_asking: None,
-            asked_at: 0,
+            sent_at,
             left_at: sent_at.max(resent_at),
+            ..Slot::new(0, 1, 0, ())
         }
     }
 

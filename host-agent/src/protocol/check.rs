@@ -1,0 +1,226 @@
+//! The check lane (docs/PROTOCOL.md, "The check lane"): how a worker knows
+//! that a result is the sum of its session's contributions and nothing
+//! else, before it hands the result to its user.
+//!
+//! The switch sums every element of a payload alike, wrapping at 32 bits.
+//! A worker spends the last element of each data packet on a *check*: a
+//! keyed linear combination of the packet's values, `c = Σ r_j · x_j`
+//! (mod 2^32), whose coefficients `r_j` derive from a key only the
+//! session's members hold and from the round's packet id. Sums of checks
+//! are checks of sums, so an honest round's result carries in its last
+//! element `Σ_i c_i = Σ_j r_j · S_j`, which every member can recompute from
+//! the values it got. A contribution the round should not hold (replayed
+//! from an earlier session, whose key differs; from an earlier round, whose
+//! coefficients differ; forged by someone without the key; a late copy
+//! summed into another round) breaks the equation but with probability
+//! 2^-(32 - v), where 2^v divides every change it makes to the sum.
+//!
+//! Each member also adds a mask of its own, `g(rank) - g(rank + 1 mod n)`
+//! with `g` keyed as the coefficients are: the masks of all n members
+//! cancel, those of any other multiset of members do not. So a round
+//! verifies only with every member's contribution once: not with one
+//! member's contribution summed twice (a copy sent from another member's
+//! endpoint), which the linear part alone would let through.
+//!
+//! The key is the session's: the whole payload of the slot's handshake
+//! result, which holds a fresh random token of every member and which only
+//! the members receive (docs/PROTOCOL.md, "Sessions").
+
+/// Mixes `x` into 64 well-spread bits (splitmix64's finaliser).
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A slot's check key for one session: all members derive the same one
+/// from the same handshake result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckKey(u64);
+
+impl CheckKey {
+    /// The key of a session whose handshake result had `payload` (every
+    /// member's token in its own field).
+    pub fn from_handshake(payload: &[u8]) -> CheckKey {
+        let mut h = 0x6a09_e667_f3bc_c908u64;
+        for word in payload.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..word.len()].copy_from_slice(word);
+            h = mix(h ^ u64::from_be_bytes(b)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        }
+        CheckKey(h)
+    }
+
+    /// The stream of coefficients and masks of the round with packet id
+    /// `packet_id` that is the slot's round `round` of its all-reduce.
+    fn round(&self, (packet_id, round): (u32, u32)) -> u64 {
+        let id = u64::from(packet_id) << 32 | u64::from(round);
+        mix(self.0 ^ id.wrapping_mul(0xd6e8_feb8_6659_fd93))
+    }
+
+    /// Member `rank`'s share of the masks of the round `round`.
+    fn mask(round: u64, rank: u32) -> u32 {
+        mix(round
+            ^ u64::from(rank)
+                .wrapping_mul(0xa076_1d64_78bd_642f)
+                .wrapping_add(1)) as u32
+    }
+
+    /// What member `rank` of `workers` adds to its check in round `round`:
+    /// the masks of all members sum to zero.
+    fn share(round: u64, rank: u16, workers: u16) -> u32 {
+        let next = (u32::from(rank) + 1) % u32::from(workers.max(1));
+        Self::mask(round, u32::from(rank)).wrapping_sub(Self::mask(round, next))
+    }
+
+    /// The keyed linear part of the check of `values` (big-endian int32
+    /// elements, the payload without its check lane) in `round`: a packet
+    /// id and the slot's round of its all-reduce, so that members out of
+    /// step (one resending a round the others have taken, under the same
+    /// packet id) cannot pass for a round.
+    pub fn check(&self, round: (u32, u32), values: &[u8]) -> u32 {
+        let mut state = self.round(round);
+        let mut sum = 0u32;
+        for pair in values.chunks(8) {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let r = mix(state);
+            let mut coefficients = [r as u32, (r >> 32) as u32].into_iter();
+            for (x, r) in pair.chunks_exact(4).zip(&mut coefficients) {
+                let x = u32::from_be_bytes(x.try_into().expect("4 bytes"));
+                sum = sum.wrapping_add(r.wrapping_mul(x));
+            }
+        }
+        sum
+    }
+
+    /// Writes member `rank`'s (of `workers`) check of `payload`'s values
+    /// in `round` into its last element.
+    pub fn seal(&self, round: (u32, u32), (rank, workers): (u16, u16), payload: &mut [u8]) {
+        let Some(at) = payload.len().checked_sub(4) else {
+            return;
+        };
+        let share = Self::share(self.round(round), rank, workers);
+        let check = self.check(round, &payload[..at]).wrapping_add(share);
+        payload[at..].copy_from_slice(&check.to_be_bytes());
+    }
+
+    /// Whether `payload`'s last element is the check of its values: a sum
+    /// of every member's contribution to `round`, sealed with this key.
+    pub fn verify(&self, round: (u32, u32), payload: &[u8]) -> bool {
+        let Some(at) = payload.len().checked_sub(4) else {
+            return false;
+        };
+        let lane = u32::from_be_bytes(payload[at..].try_into().expect("4 bytes"));
+        lane == self.check(round, &payload[..at])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(values: &[i32]) -> Vec<u8> {
+        let mut p: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+        p.extend_from_slice(&[0; 4]);
+        p
+    }
+
+    /// Element-wise wrapping sums, as the switch makes them.
+    fn sum(payloads: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = vec![0u8; payloads[0].len()];
+        for p in payloads {
+            for (o, e) in out.chunks_exact_mut(4).zip(p.chunks_exact(4)) {
+                let s = u32::from_be_bytes(o[..].try_into().unwrap())
+                    .wrapping_add(u32::from_be_bytes(e.try_into().unwrap()));
+                o.copy_from_slice(&s.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    fn key(seed: u8) -> CheckKey {
+        CheckKey::from_handshake(&[seed, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+    }
+
+    #[test]
+    fn a_sum_of_sealed_contributions_verifies() {
+        let k = key(1);
+        let mut parts = vec![
+            payload(&[1, -2, i32::MAX, 7, 0]),
+            payload(&[5, 6, 1, i32::MIN, 3]),
+            payload(&[-9, 0, 0, -1, 11]),
+        ];
+        for (rank, p) in parts.iter_mut().enumerate() {
+            k.seal((0x0003_0002, 5), (rank as u16, 3), p);
+        }
+        assert!(
+            k.verify((0x0003_0002, 5), &sum(&parts)),
+            "wrapping sums too"
+        );
+    }
+
+    #[test]
+    fn a_contribution_sealed_otherwise_breaks_the_sum() {
+        let (k, id) = (key(1), (0x0003_0002, 5));
+        let seal = |k: CheckKey, id: (u32, u32), rank: u16, values: &[i32]| {
+            let mut p = payload(values);
+            k.seal(id, (rank, 2), &mut p);
+            p
+        };
+        let honest = [seal(k, id, 0, &[1, 2, 3]), seal(k, id, 1, &[4, 5, 6])];
+        assert!(k.verify(id, &sum(&honest)));
+        let cases = [
+            ("an earlier session's key", seal(key(2), id, 1, &[4, 5, 6])),
+            (
+                "an earlier round's id",
+                seal(k, (0x0001_0002, 5), 1, &[4, 5, 6]),
+            ),
+            (
+                "another slot's id",
+                seal(k, (0x0003_0003, 5), 1, &[4, 5, 6]),
+            ),
+            (
+                "another round, the same id",
+                seal(k, (0x0003_0002, 4), 1, &[4, 5, 6]),
+            ),
+            ("member 0's copy in member 1's place", honest[0].clone()),
+            ("a forger's guess", payload(&[4, 5, 6])),
+        ];
+        for (what, other) in cases {
+            let mixed = sum(&[honest[0].clone(), other]);
+            assert!(!k.verify(id, &mixed), "{what}");
+        }
+        // And one contribution more or less than the round had.
+        let three = [honest[0].clone(), honest[1].clone(), honest[1].clone()];
+        assert!(!k.verify(id, &sum(&three)));
+        assert!(!k.verify(id, &honest[1]));
+    }
+
+    #[test]
+    fn keys_differ_with_every_token() {
+        let a = CheckKey::from_handshake(&[0, 0, 0, 1, 0, 0, 0, 2]);
+        let b = CheckKey::from_handshake(&[0, 0, 0, 1, 0, 0, 0, 3]);
+        let c = CheckKey::from_handshake(&[0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0]);
+        assert_ne!(a, b);
+        assert_ne!(a, c, "a zero lane more is another payload");
+    }
+
+    #[test]
+    fn a_lone_member_needs_no_mask_and_a_payload_without_values_never_verifies() {
+        let mut p = payload(&[3, 0, 9]);
+        key(1).seal((7, 0), (0, 1), &mut p);
+        assert!(key(1).verify((7, 0), &p));
+        assert!(!key(1).verify((7, 0), &[]));
+    }
+
+    /// Byte fixture: the check is part of the wire contract (the lane a
+    /// worker of another implementation must fill in the same way).
+    #[test]
+    fn the_check_of_a_fixed_payload_is_stable() {
+        let k = CheckKey::from_handshake(&[0, 0, 0, 1, 0, 0, 0, 2]);
+        let mut p = payload(&[1, 2, 3]);
+        k.seal((0x0001_0000, 2), (1, 4), &mut p);
+        assert_eq!(p[12..], FIXTURE.to_be_bytes());
+    }
+    const FIXTURE: u32 = 0x7184_19e1;
+}
