@@ -33,6 +33,38 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Values per block of the check: a block shares its outer coefficient.
+const BLOCK: usize = 64;
+
+/// `Σ u_i x_i` (mod 2^32) over one block's big-endian values.
+#[inline(always)]
+fn block_sum(u: &[u32; BLOCK], block: &[u8]) -> u32 {
+    block.chunks_exact(4).zip(u).fold(0u32, |acc, (x, u)| {
+        let x = u32::from_be_bytes(x.try_into().expect("4 bytes"));
+        acc.wrapping_add(u.wrapping_mul(x))
+    })
+}
+
+/// [`block_sum`], compiled for AVX2 (the same code, vectorized 8 wide).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_sum_avx2(u: &[u32; BLOCK], block: &[u8]) -> u32 {
+    block_sum(u, block)
+}
+
+/// The fastest [`block_sum`] this CPU runs.
+fn block_sum_fn() -> fn(&[u32; BLOCK], &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if inagg_wire::simd::available() {
+        // SAFETY: the CPU has AVX2.
+        return |u, block| unsafe { block_sum_avx2(u, block) };
+    }
+    block_sum
+}
+
 /// A slot's check key for one session: all members derive the same one
 /// from the same handshake result.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,19 +110,31 @@ impl CheckKey {
     /// id and the slot's round of its all-reduce, so that members out of
     /// step (one resending a round the others have taken, under the same
     /// packet id) cannot pass for a round.
+    ///
+    /// The coefficient of value `j` is `u[j mod 64] · v[j / 64]`, both
+    /// vectors drawn from the round's stream: a blind change `d` passes
+    /// only if every block's `Σ u_i d_i` and then `Σ v_b (...)` vanish,
+    /// each as unlikely as for independent coefficients, and the inner
+    /// sums are a multiply-add per value that the compiler vectorizes
+    /// (drawing a coefficient per value cost a quarter of a worker's
+    /// throughput at K = 16370).
     pub fn check(&self, round: (u32, u32), values: &[u8]) -> u32 {
         let mut state = self.round(round);
-        let mut sum = 0u32;
-        for pair in values.chunks(8) {
+        let mut next = || {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let r = mix(state);
-            let mut coefficients = [r as u32, (r >> 32) as u32].into_iter();
-            for (x, r) in pair.chunks_exact(4).zip(&mut coefficients) {
-                let x = u32::from_be_bytes(x.try_into().expect("4 bytes"));
-                sum = sum.wrapping_add(r.wrapping_mul(x));
-            }
+            mix(state)
+        };
+        let mut u = [0u32; BLOCK];
+        for pair in u.chunks_exact_mut(2) {
+            let r = next();
+            pair[0] = r as u32;
+            pair[1] = (r >> 32) as u32;
         }
-        sum
+        let inner = block_sum_fn();
+        values.chunks(BLOCK * 4).fold(0u32, |sum, block| {
+            let v = next() as u32;
+            sum.wrapping_add(v.wrapping_mul(inner(&u, block)))
+        })
     }
 
     /// Writes member `rank`'s (of `workers`) check of `payload`'s values
@@ -213,6 +257,21 @@ mod tests {
         assert!(!key(1).verify((7, 0), &[]));
     }
 
+    /// The vectorized sum is the scalar one, whole blocks and a tail.
+    #[test]
+    fn every_block_sum_agrees() {
+        let mut u = [0u32; BLOCK];
+        for (i, c) in u.iter_mut().enumerate() {
+            *c = mix(i as u64) as u32;
+        }
+        let values: Vec<u8> = (0..(BLOCK * 4 + 37) as u32)
+            .flat_map(|i| (i.wrapping_mul(0x9e37_79b9) ^ 0xdead_beef).to_be_bytes())
+            .collect();
+        for block in values.chunks(BLOCK * 4) {
+            assert_eq!(block_sum_fn()(&u, block), block_sum(&u, block));
+        }
+    }
+
     /// Byte fixture: the check is part of the wire contract (the lane a
     /// worker of another implementation must fill in the same way).
     #[test]
@@ -222,5 +281,5 @@ mod tests {
         k.seal((0x0001_0000, 2), (1, 4), &mut p);
         assert_eq!(p[12..], FIXTURE.to_be_bytes());
     }
-    const FIXTURE: u32 = 0x7184_19e1;
+    const FIXTURE: u32 = 0x70a3_b214;
 }
