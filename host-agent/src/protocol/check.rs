@@ -13,7 +13,7 @@
 //! from an earlier session, whose key differs; from an earlier round, whose
 //! coefficients differ; forged by someone without the key; a late copy
 //! summed into another round) breaks the equation but with probability
-//! 2^-(32 - v), where 2^v divides every change it makes to the sum.
+//! about 2^-(32 - v), where 2^v divides every change it makes to the sum.
 //!
 //! Each member also adds a mask of its own, `g(rank) - g(rank + 1 mod n)`
 //! with `g` keyed as the coefficients are: the masks of all n members
