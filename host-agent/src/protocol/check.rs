@@ -4,13 +4,14 @@
 //!
 //! The switch sums every element of a payload alike, wrapping at 32 bits.
 //! A worker spends the last element of each data packet on a *check*: a
-//! keyed linear combination of the packet's values, `c = Σ r_j · x_j`
-//! (mod 2^32), whose coefficients `r_j` derive from a key only the
-//! session's members hold and from the round's packet id. Sums of checks
-//! are checks of sums, so an honest round's result carries in its last
-//! element `Σ_i c_i = Σ_j r_j · S_j`, which every member can recompute from
-//! the values it got. A contribution the round should not hold (replayed
-//! from an earlier session, whose key differs; from an earlier round, whose
+//! keyed linear combination of the packet's values, `c = Σ a_j · x_j`
+//! (mod 2^32), whose coefficients derive from a key only the session's
+//! members hold, the round's packet id and the slot's round
+//! ([`CheckKey::check`] says how). Sums of checks are checks of sums, so
+//! an honest round's result carries in its last element
+//! `Σ_i c_i = Σ_j a_j · S_j`, which every member can recompute from the
+//! values it got. A contribution the round should not hold (replayed from
+//! an earlier session, whose key differs; from an earlier round, whose
 //! coefficients differ; forged by someone without the key; a late copy
 //! summed into another round) breaks the equation but with probability
 //! about 2^-(32 - v), where 2^v divides every change it makes to the sum.
@@ -27,7 +28,7 @@
 //! the members receive (docs/PROTOCOL.md, "Sessions").
 
 /// Mixes `x` into 64 well-spread bits (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
+pub(super) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
@@ -119,22 +120,7 @@ impl CheckKey {
     /// (drawing a coefficient per value cost a quarter of a worker's
     /// throughput at K = 16370).
     pub fn check(&self, round: (u32, u32), values: &[u8]) -> u32 {
-        let mut state = self.round(round);
-        let mut next = || {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            mix(state)
-        };
-        let mut u = [0u32; BLOCK];
-        for pair in u.chunks_exact_mut(2) {
-            let r = next();
-            pair[0] = r as u32;
-            pair[1] = (r >> 32) as u32;
-        }
-        let inner = block_sum_fn();
-        values.chunks(BLOCK * 4).fold(0u32, |sum, block| {
-            let v = next() as u32;
-            sum.wrapping_add(v.wrapping_mul(inner(&u, block)))
-        })
+        linear(self.round(round), values)
     }
 
     /// Writes member `rank`'s (of `workers`) check of `payload`'s values
@@ -143,8 +129,8 @@ impl CheckKey {
         let Some(at) = payload.len().checked_sub(4) else {
             return;
         };
-        let share = Self::share(self.round(round), rank, workers);
-        let check = self.check(round, &payload[..at]).wrapping_add(share);
+        let stream = self.round(round);
+        let check = linear(stream, &payload[..at]).wrapping_add(Self::share(stream, rank, workers));
         payload[at..].copy_from_slice(&check.to_be_bytes());
     }
 
@@ -157,6 +143,26 @@ impl CheckKey {
         let lane = u32::from_be_bytes(payload[at..].try_into().expect("4 bytes"));
         lane == self.check(round, &payload[..at])
     }
+}
+
+/// The keyed linear part of a check ([`CheckKey::check`]), from the
+/// round's stream `state`.
+fn linear(mut state: u64, values: &[u8]) -> u32 {
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(state)
+    };
+    let mut u = [0u32; BLOCK];
+    for pair in u.chunks_exact_mut(2) {
+        let r = next();
+        pair[0] = r as u32;
+        pair[1] = (r >> 32) as u32;
+    }
+    let inner = block_sum_fn();
+    values.chunks(BLOCK * 4).fold(0u32, |sum, block| {
+        let v = next() as u32;
+        sum.wrapping_add(v.wrapping_mul(inner(&u, block)))
+    })
 }
 
 #[cfg(test)]

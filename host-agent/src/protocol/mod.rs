@@ -477,9 +477,16 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
     /// to the round of set 0 with that round's packet id
     /// ([`Verdict::Join`]).
     fn join_split(&mut self, s: usize, packet_id: u32, now: Nanos) -> Result<(), Error> {
+        self.lane.sessions[s].epoch = packet_id >> 16;
+        self.handshake_again(s, now)
+    }
+
+    /// Slot `s` sends a new handshake (with a new token) at the epoch its
+    /// session now holds, its data round rolled back if it had just begun.
+    fn handshake_again(&mut self, s: usize, now: Nanos) -> Result<(), Error> {
         let entry = &mut self.slots[s];
         let session = &mut self.lane.sessions[s];
-        session.epoch = packet_id >> 16;
+        session.joined = false;
         session.attempt = session.attempt.wrapping_add(1);
         if let Some(round) = entry.rollback.take() {
             entry.round = round;
@@ -499,17 +506,10 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
     ) -> Result<(), Error> {
         self.bad_weight = own_weight.or(self.bad_weight);
         self.stats.handshake_retries += 1;
+        let set = self.slots[s].set;
+        self.lane.sessions[s].move_past(packet_id, set);
+        self.handshake_again(s, now)?;
         let entry = &mut self.slots[s];
-        let session = &mut self.lane.sessions[s];
-        session.move_past(packet_id, entry.set);
-        session.joined = false;
-        session.attempt = session.attempt.wrapping_add(1);
-        if let Some(round) = entry.rollback.take() {
-            entry.round = round;
-        }
-        let (tx, stats) = (&mut self.tx, &mut self.stats);
-        self.lane
-            .send(&mut self.codec, entry, s, self.window, now, tx, stats)?;
         if entry.quick_moves(now) > QUICK_MOVES {
             // Sent by its timer instead: see QUICK_MOVES.
             self.tx.pop();

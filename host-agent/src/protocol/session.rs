@@ -36,7 +36,7 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use super::check::CheckKey;
+use super::check::{mix, CheckKey};
 
 /// The count field of a handshake contribution: what it weighs in a
 /// result's count, so that a round of handshakes counts 2n, a round of data
@@ -129,11 +129,7 @@ impl Token {
     /// attempt`, so that old values summed with a token (small integers,
     /// often) do not turn it into another attempt's.
     fn value(&self, attempt: u32) -> u32 {
-        let mut x = u64::from(self.base) << 32 | u64::from(attempt);
-        // splitmix64's finaliser.
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
+        let x = mix(u64::from(self.base) << 32 | u64::from(attempt));
         (x as u32) & self.mask
     }
 
