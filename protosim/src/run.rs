@@ -250,6 +250,8 @@ pub struct Outcome {
     pub virtual_ns: Nanos,
     /// Every invariant the run broke, in words.
     pub violations: Vec<String>,
+    /// The links' faults in the faulty phase.
+    pub link: LinkFaults,
     /// Data (contributions and results) the links lost in the faulty phase.
     pub lost_data: u64,
     /// Queries sent and statuses received by every worker, faulty phase.
@@ -354,6 +356,7 @@ pub fn run(options: &Options) -> Outcome {
         packets: world.net.counts.delivered,
         virtual_ns: world.net.now,
         violations: world.violations,
+        link: sc.link,
         lost_data: world.net.counts.lost_data,
         queries: world.queries,
         statuses: world.statuses,

@@ -60,6 +60,11 @@ pub(super) enum Verdict<'d> {
     /// Another round's result in the set this slot's round went to
     /// (counted: [`super::slot::FOREIGN_COPIES`]).
     Foreign { slot: usize },
+    /// A nudge about the round after the slot's, which lacks this worker:
+    /// the other members have this round's result and went on, and this
+    /// worker's copy of it was lost. It asks at once (the stored result
+    /// comes back) rather than at its turn ([`behind`]).
+    Behind { slot: usize },
     /// Anything else.
     Ignore,
 }
@@ -100,6 +105,9 @@ impl Lane<'_> {
                 slot: s,
                 packet_id: repr.packet_id,
             };
+        }
+        if repr.kind == Kind::Status && s < window && behind(&repr, data, &slots[s], self) {
+            return Verdict::Behind { slot: s };
         }
         let waiting = s < window
             && slots[s].in_flight
@@ -226,4 +234,21 @@ fn split<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
         return false;
     }
     Status::parse(&data[HEADER_LEN..]).is_ok_and(|status| !status.holds(lane.config.worker))
+}
+
+/// Whether a status is a nudge about the round after the one `slot` waits
+/// for, lacking this worker ([`Verdict::Behind`]): the next round's packet
+/// id, in the other set. A worker whose copy of a result is lost is the
+/// only one who can recover it, and without this it waited for its turn
+/// as for any stalled round, while the others' next round, stalled on it,
+/// brought their queries too.
+fn behind<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
+    let s = usize::from(repr.slot);
+    slot.in_flight
+        && slot.round < slot.rounds
+        && lane.sessions[s].joined
+        && repr.set != slot.set
+        && repr.worker != lane.config.worker
+        && repr.packet_id == slot.packet_id.wrapping_add(1 << 16)
+        && Status::parse(&data[HEADER_LEN..]).is_ok_and(|status| !status.holds(lane.config.worker))
 }

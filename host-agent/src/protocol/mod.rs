@@ -166,7 +166,11 @@ pub(crate) struct Core<'a, B, C> {
     announce: Vec<usize>,
     /// Slots with rounds still to run.
     active: usize,
-    next_scan: Nanos,
+    /// When recovery last scanned the slots: the next scan is a scan
+    /// interval later, an interval recomputed at every call (the first
+    /// round trip measured shortens the first one, which without a sample
+    /// is a quarter of the minimum timeout).
+    last_scan: Nanos,
     last_progress: Nanos,
     /// Port unreachables seen so far, and when the count last grew: a
     /// switch that stops refusing came back (docs/PROTOCOL.md,
@@ -207,7 +211,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         let mut core = Core {
             flight: Flight::new(&slots),
             active: slots.iter().filter(|s| s.rounds > 0).count(),
-            next_scan: lane.scan_interval(),
+            last_scan: 0,
             lane,
             codec,
             window,
@@ -237,7 +241,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
 
     /// When the core next wants [`Core::on_idle`] called: its next scan.
     pub fn next_wakeup(&self) -> Nanos {
-        self.next_scan
+        self.last_scan + self.lane.scan_interval()
     }
 
     /// Results taken so far.
@@ -378,6 +382,14 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let entry = &mut self.slots[slot];
                 let q = (&mut self.queries, &mut self.nudged, &mut self.stats);
                 self.lane.on_nudge_status(entry, slot, &status, now, few, q);
+                return Ok(());
+            }
+            Verdict::Behind { slot } => {
+                let entry = &mut self.slots[slot];
+                if entry.asked == Asked::Not {
+                    self.lane
+                        .ask(entry, slot, now, &mut self.queries, &mut self.stats);
+                }
                 return Ok(());
             }
             Verdict::Status { slot, status } => {
@@ -534,7 +546,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 .resend_nudged(&mut self.slots, &mut self.nudged, now, tx, stats);
         }
         self.release(now)?;
-        if !drained || now < self.next_scan {
+        if !drained || now < self.next_wakeup() {
             return Ok(false);
         }
         if refusals > self.refusals.0 {
@@ -564,7 +576,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 "slots timed out; retransmitted"
             );
         }
-        self.next_scan = now + self.lane.scan_interval();
+        self.last_scan = now;
         Ok(true)
     }
 

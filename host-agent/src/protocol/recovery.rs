@@ -336,6 +336,20 @@ const NUDGE_WINDOW: usize = 32;
 /// spread (K = 64, 4M floats, 10 seeds).
 const TURN_WAIT: u64 = 2;
 
+/// With at most [`NUDGE_WINDOW`] slots in flight, how long a member whose
+/// turn it is not ([`speaker`]) waits, from when it first suspects a
+/// round, before it asks too. The speaker's query nudges the member the
+/// round lacks, which resends ([`on_nudge`]), and the round completes in
+/// about two round trips and the scans between: every member asking at
+/// the same scan cost n queries and statuses where one suffices (pools of
+/// 1 to 40 slots, 2 to 5 workers, loss up to 10% each way in the protocol
+/// simulator: 5.5 queries and statuses per datum lost, 2.9 with turns).
+/// A quarter of [`PROBE_FLOOR`]: more than the scans (200 µs apart at the
+/// least) and a loopback round trip or two. Counted from the suspicion,
+/// not the send: where the evidence comes in a burst (a stalled window
+/// answered at once), every member's send is long past by then.
+const FEW_TURN_WAIT: Nanos = PROBE_FLOOR / 4;
+
 /// What a nudge makes a worker do ([`on_nudge`]).
 pub(super) enum Nudged {
     /// Ask the switch about the round at once.
@@ -351,12 +365,14 @@ pub(super) enum Nudged {
 /// round trip.
 ///
 /// With few slots in flight (`few`), every member's queries ask for
-/// nudges, and the worker asks at once rather than at its own
-/// suspicion, a round trip or more later; it resends only on its own
-/// answer: the other member asked when it did, and this worker's copy
-/// may have arrived since (resending on the nudge itself sent spurious
-/// copies when a 64 KB contribution was merely behind a queue: 8
-/// workers, lossless, about 4 per run).
+/// nudges, and the worker resends if its packet left at least a smoothed
+/// round trip before the nudge came: the status left the switch about
+/// half a round trip ago, after the packet would have arrived. A packet
+/// sent since (the worker was late: its own copy of the round before was
+/// lost, and it sent this round as the others' queries went out) is on
+/// its way, and the nudge is ignored: asking about it cost a query and a
+/// status per such nudge, and the slot's own suspicion still covers a
+/// packet that is lost after all.
 ///
 /// With many, a nudge comes only from the speaker's first query
 /// ([`TURN_WAIT`]), asked once later rounds have completed without this
@@ -388,7 +404,10 @@ pub(super) fn on_nudge<B>(
         return None;
     }
     let long_gone = srtt.is_some_and(|rtt| now >= slot.left_at + rtt);
-    Some(if !few && long_gone && later_answered {
+    if few {
+        return long_gone.then_some(Nudged::Resend);
+    }
+    Some(if long_gone && later_answered {
         Nudged::Resend
     } else {
         Nudged::Ask
@@ -517,25 +536,31 @@ impl Lane<'_> {
             .filter(|(_, s)| s.in_flight && s.asked == Asked::Not)
             .max_by_key(|(s, slot)| (slot.last_sent(), *s))
             .map(|(s, _)| s);
-        let turn_wait = if self.few_in_flight(slots.len()) {
-            0
-        } else {
-            self.path.rtt.srtt().unwrap_or(0).saturating_mul(TURN_WAIT)
-        };
+        let few = self.few_in_flight(slots.len());
+        let turn_wait = self.path.rtt.srtt().unwrap_or(0).saturating_mul(TURN_WAIT);
         for (s, slot) in slots.iter_mut().enumerate().filter(|(_, s)| s.in_flight) {
             match slot.asked {
                 Asked::Not => {
                     let sent = slot.last_sent();
-                    let probe = tail == Some(s) && now >= sent + self.probe_after(slot.queries);
-                    let wait = if slot.queries == 0 && !self.speaks_for(slot.place) {
-                        turn_wait
-                    } else {
-                        0
-                    };
-                    if now >= slot.deadline
+                    // Not this worker's turn to speak for the round: with
+                    // many slots in flight it waits TURN_WAIT round trips
+                    // more on every trigger; with few, FEW_TURN_WAIT from
+                    // when it first suspects the round. Only in a data
+                    // round of a joined session whose set has shown no
+                    // other round: there each member's query brings back
+                    // a copy of its own towards FOREIGN_COPIES, and turns
+                    // made leaving such a set (a replayed session's) slow.
+                    let other = slot.queries == 0
+                        && !self.speaks_for(slot.place)
+                        && self.sessions[s].joined
+                        && slot.foreign == 0;
+                    let wait = if other && !few { turn_wait } else { 0 };
+                    let probe =
+                        tail == Some(s) && now >= sent + self.probe_after(slot.queries) + wait;
+                    let suspect = now >= slot.deadline + wait
                         || probe
-                        || self.path.rack.lost(slot.place, sent, now, reorder + wait)
-                    {
+                        || self.path.rack.lost(slot.place, sent, now, reorder + wait);
+                    if suspect && (!other || !few || slot.waited(sent, now, FEW_TURN_WAIT)) {
                         self.ask(slot, s, now, queries, stats);
                     }
                 }
@@ -826,9 +851,10 @@ mod tests {
         (c, p)
     }
 
-    /// A nudge makes a worker resend at once only with many slots in
-    /// flight and its packet a smoothed round trip gone; otherwise it asks,
-    /// and a slot with its own recovery under way ignores it.
+    /// A nudge makes a worker resend once its packet is a smoothed round
+    /// trip gone (with many slots in flight, once a later one was answered
+    /// too); otherwise it asks, or with few in flight ignores it; a slot
+    /// with its own recovery under way ignores it.
     #[test]
     fn a_nudge_resends_a_packet_long_gone_and_asks_about_one_just_sent() {
         let srtt = Some(4 * MS);
@@ -846,8 +872,12 @@ mod tests {
         );
         let no_rtt = on_nudge(&sent, true, None, true, 30 * MS, false);
         assert!(matches!(no_rtt, Some(Nudged::Ask)));
-        let few = on_nudge(&sent, true, srtt, true, 30 * MS, true);
-        assert!(matches!(few, Some(Nudged::Ask)), "few in flight: asks");
+        let few = |s: &Slot<()>, now| on_nudge(s, true, srtt, false, now, true);
+        assert!(
+            matches!(few(&sent, 14 * MS), Some(Nudged::Resend)),
+            "few: gone"
+        );
+        assert!(few(&sent, 13 * MS).is_none(), "few: on its way, ignored");
         let holds = on_nudge(&sent, false, srtt, true, 30 * MS, false);
         assert!(holds.is_none(), "holds mine");
         // Resent at 20 ms: gone a round trip after that, not after the first send.

@@ -70,6 +70,11 @@ pub(crate) struct Slot<B> {
     /// Results for the round's set with another round's packet id seen
     /// since the round was sent ([`FOREIGN_COPIES`]).
     pub(crate) foreign: u32,
+    /// When a scan first found the packet in flight suspect while it was
+    /// not this worker's turn to ask, keyed by the packet's send time (a
+    /// new send starts afresh): a member whose turn it is not waits from
+    /// then ([`crate::protocol::recovery`], turns).
+    pub(crate) suspected: Option<(Nanos, Nanos)>,
 }
 
 /// Results of another round that come back to a slot in its round's set
@@ -91,6 +96,17 @@ pub(super) const FOREIGN_COPIES: u32 = 4;
 pub(super) const QUICK_MOVES: u32 = 4;
 
 impl<B> Slot<B> {
+    /// Whether `wait` has passed since a scan first suspected the packet
+    /// sent at `sent` (a member waiting for its turn,
+    /// [`crate::protocol::recovery`]); the first call starts the wait.
+    pub(crate) fn waited(&mut self, sent: Nanos, now: Nanos, wait: Nanos) -> bool {
+        let since = match self.suspected {
+            Some((at, since)) if at == sent => since,
+            _ => self.suspected.insert((sent, now)).1,
+        };
+        now >= since + wait
+    }
+
     /// Slot `s` before its first round, with `rounds` to run, `rto` as
     /// its timeout and `packet` as its buffer.
     pub(crate) fn new(s: usize, rounds: usize, rto: Nanos, packet: B) -> Self {
@@ -118,6 +134,7 @@ impl<B> Slot<B> {
             previous_query: None,
             announcement: None,
             answered_asking: None,
+            suspected: None,
             foreign: 0,
             asked_at: 0,
             left_at: 0,
