@@ -341,10 +341,9 @@ const TURN_WAIT: u64 = 2;
 /// round, before it asks too. The speaker's query nudges the member the
 /// round lacks, which resends ([`on_nudge`]), and the round completes in
 /// about two round trips and the scans between: every member asking at
-/// the same scan cost n queries and statuses where one suffices (pools of
-/// 1 to 40 slots, 2 to 5 workers, loss up to 10% each way in the protocol
-/// simulator: 5.5 queries and statuses per datum lost, 2.9 with turns).
-/// A quarter of [`PROBE_FLOOR`]: more than the scans (200 µs apart at the
+/// the same scan cost n queries and statuses where one suffices (the
+/// bound is asserted by protosim's
+/// `control_traffic_stays_within_its_bound_per_datum_lost`). A quarter of [`PROBE_FLOOR`]: more than the scans (200 µs apart at the
 /// least) and a loopback round trip or two. Counted from the suspicion,
 /// not the send: where the evidence comes in a burst (a stalled window
 /// answered at once), every member's send is long past by then.
