@@ -237,3 +237,107 @@ fn any_mix_of_unfinished_sessions_under_faults_leaves_the_next_one_exact() {
     }
     assert!(moved_on > 0, "the trials met earlier sessions' state");
 }
+
+/// The amplification bound (docs/PROTOCOL.md): a flood of 24-byte queries
+/// from a member's endpoint (a forger's, as the switch cannot tell) about
+/// a complete round brings that member its result twice, then statuses
+/// flagged `ANSWERED`, 36 bytes each; a resend of the contribution (as
+/// large as the result) still brings the result back. Real UDP sockets on
+/// the job's endpoints, through the emulator.
+#[test]
+fn a_flood_of_spoofed_queries_brings_back_two_results_per_round() {
+    use inagg_wire::status::{Status, STATUS_LEN};
+    use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
+    const BIG_K: u16 = 4096;
+    const FLOOD: usize = 500;
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let p = JobParams {
+        elements: BIG_K,
+        ..params()
+    };
+    let workers = cluster.job(p, |_| {}).unwrap();
+    let endpoints: Vec<SocketAddr> = workers.iter().map(Worker::local_addr).collect();
+    drop(workers);
+    let sockets: Vec<std::net::UdpSocket> = endpoints
+        .iter()
+        .map(|a| {
+            let s = std::net::UdpSocket::bind(a).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .collect();
+    let to = cluster.emu.data_addr();
+    let datagram = |kind: Kind, w: u16| {
+        let repr = Repr {
+            kind,
+            ..Repr::contribution(1, 0, 0, w, BIG_K, 1 << 16)
+        };
+        let len = if kind == Kind::Query {
+            HEADER_LEN
+        } else {
+            HEADER_LEN + 4 * usize::from(BIG_K)
+        };
+        let mut d = vec![0u8; len];
+        repr.emit(&mut Packet::new_unchecked(&mut d[..]));
+        if kind == Kind::Contribution {
+            inagg_wire::payload::write_i32s(&mut d[HEADER_LEN..], &vec![i32::from(w) + 1; 4096]);
+        }
+        d
+    };
+    for (w, s) in sockets.iter().enumerate() {
+        s.send_to(&datagram(Kind::Contribution, w as u16), to)
+            .unwrap();
+    }
+    let mut buf = vec![0u8; 65536];
+    for s in &sockets {
+        let n = s.recv(&mut buf).unwrap();
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        assert_eq!(
+            (Repr::parse(&p).unwrap().kind, p.element(0)),
+            (Kind::Result, 6)
+        );
+    }
+    let flooder = &sockets[1];
+    let query = datagram(Kind::Query, 1);
+    let (mut results, mut statuses, mut bytes) = (0, 0, 0);
+    for _ in 0..FLOOD {
+        flooder.send_to(&query, to).unwrap();
+        // One answer per query, read before the next (no socket buffer
+        // overflows: every answer is counted).
+        let n = flooder.recv(&mut buf).unwrap();
+        bytes += n;
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        match Repr::parse(&p).unwrap().kind {
+            Kind::Result => results += 1,
+            Kind::Status => {
+                assert_eq!(n, HEADER_LEN + STATUS_LEN);
+                let status = Status::parse(p.payload()).unwrap();
+                assert!(status.answered, "{status:?}");
+                statuses += 1;
+            }
+            kind => panic!("a {kind} answered a query"),
+        }
+    }
+    assert_eq!((results, statuses), (2, FLOOD - 2));
+    let result_len = HEADER_LEN + 4 * usize::from(BIG_K);
+    assert_eq!(
+        bytes,
+        2 * result_len + (FLOOD - 2) * (HEADER_LEN + STATUS_LEN)
+    );
+    // The member itself, its copy lost again: a resend brings the result.
+    flooder
+        .send_to(&datagram(Kind::Contribution, 1), to)
+        .unwrap();
+    let n = flooder.recv(&mut buf).unwrap();
+    let p = Packet::new_checked(&buf[..n]).unwrap();
+    assert_eq!(
+        (Repr::parse(&p).unwrap().kind, n),
+        (Kind::Result, result_len)
+    );
+    let state = cluster.emu.state();
+    let counters = &state.switch.jobs()[0].counters;
+    assert_eq!(
+        (counters.queries, counters.resent_results),
+        (FLOOD as u64, 3)
+    );
+}

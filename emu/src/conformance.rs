@@ -206,6 +206,9 @@ pub struct Fields {
 pub struct StatusFields {
     pub bitmap: u64,
     pub members: u16,
+    /// The `ANSWERED` flag; absent means clear.
+    #[serde(default)]
+    pub answered: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -332,6 +335,7 @@ impl Fields {
             Some(s) => Status {
                 bitmap: s.bitmap,
                 members: s.members,
+                answered: s.answered,
             }
             .emit(&mut b[HEADER_LEN..]),
             None => payload::write_i32s(&mut b[HEADER_LEN..], &self.values),

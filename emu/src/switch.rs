@@ -37,6 +37,13 @@ struct SetState {
     packet_id: u32,
     /// Priority class of the round's packets (echoed in results).
     priority: u8,
+    /// Members whose queries about the round, complete, were answered
+    /// with its stored result: once (`.0`), twice (`.1`). A member's
+    /// queries get the result twice per round at most, then a status that
+    /// says so (docs/PROTOCOL.md, "The amplification bound"). Cleared with
+    /// the round, by its first contribution, an announcement or the
+    /// parent's result.
+    answered: (u64, u64),
 }
 
 /// A job installed on the switch with its pool's memory.
@@ -609,6 +616,7 @@ impl Job {
                 exponent: repr.exponent,
                 packet_id: repr.packet_id,
                 priority: repr.priority,
+                answered: (0, 0),
             };
         } else {
             payload::add_i32s(acc, values);
@@ -689,24 +697,36 @@ impl Job {
             exponent: repr.exponent,
             packet_id: repr.packet_id,
             priority: repr.priority,
+            answered: (0, 0),
         };
         self.counters.announcements += 1;
         Action::Absorbed
     }
 
     /// A member's query (docs/PROTOCOL.md, "Loss recovery"), admitted as a
-    /// contribution would be. Nothing in the set changes; what goes back to
-    /// the member's endpoint is the set's stored result when the round is
-    /// complete with the member in it (its copy of the result was lost:
-    /// answered as a retransmission would be, without the values crossing
-    /// the path), else the set's status.
+    /// contribution would be. What goes back to the member's endpoint is
+    /// the set's stored result when the round is complete with the member
+    /// in it (its copy of the result was lost: answered as a
+    /// retransmission would be, without the values crossing the path),
+    /// twice per member and round at most; else the set's status, flagged
+    /// [`ANSWERED`](inagg_wire::status::ANSWERED) when the result went for
+    /// two of the member's queries already. A query is 24 bytes and a result up to K * 4
+    /// more: answered every time, a forger on the path could turn a flood
+    /// of small queries into one of results towards a member ("The
+    /// amplification bound"). Twice, not once: the answer to a member's
+    /// query is lost as often as any datagram, and its next query then
+    /// brings the result at once rather than a status and a resend.
     fn query(&mut self, repr: &Repr, out: &mut Vec<u8>) -> Action {
         let index = usize::from(repr.slot) * 2 + usize::from(repr.set);
-        let set = &self.sets[index];
+        let set = &mut self.sets[index];
         let n = self.spec.workers.len() as u16;
         let to = self.spec.workers[usize::from(repr.worker)];
+        let asker = 1u64 << repr.worker;
         self.counters.queries += 1;
-        if set.bitmap & (1u64 << repr.worker) != 0 && set.count == n && !set.awaiting {
+        let owed = set.bitmap & asker != 0 && set.count == n && !set.awaiting;
+        if owed && set.answered.1 & asker == 0 {
+            set.answered.1 |= set.answered.0 & asker;
+            set.answered.0 |= asker;
             self.counters.resent_results += 1;
             let k = usize::from(self.spec.elements);
             emit_result(repr, set, acc_of(&self.values, index, k), out);
@@ -725,9 +745,9 @@ impl Job {
         Status {
             bitmap: set.bitmap,
             members: n,
+            answered: owed,
         }
         .emit(&mut out[HEADER_LEN..]);
-        let asker = 1u64 << repr.worker;
         if repr.count == QUERY_NUDGE && set.bitmap & asker != 0 && set.count < n {
             return Action::Nudge {
                 job: self.spec.id,
@@ -769,6 +789,7 @@ impl Job {
         let acc = &mut self.values[index * k..(index + 1) * k];
         payload::read_i32s(values, acc);
         set.awaiting = false;
+        set.answered = (0, 0);
         set.exponent = repr.exponent;
         set.weight = repr.count;
         self.counters.results += 1;
@@ -829,7 +850,6 @@ fn superseded(set: &SetState, repr: &Repr, n: u16) -> bool {
     set.bitmap != 0 && set.count < n && newer(repr.packet_id, set.packet_id)
 }
 
-/// Whether packet id `a` is after `b` in serial-number order.
 /// One bit for each of a job's `n` members (at most 64).
 fn all_members(n: u16) -> u64 {
     if n >= 64 {
@@ -839,6 +859,7 @@ fn all_members(n: u16) -> u64 {
     }
 }
 
+/// Whether packet id `a` is after `b` in serial-number order.
 fn newer(a: u32, b: u32) -> bool {
     let ahead = a.wrapping_sub(b);
     ahead != 0 && ahead < 1 << 31
@@ -1232,6 +1253,66 @@ mod tests {
         );
     }
 
+    /// The stored result goes for a member's queries twice per round at
+    /// most: later queries get a status flagged `answered` (36 bytes, not
+    /// the result), a resend of the contribution still brings the result
+    /// back, and the set's next round answers queries with its result
+    /// again.
+    #[test]
+    fn queries_bring_back_the_stored_result_twice_per_round() {
+        let mut sw = switch();
+        let mut out = Vec::new();
+        for w in 0..3 {
+            send(&mut sw, w, 2, 0, [1, 2], &mut out);
+        }
+        // Worker `w`'s query about round `id` in set 0 of slot 2.
+        let ask = |sw: &mut Switch, out: &mut Vec<u8>, w: u16, id: u32| {
+            let q = Repr {
+                kind: Kind::Query,
+                ..Repr::contribution(1, 2, 0, w, 2, id)
+            };
+            out.clear();
+            let action = sw.process(&q.to_bytes(), addr(1000 + w), out);
+            assert_eq!(action, Action::Unicast { to: addr(1000 + w) });
+            Repr::parse(&Packet::new_checked(&out[..]).unwrap()).unwrap()
+        };
+        for _ in 0..2 {
+            assert_eq!(ask(&mut sw, &mut out, 0, 102).kind, Kind::Result);
+            assert_eq!(result(&out).1, [3, 6]);
+        }
+        for _ in 0..100 {
+            assert_eq!(ask(&mut sw, &mut out, 0, 102).kind, Kind::Status);
+            assert_eq!(out.len(), HEADER_LEN + inagg_wire::status::STATUS_LEN);
+            let status = Status::parse(&out[HEADER_LEN..]).unwrap();
+            assert!(status.answered && status.holds(0) && status.missing().count() == 0);
+        }
+        // Each member apart: worker 2's first query still gets the result.
+        assert_eq!(ask(&mut sw, &mut out, 2, 102).kind, Kind::Result);
+        // A resend of the contribution is as large as the result: it
+        // brings the result back every time.
+        assert_eq!(
+            send(&mut sw, 0, 2, 0, [1, 2], &mut out),
+            Action::Unicast { to: addr(1000) }
+        );
+        assert_eq!(result(&out).1, [3, 6]);
+        assert_eq!(sw.job(1).unwrap().counters.resent_results, 4);
+        // The set's next round (every member went on to set 1, then came
+        // back) is answered afresh.
+        for w in 0..3 {
+            send(&mut sw, w, 2, 1, [0, 0], &mut out);
+        }
+        let next = 102 + (2 << 16);
+        for w in 0..3 {
+            let r = Repr::contribution(1, 2, 0, w, 2, next);
+            sw.process(&encode(&r, &[5, 5]), addr(1000 + w), &mut out);
+        }
+        for _ in 0..2 {
+            assert_eq!(ask(&mut sw, &mut out, 0, next).kind, Kind::Result);
+            assert_eq!(result(&out).1, [15, 15]);
+        }
+        assert_eq!(ask(&mut sw, &mut out, 0, next).kind, Kind::Status);
+    }
+
     /// The status goes to every member a set of 64 waits for: the bitmap's
     /// last bit is a member too.
     #[test]
@@ -1404,10 +1485,12 @@ mod tests {
     fn shadow_set_reuse_overwrites_the_old_round() {
         let mut sw = switch();
         let mut out = Vec::new();
-        // Round 0 in set 0, round 1 in set 1, round 2 back in set 0.
-        for (set, v) in [(0u8, 7), (1, 8), (0, 9)] {
+        // Round 0 in set 0, round 1 in set 1, round 2 back in set 0, each
+        // under its own packet id (epoch r).
+        for (r, set, v) in [(0u32, 0u8, 7), (1, 1, 8), (2, 0, 9)] {
             for w in 0..3 {
-                send(&mut sw, w, 3, set, [v, -v], &mut out);
+                let repr = Repr::contribution(1, 3, set, w, 2, r << 16 | 3);
+                sw.process(&encode(&repr, &[v, -v]), addr(1000 + w), &mut out);
             }
             assert_eq!(result(&out).1, [3 * v, -3 * v], "set {set}");
         }

@@ -64,12 +64,12 @@ header payload_h {
 }
 
 /* The block after a status's header (docs/PROTOCOL.md, "Loss recovery";
- * wire/src/status.rs): whose contributions the set holds, and of how many
- * members. */
+ * wire/src/status.rs): whose contributions the set holds, of how many
+ * members, and flags (STATUS_ANSWERED). */
 header status_h {
     bit<64> bitmap;
     bit<16> members;
-    bit<16> reserved;
+    bit<16> flags;
 }
 
 #endif /* _INAGG_HEADERS_P4_ */

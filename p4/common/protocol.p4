@@ -26,6 +26,7 @@ const bit<8>  KIND_DETOUR       = 4;   /* a partial sum on an auxiliary path ("A
 const bit<8>  KIND_QUERY        = 5;   /* a member asks about its round ("Loss recovery") */
 const bit<8>  KIND_STATUS       = 6;   /* the switch's answer: the set's bitmap */
 const bit<16> QUERY_NUDGE       = 1;   /* a query's count: the status to the missing members too */
+const bit<16> STATUS_ANSWERED   = 1;   /* status flag: the round's result went for a query of the asker's already */
 const bit<8>  FLAG_SET          = 8w0x01;  /* bit 0: shadow set */
 const bit<8>  FLAGS_RESERVED    = 8w0xfe;  /* bits 1-7: must be 0 */
 

@@ -44,7 +44,7 @@
 @pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.payload.e00")
 @pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.payload.e01")
 @pa_mutually_exclusive("ingress", "hdr.status.members", "hdr.payload.e02")
-@pa_mutually_exclusive("ingress", "hdr.status.reserved", "hdr.payload.e02")
+@pa_mutually_exclusive("ingress", "hdr.status.flags", "hdr.payload.e02")
 @pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.harvest.set_index")
 control InaggIngress(inout ingress_headers_t hdr,
                      inout ingress_metadata_t ig_md,

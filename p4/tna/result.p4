@@ -169,7 +169,7 @@ control StatusAnswer(inout ingress_headers_t hdr,
         hdr.status.setValid();
         hdr.status.bitmap = ig_md.before_hi ++ ig_md.before_lo;
         hdr.status.members = ig_md.job.worker_count;
-        hdr.status.reserved = 0;
+        hdr.status.flags = 0;
         hdr.inagg.kind = KIND_STATUS;
         hdr.inagg.exponent = 0;
         hdr.inagg.packet_id = ig_md.query_packet_id;

@@ -33,7 +33,7 @@
  *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
  *            yes: acc = values, exponent = e, count = 1, weight = c, id,
- *                 priority stored
+ *                 priority stored, answered_once = answered_twice = 0
  *            no:  acc += values (wrapping), exponent = max, count += 1,
  *                 weight += c (saturating)
  *          bitmap[here] |= bit; bitmap[there] &= ~bit (and, if that bit
@@ -49,17 +49,24 @@
  *
  *   away[here] == 1 and id[here] == the result's packet id?
  *     yes: acc = its values, exponent = its exponent, weight = its count,
- *          away = 0; multicast to every member as this job's result
+ *          away = 0, answered_once = answered_twice = 0; multicast to every member as this job's result
  *     no:  nothing changes; dropped, unexpected_result
  *
  * A query from worker w (docs/PROTOCOL.md, "Loss recovery"; emu/src/switch.rs,
- * Job::query) goes to query_slot, which changes nothing:
+ * Job::query) goes to query_slot, which changes nothing but the answered
+ * bitmaps:
  *
- *   bitmap[here] has bit set, count[here] == n, and not away?
+ *   bitmap[here] has bit set, count[here] == n, not away, and
+ *   answered_twice[here] has bit clear?
  *     yes: the stored result goes back to w alone (w's copy was lost), as
- *          for a retransmission (meta.inagg.stored_result)
+ *          for a retransmission (meta.inagg.stored_result);
+ *          answered_twice[here] |= answered_once[here] & bit,
+ *          answered_once[here] |= bit: twice per member and round at most
+ *          (PROTOCOL.md, "The amplification bound")
  *     no:  the set's status goes back to w: bitmap[here] and n in the
- *          status block, count[here] in the header's count; when the
+ *          status block, STATUS_ANSWERED in its flags when the round is
+ *          complete with w and answered_twice[here] has its bit (w resends),
+ *          count[here] in the header's count; when the
  *          query asks for nudges (its count QUERY_NUDGE) and w's bit is
  *          set (count < n), also to the members whose bits are clear,
  *          but not to child switches (meta.inagg.nudge and not_nudged;
@@ -146,6 +153,10 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
     register<bit<8>>(INAGG_SETS)  round_priority;
     register<bit<16>>(INAGG_SETS) weight;
     register<bit<1>>(INAGG_SETS)  away;
+    /* Members whose queries a complete round's stored result answered,
+     * once and twice. */
+    register<bit<64>>(INAGG_SETS) answered_once;
+    register<bit<64>>(INAGG_SETS) answered_twice;
     INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATOR_REGISTER)
 
     /* The set this packet addresses, and the other set of its slot. */
@@ -258,6 +269,13 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         round_priority.write(here, priority_now);
         weight.write(here, weight_now);
         away.write(here, away_now);
+        /* A new round in the set: no member's query answered yet. */
+        bit<64> once_here;
+        bit<64> twice_here;
+        answered_once.read(once_here, here);
+        answered_twice.read(twice_here, here);
+        answered_once.write(here, (first && !keep) ? 64w0 : once_here);
+        answered_twice.write(here, (first && !keep) ? 64w0 : twice_here);
 
         bit<32> sum;
         INAGG_FOR_EACH_ELEMENT(INAGG_ACCUMULATE)
@@ -296,6 +314,12 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bool take = incarnation_here == meta.job.incarnation && away_here == 1
                     && packet_id_here == hdr.inagg.packet_id;
         away.write(here, take ? 1w0 : away_here);
+        bit<64> once_here;
+        bit<64> twice_here;
+        answered_once.read(once_here, here);
+        answered_twice.read(twice_here, here);
+        answered_once.write(here, take ? 64w0 : once_here);
+        answered_twice.write(here, take ? 64w0 : twice_here);
         max_exponent.write(here, take ? hdr.inagg.exponent : exponent_here);
         weight.write(here, take ? hdr.inagg.count : weight_here);
 
@@ -308,10 +332,10 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         meta.inagg.complete = take ? 1w1 : 1w0;
     }
 
-    /* A query: reads the set and writes nothing. Both answers are made
-     * here, in one action so that they read one state (see Atomicity); the
-     * ingress keeps the payload for the stored result, the status block
-     * otherwise. */
+    /* A query: reads the set and writes only the answered bitmaps. Both
+     * answers are made here, in one action so that they read one state (see
+     * Atomicity); the ingress keeps the payload for the stored result, the
+     * status block otherwise. */
     action query_slot() {
         bit<32> here;
         bit<32> there;
@@ -326,6 +350,8 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bit<8>  priority_here;
         bit<16> weight_here;
         bit<1>  away_here;
+        bit<64> once_here;
+        bit<64> twice_here;
         incarnation.read(incarnation_here, here);
         bitmap.read(bitmap_here, here);
         contributors.read(count_here, here);
@@ -334,12 +360,20 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         round_priority.read(priority_here, here);
         weight.read(weight_here, here);
         away.read(away_here, here);
+        answered_once.read(once_here, here);
+        answered_twice.read(twice_here, here);
 
         bool live = incarnation_here == meta.job.incarnation;
         bit<64> live_here = live ? bitmap_here : 64w0;
         bit<16> count_live = live ? count_here : 16w0;
-        bool stored = (live_here & me) != 64w0 && count_live == meta.job.worker_count
-                      && !(live && away_here == 1);
+        bool owed = (live_here & me) != 64w0 && count_live == meta.job.worker_count
+                    && !(live && away_here == 1);
+        /* Twice per member and round at most: a later query gets the
+         * status, flagged (PROTOCOL.md, "The amplification bound"). */
+        bool again = (twice_here & me) != 64w0;
+        bool stored = owed && !again;
+        answered_once.write(here, stored ? (once_here | me) : once_here);
+        answered_twice.write(here, stored ? (twice_here | (once_here & me)) : twice_here);
 
         hdr.payload.setValid();
         bit<32> sum;
@@ -347,7 +381,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         hdr.status.setValid();
         hdr.status.bitmap = live_here;
         hdr.status.members = meta.job.worker_count;
-        hdr.status.reserved = 0;
+        hdr.status.flags = (owed && again) ? STATUS_ANSWERED : 16w0;
 
         /* Read before the count becomes the answer's: 1 asks for nudges. */
         meta.inagg.nudge = (hdr.inagg.count == QUERY_NUDGE && (live_here & me) != 64w0

@@ -115,9 +115,13 @@ pub struct Net {
     pub switch_ns: Nanos,
     pub counts: NetCounts,
     pub trace: Trace,
-    /// Each forged query's response bytes (the amplification check),
-    /// filled while `watch_queries` is set.
-    pub query_responses: Vec<u64>,
+}
+
+/// What the switch sent for one datagram.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Served {
+    /// Copies that are results.
+    pub results: u32,
 }
 
 /// The switch's output for one packet: every copy, with its destination.
@@ -189,7 +193,6 @@ impl Net {
             switch_ns: SWITCH_NS,
             counts: NetCounts::default(),
             trace: Trace::new(readable),
-            query_responses: Vec::new(),
         }
     }
 
@@ -309,8 +312,8 @@ impl Net {
 
     /// A datagram reaches the switch now: through the emulator's pipeline
     /// (after the packets before it, at the switch's pace), and each copy
-    /// it sends out on its host's link. Returns the bytes sent in answer.
-    pub fn switch_receives(&mut self, from: SocketAddr, bytes: &[u8]) -> u64 {
+    /// it sends out on its host's link. Returns what it sent.
+    pub fn switch_receives(&mut self, from: SocketAddr, bytes: &[u8]) -> Served {
         self.counts.delivered += 1;
         self.trace
             .event(self.now, "switch", &from.to_string(), bytes);
@@ -320,9 +323,11 @@ impl Net {
         let mut out = Collect::default();
         self.pipeline.serve(&mut self.state, bytes, from, &mut out);
         self.pipeline.idle(&mut self.state, &mut out);
-        let mut answered = 0;
+        let mut served = Served::default();
         for (to, copy) in out.copies {
-            answered += copy.len() as u64;
+            if copy.get(1).map(|&k| Kind::from(k)) == Some(Kind::Result) {
+                served.results += 1;
+            }
             let Some(host) = self.hosts.iter().position(|&h| h == to) else {
                 continue;
             };
@@ -333,7 +338,7 @@ impl Net {
             let switch = self.switch_addr;
             self.transmit(leave, (Node::Host(host), host), switch, &copy, loss);
         }
-        answered
+        served
     }
 }
 

@@ -18,7 +18,7 @@
 //! taking datagrams (late copies reach it, as they reach a real one), but
 //! does not start its next call before the others finish theirs.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use inagg_emu::{JobSpec, Switch, SwitchConfig};
@@ -26,12 +26,12 @@ use inagg_host_agent::protocol::{Agent, AllReduce};
 use inagg_host_agent::{AgentConfig, Stats, Window};
 
 pub use crate::net::LinkFaults as Links;
-use inagg_wire::{Kind, Repr, HEADER_LEN};
+use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::faults::{Fault, Faults};
-use crate::net::{Event, LinkFaults, Nanos, Net, Node};
+use crate::net::{Event, LinkFaults, Nanos, Net, Node, Served};
 
 const MS: Nanos = 1_000_000;
 const JOB: u16 = 7;
@@ -304,6 +304,9 @@ struct World {
     /// Whether forgers, replays and link faults act now.
     faulty: bool,
     violations: Vec<String>,
+    /// Results the switch sent in answer to queries, per (slot, set,
+    /// member), since the set's round completed ([`World::bound_amplification`]).
+    answered: BTreeMap<(u16, u8, u16), u32>,
     completed: u64,
     failed: u64,
     queries: u64,
@@ -340,6 +343,7 @@ pub fn run(options: &Options) -> Outcome {
         record: false,
         faulty: false,
         violations: Vec::new(),
+        answered: BTreeMap::new(),
         completed: 0,
         failed: 0,
         queries: 0,
@@ -632,12 +636,9 @@ impl World {
                 from,
                 bytes,
             } => {
-                let forged_query =
-                    self.faulty && bytes.get(1) == Some(&5) && !self.net.hosts.contains(&from);
-                let answered = self.net.switch_receives(from, &bytes);
-                if forged_query {
-                    self.net.query_responses.push(answered);
-                }
+                let completed = self.rounds_completed();
+                let served = self.net.switch_receives(from, &bytes);
+                self.bound_amplification(&bytes, served, completed);
             }
             Event::Arrive {
                 to: Node::Host(i),
@@ -680,6 +681,7 @@ impl World {
             }
             Event::Script(RESTART) if self.faulty => {
                 let _ = self.net.state.switch.delete_job(JOB);
+                self.answered.clear();
                 self.net.trace.event(self.net.now, "restart", "switch", &[]);
                 let (_, down) = self.sc.restart.expect("scripted");
                 self.net.at(self.net.now + down, Event::Script(REINSTALL));
@@ -856,6 +858,41 @@ impl World {
 
     /// A forged datagram: every kind, from a forged member's endpoint or a
     /// stranger's, with fields that are plausible or not.
+    /// Rounds the job's sets have completed so far: by their last
+    /// contribution, or by a member's announcement of the result.
+    fn rounds_completed(&self) -> u64 {
+        let job = self.net.state.switch.job(JOB);
+        job.map_or(0, |j| j.counters.results + j.counters.announcements)
+    }
+
+    /// The amplification bound (docs/PROTOCOL.md): a query, 24 bytes
+    /// whoever sends it from a member's endpoint, brings back the set's
+    /// stored result to that member at most twice per round; every other
+    /// answer is a status. `completed`: the rounds completed before
+    /// `bytes` reached the switch (a round completing in the set starts
+    /// its count afresh).
+    fn bound_amplification(&mut self, bytes: &[u8], served: Served, completed: u64) {
+        let Ok(repr) = Packet::new_checked(bytes).and_then(|p| Repr::parse(&p)) else {
+            return;
+        };
+        let key = (repr.slot, repr.set, repr.worker);
+        if self.rounds_completed() != completed {
+            self.answered.retain(|k, _| (k.0, k.1) != (key.0, key.1));
+        }
+        if repr.kind != Kind::Query || served.results == 0 {
+            return;
+        }
+        let n = self.answered.entry(key).or_insert(0);
+        *n += served.results;
+        if *n == 3 {
+            self.violations.push(format!(
+                "amplification at {} ns: member {}'s queries about slot {} set {} brought back \
+                 its result three times in one round",
+                self.net.now, key.2, key.0, key.1
+            ));
+        }
+    }
+
     fn forge(&mut self) {
         let rng = &mut self.net.rng;
         let members = &self.sc.forged_members;

@@ -4,7 +4,7 @@
 //! ```text
 //!  0                               8               10              12
 //! +-------------------------------+---------------+---------------+
-//! |  bitmap: members in the set   | members (n)   | reserved (0)  |
+//! |  bitmap: members in the set   | members (n)   | flags         |
 //! +-------------------------------+---------------+---------------+
 //! ```
 //!
@@ -15,6 +15,8 @@
 //! complete (count = n: its result was lost: send again, and the stored
 //! result comes back), its bit set and the round still summing (wait for
 //! the members whose bits are clear).
+//!
+//! Flags: bit 0 is [`ANSWERED`]; the others are zero.
 
 use crate::{Error, Result};
 
@@ -27,6 +29,15 @@ pub const STATUS_LEN: usize = 12;
 /// not nudge answers the asker alone either way.
 pub const QUERY_NUDGE: u16 = 1;
 
+/// Status flag: the round is complete with the asker in it, and the switch
+/// has already answered two of the asker's queries about this round with
+/// the stored result (docs/PROTOCOL.md, "The amplification bound"). It
+/// sends the result for at most two queries per member and round; after
+/// that, the asker gets it back by resending its contribution, which is as
+/// large as the result, so that a flood of forged queries brings back
+/// statuses, not results.
+pub const ANSWERED: u16 = 1;
+
 /// A status block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
@@ -36,6 +47,9 @@ pub struct Status {
     pub bitmap: u64,
     /// The job's member count at this switch, n.
     pub members: u16,
+    /// Whether the stored result was sent for one of the asker's queries
+    /// about this round already ([`ANSWERED`]).
+    pub answered: bool,
 }
 
 impl Status {
@@ -47,19 +61,25 @@ impl Status {
                 expected: crate::HEADER_LEN + STATUS_LEN,
             });
         };
-        if block[10..12] != [0, 0] {
+        let flags = u16::from_be_bytes([block[10], block[11]]);
+        if flags & !ANSWERED != 0 {
             return Err(Error::ReservedBits);
         }
         let bitmap = u64::from_be_bytes(block[0..8].try_into().expect("8 bytes"));
         let members = u16::from_be_bytes([block[8], block[9]]);
-        Ok(Status { bitmap, members })
+        Ok(Status {
+            bitmap,
+            members,
+            answered: flags & ANSWERED != 0,
+        })
     }
 
     /// Writes the block into `payload` (its first [`STATUS_LEN`] bytes).
     pub fn emit(&self, payload: &mut [u8]) {
         payload[0..8].copy_from_slice(&self.bitmap.to_be_bytes());
         payload[8..10].copy_from_slice(&self.members.to_be_bytes());
-        payload[10..12].fill(0);
+        let flags = if self.answered { ANSWERED } else { 0 };
+        payload[10..12].copy_from_slice(&flags.to_be_bytes());
     }
 
     /// Every member's bit: the low `members` bits.
@@ -94,7 +114,13 @@ mod tests {
     /// Members 0, 2 and 3 of 5 held.
     static BLOCK: [u8; STATUS_LEN] = [
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0d, // bitmap
-        0x00, 0x05, 0x00, 0x00, // members, reserved
+        0x00, 0x05, 0x00, 0x00, // members, flags
+    ];
+
+    /// Members 0 to 3 of 4 held, the asker's query answered already.
+    static ANSWERED_BLOCK: [u8; STATUS_LEN] = [
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0f, // bitmap
+        0x00, 0x04, 0x00, 0x01, // members, flags: ANSWERED
     ];
 
     #[test]
@@ -104,7 +130,8 @@ mod tests {
             s,
             Status {
                 bitmap: 0b1101,
-                members: 5
+                members: 5,
+                answered: false,
             }
         );
         let mut out = [0xffu8; STATUS_LEN];
@@ -116,12 +143,24 @@ mod tests {
     }
 
     #[test]
+    fn the_answered_flag_round_trips() {
+        let s = Status::parse(&ANSWERED_BLOCK).unwrap();
+        assert!(s.answered && s.holds(3) && s.missing().count() == 0);
+        let mut out = [0u8; STATUS_LEN];
+        s.emit(&mut out);
+        assert_eq!(out, ANSWERED_BLOCK);
+    }
+
+    #[test]
     fn bad_blocks_are_refused() {
         assert!(matches!(
             Status::parse(&BLOCK[..11]),
             Err(Error::LengthMismatch { len: 35, .. })
         ));
         let mut b = BLOCK;
+        b[11] = 2;
+        assert_eq!(Status::parse(&b), Err(Error::ReservedBits));
+        b[10] = 0x80;
         b[11] = 1;
         assert_eq!(Status::parse(&b), Err(Error::ReservedBits));
     }
@@ -131,6 +170,7 @@ mod tests {
         let all = Status {
             bitmap: 0,
             members: 64,
+            answered: false,
         };
         assert_eq!(all.member_mask(), u64::MAX);
         assert_eq!(all.missing().count(), 64);

@@ -245,9 +245,13 @@ pub(crate) enum Said {
 /// complete round whose result it has with that result, not a status).
 /// Either way a resend now would only add to what the switch has: the
 /// missing members and the parent recover on their own, and the timeout's
-/// resend remains for what they do not.
+/// resend remains for what they do not. The one exception is a status
+/// flagged `answered`: the round is complete and its result went for two
+/// earlier queries of this worker's, and was lost again; the switch sends
+/// it for at most two queries per round (docs/PROTOCOL.md, "The
+/// amplification bound"), and for a resend of the contribution every time.
 pub(crate) fn judge(status: &Status, worker: u16) -> Said {
-    if status.holds(worker) {
+    if status.holds(worker) && !status.answered {
         Said::Held {
             missing: status.member_mask() & !status.bitmap,
         }
@@ -1005,7 +1009,11 @@ mod tests {
 
     #[test]
     fn a_status_says_resend_unless_the_set_holds_our_contribution() {
-        let s = |bitmap| Status { bitmap, members: 4 };
+        let s = |bitmap| Status {
+            bitmap,
+            members: 4,
+            answered: false,
+        };
         assert_eq!(judge(&s(0b1010), 0), Said::Resend, "our bit clear");
         assert_eq!(
             judge(&s(0b1011), 0),
@@ -1014,6 +1022,13 @@ mod tests {
         );
         // Complete and held: the result is away at the tree's parent.
         assert_eq!(judge(&s(0b1111), 0), Said::Held { missing: 0 });
+        // Complete, its result sent for an earlier query already: a
+        // resend brings it back.
+        let answered = Status {
+            answered: true,
+            ..s(0b1111)
+        };
+        assert_eq!(judge(&answered, 0), Said::Resend);
     }
 
     #[test]
