@@ -154,10 +154,14 @@ impl Lane<'_> {
                     exponent: repr.exponent,
                     packet_id: repr.packet_id,
                 },
-                Found::Earlier => {
-                    stats.stale_results += 1;
-                    Verdict::Ignore
-                }
+                // A late copy of an earlier attempt's result (once or
+                // twice), or an earlier attempt's round that the set still
+                // holds with this worker's bit set: each resend of the
+                // handshake is then taken for a retransmission of that
+                // round and brings it back, and the handshake is never
+                // summed there. The latter must leave the set: counted as
+                // another round's result is.
+                Found::Earlier => foreign(&slots[s], s, repr.packet_id, stats),
                 found => Verdict::MoveOn {
                     slot: s,
                     packet_id: repr.packet_id,
@@ -190,7 +194,11 @@ impl Lane<'_> {
         // Handshakes in the slot's first data round (each weighs 2), under
         // the packet id of a worker whose handshake failed (its count of
         // rounds is its own until it joins): every worker sees the same.
-        if count > n && count < 2 * n && slot.rollback.is_some() {
+        // Not a copy of the spoiled round the slot already left on, which
+        // comes back to the same set after the handshake that followed
+        // (duplicated, or held back): taken again, it rolled back a round
+        // the other members went on with.
+        if count > n && count < 2 * n && slot.rollback.is_some() && session.left != Some(id) {
             return Verdict::MoveOn {
                 slot: s,
                 packet_id: id,
@@ -199,18 +207,25 @@ impl Lane<'_> {
         }
         // Another round's result in this set: a late copy of an earlier
         // one, or a round the set holds that this session did not make,
-        // which comes back with every resend ([`super::slot::FOREIGN_COPIES`]).
-        stats.stale_results += 1;
-        if slot.foreign + 1 >= FOREIGN_COPIES {
-            stats.rejected += 1;
-            return Verdict::MoveOn {
-                slot: s,
-                packet_id: id,
-                own_weight: None,
-            };
-        }
-        Verdict::Foreign { slot: s }
+        // which comes back with every resend.
+        foreign(slot, s, id, stats)
     }
+}
+
+/// Another round's result (packet id `id`) in the set slot `s`'s round
+/// went to: counted, and past [`FOREIGN_COPIES`] of them since the round
+/// was sent, the slot leaves the set for a handshake in the other one.
+fn foreign<B>(slot: &Slot<B>, s: usize, id: u32, stats: &mut Stats) -> Verdict<'static> {
+    stats.stale_results += 1;
+    if slot.foreign + 1 >= FOREIGN_COPIES {
+        stats.rejected += 1;
+        return Verdict::MoveOn {
+            slot: s,
+            packet_id: id,
+            own_weight: None,
+        };
+    }
+    Verdict::Foreign { slot: s }
 }
 
 /// Whether a status is a nudge that finds a slot's members split between

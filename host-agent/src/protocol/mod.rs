@@ -520,6 +520,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         self.stats.handshake_retries += 1;
         let set = self.slots[s].set;
         self.lane.sessions[s].move_past(packet_id, set);
+        self.lane.sessions[s].left = Some(packet_id);
         self.handshake_again(s, now)?;
         let entry = &mut self.slots[s];
         if entry.quick_moves(now) > QUICK_MOVES {

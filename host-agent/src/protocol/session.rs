@@ -56,6 +56,11 @@ pub(crate) struct SlotSession {
     /// The session's check key, from the handshake's result
     /// ([`super::check`]).
     pub key: CheckKey,
+    /// The packet id of the result the slot last moved on from (a spoiled
+    /// round, another session's): a copy of it that comes later
+    /// (duplicated, held back) is not a new reason to leave
+    /// ([`super::accept`], spoiled rounds).
+    pub left: Option<u32>,
 }
 
 impl SlotSession {
