@@ -1501,14 +1501,15 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     );
     assert!(out.contains("M packets/s per core"), "{out}");
 
-    // A seed with a known hole (protosim/tests/invariants.rs).
+    // A seed with a known hole (docs/PROTOCOL.md, "What the simulator
+    // checks").
     let bad = sim_protocol(&[
         "--seed",
-        "922",
+        "2283",
         "--seeds",
         "1",
         "--faults",
-        "loss,dup,reorder",
+        "loss,dup,reorder,starve",
     ]);
     let out = text(&bad);
     assert!(!bad.status.success(), "{out}");

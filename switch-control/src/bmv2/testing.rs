@@ -365,6 +365,8 @@ pub fn v1model_p4info(k: u16, slots: u32) -> cfg::P4Info {
         "round_priority",
         "weight",
         "away",
+        "answered_once",
+        "answered_twice",
     ]
     .iter()
     .map(|r| format!("InaggIngress.aggregate.{r}"))
