@@ -303,6 +303,7 @@ impl Fields {
             "detour" => Kind::Detour,
             "query" => Kind::Query,
             "status" => Kind::Status,
+            "announce" => Kind::Announce,
             other => return Err(format!("unknown kind {other:?}")),
         };
         if (kind == Kind::Status) != self.status.is_some() {

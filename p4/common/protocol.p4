@@ -25,6 +25,7 @@ const bit<8>  KIND_GROUP        = 3;   /* group datagram ("Multicast groups") */
 const bit<8>  KIND_DETOUR       = 4;   /* a partial sum on an auxiliary path ("Auxiliary paths") */
 const bit<8>  KIND_QUERY        = 5;   /* a member asks about its round ("Loss recovery") */
 const bit<8>  KIND_STATUS       = 6;   /* the switch's answer: the set's bitmap */
+const bit<8>  KIND_ANNOUNCE     = 7;   /* a member re-announces a round's result ("A switch that lost its state") */
 const bit<16> QUERY_NUDGE       = 1;   /* a query's count: the status to the missing members too */
 const bit<16> STATUS_ANSWERED   = 1;   /* status flag: the round's result went for a query of the asker's already */
 const bit<8>  FLAG_SET          = 8w0x01;  /* bit 0: shadow set */

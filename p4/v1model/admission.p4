@@ -273,7 +273,8 @@ control Admission(inout headers_t hdr,
             || hdr.inagg.version != INAGG_VERSION
             || (hdr.inagg.kind != KIND_CONTRIBUTION && hdr.inagg.kind != KIND_RESULT
                 && hdr.inagg.kind != KIND_GROUP && hdr.inagg.kind != KIND_DETOUR
-                && hdr.inagg.kind != KIND_QUERY && hdr.inagg.kind != KIND_STATUS)
+                && hdr.inagg.kind != KIND_QUERY && hdr.inagg.kind != KIND_STATUS
+                && hdr.inagg.kind != KIND_ANNOUNCE)
             || (hdr.inagg.flags & FLAGS_RESERVED) != 0
             || hdr.inagg.reserved0 != 0
             || hdr.inagg.reserved1 != 0

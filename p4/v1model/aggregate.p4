@@ -397,10 +397,80 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         meta.inagg.complete = 0;
     }
 
+    /* A member's announcement of a round's result it holds (kind 7;
+     * docs/PROTOCOL.md, "A switch that lost its state"; emu/src/switch.rs,
+     * Job::announce). Only a set summing that very round part-way takes
+     * it (some member resent the round since the switch lost it): the
+     * round becomes complete with the announced sum, weight and exponent,
+     * and the bits of every member that has not moved on to the other set
+     * (their resends and queries bring it back to them). A complete set,
+     * one summing another round or an empty one, and any set of a tree or
+     * detour job, ignore it. Nothing leaves the switch either way. */
+    action announce_slot() {
+        bit<32> here;
+        bit<32> there;
+        set_indices(here, there);
+        bit<64> me = 64w1 << (bit<8>)hdr.inagg.worker;
+
+        bit<32> incarnation_here;
+        bit<32> incarnation_there;
+        bit<64> bitmap_here;
+        bit<64> bitmap_there;
+        bit<16> count_here;
+        bit<32> packet_id_here;
+        bit<8>  exponent_here;
+        bit<8>  priority_here;
+        bit<16> weight_here;
+        bit<64> once_here;
+        bit<64> twice_here;
+        incarnation.read(incarnation_here, here);
+        incarnation.read(incarnation_there, there);
+        bitmap.read(bitmap_here, here);
+        bitmap.read(bitmap_there, there);
+        contributors.read(count_here, here);
+        round_packet_id.read(packet_id_here, here);
+        max_exponent.read(exponent_here, here);
+        round_priority.read(priority_here, here);
+        weight.read(weight_here, here);
+        answered_once.read(once_here, here);
+        answered_twice.read(twice_here, here);
+
+        bool live = incarnation_here == meta.job.incarnation;
+        bit<64> live_there = (incarnation_there == meta.job.incarnation) ? bitmap_there : 64w0;
+        bool tree = meta.upstream.valid == 1 || meta.job.detours == 1
+                    || meta.job.child_switches != 64w0;
+        bool waiting = live && bitmap_here != 64w0
+                       && count_here != meta.job.worker_count
+                       && packet_id_here == hdr.inagg.packet_id;
+        bool take = waiting && !tree;
+        /* Every member: the low n bits (n = 64 wraps to all of them). */
+        bit<64> members = (64w1 << (bit<8>)meta.job.worker_count) - 64w1;
+        bit<64> moved_on = live_there | me;
+
+        bitmap.write(here, take ? (members & ~moved_on) : bitmap_here);
+        contributors.write(here, take ? meta.job.worker_count : count_here);
+        weight.write(here, take ? hdr.inagg.count : weight_here);
+        max_exponent.write(here, take ? hdr.inagg.exponent : exponent_here);
+        round_priority.write(here, take ? hdr.inagg.priority : priority_here);
+        answered_once.write(here, take ? 64w0 : once_here);
+        answered_twice.write(here, take ? 64w0 : twice_here);
+
+        bit<32> sum;
+        INAGG_FOR_EACH_ELEMENT(INAGG_STORE_RESULT)
+
+        meta.inagg.retransmission = 0;
+        meta.inagg.late = 0;
+        meta.inagg.complete = 0;
+    }
+
     apply {
         if (hdr.inagg.kind == KIND_QUERY) {
             @atomic {
                 query_slot();
+            }
+        } else if (hdr.inagg.kind == KIND_ANNOUNCE) {
+            @atomic {
+                announce_slot();
             }
         } else if (meta.inagg.from_parent == 1) {
             @atomic {

@@ -130,6 +130,11 @@ control InaggIngress(inout headers_t hdr,
                     } else {
                         to_asker = 1;
                     }
+                } else if (hdr.inagg.kind == KIND_ANNOUNCE) {
+                    /* Taken into a set summing its round part-way, or
+                     * ignored: nothing leaves either way (the emulator
+                     * counts which; this program does not). */
+                    mark_to_drop(standard_metadata);
                 } else if (meta.inagg.from_parent == 1) {
                     /* A parent's result: taken, or no set waits for it. */
                     if (meta.inagg.unexpected == 1) {

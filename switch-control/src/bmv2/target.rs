@@ -394,8 +394,9 @@ impl Bmv2Target {
                         detours_sent: cell(detours_sent, id),
                         detours_taken: cell(detours_taken, id),
                         queries: cell(queries, id),
-                        // The P4 programs do not take announcements yet
-                        // (p4/README.md, "Differences from the emulator").
+                        // The v1model program does not count
+                        // announcements (p4/README.md, "Differences from
+                        // the emulator").
                         ..JobCounters::default()
                     },
                 )
