@@ -872,14 +872,22 @@ impl World {
     /// `bytes` reached the switch (a round completing in the set starts
     /// its count afresh).
     fn bound_amplification(&mut self, bytes: &[u8], served: Served, completed: u64) {
+        // Most packets neither complete a round nor are a query answered
+        // with a result: those are not parsed again.
+        let round_done = self.rounds_completed() != completed;
+        let query = bytes.get(1).map(|&k| Kind::from(k)) == Some(Kind::Query);
+        let answered = query && served.results > 0;
+        if !round_done && !answered {
+            return;
+        }
         let Ok(repr) = Packet::new_checked(bytes).and_then(|p| Repr::parse(&p)) else {
             return;
         };
         let key = (repr.slot, repr.set, repr.worker);
-        if self.rounds_completed() != completed {
+        if round_done {
             self.answered.retain(|k, _| (k.0, k.1) != (key.0, key.1));
         }
-        if repr.kind != Kind::Query || served.results == 0 {
+        if !answered {
             return;
         }
         let n = self.answered.entry(key).or_insert(0);
