@@ -35,6 +35,7 @@ carries the error, which DDP raises from ``backward``.
 import os
 import queue
 import socket
+import sys
 import threading
 
 try:
@@ -206,65 +207,145 @@ def allreduce_hook(state, bucket):
 
 
 class _Done(dist._Work if hasattr(dist, "_Work") else object):
-    """A finished (or failed) collective, as torch.distributed hands back."""
+    """A collective whose future completes when inagg's worker has summed
+    every tensor, or fails with the worker's error: ``wait()`` and the
+    future both raise it, and no tensor is handed back as summed."""
 
     def __init__(self, future):
         super().__init__()
         self._future = future
 
     def wait(self, timeout=None):
-        self._future.wait()
+        self._future.wait()  # raises the worker's error
         return True
 
     def is_completed(self):
         return self._future.done()
 
+    def is_success(self):
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as e:
+            return e
+        return None
+
     def get_future(self):
         return self._future
 
 
-class ProcessGroupInagg(dist.ProcessGroup):
-    """A process group whose all_reduce of floats (SUM or AVG) goes through
-    inagg; every other collective, and all_reduce of other types or
-    operations, is gloo's. Made by :func:`register_backend`."""
+def _all_summed(futures, tensors):
+    """A future of ``tensors`` once every one of ``futures`` succeeded; the
+    first failure's error otherwise (``value()`` re-raises it)."""
 
-    def __init__(self, store, rank, size, timeout, options):
+    def done(f):
+        for each in f.value():
+            each.value()  # raises what the worker raised
+        return tensors
+
+    return torch.futures.collect_all(futures).then(done)
+
+
+class ProcessGroupInagg(dist.ProcessGroup):
+    """A process group whose all_reduce of float32, float16 and bfloat16
+    tensors (SUM or AVG) goes through inagg, and whose every other
+    collective (other types and operations, broadcast, the gathers and
+    scatters, barrier, all_to_all, send and recv, the object collectives
+    built on them) is gloo's: gloo's backend is registered as the group's
+    backend for CPU tensors, so torch's own dispatch hands it those calls
+    with torch's signatures (docs/ARCHITECTURE.md, "PyTorch"). Made by
+    :func:`register_backend`.
+
+    ``state``: the :class:`HookState` of the group's inagg worker, or None
+    for a group that carries everything by gloo (one that has no job of its
+    own: see :func:`register_backend`).
+    """
+
+    def __init__(self, store, rank, size, timeout, state):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("inagg-gloo", store), rank, size, timeout)
-        self._state = HookState(rank=rank, world_size=size, **options)
+        cpu = torch.device("cpu")
+        self._register_backend(cpu, dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        self._state = state
 
     def getBackendName(self):
         return "inagg"
 
-    def allreduce(self, tensors, opts):
+    def allreduce(self, tensors, opts=None):
+        if opts is None:
+            opts = dist.AllreduceOptions()
         # A ReduceOp, whose .op is the RedOpType (ReduceOp.SUM and the
         # like; `in` a tuple of those does not match a ReduceOp).
         op = getattr(opts.reduceOp, "op", opts.reduceOp)
-        ours = op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and all(
-            t.dtype in _KINDS for t in tensors
+        ours = (
+            self._state is not None
+            and op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
+            and all(t.dtype in _KINDS for t in tensors)
         )
         if not ours:
             return self._gloo.allreduce(tensors, opts)
         mean = op == dist.ReduceOp.AVG
         futures = [self._state.submit(t, mean=mean) for t in tensors]
-        return _Done(torch.futures.collect_all(futures).then(lambda f: [t for t in tensors]))
-
-    def __getattr__(self, name):
-        # Every other collective (broadcast, barrier, allgather, ...): gloo.
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._gloo, name)
+        return _Done(_all_summed(futures, tensors))
 
     def shutdown(self):
-        self._state.close()
+        if self._state is not None:
+            self._state.close()
+
+
+def _group_job(job, ranks):
+    """The controller's job for the process group of global ``ranks``: the
+    default group's is ``job`` itself; a group made by ``new_group`` has
+    one of its own, named from ``job`` and its ranks, so that it never
+    takes the default group's place (both would register the same ranks
+    of one job, and each registration ends the other's session)."""
+    if not ranks:
+        return job
+    return "%s.ranks-%s" % (job, "-".join(str(r) for r in sorted(ranks)))
 
 
 def register_backend(**options):
     """Registers the torch.distributed backend "inagg" on the CPU, whose
     workers are made with ``options`` (HookState's keys) for each process
-    group: ``dist.init_process_group("inagg")``."""
+    group: ``dist.init_process_group("inagg")``.
 
-    def create(store, rank, size, timeout):
-        return ProcessGroupInagg(store, rank, size, timeout, options)
+    The default group's all_reduce goes through ``options``' job. A group
+    made by ``dist.new_group`` goes through a job of its own: with a
+    controller, the job named ``<job>.ranks-<r0>-<r1>-...`` (its global
+    ranks) when the operator created one; else (no such job, or no
+    controller) the group carries everything by gloo, and says so once on
+    standard error."""
 
-    dist.Backend.register_backend("inagg", create, devices=["cpu"])
+    def create(backend_opts, _backend_options):
+        ranks = list(backend_opts.global_ranks_in_group)
+        rank, size = backend_opts.group_rank, backend_opts.group_size
+        store, timeout = backend_opts.store, backend_opts.timeout
+        mine = dict(options)
+        job = _group_job(mine.get("job"), ranks)
+        state = None
+        if ranks and mine.get("controller") is None:
+            why = "a group's job needs a controller (the switch's job is the default group's)"
+        else:
+            mine["job"] = job
+            try:
+                state = HookState(rank=rank, world_size=size, **mine)
+            except inagg.Error as e:
+                if not ranks:
+                    raise
+                why = "job %r: %s" % (job, e)
+        if state is None and rank == 0:
+            print("inagg.torch: the group of ranks %s goes through gloo: %s" % (ranks, why),
+                  file=sys.stderr, flush=True)
+        return ProcessGroupInagg(store, rank, size, timeout, state)
+
+    dist.Backend.register_backend("inagg", create, extended_api=True, devices=["cpu"])
+
