@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use inagg_wire::header::newer_id;
 use inagg_wire::status::{Status, QUERY_NUDGE};
 use inagg_wire::{payload, Kind, Packet, Repr, HEADER_LEN};
 
@@ -562,7 +563,8 @@ impl Job {
         let set = &mut self.sets[index];
         self.counters.contributions += 1;
         let detours = !self.spec.detours.is_empty();
-        if detours && superseded(set, repr, n) {
+        let strict = detours || data_rules(set, repr);
+        if strict && superseded(set, repr, n) {
             // The round the set sums is older than this contribution's: a
             // late copy started it (see `superseded`). It is forgotten, and
             // this contribution starts its own round.
@@ -587,7 +589,7 @@ impl Job {
             self.counters.duplicates += 1;
             return Action::Drop(DropReason::DuplicatePending);
         }
-        if left_behind(set, n) && newer(repr.packet_id, set.packet_id) {
+        if left_behind(set, n) && newer_id(repr.packet_id, set.packet_id) {
             // A round newer than the complete one the set holds, which
             // some members have not left: in order, a member sends round
             // r + 2 to a set only after every member sent round r + 1,
@@ -601,7 +603,10 @@ impl Job {
             self.counters.taken_over += 1;
             set.bitmap = 0;
         }
-        if left_behind(set, n) || (detours && out_of_order(set, repr, n)) {
+        if left_behind(set, n)
+            || (detours && out_of_order(set, repr, n))
+            || (strict && another_round(set, repr, n))
+        {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
         }
@@ -828,8 +833,29 @@ fn out_of_order(set: &SetState, repr: &Repr, n: u16) -> bool {
     if set.count == n {
         set.packet_id == repr.packet_id
     } else {
-        set.bitmap != 0 && set.packet_id != repr.packet_id
+        another_round(set, repr, n)
     }
+}
+
+/// Whether `set` is summing a round other than `repr`'s: part-way, with
+/// another packet id.
+fn another_round(set: &SetState, repr: &Repr, n: u16) -> bool {
+    set.count < n && set.bitmap != 0 && set.packet_id != repr.packet_id
+}
+
+/// Whether the rules for packets out of order (superseded rounds, another
+/// round's copies dropped) hold for `repr` at any job: a worker's data
+/// (count field 0) meeting a set whose round is data too (every
+/// contribution in it weighs 1; docs/PROTOCOL.md, "Late copies"). A copy
+/// of round r - 2 that reordering or duplication brings late, once the set
+/// sums round r, was added to it: the sum failed its check, and the member
+/// whose copy it was could be left a round behind the others for good.
+/// Handshakes (count 2) are summed into whatever round is there, as
+/// always: the session handshake relies on it to drain an earlier
+/// session's state, and a member whose data a round refuses
+/// (an id the members disagree on, after replays) spoils it with one.
+fn data_rules(set: &SetState, repr: &Repr) -> bool {
+    repr.count == 0 && set.weight == set.count
 }
 
 /// Whether `set`, part-way through a round, sums an older round than
@@ -847,7 +873,7 @@ fn out_of_order(set: &SetState, repr: &Repr, n: u16) -> bool {
 /// when it lies less than 2^31 ahead, which the agents' `epoch << 16 |
 /// slot` ids of one slot keep for 2^15 epochs.
 fn superseded(set: &SetState, repr: &Repr, n: u16) -> bool {
-    set.bitmap != 0 && set.count < n && newer(repr.packet_id, set.packet_id)
+    set.bitmap != 0 && set.count < n && newer_id(repr.packet_id, set.packet_id)
 }
 
 /// One bit for each of a job's `n` members (at most 64).
@@ -857,12 +883,6 @@ fn all_members(n: u16) -> u64 {
     } else {
         (1u64 << n) - 1
     }
-}
-
-/// Whether packet id `a` is after `b` in serial-number order.
-fn newer(a: u32, b: u32) -> bool {
-    let ahead = a.wrapping_sub(b);
-    ahead != 0 && ahead < 1 << 31
 }
 
 /// What a contribution weighs in the result's count: a worker sends 0 and
@@ -1079,8 +1099,9 @@ mod tests {
                 "worker {w} to set {set} completed a round without worker 3"
             );
         }
-        // Every member's next round, in each set in turn.
-        for (set, id) in [(1u8, 1u32), (0, 2), (1, 3)] {
+        // Every member's next round, in each set in turn (newer ids: an
+        // older data round meeting a data round part-way is a late copy).
+        for (set, id) in [(1u8, 10u32), (0, 11), (1, 12)] {
             let actions: Vec<Action> = (0..4).map(|w| send(&mut sw, w, set, id)).collect();
             assert_eq!(
                 actions.last(),
@@ -2198,15 +2219,6 @@ mod tests {
         assert_eq!(run(with_id(0, 6, 10), 1000), Action::Multicast { job: 1 });
         let (repr, values) = result(&out);
         assert_eq!((values, repr.packet_id, repr.count), ([30, 30], id(6), 2));
-    }
-
-    #[test]
-    fn packet_ids_compare_as_serial_numbers() {
-        assert!(newer(6 << 16, 2 << 16));
-        assert!(!newer(2 << 16, 6 << 16));
-        assert!(!newer(7, 7));
-        assert!(newer(1 << 16, u32::MAX << 16), "across the wrap");
-        assert!(!newer(u32::MAX << 16, 1 << 16));
     }
 
     #[test]

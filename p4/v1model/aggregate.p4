@@ -16,8 +16,10 @@
  * weighing c = max(count field, 1) (a child switch of a tree sends the
  * workers its partial sum holds; a worker 0):
  *
- *   at a job with detours: bitmap[here] != 0, count[here] < n, and the
- *   packet id newer than id[here]?  (a superseded round)
+ *   strict = the job takes detours, or a worker's data (count field 0)
+ *   meets a set whose round is data too (weight[here] == count[here])
+ *   strict, bitmap[here] != 0, count[here] < n, and the packet id newer
+ *   than id[here]?  (a superseded round)
  *     yes: the set reads as empty: bitmap[here] = 0 for what follows
  *   bitmap[here] has bit set?   (a retransmission)
  *     yes: nothing changes; complete = (count[here] == n):
@@ -28,8 +30,8 @@
  *          id[here]?  (a round left behind, taken over)
  *            yes: the set reads as empty: bitmap[here] = 0 for what follows
  *          count[here] == n and bitmap[here] != 0 (a late copy), or, at a
- *          job with detours, count[here] == n and id[here] == packet id, or
- *          bitmap[here] != 0 and id[here] != packet id?
+ *          job with detours, count[here] == n and id[here] == packet id, or,
+ *          strict, bitmap[here] != 0 and id[here] != packet id?
  *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
  *            yes: acc = values, exponent = e, count = 1, weight = c, id,
@@ -209,7 +211,13 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
          * ids compare as serial numbers: newer when less than 2^31 ahead. */
         bit<32> ahead = hdr.inagg.packet_id - packet_id_here;
         bool newer = ahead != 32w0 && ahead[31:31] == 1w0;
-        bool superseded = meta.job.detours == 1 && live_here != 64w0
+        /* A worker's data meeting a set that sums data (every contribution
+         * weighing 1): a copy of an earlier round is dropped, a newer round
+         * supersedes, at every job (emu/src/switch.rs, data_rules; PROTOCOL.md,
+         * "Late copies"). Handshakes (count 2) are never dropped so. */
+        bool data = hdr.inagg.count == 16w0 && weight_here == count_here;
+        bool strict = meta.job.detours == 1 || data;
+        bool superseded = strict && live_here != 64w0
                           && count_here != meta.job.worker_count && newer;
         /* A complete round that w left and others have not, and a newer
          * packet id: in order, no member can still need that round, so a
@@ -231,7 +239,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
                      && packet_id_here == hdr.inagg.packet_id;
         bool other_round = !first && count_here != meta.job.worker_count
                            && packet_id_here != hdr.inagg.packet_id;
-        bool out_of_order = meta.job.detours == 1 && !seen && (again || other_round);
+        bool out_of_order = !seen && ((meta.job.detours == 1 && again) || (strict && other_round));
         bool late = left_behind || out_of_order;
         bool keep = seen || late;               /* no register changes */
 

@@ -147,16 +147,16 @@ fn the_holes_it_found_stay_closed() {
 }
 
 /// The hole the simulator finds today (docs/PROTOCOL.md, "What the
-/// simulator checks"): with duplication and reordering under loss, a copy
-/// held back past its sender's next rounds can spoil a round whose result
-/// one member lost, and that member is then left a round behind the others
-/// until every member gives up (22 in 3,000 runs of this job). This
-/// asserts that the simulator sees it; it flips when the protocol closes
-/// the hole.
+/// simulator checks"): a member lost its copy of a slot's last result, and
+/// a copy of its round before, held back, starts a round in the set every
+/// member had left; that takes the member's bit out of the set holding the
+/// last result, which then answers its resends as a late copy's, while
+/// the other member is done (4 in 6,000 runs of this job). This asserts
+/// that the simulator sees it; it flips when the protocol closes the hole.
 #[test]
 fn the_simulator_finds_the_hole_it_knows_of() {
     let o = run(&Options {
-        seed: 190,
+        seed: 3061,
         faults: Faults::parse("loss,dup,reorder").unwrap(),
         readable: false,
         size: Size::Job {

@@ -555,6 +555,15 @@ impl fmt::Display for Repr {
     }
 }
 
+/// Whether packet id `a` is after `b` in serial-number order (RFC 1982):
+/// `a - b` (mod 2^32) is neither 0 nor at least 2^31. The agents' ids of
+/// one slot, `epoch << 16 | slot`, stay in that order for 2^15 epochs
+/// (docs/PROTOCOL.md, "Superseded rounds").
+pub fn newer_id(a: u32, b: u32) -> bool {
+    let ahead = a.wrapping_sub(b);
+    ahead != 0 && ahead < 1 << 31
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -772,5 +781,14 @@ mod tests {
     fn header_len_and_max_elements() {
         assert_eq!(HEADER_LEN, 24);
         const { assert!(HEADER_LEN + MAX_ELEMENTS * ELEMENT_LEN <= 65_507) };
+    }
+
+    #[test]
+    fn packet_ids_compare_as_serial_numbers() {
+        assert!(newer_id(6 << 16, 2 << 16));
+        assert!(!newer_id(2 << 16, 6 << 16));
+        assert!(!newer_id(7, 7));
+        assert!(newer_id(1 << 16, u32::MAX << 16), "across the wrap");
+        assert!(!newer_id(u32::MAX << 16, 1 << 16));
     }
 }

@@ -147,6 +147,22 @@ impl Lane<'_> {
         let (n, count) = (u32::from(self.config.workers), u32::from(repr.count));
         let session = self.sessions[s];
         if !session.joined {
+            // The data round a handshake went after ([`super::recovery::refused`]):
+            // its contribution was lost after all, not refused, and a resend
+            // completed it. Its result is this worker's, checked with the
+            // session's key; the handshake is then a copy the switch answers
+            // as a retransmission.
+            let id = repr.packet_id;
+            if session
+                .refused
+                .is_some_and(|r| r.0 == id && count == n && session.key.verify(r, payload))
+            {
+                return Verdict::Current {
+                    slot: s,
+                    payload,
+                    exponent: repr.exponent,
+                };
+            }
             return match self.token.find(payload, session.attempt) {
                 Found::Current if count == 2 * n => Verdict::Joined {
                     slot: s,

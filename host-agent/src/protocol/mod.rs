@@ -54,7 +54,7 @@ use self::announce::{probes_previous, LastRound};
 use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
-use self::recovery::{answered, on_its_way, Asked, Pending};
+use self::recovery::{answered, on_its_way, refused, Asked, Pending};
 use self::session::{SlotSession, Token, HANDSHAKE_WEIGHT};
 use self::slot::{Slot, QUICK_MOVES};
 use self::time::{nanos, Nanos};
@@ -366,7 +366,16 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 slot,
                 payload,
                 exponent,
-            } => (slot, payload, exponent, false),
+            } => {
+                // Back in the session after a handshake sent on a seeming
+                // refusal ([`Verdict::Current`] of that round's result).
+                let session = &mut self.lane.sessions[slot];
+                session.joined = true;
+                if let Some((_, round)) = session.refused.take() {
+                    self.slots[slot].round = round as usize;
+                }
+                (slot, payload, exponent, false)
+            }
             Verdict::Ignore => return Ok(()),
             Verdict::Foreign { slot } => {
                 self.slots[slot].foreign += 1;
@@ -394,6 +403,15 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             }
             Verdict::Status { slot, status } => {
                 let entry = &mut self.slots[slot];
+                let worker = self.lane.config.worker;
+                let session = &mut self.lane.sessions[slot];
+                if session.joined && refused(&status, worker, entry.resends) {
+                    self.stats.statuses += 1;
+                    self.stats.handshake_retries += 1;
+                    session.refused = Some((entry.packet_id, entry.round as u32));
+                    entry.resends = 0;
+                    return self.handshake_again(slot, now);
+                }
                 let tx = &mut self.tx;
                 self.lane
                     .on_status(entry, slot, &status, now, tx, &mut self.stats);
@@ -428,6 +446,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let session = &mut self.lane.sessions[slot];
                 session.move_past(packet_id, entry.set);
                 session.joined = true;
+                session.refused = None;
                 session.key = CheckKey::from_handshake(payload);
                 entry.rollback = Some(entry.round);
                 if self.codec.carries_values(slot, entry.round, self.window) {

@@ -260,6 +260,26 @@ pub(crate) fn judge(status: &Status, worker: u16) -> Said {
     }
 }
 
+/// Resends of a data round after which a status that still finds the set
+/// summing a round without this worker means that the switch refuses its
+/// contribution ([`refused`]). Three losses of the same contribution in a
+/// row at 10% loss: one round in a thousand moves on for nothing (and
+/// completes after a handshake).
+pub(crate) const REFUSED_AFTER: u32 = 3;
+
+/// Whether `status`, the answer to this worker's query about a data round
+/// it has resent [`REFUSED_AFTER`] times, shows the set summing a round
+/// without it: other members' contributions held, its own not. At a round
+/// with another packet id the switch drops a data contribution
+/// (docs/PROTOCOL.md, "Late copies"): members that moved on from different
+/// results (replays of an earlier session) disagree on the round's id, and
+/// each side would wait for the other for good. A handshake is never
+/// dropped so: sent to the same set, it spoils that round, and every
+/// member leaves it on the same result, agreeing again ("Sessions").
+pub(crate) fn refused(status: &Status, worker: u16, resends: u32) -> bool {
+    resends >= REFUSED_AFTER && status.bitmap != 0 && !status.holds(worker)
+}
+
 /// The reordering window: a quarter of the quickest round trip (RFC 8985's
 /// default), at least `floor`.
 pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {

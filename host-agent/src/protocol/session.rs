@@ -61,6 +61,12 @@ pub(crate) struct SlotSession {
     /// (duplicated, held back) is not a new reason to leave
     /// ([`super::accept`], spoiled rounds).
     pub left: Option<u32>,
+    /// The packet id and round of the data round whose contribution the
+    /// switch seemed to refuse, when the slot went to a handshake in the
+    /// same set on it ([`super::recovery::refused`]): that round's own
+    /// result, should it come after all, is still taken, as that round's
+    /// (the handshake may have rolled the slot back a round).
+    pub refused: Option<(u32, u32)>,
 }
 
 impl SlotSession {
