@@ -603,10 +603,7 @@ impl Job {
             self.counters.taken_over += 1;
             set.bitmap = 0;
         }
-        if left_behind(set, n)
-            || (detours && out_of_order(set, repr, n))
-            || (strict && another_round(set, repr, n))
-        {
+        if left_behind(set, n) || (strict && out_of_order(set, repr, n)) {
             self.counters.dropped += 1;
             return Action::Drop(DropReason::StaleRound);
         }
@@ -844,12 +841,17 @@ fn another_round(set: &SetState, repr: &Repr, n: u16) -> bool {
 }
 
 /// Whether the rules for packets out of order (superseded rounds, another
-/// round's copies dropped) hold for `repr` at any job: a worker's data
-/// (count field 0) meeting a set whose round is data too (every
-/// contribution in it weighs 1; docs/PROTOCOL.md, "Late copies"). A copy
-/// of round r - 2 that reordering or duplication brings late, once the set
-/// sums round r, was added to it: the sum failed its check, and the member
-/// whose copy it was could be left a round behind the others for good.
+/// round's copies and the last round's dropped) hold for `repr` at any
+/// job: a worker's data (count field 0) meeting a set whose round is data
+/// too (every contribution in it weighs 1; docs/PROTOCOL.md, "Slot state
+/// machine", the data rules). A copy of round r - 2 that reordering or
+/// duplication brings late, once the set sums round r, was added to it:
+/// the sum failed its check, and the member whose copy it was could be
+/// left a round behind the others for good. A copy of round r - 1 that
+/// finds its set left by every member started a round there, and took its
+/// sender's bit out of the set holding round r's result, which the sender
+/// may still need. (Data ids are the session's own: "Sessions", packet
+/// ids.)
 /// Handshakes (count 2) are summed into whatever round is there, as
 /// always: the session handshake relies on it to drain an earlier
 /// session's state, and a member whose data a round refuses

@@ -29,9 +29,9 @@
  *     no:  count[here] == n, bitmap[here] != 0 and the packet id newer than
  *          id[here]?  (a round left behind, taken over)
  *            yes: the set reads as empty: bitmap[here] = 0 for what follows
- *          count[here] == n and bitmap[here] != 0 (a late copy), or, at a
- *          job with detours, count[here] == n and id[here] == packet id, or,
- *          strict, bitmap[here] != 0 and id[here] != packet id?
+ *          count[here] == n and bitmap[here] != 0 (a late copy), or,
+ *          strict, count[here] == n and id[here] == packet id, or
+ *          bitmap[here] != 0 and id[here] != packet id?
  *            yes: nothing changes; dropped, stale_round
  *     no:  bitmap[here] == 0 (first of a round)?
  *            yes: acc = values, exponent = e, count = 1, weight = c, id,
@@ -214,7 +214,8 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         /* A worker's data meeting a set that sums data (every contribution
          * weighing 1): a copy of an earlier round is dropped, a newer round
          * supersedes, at every job (emu/src/switch.rs, data_rules; PROTOCOL.md,
-         * "Late copies"). Handshakes (count 2) are never dropped so. */
+         * "Slot state machine", the data rules). Handshakes (count 2) are
+         * never dropped so. */
         bool data = hdr.inagg.count == 16w0 && weight_here == count_here;
         bool strict = meta.job.detours == 1 || data;
         bool superseded = strict && live_here != 64w0
@@ -239,7 +240,7 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
                      && packet_id_here == hdr.inagg.packet_id;
         bool other_round = !first && count_here != meta.job.worker_count
                            && packet_id_here != hdr.inagg.packet_id;
-        bool out_of_order = !seen && ((meta.job.detours == 1 && again) || (strict && other_round));
+        bool out_of_order = !seen && strict && (again || other_round);
         bool late = left_behind || out_of_order;
         bool keep = seen || late;               /* no register changes */
 
@@ -270,7 +271,13 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
          * (emu/src/switch.rs, contribute). */
         bool gives_back = !keep && (live_there & me) != 64w0
                           && count_there != meta.job.worker_count;
-        contributors.write(there, gives_back ? count_there - 16w1 : count_there);
+        /* The other set is stamped with this install's incarnation below:
+         * a set another install last wrote reads as empty from then on,
+         * its count included (else a data copy met its old round's count
+         * and id as this job's last round: the data rules). */
+        bit<16> count_there_live = (incarnation_there == meta.job.incarnation) ? count_there : 16w0;
+        contributors.write(there, keep ? count_there
+                                       : (gives_back ? count_there - 16w1 : count_there_live));
         contributors.write(here, count_now);
         max_exponent.write(here, exponent_now);
         round_packet_id.write(here, packet_id_now);

@@ -84,6 +84,13 @@ impl CheckKey {
         CheckKey(h)
     }
 
+    /// A number every member of the session derives from the key, apart
+    /// from the check's own streams: where its data rounds' epochs start
+    /// ([`super::session::SlotSession::join`]).
+    pub fn spread(&self) -> u32 {
+        (mix(self.0 ^ 0x5bd1_e995_0000_0001) >> 40) as u32
+    }
+
     /// The stream of coefficients and masks of the round with packet id
     /// `packet_id` that is the slot's round `round` of its all-reduce.
     fn round(&self, (packet_id, round): (u32, u32)) -> u64 {

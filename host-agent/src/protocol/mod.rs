@@ -444,10 +444,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let weight = self.lane.config.workers.saturating_mul(2);
                 self.lane.last[slot].keep(entry.set, packet_id, exponent, weight, payload);
                 let session = &mut self.lane.sessions[slot];
-                session.move_past(packet_id, entry.set);
-                session.joined = true;
-                session.refused = None;
-                session.key = CheckKey::from_handshake(payload);
+                session.join(packet_id, entry.set, CheckKey::from_handshake(payload));
                 entry.rollback = Some(entry.round);
                 if self.codec.carries_values(slot, entry.round, self.window) {
                     // A round of its own: the first data round is next, in

@@ -268,16 +268,18 @@ pub(crate) fn judge(status: &Status, worker: u16) -> Said {
 pub(crate) const REFUSED_AFTER: u32 = 3;
 
 /// Whether `status`, the answer to this worker's query about a data round
-/// it has resent [`REFUSED_AFTER`] times, shows the set summing a round
-/// without it: other members' contributions held, its own not. At a round
-/// with another packet id the switch drops a data contribution
-/// (docs/PROTOCOL.md, "Late copies"): members that moved on from different
-/// results (replays of an earlier session) disagree on the round's id, and
-/// each side would wait for the other for good. A handshake is never
-/// dropped so: sent to the same set, it spoils that round, and every
-/// member leaves it on the same result, agreeing again ("Sessions").
+/// it has resent [`REFUSED_AFTER`] times, still shows the set without its
+/// contribution. The switch drops a data contribution that meets another
+/// round's id in its set, or the id of the set's last round after every
+/// member left it (docs/PROTOCOL.md, "Slot state machine", the data
+/// rules): members that moved on from different results (replays of an
+/// earlier session) disagree on the round's id, or an earlier session's
+/// round had the same id, and each side would wait for the other for
+/// good. A handshake is never dropped so: sent to the same set, it spoils
+/// that round (or starts one of handshakes), and every member leaves it on
+/// the same result, agreeing again ("Sessions").
 pub(crate) fn refused(status: &Status, worker: u16, resends: u32) -> bool {
-    resends >= REFUSED_AFTER && status.bitmap != 0 && !status.holds(worker)
+    resends >= REFUSED_AFTER && !status.holds(worker)
 }
 
 /// The reordering window: a quarter of the quickest round trip (RFC 8985's

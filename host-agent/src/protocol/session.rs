@@ -82,6 +82,23 @@ impl SlotSession {
         }
         self.epoch = epoch;
     }
+
+    /// Joins the session on the handshake result with packet id
+    /// `packet_id` in set `set`, whose check key is `key`: the data rounds
+    /// go on at an epoch every member derives from the key, after the
+    /// handshake's by 1 to 2^14 - 1 (odd: the other set; less than 2^15:
+    /// newer in serial-number order). A new session's handshake ids start
+    /// at epoch 0 again; its data ids are its own, so that an earlier
+    /// session's round left in a set with the same id is rare, and the
+    /// switch may drop a data copy of a set's last round once every member
+    /// left it (docs/PROTOCOL.md, "Sessions", packet ids).
+    pub fn join(&mut self, packet_id: u32, set: u8, key: CheckKey) {
+        self.move_past(packet_id, set);
+        self.epoch = self.epoch.wrapping_add(2 * (key.spread() % 8192));
+        self.joined = true;
+        self.refused = None;
+        self.key = key;
+    }
 }
 
 /// How many of a slot's earlier handshake attempts a result is checked
