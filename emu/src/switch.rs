@@ -852,6 +852,7 @@ fn another_round(set: &SetState, repr: &Repr, n: u16) -> bool {
 /// sender's bit out of the set holding round r's result, which the sender
 /// may still need. (Data ids are the session's own: "Sessions", packet
 /// ids.)
+///
 /// Handshakes (count 2) are summed into whatever round is there, as
 /// always: the session handshake relies on it to drain an earlier
 /// session's state, and a member whose data a round refuses

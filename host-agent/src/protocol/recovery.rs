@@ -261,8 +261,8 @@ pub(crate) fn judge(status: &Status, worker: u16) -> Said {
 }
 
 /// Resends of a data round after which a status that still finds the set
-/// summing a round without this worker means that the switch refuses its
-/// contribution ([`refused`]). Three losses of the same contribution in a
+/// without this worker's contribution means that the switch refuses it
+/// ([`refused`]). Three losses of the same contribution in a
 /// row at 10% loss: one round in a thousand moves on for nothing (and
 /// completes after a handshake).
 pub(crate) const REFUSED_AFTER: u32 = 3;

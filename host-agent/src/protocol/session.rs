@@ -33,6 +33,8 @@
 //! - **Packet ids.** Every result a worker leaves a set on sets its epoch to
 //!   the one in the result's packet id, plus one: workers that left on the
 //!   same result agree on their ids from then on, whatever each had counted.
+//!   Joining adds an even number of epochs derived from the session's check
+//!   key, so that a session's data ids are its own ([`SlotSession::join`]).
 
 use std::hash::{BuildHasher, Hasher};
 
