@@ -569,7 +569,12 @@ impl Lane<'_> {
                     let sent = slot.last_sent();
                     // Not this worker's turn to speak for the round: with
                     // many slots in flight it waits TURN_WAIT round trips
-                    // more on every trigger; with few, FEW_TURN_WAIT from
+                    // more on loss evidence and the tail probe (not on
+                    // its timeout: a round still stalled at its deadline
+                    // holds the window back, and waiting two round trips
+                    // more there costs goodput under heavy loss: the
+                    // lossy rows of docs/PERFORMANCE.md); with few,
+                    // FEW_TURN_WAIT from
                     // when it first suspects the round. Only in a data
                     // round of a joined session whose set has shown no
                     // other round: there each member's query brings back
@@ -582,7 +587,7 @@ impl Lane<'_> {
                     let wait = if other && !few { turn_wait } else { 0 };
                     let probe =
                         tail == Some(s) && now >= sent + self.probe_after(slot.queries) + wait;
-                    let suspect = now >= slot.deadline + wait
+                    let suspect = now >= slot.deadline
                         || probe
                         || self.path.rack.lost(slot.place, sent, now, reorder + wait);
                     if suspect && (!other || !few || slot.waited(sent, now, FEW_TURN_WAIT)) {
