@@ -131,6 +131,24 @@ def collectives(record, rank, world):
             dist.recv(t, src=0)
             check(record, "send/recv", t.tolist(), [40.0])
 
+    # The coalesced forms torch's coalescing manager calls on the group.
+    pg = c10d._get_default_group()
+    ts = [torch.full((2,), float(rank + 1)), torch.full((3,), float(rank + 1), dtype=torch.float16)]
+    pg.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions()).wait()  # through the switch
+    total = float(sum(r + 1 for r in ranks))
+    check(record, "allreduce_coalesced", [t.float().tolist() for t in ts], [[total] * 2, [total] * 3])
+    outs = [torch.zeros(world), torch.zeros(2 * world)]
+    ins = [torch.tensor([float(rank)]), torch.tensor([float(rank), 5.0])]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    want = [[float(r) for r in ranks], sum(([float(r), 5.0] for r in ranks), [])]
+    check(record, "allgather_into_tensor_coalesced", [o.tolist() for o in outs], want)
+    outs = [torch.zeros(1), torch.zeros(2)]
+    ins = [torch.arange(world, dtype=torch.float32), torch.ones(2 * world)]
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    pg.reduce_scatter_tensor_coalesced(outs, ins, opts).wait()
+    check(record, "reduce_scatter_tensor_coalesced", [o.tolist() for o in outs], [[float(rank * world)], [float(world)] * 2])
+
 
 def ddp(record, rank, world):
     """DDP(model) on the default group, without and with inagg's hook: the

@@ -254,15 +254,79 @@ def _all_summed(futures, tensors):
     return torch.futures.collect_all(futures).then(done)
 
 
+# The collectives a ProcessGroupInagg hands to its gloo backend, by the
+# names torch.distributed calls them on a group (torch's own signatures,
+# every overload: the arguments go through as they came). allreduce and
+# allreduce_coalesced are the group's own; the two coalesced tensor
+# collectives gloo's Python binding lacks are the group's methods too.
+_GLOO_COLLECTIVES = (
+    "_allgather_base",
+    "_reduce_scatter_base",
+    "all_gather_single",
+    "all_gather_single_coalesced",
+    "all_to_all_single",
+    "allgather",
+    "allgather_coalesced",
+    "alltoall",
+    "alltoall_base",
+    "barrier",
+    "broadcast",
+    "gather",
+    "gather_into_tensor",
+    "gather_single",
+    "monitored_barrier",
+    "recv",
+    "recv_anysource",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_single_coalesced",
+    "scatter",
+    "send",
+)
+
+
+def _by_gloo(name):
+    def collective(self, *args, **kwargs):
+        return getattr(self._gloo, name)(*args, **kwargs)
+
+    collective.__name__ = name
+    collective.__doc__ = "gloo's %s, on the group's gloo backend." % name
+    return collective
+
+
+def _together(works, outputs):
+    """One work for gloo's ``works``: done when all are, failing with the
+    first one's error; its future holds ``outputs``. Some of gloo's works
+    have no future (its reduce_scatter_tensor's): those are waited for
+    here, before the call returns."""
+    try:
+        futures = [w.get_future() for w in works]
+    except RuntimeError:  # "Work::getFuture not implemented"
+        for w in works:
+            w.wait()  # raises gloo's error
+        done = torch.futures.Future()
+        done.set_result(outputs)
+        return _Done(done)
+    return _Done(_all_summed(futures, outputs))
+
+
 class ProcessGroupInagg(dist.ProcessGroup):
     """A process group whose all_reduce of float32, float16 and bfloat16
     tensors (SUM or AVG) goes through inagg, and whose every other
     collective (other types and operations, broadcast, the gathers and
     scatters, barrier, all_to_all, send and recv, the object collectives
-    built on them) is gloo's: gloo's backend is registered as the group's
-    backend for CPU tensors, so torch's own dispatch hands it those calls
-    with torch's signatures (docs/ARCHITECTURE.md, "PyTorch"). Made by
-    :func:`register_backend`.
+    built on them) is gloo's, on a gloo backend of the same store.
+
+    Each of those is handed to gloo by name (``_GLOO_COLLECTIVES``), not
+    left to torch's dispatch through the group: a call dispatched through a
+    Python group holds the GIL while it queues the work in gloo, and gloo's
+    worker thread, freeing the tensors of the collective it has just
+    finished, waits for the GIL while it holds that queue's lock, so ranks
+    hung in all_gather_into_tensor and reduce_scatter. gloo's own Python
+    binding lets go of the GIL. gloo is still registered as the group's
+    CPU backend, for torch's code that asks the group for its backend
+    (docs/ARCHITECTURE.md, "PyTorch"). Made by :func:`register_backend`.
 
     ``state``: the :class:`HookState` of the group's inagg worker, or None
     for a group that carries everything by gloo (one that has no job of its
@@ -283,23 +347,56 @@ class ProcessGroupInagg(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if opts is None:
             opts = dist.AllreduceOptions()
+        if self._ours(opts, tensors):
+            return self._summed(opts, tensors)
+        return self._gloo.allreduce(tensors, opts)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """``all_reduce_coalesced``: as :meth:`allreduce`, tensor by tensor."""
+        if opts is None:
+            opts = dist.AllreduceCoalescedOptions()
+        if self._ours(opts, tensors):
+            return self._summed(opts, tensors)
+        return self._gloo.allreduce_coalesced(tensors, opts)
+
+    def _ours(self, opts, tensors):
+        """Whether inagg sums ``tensors``: a SUM or AVG of the kinds the
+        switch sums, on a group with a job of its own."""
         # A ReduceOp, whose .op is the RedOpType (ReduceOp.SUM and the
         # like; `in` a tuple of those does not match a ReduceOp).
         op = getattr(opts.reduceOp, "op", opts.reduceOp)
-        ours = (
+        return (
             self._state is not None
             and op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
             and all(t.dtype in _KINDS for t in tensors)
         )
-        if not ours:
-            return self._gloo.allreduce(tensors, opts)
+
+    def _summed(self, opts, tensors):
+        op = getattr(opts.reduceOp, "op", opts.reduceOp)
         mean = op == dist.ReduceOp.AVG
         futures = [self._state.submit(t, mean=mean) for t in tensors]
         return _Done(_all_summed(futures, tensors))
 
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """all_gather_into_tensor of each pair, by gloo, as one work."""
+        opts = opts or dist.distributed_c10d.AllgatherOptions()
+        works = [self._gloo.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return _together(works, outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """reduce_scatter_tensor of each pair, by gloo, as one work."""
+        opts = opts or dist.ReduceScatterOptions()
+        works = [self._gloo.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return _together(works, outputs)
+
     def shutdown(self):
         if self._state is not None:
             self._state.close()
+
+
+for _name in _GLOO_COLLECTIVES:
+    setattr(ProcessGroupInagg, _name, _by_gloo(_name))
+del _name
 
 
 def _group_job(job, ranks):
