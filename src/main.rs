@@ -119,7 +119,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("inagg: error: {}", inagg_policy::report::error_text(&err));
+            // An error may quote what a tenant named or a peer sent.
+            let text = inagg_policy::report::error_text(&err);
+            eprintln!("inagg: error: {}", ctl::output::escape(&text));
             ExitCode::FAILURE
         }
     }

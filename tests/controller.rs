@@ -858,7 +858,39 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         .create_job(decl("bad name", 2, 8))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("without spaces"), "{e}");
+    assert!(e.contains("'.', '-' and '_'"), "{e}");
+    for hostile in [
+        "\u{1b}[2J\u{1b}[31m",
+        "a\u{202e}b",
+        "zero\u{200b}width",
+        "bell\u{7}",
+    ] {
+        let e = c.create_job(decl(hostile, 2, 8)).unwrap_err().to_string();
+        assert!(e.contains("'.', '-' and '_'"), "{hostile:?}: {e}");
+    }
+    // From the CLI: refused, and the name quoted in the error is shown,
+    // not obeyed.
+    let addr = ctl.addr().to_string();
+    let out = inagg(&[
+        "ctl",
+        "--controller",
+        &addr,
+        "--token",
+        "s3cret",
+        "job",
+        "create",
+        "--name",
+        "\u{1b}[2J\u{1b}[31m",
+        "--count",
+        "2",
+        "--slots",
+        "8",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("'.', '-' and '_'"), "{stderr}");
+    assert!(stderr.contains("\\u{1b}[2J"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
     let e = c.create_job(decl("x", 2, 0)).unwrap_err().to_string();
     assert!(e.contains("0 slots"), "{e}");
     let bad_map = JobDecl {

@@ -140,7 +140,9 @@ int inagg_allreduce_bf16(inagg_worker *worker, uint16_t *data, size_t len, inagg
 #define INAGG_DTYPE_BF16 3
 
 /* policy: "fifo", "p3" (credit 1) or "bytescheduler"; slice: elements per
- * slice (rounded up to whole packets); credit: slices per epoch. */
+ * slice (rounded up to whole packets, at most 2^30); credit: slices per
+ * epoch (at most 2^16); tensors: at most 2^24. Beyond these (a negative
+ * number passed as a size_t, say): INAGG_E_ARGUMENT. */
 int inagg_sched_begin(inagg_worker *worker, const char *policy, size_t slice, size_t credit,
                       size_t tensors, int dtype);
 /* rank: lower is served first (the layer's place in the forward pass);

@@ -523,6 +523,7 @@ pub unsafe extern "C" fn inagg_sched_begin(
         // SAFETY: a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(policy) }.to_string_lossy();
         let policy = sched::policy(&name, slice, credit)?;
+        let tensors = sched::tensor_count(tensors)?;
         let dtype = match dtype {
             INAGG_DTYPE_F32 => Dtype::F32,
             INAGG_DTYPE_I32 => Dtype::I32,

@@ -105,6 +105,16 @@ pub fn policy(name: &str, slice: usize, credit: usize) -> Result<Policy, Failure
             format!("slice {slice} and credit {credit}: both must be at least 1"),
         ));
     }
+    if slice > MAX_SLICE || credit > MAX_CREDIT {
+        return Err(Failure::new(
+            INAGG_E_ARGUMENT,
+            format!(
+                "slice {slice} and credit {credit}: at most {MAX_SLICE} elements a slice \
+                 and {MAX_CREDIT} slices of credit (a negative number passed as a size \
+                 arrives as a huge one)"
+            ),
+        ));
+    }
     match name {
         "fifo" => Ok(Policy::fifo(slice, credit)),
         "p3" if credit == 1 => Ok(Policy::p3(slice)),
@@ -118,6 +128,30 @@ pub fn policy(name: &str, slice: usize, credit: usize) -> Result<Policy, Failure
             format!("policy {other:?}: give fifo, p3 or bytescheduler"),
         )),
     }
+}
+
+/// The most elements a slice holds: 2^30 (4 GiB of float32), beyond any
+/// one tensor a worker sums.
+pub const MAX_SLICE: usize = 1 << 30;
+/// The most slices a schedule commits at once.
+pub const MAX_CREDIT: usize = 1 << 16;
+/// The most tensors one schedule takes: 2^24, far beyond any model's
+/// parameter count; a larger count is a mistake (a negative number passed
+/// as a size), refused rather than reserved for.
+pub const MAX_TENSORS: usize = 1 << 24;
+
+/// Refuses a tensor count beyond [`MAX_TENSORS`].
+pub fn tensor_count(tensors: usize) -> Result<usize, Failure> {
+    if tensors > MAX_TENSORS {
+        return Err(Failure::new(
+            INAGG_E_ARGUMENT,
+            format!(
+                "{tensors} tensors: a schedule takes at most {MAX_TENSORS} (a negative \
+                 number passed as a size arrives as a huge one)"
+            ),
+        ));
+    }
+    Ok(tensors)
 }
 
 impl Schedule {
@@ -152,7 +186,8 @@ impl Schedule {
             expected,
             submit: Mutex::new(Submitted {
                 sender: Some(sender),
-                targets: Vec::with_capacity(expected),
+                // Grown as tensors come: the count is bounded, not reserved.
+                targets: Vec::new(),
             }),
             done: Mutex::new(Done {
                 receiver: Some(receiver),

@@ -174,6 +174,22 @@ class Schedules(unittest.TestCase):
                     with self.assertRaises(ValueError) as e:
                         w.schedule(2, **args)
                     self.assertIn(message, str(e.exception))
+            # Negative and huge counts: refused, never reserved for (a
+            # negative one would reach the library as a huge size).
+            for tensors, args, message in [
+                (-1, {}, "tensors -1: must not be negative"),
+                (2, dict(slice=-1), "slice -1: must not be negative"),
+                (2, dict(credit=-5), "credit -5: must not be negative"),
+                (1 << 40, {}, "1099511627776 tensors: a schedule takes at most 16777216"),
+                (2, dict(slice=1 << 40), "at most 1073741824 elements a slice"),
+            ]:
+                with self.subTest(tensors=tensors, args=args):
+                    with self.assertRaises(ValueError) as e:
+                        w.schedule(tensors, **args)
+                    self.assertIn(message, str(e.exception))
+            with self.assertRaises(TypeError) as e:
+                w.schedule(2.5)
+            self.assertIn("tensors must be an int, not float", str(e.exception))
             # Nothing started: the worker still takes a schedule.
             self.assertIsNone(w._schedule)
 

@@ -430,6 +430,12 @@ class Schedule:
     def __init__(self, worker, tensors, policy, slice, credit, dtype):
         if dtype not in _DTYPES:
             raise ValueError("inagg: dtype %r: give one of %s" % (dtype, ", ".join(_DTYPES)))
+        # ctypes would pass a negative count as a huge size_t.
+        for name, value in (("tensors", tensors), ("slice", slice), ("credit", credit)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError("inagg: %s must be an int, not %s" % (name, type(value).__name__))
+            if value < 0:
+                raise ValueError("inagg: %s %d: must not be negative" % (name, value))
         self._worker = worker
         self._kind = dtype
         self._held = {}

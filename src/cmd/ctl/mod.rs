@@ -14,7 +14,7 @@ use inagg_switch_control::target::{ControlError, Result, Target};
 
 mod controller;
 mod jobs;
-mod output;
+pub mod output;
 mod relay;
 mod switch;
 

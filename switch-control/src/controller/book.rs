@@ -905,10 +905,14 @@ pub(crate) fn check_group_decl(d: &GroupDecl) -> Result<(), CoreError> {
     check_group(&spec).map_err(|e| bad(e.to_string()))
 }
 
-/// Job and group names: what agents and operators type.
+/// Job and group names: what agents and operators type, and what every
+/// table and log line shows. ASCII letters, digits, '.', '-' and '_'
+/// only: no control character can reach a terminal through a name, and no
+/// look-alike or invisible character can make two names read the same.
 fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
-        return Err("a name is 1 to 64 characters without spaces".into());
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
+        return Err("a name is 1 to 64 of the characters A-Z, a-z, 0-9, '.', '-' and '_'".into());
     }
     Ok(())
 }
@@ -916,6 +920,35 @@ fn check_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names are printable ASCII of a stated set: nothing a tenant names
+    /// can drive a terminal or pass for another name.
+    #[test]
+    fn names_are_letters_digits_dots_dashes_and_underscores() {
+        for good in ["resnet", "coll.ranks-0-1", "bert_large-2", &"a".repeat(64)] {
+            assert_eq!(check_name(good), Ok(()), "{good:?}");
+        }
+        let long = "a".repeat(65);
+        for bad in [
+            "",
+            "a b",
+            "a\u{1b}[2J",
+            "bell\u{7}",
+            "del\u{7f}",
+            "nul\u{0}",
+            "rtl\u{202e}x",
+            "zero\u{200b}width",
+            "caf\u{e9}",
+            "a/b",
+            &long,
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(
+                e.contains("A-Z, a-z, 0-9, '.', '-' and '_'"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     const SWITCH: &str = "10.0.0.1:47001";
     const FALLBACK: &str = "10.0.0.2:47001";
