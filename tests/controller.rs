@@ -1468,6 +1468,7 @@ fn pools_of_jobs_between_all_reduces_are_moved_to_make_room() {
     let _ = std::fs::remove_file(state);
 }
 
+/// A connection that has not claimed the switch cannot change its faults.
 /// A connection that displaces the controller (a higher election id, on an
 /// emulator without a token) and changes the switch: deletes the job, sets
 /// 100% loss. When it goes, the controller takes the switch back whole:
@@ -1481,6 +1482,21 @@ fn the_controller_takes_the_switch_back_whole() {
     let mut c = Client::connect(ctl.addr(), None).unwrap();
     let job = c.create_job(decl("j", 1, 8)).unwrap();
     run_job(ctl.addr(), "j", 1, 1_000, 1);
+
+    // A connection that has not claimed the switch cannot set its faults
+    // behind the controller's back.
+    let err = EmuTarget::connect(switch.control_addr())
+        .unwrap()
+        .set_faults(FaultConfig {
+            drop_ingress: 1.0,
+            ..FaultConfig::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("another controller manages this switch"),
+        "{err}"
+    );
 
     let mut rogue = EmuTarget::connect_as(switch.control_addr(), 1 << 62).unwrap();
     rogue.delete_job(job.id).unwrap();

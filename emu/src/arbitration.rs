@@ -6,7 +6,7 @@
 //! (`Request::Arbitrate`). Of the connected claimants the highest id is the
 //! primary, and while any connection holds a claim only the primary may
 //! change what a controller keeps in step (jobs, groups, relays, the
-//! priority map: `Request::managed`). Without this a second controller
+//! priority map, the faults: `Request::managed`). Without this a second controller
 //! started by mistake against the same switch, with its own state, would
 //! remove every job of the first at its first reconcile.
 //!

@@ -110,13 +110,16 @@ pub enum Request {
 
 impl Request {
     /// Whether the request changes what a controller keeps in step (jobs,
-    /// groups, relays, the priority map): while a controller holds the
-    /// switch, only it may send these. The emulator's own knobs (faults,
-    /// port rates, counters) stay open to any connection.
+    /// groups, relays, the priority map) or what its jobs' packets meet
+    /// (the injected faults): while a controller holds the switch, only it
+    /// may send these (a connection that never claimed it could otherwise
+    /// leave 100% loss behind the controller's back). Port rates and
+    /// counters stay open to any connection.
     pub fn managed(&self) -> bool {
         matches!(
             self,
-            Request::CreateJob { .. }
+            Request::SetFaults { .. }
+                | Request::CreateJob { .. }
                 | Request::DeleteJob { .. }
                 | Request::CreateGroup { .. }
                 | Request::DeleteGroup { .. }
