@@ -852,6 +852,39 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         .unwrap()
         .is_empty());
 
+    // A wrong token costs its connection: the reply, then the close.
+    let mut guesser = std::net::TcpStream::connect(ctl.addr()).unwrap();
+    guesser
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let guess = b"{\"token\":\"guess\",\"request\":{\"op\":\"jobs\"}}\n";
+    std::io::Write::write_all(&mut guesser, guess).unwrap();
+    let mut replies = String::new();
+    std::io::Read::read_to_string(&mut guesser, &mut replies).unwrap();
+    assert!(replies.contains("wrong or missing API token"), "{replies}");
+    assert_eq!(
+        replies.lines().count(),
+        1,
+        "closed after one guess: {replies}"
+    );
+    // Strangers (silent, or tokenless requests) cannot lock the token's
+    // holders out: 100 of them, then a client with the token is served.
+    let strangers: Vec<_> = (0..100)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(ctl.addr()).unwrap();
+            if i % 2 == 0 {
+                let _ = std::io::Write::write_all(&mut s, b"{\"request\":{\"op\":\"jobs\"}}\n");
+            }
+            s
+        })
+        .collect();
+    assert!(Client::connect(ctl.addr(), Some("s3cret".into()))
+        .unwrap()
+        .jobs()
+        .unwrap()
+        .is_empty());
+    drop(strangers);
+
     // Bad requests are refused with the reason, not dropped.
     let mut c = Client::connect(ctl.addr(), Some("s3cret".into())).unwrap();
     let e = c

@@ -471,6 +471,7 @@ fn serve_requests(
                     return;
                 }
                 authenticated = true;
+                conn.trust();
                 Response::Ok(Reply::Done)
             }
             Ok(request) if !authenticated => {
@@ -482,6 +483,7 @@ fn serve_requests(
                 Response::Err(unauthorized("present the token first"))
             }
             Ok(request) => {
+                conn.trust();
                 let changes = request.changes_state();
                 let summary = request.summary();
                 let response = handle(request, &mut lock(state), caller, data_addr);

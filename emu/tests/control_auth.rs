@@ -114,3 +114,41 @@ fn without_a_token_on_loopback_every_connection_is_trusted() {
     let answer = ask(&mut c, json!({"op": "authenticate", "token": "x"})).unwrap();
     assert_eq!(kind(&answer), "ok", "{answer}");
 }
+
+/// Strangers cannot lock the token's holders out: 80 connections that
+/// never present the token, each sending an unauthenticated request (and
+/// kept open), hold at most the strangers' quota; a client with the token
+/// still gets a place and is answered, and keeps it while more strangers
+/// come.
+#[test]
+fn a_flood_of_strangers_does_not_lock_out_the_token() {
+    let emu = with_token();
+    let mut flood = Vec::new();
+    for _ in 0..80 {
+        let mut stranger = Client::connect(&emu);
+        // Refused ("present the token first") or closed when a newer
+        // stranger took its place.
+        if let Some(answer) = ask(&mut stranger, json!({"op": "info"})) {
+            assert_eq!(kind(&answer), "unauthorized", "{answer}");
+        }
+        flood.push(stranger);
+    }
+    let mut owner = Client::connect(&emu);
+    let done = ask(&mut owner, json!({"op": "authenticate", "token": "s3cret"}))
+        .expect("a place for the token's holder");
+    assert_eq!(kind(&done), "ok", "{done}");
+    for _ in 0..80 {
+        let mut stranger = Client::connect(&emu);
+        let _ = ask(&mut stranger, json!({"op": "info"}));
+        flood.push(stranger);
+    }
+    let info = ask(&mut owner, json!({"op": "info"})).expect("the holder kept its place");
+    assert_eq!(kind(&info), "ok", "{info}");
+    // Of the 160, at most the strangers' quota from one address still open.
+    let open = flood
+        .iter_mut()
+        .map(|c| ask(c, json!({"op": "info"})))
+        .filter(Option::is_some)
+        .count();
+    assert!(open <= 16, "{open} strangers still served");
+}

@@ -1,22 +1,27 @@
 //! Bounds on the TCP connections of a control endpoint (the emulator's,
 //! the controller's): at most a fixed number open, each served by a thread
 //! of its own, so that thousands of idle or half-written connections cannot
-//! take thousands of threads.
+//! take thousands of threads, and strangers cannot lock out the clients
+//! that hold the endpoint's credentials.
 //!
-//! When the table is full, a new connection takes the place of one that
-//! is doing nothing useful, so a legitimate client is still served:
-//! first one that has not completed a request (oldest first), then one
-//! idle for longer than [`Limits::evict_idle`]. When none qualifies, the
-//! newcomer is refused, and its server says so on the connection. A
-//! connection that has not completed its first request within
-//! [`Limits::first_request`] (a half-written line, or a client that
-//! connects and says nothing) is closed by its server. One that has is
-//! never closed for idleness alone (a controller holds its claim on a
-//! switch through one connection, a manager may stay quiet for minutes),
-//! only evicted under pressure after [`Limits::evict_idle`].
+//! A connection is a *stranger* until its server trusts it
+//! ([`Conn::trust`]: it presented the endpoint's token, or the endpoint
+//! has none and it completed a request). Strangers have a quota of their
+//! own ([`Limits::strangers`], and [`Limits::per_address`] from one
+//! source address), are the first to give way to a newcomer (the oldest
+//! first), and are closed by their server once [`Limits::first_request`]
+//! has passed without being trusted, whatever they sent meanwhile. So a
+//! flood of connections that never authenticate holds at most
+//! `strangers` places, and a client with the token always finds one.
+//!
+//! A trusted connection is never closed for idleness alone (a controller
+//! holds its claim on a switch through one connection, a manager may stay
+//! quiet for minutes), only evicted under pressure after
+//! [`Limits::evict_idle`]. When no connection can give way, the newcomer
+//! is refused, and its server says so on the connection.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -25,11 +30,14 @@ use std::time::{Duration, Instant};
 pub struct Limits {
     /// Connections open at once.
     pub max: usize,
-    /// A connection that has not completed a request this long after it
-    /// opened is closed.
+    /// Strangers (connections not trusted yet) open at once.
+    pub strangers: usize,
+    /// Strangers open at once from one source address.
+    pub per_address: usize,
+    /// A connection not trusted this long after it opened is closed.
     pub first_request: Duration,
-    /// Under pressure, an established connection idle this long may be
-    /// closed to admit a new one.
+    /// Under pressure, a trusted connection idle this long may be closed
+    /// to admit a new one.
     pub evict_idle: Duration,
 }
 
@@ -37,6 +45,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max: 64,
+            strangers: 32,
+            per_address: 16,
             first_request: Duration::from_secs(10),
             evict_idle: Duration::from_secs(60),
         }
@@ -47,9 +57,13 @@ impl Default for Limits {
 struct Entry {
     /// A handle to shut the connection down with when it is evicted.
     stream: TcpStream,
+    /// Its peer's address (strangers are counted per address).
+    from: Option<IpAddr>,
     opened: Instant,
     /// When its last request completed, if one has.
     last_request: Option<Instant>,
+    /// Whether its server trusts it ([`Conn::trust`]).
+    trusted: bool,
 }
 
 /// The open connections of one endpoint.
@@ -84,17 +98,31 @@ impl Conns {
         self.table().1.len()
     }
 
-    /// Admits `stream`, evicting a useless connection if the table is full;
-    /// `None` when every place is held by a connection at work.
+    /// Admits `stream` as a stranger, making room by closing the oldest
+    /// stranger of its address (when that address is at its quota) or of
+    /// all (at the strangers' quota), then a useless connection if the
+    /// table is full; `None` when every place is held by a trusted
+    /// connection at work.
     pub fn admit(self: &Arc<Self>, stream: &TcpStream) -> Option<Conn> {
         let handle = stream.try_clone().ok()?;
+        let from = stream.peer_addr().ok().map(|a| a.ip());
         let now = Instant::now();
         let mut table = self.table();
-        if table.1.len() >= self.limits.max {
-            let victim = self.victim(&table.1, now)?;
-            if let Some(entry) = table.1.remove(&victim) {
-                let _ = entry.stream.shutdown(Shutdown::Both);
-            }
+        let open = &mut table.1;
+        let (mine, my_oldest) = strangers(open, from);
+        let (all, oldest) = strangers(open, None);
+        let victim = if from.is_some() && mine >= self.limits.per_address {
+            my_oldest
+        } else if all >= self.limits.strangers || open.len() >= self.limits.max {
+            oldest.or_else(|| self.idle(open, now))
+        } else {
+            None
+        };
+        if let Some(entry) = victim.and_then(|id| open.remove(&id)) {
+            let _ = entry.stream.shutdown(Shutdown::Both);
+        }
+        if open.len() >= self.limits.max {
+            return None;
         }
         let id = table.0;
         table.0 += 1;
@@ -102,8 +130,10 @@ impl Conns {
             id,
             Entry {
                 stream: handle,
+                from,
                 opened: now,
                 last_request: None,
+                trusted: false,
             },
         );
         Some(Conn {
@@ -112,22 +142,26 @@ impl Conns {
         })
     }
 
-    /// The connection to close for a newcomer: the oldest that never
-    /// completed a request, else the longest idle past `evict_idle`.
-    fn victim(&self, open: &HashMap<u64, Entry>, now: Instant) -> Option<u64> {
-        let silent = open
-            .iter()
-            .filter(|(_, e)| e.last_request.is_none())
-            .min_by_key(|(_, e)| e.opened)
-            .map(|(&id, _)| id);
-        silent.or_else(|| {
-            open.iter()
-                .filter_map(|(&id, e)| e.last_request.map(|t| (id, t)))
-                .filter(|&(_, t)| now.duration_since(t) >= self.limits.evict_idle)
-                .min_by_key(|&(_, t)| t)
-                .map(|(id, _)| id)
-        })
+    /// The trusted connection idle longest past `evict_idle`, if any.
+    fn idle(&self, open: &HashMap<u64, Entry>, now: Instant) -> Option<u64> {
+        open.iter()
+            .filter(|(_, e)| e.trusted)
+            .map(|(&id, e)| (id, e.last_request.unwrap_or(e.opened)))
+            .filter(|&(_, t)| now.duration_since(t) >= self.limits.evict_idle)
+            .min_by_key(|&(_, t)| t)
+            .map(|(id, _)| id)
     }
+}
+
+/// How many strangers are open (from `from`, or from anywhere), and the
+/// oldest of them.
+fn strangers(open: &HashMap<u64, Entry>, from: Option<IpAddr>) -> (usize, Option<u64>) {
+    let of = open
+        .iter()
+        .filter(|(_, e)| !e.trusted && (from.is_none() || e.from == from));
+    let count = of.clone().count();
+    let oldest = of.min_by_key(|(&id, e)| (e.opened, id)).map(|(&id, _)| id);
+    (count, oldest)
 }
 
 impl Conn {
@@ -138,15 +172,22 @@ impl Conn {
         }
     }
 
-    /// Whether the connection has taken too long to complete a request
-    /// (or was evicted): its server should close it.
+    /// The server trusts this connection: it presented the endpoint's
+    /// credentials (or the endpoint asks for none). It leaves the
+    /// strangers' quota and is no longer closed for not trusting.
+    pub fn trust(&self) {
+        if let Some(e) = self.conns.table().1.get_mut(&self.id) {
+            e.trusted = true;
+        }
+    }
+
+    /// Whether the connection has stayed a stranger too long (or was
+    /// evicted): its server should close it.
     pub fn expired(&self) -> bool {
         let table = self.conns.table();
         match table.1.get(&self.id) {
             None => true,
-            Some(e) => {
-                e.last_request.is_none() && e.opened.elapsed() > self.conns.limits.first_request
-            }
+            Some(e) => !e.trusted && e.opened.elapsed() > self.conns.limits.first_request,
         }
     }
 }
@@ -168,69 +209,113 @@ mod tests {
         (client, server)
     }
 
-    #[test]
-    fn a_full_table_evicts_silent_connections_first_then_refuses() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(Limits {
-            max: 2,
+    fn limits(max: usize, strangers: usize, per_address: usize) -> Limits {
+        Limits {
+            max,
+            strangers,
+            per_address,
             first_request: Duration::from_secs(10),
             evict_idle: Duration::from_secs(3600),
-        });
+        }
+    }
+
+    #[test]
+    fn a_full_table_evicts_strangers_first_then_refuses() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let conns = Conns::new(limits(2, 2, 2));
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
         let a = conns.admit(&s1).unwrap();
         let b = conns.admit(&s2).unwrap();
-        a.completed();
-        b.completed();
-        // Both at work: a third is refused.
+        a.trust();
+        b.trust();
+        // Both trusted and at work: a third is refused.
         let (_c3, s3) = pair(&listener);
         assert!(conns.admit(&s3).is_none());
         assert_eq!(conns.open(), 2);
-        // b's place freed; a silent newcomer takes it, and is the first
-        // evicted for the next.
+        // b's place freed; a stranger takes it, and is the first evicted
+        // for the next.
         drop(b);
         let c = conns.admit(&s3).unwrap();
         let (_c4, s4) = pair(&listener);
         let d = conns.admit(&s4).unwrap();
-        assert!(c.expired(), "the silent connection was evicted");
+        assert!(c.expired(), "the stranger was evicted");
         assert!(!a.expired() && !d.expired());
         drop((a, c, d));
         assert_eq!(conns.open(), 0);
     }
 
+    /// Strangers that keep sending requests without presenting the token
+    /// hold at most their quota, the oldest giving way: a client with the
+    /// token always gets a place, and keeps it once trusted.
     #[test]
-    fn a_connection_that_completes_no_request_in_time_expires() {
+    fn strangers_cannot_lock_out_trusted_clients() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let conns = Conns::new(limits(8, 4, 3));
+        let mut flood = Vec::new();
+        for _ in 0..20 {
+            let (c, s) = pair(&listener);
+            let conn = conns.admit(&s).expect("a stranger evicts a stranger");
+            conn.completed(); // an "unauthorized" request: still a stranger
+            flood.push((c, conn));
+        }
+        let alive = flood.iter().filter(|(_, c)| !c.expired()).count();
+        assert_eq!(alive, 3, "one address holds at most per_address strangers");
+        let mut trusted = Vec::new();
+        for _ in 0..5 {
+            let (c, s) = pair(&listener);
+            let conn = conns.admit(&s).expect("room for a client with the token");
+            conn.trust();
+            trusted.push((c, conn));
+        }
+        for _ in 0..20 {
+            let (c, s) = pair(&listener);
+            flood.push((c, conns.admit(&s).unwrap()));
+        }
+        assert!(trusted.iter().all(|(_, c)| !c.expired()));
+        assert!(conns.open() <= 8);
+    }
+
+    #[test]
+    fn a_connection_not_trusted_in_time_expires_whatever_it_sent() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let conns = Conns::new(Limits {
-            max: 4,
             first_request: Duration::from_millis(20),
-            evict_idle: Duration::from_secs(3600),
+            ..limits(4, 4, 4)
         });
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
+        let (_c3, s3) = pair(&listener);
         let silent = conns.admit(&s1).unwrap();
-        let working = conns.admit(&s2).unwrap();
+        let chatty = conns.admit(&s2).unwrap();
+        let working = conns.admit(&s3).unwrap();
+        chatty.completed();
         working.completed();
+        working.trust();
         std::thread::sleep(Duration::from_millis(40));
         assert!(silent.expired());
         assert!(
+            chatty.expired(),
+            "requests without the token do not make it trusted"
+        );
+        assert!(
             !working.expired(),
-            "established connections do not expire for idleness"
+            "trusted connections do not expire for idleness"
         );
     }
 
     #[test]
-    fn under_pressure_a_long_idle_established_connection_gives_way() {
+    fn under_pressure_a_long_idle_trusted_connection_gives_way() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let conns = Conns::new(Limits {
-            max: 1,
-            first_request: Duration::from_secs(10),
             evict_idle: Duration::from_millis(20),
+            ..limits(1, 1, 1)
         });
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
         let old = conns.admit(&s1).unwrap();
         old.completed();
+        old.trust();
         assert!(conns.admit(&s2).is_none(), "not idle long enough yet");
         std::thread::sleep(Duration::from_millis(40));
         let new = conns.admit(&s2).unwrap();

@@ -302,7 +302,17 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
                 Ok(text) if text.trim().is_empty() => continue,
                 // `writer` is the same socket: what `respond` peeks at
                 // while a registration waits.
-                Ok(text) => respond(shared, text, peer, &writer),
+                Ok(text) => match respond(shared, text, peer, &writer, conn) {
+                    Some(response) => response,
+                    None => {
+                        // One guess per connection, as at the emulator's
+                        // endpoint: a guesser pays a connection a try.
+                        let wrong = Response::Error(WRONG_TOKEN.into());
+                        let _ = write_response(&mut writer, &wrong);
+                        tracing::warn!("refused a request from {peer}: {WRONG_TOKEN}");
+                        return;
+                    }
+                },
             },
             Next::TooLong => {
                 let too_long =
@@ -339,28 +349,39 @@ fn token_ok(expected: Option<&Token>, given: Option<&str>) -> bool {
     }
 }
 
-/// One request line: token check, then the request.
-fn respond(shared: &Shared, line: &str, peer: SocketAddr, conn: &TcpStream) -> Response {
-    match serde_json::from_str::<Envelope>(line) {
-        Err(e) => Response::Error(format!("unreadable request: {e}")),
-        Ok(env) if !token_ok(shared.token.as_ref(), env.token.as_deref()) => Response::Error(
-            "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)".into(),
-        ),
-        Ok(env) => {
-            let summary = env.request.summary();
-            match handle(shared, env.request, peer, conn) {
-                Ok(r) => {
-                    if summary.1 {
-                        tracing::info!("{} from {peer}", summary.0);
-                    } else {
-                        tracing::debug!("{} from {peer}", summary.0);
-                    }
-                    Response::Ok(r)
-                }
-                Err(e) => Response::Error(e),
+/// What a request with a wrong token (or none, where one is needed) is
+/// told before its connection closes.
+const WRONG_TOKEN: &str =
+    "wrong or missing API token: pass the controller's --token (or INAGG_TOKEN)";
+
+/// One request line: token check (the connection is then trusted, before
+/// a registration's long wait), then the request; `None` for a wrong or
+/// missing token.
+fn respond(
+    shared: &Shared,
+    line: &str,
+    peer: SocketAddr,
+    stream: &TcpStream,
+    conn: &Conn,
+) -> Option<Response> {
+    let env = match serde_json::from_str::<Envelope>(line) {
+        Err(e) => return Some(Response::Error(format!("unreadable request: {e}"))),
+        Ok(env) if !token_ok(shared.token.as_ref(), env.token.as_deref()) => return None,
+        Ok(env) => env,
+    };
+    conn.trust();
+    let summary = env.request.summary();
+    Some(match handle(shared, env.request, peer, stream) {
+        Ok(r) => {
+            if summary.1 {
+                tracing::info!("{} from {peer}", summary.0);
+            } else {
+                tracing::debug!("{} from {peer}", summary.0);
             }
+            Response::Ok(r)
         }
-    }
+        Err(e) => Response::Error(e),
+    })
 }
 
 fn handle(
