@@ -82,7 +82,7 @@ pub struct BenchArgs {
     /// PyTorch: DDP training steps with inagg's hook next to gloo, 2 and 4
     /// ranks, and the all-reduce alone for ResNet-50's 25.6M parameters
     /// (needs a Python with torch: $INAGG_TORCH_PYTHON or the one
-    /// scripts/test makes, and `cargo build --release -p inagg-capi`).
+    /// scripts/test makes; it builds the release C library itself).
     #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
     pub torch: bool,
     /// With --netstorm: measure auxiliary paths instead, the forest with

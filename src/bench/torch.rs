@@ -25,17 +25,36 @@ use inagg_testbed::torch::{torch_python, torchrun};
 /// ResNet-50's parameters.
 const RESNET50: usize = 25_557_032;
 
+/// The C library the ranks load, built in release first (cargo does
+/// nothing when it is up to date): the test command builds the debug one,
+/// and an older build would measure older code.
+fn capi_library(repo: &Path) -> Result<std::path::PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .args(["build", "--release", "--quiet", "-p", "inagg-capi"])
+        .current_dir(repo)
+        .status()
+        .with_context(|| {
+            format!("inagg bench --torch: running {cargo:?} to build the C library")
+        })?;
+    if !status.success() {
+        bail!("inagg bench --torch: cargo build --release -p inagg-capi failed ({status})");
+    }
+    let library = repo.join("target/release/libinagg_capi.so");
+    if !library.exists() {
+        bail!(
+            "inagg bench --torch: {} is missing after the build",
+            library.display()
+        );
+    }
+    Ok(library)
+}
+
 /// Runs the benchmark and prints its table.
 pub fn run(repeat: usize, out: &mut dyn Write) -> Result<()> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = torch_python(repo).map_err(|e| anyhow::anyhow!("inagg bench --torch: {e}"))?;
-    let library = repo.join("target/release/libinagg_capi.so");
-    if !library.exists() {
-        bail!(
-            "inagg bench --torch: {} is missing: cargo build --release -p inagg-capi",
-            library.display()
-        );
-    }
+    let library = capi_library(repo)?;
     let cluster = LocalCluster::start(FaultConfig::default())?;
     let scratch = std::env::temp_dir().join(format!("inagg-bench-torch-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -68,6 +87,7 @@ pub fn run(repeat: usize, out: &mut dyn Write) -> Result<()> {
         for backend in ["inagg", "gloo"] {
             let prefix = scratch.join(format!("{backend}{ranks}"));
             let status = torchrun(&python, repo, ranks, "examples/torch/train.py")
+                .env("INAGG_LIBRARY", &library)
                 .arg(format!("--backend={backend}"))
                 .arg(format!("--controller={addr}"))
                 .arg(format!("--job=train{ranks}"))
@@ -103,6 +123,7 @@ pub fn run(repeat: usize, out: &mut dyn Write) -> Result<()> {
             "repeat": repeat, "out": file,
         });
         let status = torchrun(&python, repo, ranks, "examples/torch/allreduce_bench.py")
+            .env("INAGG_LIBRARY", &library)
             .arg(spec.to_string())
             .stdout(Stdio::null())
             .status()

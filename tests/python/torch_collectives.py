@@ -15,7 +15,8 @@ through the switch.
 
 mode "dead_peer": rank 1 leaves after one all_reduce; the others'
 next all_reduce must raise (dist.all_reduce, and work.wait() of an
-async one), never hand back their own numbers.
+async one), never hand back their own numbers. mode "dead_switch": the
+same on every rank once the test has stopped the switch.
 
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
 """
@@ -211,6 +212,27 @@ def dead_peer(record, rank):
     record["first"] = t.tolist()
     if rank == 1:
         return
+    fails(record, rank)
+
+
+def dead_switch(record, rank, out):
+    """After one all_reduce, each rank says so (OUT.ready.RANK) and waits
+    for OUT.go, which the test writes once it has stopped the switch."""
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    record["first"] = t.tolist()
+    open("%s.ready.%d" % (out, rank), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(out + ".go"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never stopped the switch")
+        time.sleep(0.05)
+    fails(record, rank)
+
+
+def fails(record, rank):
+    """The next all_reduce, sync and async: each must raise, and leave the
+    tensor as it was."""
     started = time.monotonic()
     t = torch.full((4,), float(rank + 1))
     try:
@@ -241,6 +263,8 @@ def main():
         ddp(record, rank, world)
         groups(record, rank, world)
         record["summed"] = summed()
+    elif spec["mode"] == "dead_switch":
+        dead_switch(record, rank, spec["out"])
     else:
         dead_peer(record, rank)
     with open("%s.%d" % (spec["out"], rank), "w") as f:
