@@ -360,15 +360,17 @@ class ProcessGroupInagg(dist.ProcessGroup):
         return self._gloo.allreduce_coalesced(tensors, opts)
 
     def _ours(self, opts, tensors):
-        """Whether inagg sums ``tensors``: a SUM or AVG of the kinds the
-        switch sums, on a group with a job of its own."""
+        """Whether inagg sums ``tensors``: a SUM or AVG of dense tensors of
+        the kinds the switch sums, on a group with a job of its own (a
+        sparse tensor is gloo's: torch's own distributed tests found it
+        sent to the worker, which takes dense buffers only)."""
         # A ReduceOp, whose .op is the RedOpType (ReduceOp.SUM and the
         # like; `in` a tuple of those does not match a ReduceOp).
         op = getattr(opts.reduceOp, "op", opts.reduceOp)
         return (
             self._state is not None
             and op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
-            and all(t.dtype in _KINDS for t in tensors)
+            and all(t.dtype in _KINDS and t.layout == torch.strided for t in tensors)
         )
 
     def _summed(self, opts, tensors):
