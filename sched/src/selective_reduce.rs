@@ -294,12 +294,20 @@ impl Controller {
         training: &[Training],
         cdf: &Cdf,
     ) -> Vec<Vec<Ready>> {
-        let full_turn = self.params.c > 0 && self.k.is_multiple_of(self.params.c);
-        let launch = if full_turn {
+        let c = self.params.c;
+        let full_turn = c > 0 && self.k.is_multiple_of(c);
+        let mut launch = if full_turn {
             all_reduce(ready, n)
         } else {
             plan(ready, training, &self.params, cdf)
         };
+        if c > 0 && !full_turn {
+            // Each group is one sync: several at once must not carry k
+            // past the next full turn (the groups beyond it wait for it,
+            // as every ready worker does).
+            let before_full = c - self.k % c;
+            launch.truncate(usize::try_from(before_full).unwrap_or(usize::MAX));
+        }
         self.k += launch.len() as u64;
         launch
     }
@@ -448,6 +456,31 @@ mod tests {
             [vec![0, 1, 2]]
         );
         assert_eq!(partial_reduce(&ready, 2).len(), 1);
+    }
+
+    /// Several selective groups ready at once never step over a full
+    /// turn: at k = c - 1 one of them goes, and the next sync is the full
+    /// all-reduce (a loaded machine, where more workers wait at once,
+    /// once had a 3-worker group take step c).
+    #[test]
+    fn groups_launched_together_stop_at_the_full_turn() {
+        let cdf = Cdf::default();
+        let mut c = Controller::new(Params { c: 4, ..params(2) });
+        c.k = 3;
+        let ready = [w(0, 5.0), w(1, 5.0), w(2, 1.0), w(3, 1.0)];
+        assert_eq!(
+            plan(&ready, &[], &c.params, &cdf).len(),
+            2,
+            "two groups planned"
+        );
+        let g = c.step(4, &ready, &[], &cdf);
+        assert_eq!(g.len(), 1, "only the group before the full turn: {g:?}");
+        assert_eq!(c.k, 4);
+        let full = c.step(4, &ready, &[], &cdf);
+        assert_eq!(
+            full.iter().map(|g| ids(g)).collect::<Vec<_>>(),
+            [vec![0, 1, 2, 3]]
+        );
     }
 
     #[test]
