@@ -49,12 +49,11 @@ fn library() -> PathBuf {
     exe.parent().unwrap().join("libinagg_capi.so")
 }
 
+/// `python` with this checkout's package and the library built for this
+/// test.
 fn python_env(python: &Path) -> Command {
-    let mut c = Command::new(python);
-    c.env("PYTHONPATH", repo().join("capi/python"))
-        .env("INAGG_LIBRARY", library())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("OMP_NUM_THREADS", "1");
+    let mut c = inagg_testbed::torch::python_here(python, repo());
+    c.env("INAGG_LIBRARY", library());
     c
 }
 
@@ -549,13 +548,7 @@ fn a_stopped_switch_makes_every_rank_raise() {
 #[test]
 fn pytorchs_distributed_tests_pass_on_the_inagg_backend() {
     let python = python_or_skip!();
-    let has = |module: &str| {
-        std::process::Command::new(&python)
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !has("expecttest") {
+    if !inagg_testbed::torch::imports(&python, "expecttest") {
         eprintln!(
             "skipped: {} has no expecttest (scripts/test installs it)",
             python.display()
@@ -564,13 +557,9 @@ fn pytorchs_distributed_tests_pass_on_the_inagg_backend() {
     }
     let site = Site::start(0.0, &[("judge", 2)]);
     let temp = scratch("judge");
-    let mut command = std::process::Command::new(&python);
+    let mut command = python_env(&python);
     command
         .arg(repo().join("tests/python/torch_distributed_test.py"))
-        .env("PYTHONPATH", repo().join("capi/python"))
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("OMP_NUM_THREADS", "1")
-        .env("INAGG_LIBRARY", library())
         .env("INAGG_CONTROLLER", site.addr())
         .env("INAGG_JOB", "judge")
         .env("WORLD_SIZE", "2")

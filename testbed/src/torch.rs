@@ -18,12 +18,7 @@ pub fn torch_python(repo: &Path) -> std::result::Result<PathBuf, String> {
             python.display()
         ));
     }
-    let ok = Command::new(&python)
-        .args(["-c", "import torch, sklearn"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
+    if imports(&python, "torch, sklearn") {
         Ok(python)
     } else {
         Err(format!(
@@ -33,14 +28,30 @@ pub fn torch_python(repo: &Path) -> std::result::Result<PathBuf, String> {
     }
 }
 
-/// `python -m torch.distributed.run --standalone --nproc-per-node N script
-/// args...` with the package and its library found in this checkout.
-pub fn torchrun(python: &Path, repo: &Path, ranks: usize, script: &str) -> Command {
+/// Whether `python` can `import modules` (a comma-separated list).
+pub fn imports(python: &Path, modules: &str) -> bool {
+    Command::new(python)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `python` with this checkout's package on its path, one OpenMP thread
+/// per process (the ranks share the machine's cores) and no bytecode
+/// written into the checkout.
+pub fn python_here(python: &Path, repo: &Path) -> Command {
     let mut c = Command::new(python);
     c.env("PYTHONPATH", repo.join("capi/python"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("OMP_NUM_THREADS", "1")
-        .args(["-m", "torch.distributed.run", "--standalone"])
+        .env("OMP_NUM_THREADS", "1");
+    c
+}
+
+/// `python -m torch.distributed.run --standalone --nproc-per-node N script
+/// args...` with the package and its library found in this checkout.
+pub fn torchrun(python: &Path, repo: &Path, ranks: usize, script: &str) -> Command {
+    let mut c = python_here(python, repo);
+    c.args(["-m", "torch.distributed.run", "--standalone"])
         .arg(format!("--nproc-per-node={ranks}"))
         .arg(repo.join(script));
     c

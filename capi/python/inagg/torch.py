@@ -345,38 +345,30 @@ class ProcessGroupInagg(dist.ProcessGroup):
         return "inagg"
 
     def allreduce(self, tensors, opts=None):
-        if opts is None:
-            opts = dist.AllreduceOptions()
-        if self._ours(opts, tensors):
-            return self._summed(opts, tensors)
-        return self._gloo.allreduce(tensors, opts)
+        return self._reduce(tensors, opts or dist.AllreduceOptions(), self._gloo.allreduce)
 
     def allreduce_coalesced(self, tensors, opts=None):
         """``all_reduce_coalesced``: as :meth:`allreduce`, tensor by tensor."""
-        if opts is None:
-            opts = dist.AllreduceCoalescedOptions()
-        if self._ours(opts, tensors):
-            return self._summed(opts, tensors)
-        return self._gloo.allreduce_coalesced(tensors, opts)
+        opts = opts or dist.AllreduceCoalescedOptions()
+        return self._reduce(tensors, opts, self._gloo.allreduce_coalesced)
 
-    def _ours(self, opts, tensors):
-        """Whether inagg sums ``tensors``: a SUM or AVG of dense tensors of
-        the kinds the switch sums, on a group with a job of its own (a
-        sparse tensor is gloo's: torch's own distributed tests found it
-        sent to the worker, which takes dense buffers only)."""
+    def _reduce(self, tensors, opts, by_gloo):
+        """Sums ``tensors`` through inagg when the switch can: a SUM or AVG
+        of dense tensors of the kinds it sums, on a group with a job of its
+        own (a sparse tensor is gloo's: torch's own distributed tests found
+        it sent to the worker, which takes dense buffers only); else
+        ``by_gloo(tensors, opts)``."""
         # A ReduceOp, whose .op is the RedOpType (ReduceOp.SUM and the
         # like; `in` a tuple of those does not match a ReduceOp).
         op = getattr(opts.reduceOp, "op", opts.reduceOp)
-        return (
+        ours = (
             self._state is not None
             and op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
             and all(t.dtype in _KINDS and t.layout == torch.strided for t in tensors)
         )
-
-    def _summed(self, opts, tensors):
-        op = getattr(opts.reduceOp, "op", opts.reduceOp)
-        mean = op == dist.ReduceOp.AVG
-        futures = [self._state.submit(t, mean=mean) for t in tensors]
+        if not ours:
+            return by_gloo(tensors, opts)
+        futures = [self._state.submit(t, mean=op == dist.ReduceOp.AVG) for t in tensors]
         return _Done(_all_summed(futures, tensors))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
