@@ -1,12 +1,12 @@
 //! Control endpoints under a flood of idle connections: the emulator's and
-//! the controller's serve at most 64 at once (inagg_wire::conns), so 300
+//! the controller's serve at most 64 at once (inagg_netio::conns), so 300
 //! connections that never send a request cost at most 64 threads, and a
 //! legitimate client is still served: it takes the place of a silent one.
 
 use std::net::TcpStream;
 
+use inagg_controller_api::Client;
 use inagg_emu::FaultConfig;
-use inagg_switch_control::controller::Client;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
 use inagg_testbed::local::LocalCluster;

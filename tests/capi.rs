@@ -17,11 +17,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
+use inagg_controller_api::Client;
+use inagg_controller_api::JobDecl;
 use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16};
-use inagg_switch_control::controller::api::JobDecl;
-use inagg_switch_control::controller::Client;
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
 use inagg_testbed::local::LocalCluster;

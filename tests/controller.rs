@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use inagg_controller::{Connector, Controller, ControllerConfig};
+use inagg_controller_api::Client;
+use inagg_controller_api::{Admission, JobDecl, JobStatus, Placement, SiteStatus};
 use inagg_emu::{EmulatorConfig, FaultConfig, SwitchConfig};
-use inagg_host_agent::Worker;
+use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_api::queues::ClassQueue;
-use inagg_switch_control::controller::api::{Admission, JobDecl, JobStatus, Placement, SiteStatus};
-use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
 use inagg_testbed::local::LocalCluster;
@@ -117,7 +118,7 @@ fn run_job(ctl: SocketAddr, job: &str, workers: u16, len: usize, seed: i32) -> A
                     let a = c
                         .register(job, rank as u16, bind, Duration::from_secs(30))
                         .unwrap_or_else(|e| panic!("{job} rank {rank}: {e}"));
-                    let mut w = Worker::new(a.agent_config(bind)).unwrap();
+                    let mut w = Worker::new(AgentConfig::from_admission(&a, bind)).unwrap();
                     w.allreduce_i32(d).unwrap();
                     a
                 })
@@ -229,7 +230,7 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     assert_eq!(named(0), ["a", "b", "c"]);
     assert_eq!(named(1), ["d"]);
     // The same for Prometheus (`inagg controller --metrics ADDR`).
-    let text = inagg_switch_control::metrics::controller(ctl.addr(), None).unwrap();
+    let text = inagg_controller::metrics::controller(ctl.addr(), None).unwrap();
     let site = format!("role=\"fallback\",site=\"{}\"", fallback.control_addr());
     assert!(
         text.contains(&format!("inagg_site_up{{{site}}} 1\n")),
@@ -998,6 +999,61 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
 /// A worker that stops waiting (its wait runs out, or it is killed while
 /// it waits) leaves the session: the other ranks are not admitted to a job
 /// one of its ranks will never send to.
+/// A client of another version of the API is told so by name (the
+/// versions of both), before anything of its request is read; the current
+/// client is served on the same controller.
+#[test]
+fn a_client_of_another_api_version_is_told_which_one_to_use() {
+    let cluster = emulator(64, 0.0, 1);
+    let state = state_file("api-version");
+    let ctl = start(cluster.control_addr(), &[], &state);
+    let ask = |line: &str| {
+        let mut s = std::net::TcpStream::connect(ctl.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        std::io::Write::write_all(&mut s, line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut reply).unwrap();
+        reply
+    };
+    let current = inagg_controller_api::API_VERSION;
+    for (line, theirs) in [
+        (
+            "{\"request\":{\"op\":\"jobs\"}}\n".to_string(),
+            "1".to_string(),
+        ),
+        (
+            format!(
+                "{{\"version\":{},\"request\":{{\"op\":\"jobs\"}}}}\n",
+                current + 1
+            ),
+            (current + 1).to_string(),
+        ),
+        (
+            "{\"version\":\"two\",\"request\":{\"op\":\"jobs\"}}\n".to_string(),
+            "unreadable".to_string(),
+        ),
+    ] {
+        let reply = ask(&line);
+        let want =
+            format!("this controller speaks API version {current}, the request version {theirs}");
+        assert!(
+            reply.contains("\"error\"") && reply.contains(&want),
+            "{line}: {reply}"
+        );
+    }
+    let ok = ask(&format!(
+        "{{\"version\":{current},\"request\":{{\"op\":\"jobs\"}}}}\n"
+    ));
+    assert!(ok.starts_with("{\"ok\""), "{ok}");
+    assert!(Client::connect(ctl.addr(), None)
+        .unwrap()
+        .jobs()
+        .unwrap()
+        .is_empty());
+    drop(ctl);
+    let _ = std::fs::remove_file(&state);
+}
+
 #[test]
 fn a_worker_that_stops_waiting_leaves_the_session() {
     let switch = emulator(16, 0.01, 5);
@@ -1196,8 +1252,8 @@ impl OutputAsync for std::process::Command {
 
 #[test]
 fn the_controller_allocates_job_groups_and_keeps_hand_made_ones() {
+    use inagg_controller_api::GroupDecl;
     use inagg_host_agent::group::GroupSocket;
-    use inagg_switch_control::controller::api::GroupDecl;
     let first = emulator(64, 0.0, 3);
     let (data, control) = (first.emu.data_addr(), first.control_addr());
     let state = state_file("groups");
@@ -1411,7 +1467,7 @@ fn rank_allreduce(
     let a = c
         .register(job, rank, bind, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{job} rank {rank}: {e}"));
-    Worker::new(a.agent_config(bind))
+    Worker::new(AgentConfig::from_admission(&a, bind))
         .unwrap()
         .allreduce_i32(&mut data)
         .unwrap();

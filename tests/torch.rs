@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use inagg_controller::Controller;
+use inagg_controller_api::Client;
+use inagg_controller_api::JobDecl;
 use inagg_emu::{FaultConfig, SwitchConfig};
-use inagg_switch_control::controller::api::JobDecl;
-use inagg_switch_control::controller::{Client, Controller};
 use inagg_testbed::local::LocalCluster;
 use serde_json::Value;
 

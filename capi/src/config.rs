@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use inagg_controller_api::client::ClientError;
+use inagg_controller_api::Client;
 use inagg_host_agent::{AgentConfig, Window};
-use inagg_switch_control::controller::client::ClientError;
-use inagg_switch_control::controller::Client;
 
 /// The keys, in the order the error for an unknown key lists them.
 const KEYS: &[&str] = &[
@@ -370,7 +370,7 @@ impl Settings {
                     _ => SetupError::Unreachable(m),
                 }
             })?;
-        Ok(admission.agent_config(bind))
+        Ok(AgentConfig::from_admission(&admission, bind))
     }
 }
 

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use inagg_wire::udp::{SendBatch, Staged};
+use inagg_netio::udp::{SendBatch, Staged};
 use inagg_wire::{Kind, Packet, HEADER_LEN};
 
 use crate::arbitration::Arbitration;

@@ -5,9 +5,9 @@
 //! Both listen on loopback by default; exposing the control endpoint
 //! elsewhere is an explicit choice of address.
 
-use inagg_wire::conns::{Conn, Limits};
-use inagg_wire::lines::{self, Accept, LineReader, Next, MAX_LINE};
-use inagg_wire::token::Token;
+use inagg_netio::conns::{Conn, Limits};
+use inagg_netio::lines::{self, Accept, LineReader, Next, MAX_LINE};
+use inagg_netio::token::Token;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use inagg_wire::udp::{BatchSocket, RecvBatch, SendBatch};
+use inagg_netio::udp::{BatchSocket, RecvBatch, SendBatch};
 use inagg_wire::{HEADER_LEN, MAX_ELEMENTS};
 
 use crate::arbitration::{Arbitration, ConnId};
@@ -351,7 +351,7 @@ fn precise_timers() {
 }
 
 /// Accepts control connections until stopped; one thread per connection,
-/// at most [`Limits::default`]'s number (inagg_wire::conns).
+/// at most [`Limits::default`]'s number (inagg_netio::conns).
 fn serve_control(
     listener: TcpListener,
     state: Arc<Mutex<State>>,
@@ -403,7 +403,7 @@ fn busy(open: usize) -> ApiError {
 }
 
 /// Serves JSON-lines requests on one connection until EOF, stop, or its
-/// place is taken (inagg_wire::conns), then gives up its claim on the
+/// place is taken (inagg_netio::conns), then gives up its claim on the
 /// switch, if it made one.
 fn serve_connection(
     stream: TcpStream,

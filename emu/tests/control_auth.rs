@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 
 use inagg_emu::{Emulator, EmulatorConfig};
-use inagg_wire::token::Token;
+use inagg_netio::token::Token;
 use serde_json::{json, Value};
 
 mod common;

@@ -17,12 +17,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use inagg_controller::{Connector, Controller, ControllerConfig};
+use inagg_controller_api::Client;
+use inagg_controller_api::{Envelope, JobStatus, Placement, Request, Response, SiteStatus};
 use inagg_emu::server::Emulator;
 use inagg_emu::SwitchConfig;
-use inagg_switch_control::controller::api::{
-    Envelope, JobStatus, Placement, Request, Response, SiteStatus,
-};
-use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 use inagg_switch_control::{EmuTarget, JobSpec, Target};
 
 use crate::live;

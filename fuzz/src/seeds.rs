@@ -6,10 +6,10 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
+use inagg_controller_api::{Envelope, GroupDecl, JobDecl, Request as CtlRequest};
 use inagg_emu::conformance;
 use inagg_switch_api::detour::RelaySpec;
 use inagg_switch_api::{GroupSpec, Request};
-use inagg_switch_control::controller::api::{Envelope, GroupDecl, JobDecl, Request as CtlRequest};
 use inagg_wire::frame::{self as eth, Endpoint, UdpFlow, MIN_FRAME};
 use inagg_wire::{payload, Kind, Packet, Repr};
 
@@ -347,6 +347,7 @@ fn controller_sessions() -> Vec<Vec<u8>> {
             let mut text = String::new();
             for request in requests {
                 let envelope = Envelope {
+                    version: inagg_controller_api::API_VERSION,
                     token: None,
                     request,
                 };

@@ -126,7 +126,7 @@ impl GroupSocket {
             }
             // Wait precisely with ppoll; the read timeout only guards the
             // receive against another handle having taken the datagram.
-            if !inagg_wire::udp::wait(&self.socket, left, false)? {
+            if !inagg_netio::udp::wait(&self.socket, left, false)? {
                 return Ok(None);
             }
             self.socket.set_read_timeout(Some(left))?;

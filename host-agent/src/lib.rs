@@ -132,6 +132,22 @@ impl AgentConfig {
         }
     }
 
+    /// The configuration of a worker the controller admitted, with default
+    /// timers; `bind` is the local endpoint the worker registered.
+    pub fn from_admission(a: &inagg_controller_api::Admission, bind: SocketAddr) -> Self {
+        let mut c = AgentConfig::new(
+            a.data_addr,
+            a.id,
+            a.worker,
+            a.workers,
+            a.pool_size,
+            a.elements,
+        );
+        c.bind = bind;
+        c.generation = a.generation;
+        c
+    }
+
     /// Tensor elements per packet: K less the check lane.
     pub fn values_per_packet(&self) -> usize {
         usize::from(self.elements).saturating_sub(1)

@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg_wire::udp::{BatchSocket, RecvBatch};
+use inagg_netio::udp::{BatchSocket, RecvBatch};
 use inagg_wire::HEADER_LEN;
 
 use crate::{Error, Result};

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use inagg_netio::metrics::Exposition;
 use serde::Serialize;
 
 /// Statistics of one all-reduce on one worker.
@@ -146,6 +147,115 @@ struct LiveInner {
 }
 
 impl Live {
+    /// The counts so far (finished all-reduces and the running one) for
+    /// Prometheus (`inagg agent --metrics`), labelled with the job and
+    /// worker id.
+    pub fn exposition(&self, job: u16, worker: u16) -> String {
+        let (s, allreduces) = self.snapshot();
+        let (job, worker) = (job.to_string(), worker.to_string());
+        let labels = [("job", job.as_str()), ("worker", worker.as_str())];
+        let mut e = Exposition::default();
+        let rows: [(&'static str, &'static str, u64); 17] = [
+            (
+                "inagg_agent_allreduces_total",
+                "All-reduces completed.",
+                allreduces,
+            ),
+            (
+                "inagg_agent_packets_sent_total",
+                "Packets sent, retransmissions included.",
+                s.packets_sent,
+            ),
+            (
+                "inagg_agent_packets_received_total",
+                "Datagrams received.",
+                s.packets_received,
+            ),
+            (
+                "inagg_agent_retransmissions_total",
+                "Contributions sent again (after a status, or a timeout).",
+                s.retransmissions,
+            ),
+            (
+                "inagg_agent_fast_retransmissions_total",
+                "Contributions sent again because the switch's status said it lacked them.",
+                s.fast_retransmissions,
+            ),
+            (
+                "inagg_agent_queries_total",
+                "Queries sent about slots suspected lost.",
+                s.queries,
+            ),
+            (
+                "inagg_agent_timeouts_total",
+                "Slot timeouts (queries unanswered, or a set held too long).",
+                s.timeouts,
+            ),
+            (
+                "inagg_agent_stale_results_total",
+                "Results that were not the one awaited.",
+                s.stale_results,
+            ),
+            (
+                "inagg_agent_handshakes_total",
+                "Slots whose session handshake succeeded.",
+                s.handshakes,
+            ),
+            (
+                "inagg_agent_handshake_retries_total",
+                "Handshakes sent again in a slot's other set (an earlier session's state there).",
+                s.handshake_retries,
+            ),
+            (
+                "inagg_agent_rejected_total",
+                "Results that failed their check lane (replayed or forged contributions in the sum).",
+                s.rejected,
+            ),
+            (
+                "inagg_agent_malformed_total",
+                "Datagrams that did not parse.",
+                s.malformed,
+            ),
+            (
+                "inagg_agent_foreign_total",
+                "Packets for another job or of the wrong kind.",
+                s.foreign,
+            ),
+            (
+                "inagg_agent_send_errors_total",
+                "Sends the kernel or NIC refused (retried).",
+                s.send_errors,
+            ),
+            (
+                "inagg_agent_bytes_sent_total",
+                "Bytes sent (inagg header and payload).",
+                s.bytes_sent,
+            ),
+            (
+                "inagg_agent_bytes_received_total",
+                "Bytes received.",
+                s.bytes_received,
+            ),
+            (
+                "inagg_agent_payload_bytes_total",
+                "Tensor bytes all-reduced.",
+                s.payload_bytes,
+            ),
+        ];
+        for (name, help, v) in rows {
+            e.counter(name, help, &labels, v);
+        }
+        let help = "Time spent in all-reduces, milliseconds.";
+        let ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
+        e.counter(
+            "inagg_agent_allreduce_milliseconds_total",
+            help,
+            &labels,
+            ms,
+        );
+        e.render()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, LiveInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -1,6 +1,6 @@
 //! JSON lines over TCP between a coordinator and its workers: the plumbing
 //! the live policies share, on the transport every control channel uses
-//! (`inagg_wire::lines`: bounded connections and lines, a poll-driven
+//! (`inagg_netio::lines`: bounded connections and lines, a poll-driven
 //! accept loop). One connection per worker; a thread per connection turns
 //! each line into an [`Event`] on one channel, so the coordinator's own
 //! thread owns all the state and handles one event at a time.
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
-use inagg_wire::conns::{Conn, Limits};
-use inagg_wire::lines::{self, Accept, CallError, LineReader, Next, MAX_LINE};
+use inagg_netio::conns::{Conn, Limits};
+use inagg_netio::lines::{self, Accept, CallError, LineReader, Next, MAX_LINE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 

@@ -121,7 +121,7 @@ pub(crate) fn check_groups_free(
 
 /// A thread that turns the manager's reply lines into a channel, so a peer
 /// can wait for a reply with a timeout or poll for one.
-pub(crate) fn reply_reader<R>(mut reader: inagg_wire::lines::LineReader) -> Receiver<Result<R>>
+pub(crate) fn reply_reader<R>(mut reader: inagg_netio::lines::LineReader) -> Receiver<Result<R>>
 where
     R: serde::de::DeserializeOwned + Send + 'static,
 {

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
+use inagg_controller_api::Client;
+use inagg_controller_api::JobDecl;
 use inagg_emu::FaultConfig;
-use inagg_switch_control::controller::api::JobDecl;
-use inagg_switch_control::controller::Client;
 use serde_json::Value;
 
 use inagg_testbed::local::LocalCluster;

@@ -9,11 +9,11 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use inagg_controller_api::Client;
 use inagg_host_agent::float::{is_correct, Float};
 use inagg_host_agent::stats::Live;
 use inagg_host_agent::{bf16, f16, AgentConfig, Stats, Worker};
-use inagg_switch_control::controller::Client;
-use inagg_switch_control::metrics::{self, MetricsServer};
+use inagg_netio::metrics::MetricsServer;
 
 use crate::backend::{Backend, DpdkArgs};
 use crate::limits;
@@ -259,7 +259,7 @@ fn serve_metrics(
     };
     let live = std::sync::Arc::new(Live::default());
     worker.set_live(live.clone());
-    let server = MetricsServer::start(addr, move || Ok(metrics::agent(&live, job, id)))
+    let server = MetricsServer::start(addr, move || Ok(live.exposition(job, id)))
         .with_context(|| format!("serve metrics on {addr}"))?;
     eprintln!("inagg agent: metrics on http://{}/metrics", server.addr());
     Ok(Some(server))
@@ -274,7 +274,7 @@ fn configure(a: &AgentArgs) -> Result<AgentConfig> {
         let admission = client
             .register(&a.job, a.worker, a.bind, register_wait)
             .with_context(|| format!("register rank {} of job {:?}", a.worker, a.job))?;
-        return Ok(admission.agent_config(a.bind));
+        return Ok(AgentConfig::from_admission(&admission, a.bind));
     }
     let job: u16 = a.job.parse().with_context(|| {
         format!(

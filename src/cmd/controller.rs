@@ -7,14 +7,14 @@ use std::time::Duration;
 use crate::cmd::ctl::{connect_target, Bmv2Args, TargetKind};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
-use inagg_switch_control::metrics::{self, MetricsServer};
+use inagg_controller::{Connector, Controller, ControllerConfig};
+use inagg_netio::metrics::MetricsServer;
 
 /// Options of `inagg controller`.
 #[derive(Debug, Clone, Args)]
 pub struct ControllerArgs {
     /// Where the API listens. Off loopback it needs --token.
-    #[arg(long, default_value = inagg_switch_control::controller::api::DEFAULT_ADDR)]
+    #[arg(long, default_value = inagg_controller_api::DEFAULT_ADDR)]
     pub listen: SocketAddr,
     /// A token every client must present (`inagg ctl --token`, `inagg agent
     /// --token`, or INAGG_TOKEN).
@@ -110,8 +110,10 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
     let _metrics = match a.metrics {
         Some(addr) => {
             let (api, token) = (controller.addr(), a.token.clone());
-            let m = MetricsServer::start(addr, move || metrics::controller(api, token.clone()))
-                .with_context(|| format!("serve metrics on {addr}"))?;
+            let m = MetricsServer::start(addr, move || {
+                inagg_controller::metrics::controller(api, token.clone())
+            })
+            .with_context(|| format!("serve metrics on {addr}"))?;
             eprintln!("inagg controller: metrics on http://{}/metrics", m.addr());
             Some(m)
         }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use inagg_emu::egress::{LinkConfig, PortRate};
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
-use inagg_switch_control::metrics::{self, MetricsServer};
+use inagg_netio::metrics::MetricsServer;
 
 use crate::backend::{Backend, DpdkArgs};
 
@@ -145,7 +145,7 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
         token: args
             .token
             .clone()
-            .map(inagg_wire::token::Token::new)
+            .map(inagg_netio::token::Token::new)
             .transpose()
             .map_err(anyhow::Error::msg)
             .context("--token")?,
@@ -163,8 +163,10 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
     let _metrics = match args.metrics {
         Some(addr) => {
             let control = emu.control_addr();
-            let m = MetricsServer::start(addr, move || metrics::emulator(control))
-                .with_context(|| format!("serve metrics on {addr}"))?;
+            let m = MetricsServer::start(addr, move || {
+                inagg_switch_control::metrics::emulator(control)
+            })
+            .with_context(|| format!("serve metrics on {addr}"))?;
             eprintln!("inagg emu: metrics on http://{}/metrics", m.addr());
             Some(m)
         }

@@ -11,8 +11,8 @@ use inagg_switch_api::{
     GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
 
-use inagg_wire::lines::{self, CallError, Endpoint};
-use inagg_wire::token::Token;
+use inagg_netio::lines::{self, CallError, Endpoint};
+use inagg_netio::token::Token;
 
 use crate::target::{ControlError, QueueReport, Result, Target};
 

@@ -1,4 +1,4 @@
-//! inagg's control plane.
+//! inagg's switch targets: how the control plane reaches a switch.
 //!
 //! - [`target`]: the [`Target`] trait every switch backend implements, in
 //!   backend-neutral types;
@@ -9,26 +9,22 @@
 //! - `grpc` (feature `bmv2`): what the gRPC targets share;
 //! - `tofino` (feature `tofino`, on by default): the Tofino target, a BF
 //!   Runtime client for bf_switchd running p4/tna;
-//! - `cluster` (feature `controller`, on by default): declarative cluster
-//!   files (`inagg ctl apply -f`), checked as a whole before anything
-//!   touches the switch;
-//! - [`controller`]: the `inagg controller` daemon (feature `controller`:
-//!   jobs of many tenants, pool allocation with fallback to host emulators,
-//!   agent registration, state in an embedded database) and its API and
-//!   client (always);
-//! - [`alloc`]: the slot allocator the controller places pools with.
+//! - [`cluster`]: declarative cluster files (`inagg ctl apply -f`),
+//!   checked as a whole before anything touches the switch;
+//! - [`metrics`]: a switch's counters for Prometheus;
+//! - [`files`]: configuration files read with a bound.
+//!
+//! The controller daemon that drives these targets for many jobs is
+//! `inagg-controller`.
 //!
 //! Jobs are checked here against the switch's memory and installed jobs
 //! before they are sent, so a refused job never reaches the switch; the
 //! emulator checks again, as hardware tables would refuse a bad entry, and
 //! the bmv2 target checks against what it reads back from the switch.
 
-pub mod alloc;
 #[cfg(feature = "bmv2")]
 pub mod bmv2;
-#[cfg(feature = "controller")]
 pub mod cluster;
-pub mod controller;
 pub mod emu;
 pub mod files;
 #[cfg(feature = "bmv2")]

@@ -125,7 +125,7 @@ pub enum ControlError {
         message: String,
     },
     /// The controller refused a request or could not be reached (a
-    /// `controller::client::ClientError`, whose message says whose fault
+    /// `inagg_controller_api::ClientError`, whose message says whose fault
     /// and what to do).
     #[error(transparent)]
     Controller(Box<dyn std::error::Error + Send + Sync>),

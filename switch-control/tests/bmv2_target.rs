@@ -2208,9 +2208,10 @@ fn a_pipeline_that_is_not_inaggs_is_refused_by_name() {
 /// does not say where its data plane is.
 #[test]
 fn the_controller_places_jobs_on_bmv2_and_keeps_a_refusal_to_its_job() {
+    use inagg_controller::{Connector, Controller, ControllerConfig};
+    use inagg_controller_api::Client;
+    use inagg_controller_api::{JobDecl, Placement};
     use inagg_switch_api::queues::ClassQueue;
-    use inagg_switch_control::controller::api::{JobDecl, Placement};
-    use inagg_switch_control::controller::{Client, Connector, Controller, ControllerConfig};
 
     let sw = Switch::with_pipeline();
     let options = sw.options();

@@ -6,10 +6,10 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
+use inagg_controller::{Connector, Controller, ControllerConfig};
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::{AgentConfig, Stats, Worker};
 use inagg_switch_api::queues::ClassQueue;
-use inagg_switch_control::controller::{Connector, Controller, ControllerConfig};
 use inagg_switch_control::target::{install_job, Target};
 use inagg_switch_control::EmuTarget;
 

@@ -12,27 +12,19 @@
 //! - [`payload`]: bulk conversion between int32 slices and payload bytes.
 //! - [`frame`]: Ethernet/IPv4/UDP frames and ARP for the raw-Ethernet
 //!   (DPDK) data paths.
-//! - [`lines`]: JSON lines over TCP, the framing of every control
-//!   channel: the bounded accept loop, line reader and client they share;
-//! - [`conns`]: the bounds on a control endpoint's connections;
-//! - [`token`]: control endpoints' shared secrets, compared in constant
-//!   time;
-//! - [`udp`]: batched datagram I/O (`recvmmsg`/`sendmmsg`) over a kernel UDP
-//!   socket, the fallback data path both ends use.
+//!
+//! Bytes only: the sockets that carry them (batched UDP, the control
+//! channels' JSON lines) are `inagg-netio`'s.
 //!
 //! Untrusted input enters through [`Packet::new_checked`] and [`Repr::parse`];
 //! they return an [`Error`] rather than panic.
 
-pub mod conns;
 pub mod frame;
 pub mod header;
-pub mod lines;
 pub mod payload;
 #[cfg(target_arch = "x86_64")]
 pub mod simd;
 pub mod status;
-pub mod token;
-pub mod udp;
 
 pub use header::{Kind, Packet, Repr, ELEMENT_LEN, HEADER_LEN, MAX_ELEMENTS, VERSION};
 

@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use super::jobs::{group_decl, GroupCommand, JobCommand};
 use super::output::{emit, emit_plan, endpoints, table, usage};
 use super::CtlCommand;
-use inagg_switch_control::controller::api::{
-    GroupStatus, JobStatus, Placement, SiteStats, SiteStatus,
-};
-use inagg_switch_control::controller::Client;
+use inagg_controller_api::{Client, ClientError};
+use inagg_controller_api::{GroupStatus, JobStatus, Placement, SiteStats, SiteStatus};
 use inagg_switch_control::target::{ControlError, Result};
 
 /// Runs one ctl command against the controller.
@@ -21,13 +19,13 @@ pub fn run(
     command: CtlCommand,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let mut c = Client::connect(addr, token)?;
+    let mut c = Client::connect(addr, token).map_err(controller_error)?;
     match command {
         CtlCommand::Job(cmd) => job(&mut c, cmd, json, out),
         CtlCommand::Group(cmd) => group(&mut c, cmd, json, out),
         CtlCommand::Sites | CtlCommand::Pool => {
-            let sites = c.sites()?;
-            let jobs = c.jobs()?;
+            let sites = c.sites().map_err(controller_error)?;
+            let jobs = c.jobs().map_err(controller_error)?;
             emit(
                 out,
                 json,
@@ -36,11 +34,11 @@ pub fn run(
             )
         }
         CtlCommand::Counters { reset: false } => {
-            let sites = c.stats()?;
+            let sites = c.stats().map_err(controller_error)?;
             emit(out, json, &sites, |o| write_stats(o, &sites))
         }
         CtlCommand::Priority { class, queue } => {
-            c.set_priority(class, queue)?;
+            c.set_priority(class, queue).map_err(controller_error)?;
             emit(
                 out,
                 json,
@@ -58,7 +56,7 @@ pub fn run(
             prune,
             dry_run,
         } => {
-            use inagg_switch_control::controller::file::{execute, plan, ControllerFile};
+            use inagg_controller::file::{execute, plan, ControllerFile};
             let parsed = ControllerFile::load(&file)?;
             let changes = plan(&parsed, &file, &mut c, prune)?;
             if !dry_run {
@@ -77,7 +75,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
     match cmd {
         JobCommand::Create(create) => {
             let decl = create.decl()?;
-            let job = c.create_job(decl)?;
+            let job = c.create_job(decl).map_err(controller_error)?;
             emit(out, json, &job, |o| {
                 writeln!(
                     o,
@@ -89,11 +87,11 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             })
         }
         JobCommand::List => {
-            let jobs = c.jobs()?;
+            let jobs = c.jobs().map_err(controller_error)?;
             emit(out, json, &jobs, |o| write_jobs(o, &jobs))
         }
         JobCommand::Show { job } => {
-            let jobs = c.jobs()?;
+            let jobs = c.jobs().map_err(controller_error)?;
             let j = jobs
                 .into_iter()
                 .find(|j| j.decl.name == job)
@@ -108,7 +106,7 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             })
         }
         JobCommand::Delete { job } => {
-            c.delete_job(&job)?;
+            c.delete_job(&job).map_err(controller_error)?;
             emit(out, json, &serde_json::json!({ "deleted": job }), |o| {
                 writeln!(o, "deleted job {job:?}")
             })
@@ -119,7 +117,9 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
 fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
         GroupCommand::Create { id, name, members } => {
-            let g = c.create_group(group_decl(id, name, members)?)?;
+            let g = c
+                .create_group(group_decl(id, name, members)?)
+                .map_err(controller_error)?;
             emit(out, json, &g, |o| {
                 writeln!(
                     o,
@@ -131,11 +131,11 @@ fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> 
             })
         }
         GroupCommand::List => {
-            let groups = c.groups()?;
+            let groups = c.groups().map_err(controller_error)?;
             emit(out, json, &groups, |o| write_groups(o, &groups))
         }
         GroupCommand::Delete { group } => {
-            c.delete_group(&group)?;
+            c.delete_group(&group).map_err(controller_error)?;
             emit(out, json, &serde_json::json!({ "deleted": group }), |o| {
                 writeln!(o, "deleted multicast group {group:?}")
             })
@@ -290,4 +290,9 @@ fn write_stats(o: &mut dyn Write, sites: &[SiteStats]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The controller's answer (or silence) as the ctl's error, its message kept.
+fn controller_error(e: ClientError) -> ControlError {
+    ControlError::Controller(Box::new(e))
 }

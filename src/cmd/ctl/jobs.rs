@@ -8,9 +8,9 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Subcommand};
+use inagg_controller_api::{GroupDecl, JobDecl};
 use inagg_switch_api::queues::ClassQueue;
 use inagg_switch_api::{AuxPath, Detour, GroupSpec, JobSpec, Upstream};
-use inagg_switch_control::controller::api::{GroupDecl, JobDecl};
 use inagg_switch_control::target::Result;
 
 use super::output::usage;

@@ -274,7 +274,7 @@ pub fn connect_target(
             let token = bmv2
                 .switch_token
                 .clone()
-                .map(inagg_wire::token::Token::new)
+                .map(inagg_netio::token::Token::new)
                 .transpose()
                 .map_err(|e| ControlError::Protocol(format!("--switch-token: {e}")))?;
             Ok(Box::new(EmuTarget::connect_with(

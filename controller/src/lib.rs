@@ -4,10 +4,11 @@
 //! workers, and keeps every aggregator in step with that state (so a
 //! restarted switch or controller gets it all back).
 //!
-//! - [`api`]: the JSON-lines protocol;
-//! - [`client`]: its client, used by `inagg ctl --controller` and by agents
-//!   that register;
+//! Its API's types and client are `inagg-controller-api`'s; the switches it
+//! drives are `inagg-switch-control`'s targets. Here:
+//!
 //! - [`file`](mod@file): declarative files (`inagg ctl --controller ADDR apply -f`);
+//! - [`alloc`]: the slot allocator pools are placed with, pure;
 //! - `book`: the bookkeeping, pure (jobs, placement, grants, sessions and
 //!   generations, groups), unit-tested transition by transition;
 //! - `site`: what the controller knows of one aggregator;
@@ -16,29 +17,17 @@
 //!   reconciliation;
 //! - `store`: the database;
 //! - `daemon`: the server (a thread per connection, one lock over the
-//!   state, a reconcile thread).
-//!
-//! The daemon and the files take the `controller` feature (on by default;
-//! redb and toml); `api` and `client` are always built, so a worker that
-//! registers (the C library) needs neither.
+//!   state, a reconcile thread);
+//! - [`metrics`]: its Prometheus exposition.
 
-pub mod api;
-#[cfg(feature = "controller")]
+pub mod alloc;
 mod book;
-pub mod client;
-#[cfg(feature = "controller")]
 mod daemon;
-#[cfg(feature = "controller")]
 pub mod file;
-#[cfg(feature = "controller")]
 mod link;
-#[cfg(feature = "controller")]
+pub mod metrics;
 mod site;
-#[cfg(feature = "controller")]
 mod state;
-#[cfg(feature = "controller")]
 mod store;
 
-pub use client::Client;
-#[cfg(feature = "controller")]
 pub use daemon::*;

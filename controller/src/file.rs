@@ -30,10 +30,10 @@ use std::collections::BTreeSet;
 use inagg_switch_api::queues::ClassQueue;
 use serde::{Deserialize, Serialize};
 
-use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus};
-use super::book::{check_decl, check_group_decl};
-use super::Client;
-use crate::target::{ControlError, Result};
+use crate::book::{check_decl, check_group_decl};
+use inagg_controller_api::{Client, ClientError};
+use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus};
+use inagg_switch_control::target::{ControlError, Result};
 
 /// A parsed controller file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -92,7 +92,7 @@ impl ControllerFile {
 
     /// Reads, parses and checks a file.
     pub fn load(path: &str) -> Result<ControllerFile> {
-        Self::parse(path, &crate::files::read_config(path)?)
+        Self::parse(path, &inagg_switch_control::files::read_config(path)?)
     }
 }
 
@@ -220,8 +220,8 @@ fn held_decl(g: &GroupStatus, wanted: &GroupDecl) -> GroupDecl {
 
 /// Works out the changes that make the controller hold what `file` says.
 pub fn plan(file: &ControllerFile, path: &str, c: &mut Client, prune: bool) -> Result<Vec<Change>> {
-    let jobs: Vec<JobStatus> = c.jobs()?;
-    let all_groups = c.groups()?;
+    let jobs: Vec<JobStatus> = c.jobs().map_err(controller_error)?;
+    let all_groups = c.groups().map_err(controller_error)?;
     let groups: Vec<&GroupStatus> = all_groups.iter().filter(|g| g.owner == "hand").collect();
     let mut changes = Vec::new();
     for new in &file.jobs {
@@ -263,7 +263,7 @@ pub fn plan(file: &ControllerFile, path: &str, c: &mut Client, prune: bool) -> R
             });
         changes.extend(deleted_jobs.chain(deleted_groups).collect::<Vec<_>>());
     }
-    let held = c.priority()?;
+    let held = c.priority().map_err(controller_error)?;
     for cq in &file.priority {
         let was = held
             .iter()
@@ -338,7 +338,7 @@ pub fn execute(changes: &[Change], c: &mut Client) -> Result<()> {
             } => c.delete_group(name),
             _ => Ok(()),
         };
-        r.map_err(|e| step(i, change, e.into()))?;
+        r.map_err(|e| step(i, change, controller_error(e)))?;
     }
     for (i, change) in changes.iter().enumerate() {
         let r = match change {
@@ -351,7 +351,7 @@ pub fn execute(changes: &[Change], c: &mut Client) -> Result<()> {
             Change::SetPriority { class, queue, .. } => c.set_priority(*class, *queue),
             _ => Ok(()),
         };
-        r.map_err(|e| step(i, change, e.into()))?;
+        r.map_err(|e| step(i, change, controller_error(e)))?;
     }
     Ok(())
 }
@@ -423,4 +423,9 @@ members = ["127.0.0.1:6000", "127.0.0.1:6001"]
             "~ job resnet: slots 256 -> 512 (re-created: its workers register again)"
         );
     }
+}
+
+/// A controller's answer as a [`ControlError`], its message kept.
+fn controller_error(e: ClientError) -> ControlError {
+    ControlError::Controller(Box::new(e))
 }

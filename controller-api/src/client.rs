@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg_wire::lines::{self, CallError, Endpoint};
+use inagg_netio::lines::{self, CallError, Endpoint};
 
-use super::api::{
+use crate::{
     Admission, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request, Response,
     SiteStats, SiteStatus,
 };
@@ -63,6 +63,7 @@ impl Client {
     fn call(&mut self, request: Request, wait: Duration) -> Result<Reply, ClientError> {
         self.lines.set_read_timeout(wait + TIMEOUT)?;
         let line = serde_json::to_vec(&Envelope {
+            version: crate::API_VERSION,
             token: self.token.clone(),
             request,
         })
@@ -189,12 +190,6 @@ impl Client {
             Reply::Admitted { admission } => Ok(admission),
             other => Err(unexpected(other)),
         }
-    }
-}
-
-impl From<ClientError> for crate::target::ControlError {
-    fn from(e: ClientError) -> Self {
-        crate::target::ControlError::Controller(Box::new(e))
     }
 }
 

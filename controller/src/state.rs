@@ -8,11 +8,11 @@ use std::ops::Deref;
 
 use inagg_switch_api::GroupInfo;
 
-use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats};
-use super::book::{Book, CoreError, Dirty, GroupRecord, JobRecord};
-use super::link::Link;
-use super::site::Site;
-use super::store::Store;
+use crate::book::{Book, CoreError, Dirty, GroupRecord, JobRecord};
+use crate::link::Link;
+use crate::site::Site;
+use crate::store::Store;
+use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats};
 
 const GENERATION_KEY: &str = "next_generation";
 const PRIORITY_KEY: &str = "priority";

@@ -1,23 +1,25 @@
 //! The `inagg controller` daemon: the server (a thread per connection, one
 //! lock over the state, a reconcile thread) over `state` and `store`.
 
-use inagg_wire::conns::{Conn, Limits};
-use inagg_wire::lines::{self, Accept, LineReader, Next, MAX_LINE};
-use inagg_wire::token::Token;
+use inagg_netio::conns::{Conn, Limits};
+use inagg_netio::lines::{self, Accept, LineReader, Next, MAX_LINE};
+use inagg_netio::token::Token;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use super::link::Connector;
+pub use crate::link::Connector;
 
-use super::api::{Admission, Envelope, Placement, Reply, Request, Response};
-use super::book::{CoreError, JobRecord};
-use super::link::Link;
-use super::site::Site;
-use super::state::Core;
-use super::store::Store;
+use crate::book::{CoreError, JobRecord};
+use crate::link::Link;
+use crate::site::Site;
+use crate::state::Core;
+use crate::store::Store;
+use inagg_controller_api::{
+    Admission, Envelope, Placement, Reply, Request, Response, API_VERSION, UNVERSIONED,
+};
 
 /// Longest a registration waits for the rest of its job.
 pub const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -228,7 +230,7 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
 /// Accepts clients until the controller stops, at most
-/// [`Limits::default`]'s number at once (inagg_wire::lines).
+/// [`Limits::default`]'s number at once (inagg_netio::lines).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     let refusal = |peer: SocketAddr, open: usize| {
         tracing::warn!("API connection from {peer} refused: {open} open");
@@ -283,7 +285,7 @@ fn reconcile_loop(shared: &Shared, every: Duration) {
 }
 
 /// How often a connection's reader wakes to see whether the connection has
-/// outstayed its welcome (inagg_wire::conns) or the controller stops.
+/// outstayed its welcome (inagg_netio::conns) or the controller stops.
 const READ_POLL: Duration = Duration::from_millis(200);
 
 /// One client connection: requests until it closes, the controller stops,
@@ -364,9 +366,16 @@ fn respond(
     stream: &TcpStream,
     conn: &Conn,
 ) -> Option<Response> {
-    let env = match serde_json::from_str::<Envelope>(line) {
+    let value: serde_json::Value = match serde_json::from_str(line) {
         Err(e) => return Some(Response::Error(format!("unreadable request: {e}"))),
-        Ok(env) if !token_ok(shared.token.as_ref(), env.token.as_deref()) => return None,
+        Ok(v) => v,
+    };
+    let token = value.get("token").and_then(|t| t.as_str());
+    if !token_ok(shared.token.as_ref(), token) {
+        return None;
+    }
+    let env = match envelope(value) {
+        Err(e) => return Some(Response::Error(e)),
         Ok(env) => env,
     };
     conn.trust();
@@ -382,6 +391,23 @@ fn respond(
         }
         Err(e) => Response::Error(e),
     })
+}
+
+/// Reads a request, its version first: a request of another version of
+/// the protocol is refused by name, not misread.
+fn envelope(value: serde_json::Value) -> Result<Envelope, String> {
+    let version = match value.get("version") {
+        None => Some(u64::from(UNVERSIONED)),
+        Some(v) => v.as_u64(),
+    };
+    if version != Some(u64::from(API_VERSION)) {
+        let theirs = version.map_or_else(|| "unreadable".to_string(), |v| v.to_string());
+        return Err(format!(
+            "this controller speaks API version {API_VERSION}, the request version {theirs}: \
+             use the inagg release the controller runs"
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| format!("unreadable request: {e}"))
 }
 
 fn handle(

@@ -1,13 +1,45 @@
 //! The controller's API: one JSON request per line over TCP, one JSON
-//! reply per line. `inagg ctl --controller` and registering agents are its
-//! clients ([`super::client::Client`]).
+//! reply per line, and its [`Client`]. `inagg ctl --controller`, the agents
+//! that register (`inagg agent --controller`, the C library, PyTorch) and
+//! the Prometheus exporter are its clients; the daemon (`inagg-controller`)
+//! serves it.
+//!
+//! Every request carries the protocol's [`API_VERSION`]; a controller
+//! answers a request of another version with an error that names both, so
+//! an old client is told to upgrade rather than misread.
+
+pub mod client;
+
+pub use client::{Client, ClientError};
 
 use std::net::SocketAddr;
 
 use inagg_switch_api::queues::ClassQueue;
 use serde::{Deserialize, Serialize};
 
-use crate::alloc::Grant;
+/// The version of this protocol. A change that an older client or
+/// controller would misread takes the next number.
+pub const API_VERSION: u32 = 2;
+
+/// The version a request without one speaks: the protocol before it was
+/// versioned.
+pub const UNVERSIONED: u32 = 1;
+
+/// A granted range of slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// First slot.
+    pub base: u32,
+    /// Slots granted (at most the request).
+    pub size: u32,
+}
+
+impl Grant {
+    /// One past the last slot.
+    pub fn end(&self) -> u64 {
+        u64::from(self.base) + u64::from(self.size)
+    }
+}
 
 /// Default address of the controller's API (loopback: remote use needs an
 /// explicit address and a token).
@@ -231,6 +263,9 @@ pub struct SiteStatus {
 /// A request and the API token.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
+    /// The protocol version the client speaks ([`API_VERSION`]).
+    #[serde(default = "unversioned")]
+    pub version: u32,
     /// The token the controller was started with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -410,20 +445,6 @@ pub enum Response {
     Error(String),
 }
 
-impl Admission {
-    /// The agent's configuration for this admission, with default timers;
-    /// `bind` is the local endpoint the worker registered.
-    pub fn agent_config(&self, bind: SocketAddr) -> inagg_host_agent::AgentConfig {
-        let mut c = inagg_host_agent::AgentConfig::new(
-            self.data_addr,
-            self.id,
-            self.worker,
-            self.workers,
-            self.pool_size,
-            self.elements,
-        );
-        c.bind = bind;
-        c.generation = self.generation;
-        c
-    }
+fn unversioned() -> u32 {
+    UNVERSIONED
 }

@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
 use serde::{Deserialize, Serialize};
 
-use super::api::{GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStatus};
-use super::site::Site;
-use super::store::StoreError;
 use crate::alloc::{self, Grant, SlotAllocator};
+use crate::site::Site;
+use crate::store::StoreError;
+use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStatus};
 
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

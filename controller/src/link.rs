@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use inagg_switch_api::{FaultConfig, GroupInfo, GroupSpec, JobSpec};
 
-use super::api::{NamedJobCounters, SiteStats};
-use super::book::Desired;
-use super::site::Site;
 use crate::alloc::SlotAllocator;
-use crate::target::{ControlError, Target};
+use crate::book::Desired;
+use crate::site::Site;
+use inagg_controller_api::{NamedJobCounters, SiteStats};
+use inagg_switch_control::target::{ControlError, Target};
 
 /// Opens a connection to an aggregator.
 pub type Connector = Box<dyn Fn() -> Result<Box<dyn Target + Send>, ControlError> + Send>;

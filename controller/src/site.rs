@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 
 use inagg_switch_api::JobSpec;
 
-use super::api::{JobDecl, SiteStatus};
 use crate::alloc::SlotAllocator;
+use inagg_controller_api::{JobDecl, SiteStatus};
 
 /// What the controller knows of one aggregator (the switch, or a host
 /// emulator serving as fallback); its connection is `link::Link`'s.

@@ -13,23 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-/// A granted range of slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
-    /// First slot.
-    pub base: u32,
-    /// Slots granted (at most the request).
-    pub size: u32,
-}
-
-impl Grant {
-    /// One past the last slot.
-    pub fn end(&self) -> u64 {
-        u64::from(self.base) + u64::from(self.size)
-    }
-}
+pub use inagg_controller_api::Grant;
 
 /// Why a range cannot be reserved (when rebuilding the allocator from the
 /// controller's stored state).
