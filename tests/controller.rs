@@ -46,14 +46,30 @@ fn connector(addr: SocketAddr) -> Connector {
     Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
 }
 
-/// A fresh state file for one test.
-fn state_file(test: &str) -> PathBuf {
+/// A fresh state file for one test, removed when the test ends (after its
+/// controller, which the test declares later and so drops first).
+fn state_file(test: &str) -> StateFile {
     let p = std::env::temp_dir().join(format!(
         "inagg-controller-{test}-{}.redb",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&p);
-    p
+    StateFile(p)
+}
+
+struct StateFile(PathBuf);
+
+impl std::ops::Deref for StateFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controller {
@@ -243,8 +259,6 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     assert!(text.contains(&d_results), "{text}");
     let sw = stats[0].counters.as_ref().unwrap();
     assert!(sw.dropped(inagg_emu::DropReason::InjectedEgress) > 0);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// An emulator whose value memory, not its slots, runs out: a job is
@@ -292,8 +306,6 @@ fn the_switchs_memory_budget_shrinks_grants_like_its_slots() {
     );
     let sites = c.sites().unwrap();
     assert_eq!(sites[0].memory, Some((24 * 512, 24 * 512)));
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 #[test]
@@ -328,8 +340,6 @@ fn freeing_a_job_lets_a_waiting_job_onto_the_switch() {
     let a = late.join().unwrap();
     assert!(!a.fallback);
     assert_eq!(a.pool_size, 8);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// An emulator that takes K up to `max_elements`, as a P4 switch takes
@@ -460,8 +470,6 @@ fn a_job_goes_only_where_its_k_is_taken_and_a_refused_install_is_reported() {
         !out.status.success() && err.contains("is an emulator's control port, not an inagg"),
         "{err}"
     );
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// Polls the controller until `done` holds for its sites and jobs (it
@@ -585,8 +593,6 @@ fn jobs_leave_a_fallback_that_is_down_and_no_worker_is_admitted_to_a_down_aggreg
             .any(|l| l.starts_with(&said) && l.len() > said.len()),
         "{text}"
     );
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 #[test]
@@ -619,8 +625,6 @@ fn a_job_on_a_fallback_the_restarted_controller_is_not_given_is_placed_again() {
     assert!(matches!(placed(&mut c), Placement::Switch { .. }));
     let a = run_job(ctl.addr(), "c", 2, 10_000, 3);
     assert!(!a.fallback && a.data_addr == switch.emu.data_addr());
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 #[test]
@@ -647,7 +651,7 @@ fn a_controller_that_cannot_start_leaves_the_switch_alone() {
     let config = |fallbacks: Vec<SocketAddr>, listen: SocketAddr| ControllerConfig {
         listen,
         token: None,
-        state: other.clone(),
+        state: other.to_path_buf(),
         switch: (switch.control_addr(), connector(switch.control_addr())),
         switch_data: None,
         fallbacks: fallbacks.into_iter().map(|a| (a, connector(a))).collect(),
@@ -745,8 +749,6 @@ fn a_controller_that_cannot_start_leaves_the_switch_alone() {
     }
     assert!(held().is_empty());
     drop(second);
-    let _ = std::fs::remove_file(state);
-    let _ = std::fs::remove_file(other);
 }
 
 #[test]
@@ -807,8 +809,6 @@ fn jobs_are_reinstalled_after_the_switch_and_the_controller_restart() {
     // A new session of the job gets a newer generation, and works.
     let after = run_job(ctl.addr(), "j", 2, 10_000, 2);
     assert_ne!(after.generation, before.generation);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 #[test]
@@ -818,7 +818,7 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     let remote = Controller::start(ControllerConfig {
         listen: "0.0.0.0:0".parse().unwrap(),
         token: None,
-        state: state.clone(),
+        state: state.to_path_buf(),
         switch: (switch.control_addr(), connector(switch.control_addr())),
         switch_data: None,
         fallbacks: vec![],
@@ -830,7 +830,7 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     let ctl = Controller::start(ControllerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         token: Some("s3cret".into()),
-        state: state.clone(),
+        state: state.to_path_buf(),
         switch: (switch.control_addr(), connector(switch.control_addr())),
         switch_data: None,
         fallbacks: vec![],
@@ -992,13 +992,8 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
         (again.worker, last.worker, again.generation),
         (0, 1, last.generation)
     );
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
-/// A worker that stops waiting (its wait runs out, or it is killed while
-/// it waits) leaves the session: the other ranks are not admitted to a job
-/// one of its ranks will never send to.
 /// A client of another version of the API is told so by name (the
 /// versions of both), before anything of its request is read; the current
 /// client is served on the same controller.
@@ -1050,10 +1045,11 @@ fn a_client_of_another_api_version_is_told_which_one_to_use() {
         .jobs()
         .unwrap()
         .is_empty());
-    drop(ctl);
-    let _ = std::fs::remove_file(&state);
 }
 
+/// A worker that stops waiting (its wait runs out, or it is killed while
+/// it waits) leaves the session: the other ranks are not admitted to a job
+/// one of its ranks will never send to.
 #[test]
 fn a_worker_that_stops_waiting_leaves_the_session() {
     let switch = emulator(16, 0.01, 5);
@@ -1109,8 +1105,6 @@ fn a_worker_that_stops_waiting_leaves_the_session() {
 
     // Both ranks then register and all-reduce under loss, exactly.
     run_job(ctl.addr(), "g", 2, 20_000, 4);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// `inagg ctl --controller` and `inagg agent --controller`, the real binary.
@@ -1232,8 +1226,6 @@ fn the_cli_creates_a_job_and_its_agents_register_by_rank() {
     let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(jobs[0]["installed"], true);
     assert_eq!(jobs[0]["placement"]["grant"]["size"], 32);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// Spawns with piped output (the agents of one job must run at once).
@@ -1359,8 +1351,6 @@ fn the_controller_allocates_job_groups_and_keeps_hand_made_ones() {
         .is_empty());
     let err = c.delete_group("peers").unwrap_err();
     assert!(err.to_string().contains("no group \"peers\""), "{err}");
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 #[test]
@@ -1450,7 +1440,6 @@ members = ["127.0.0.1:6000", "127.0.0.1:6001"]
     assert!(err.contains(&path) && err.contains("0 slots"), "{err}");
     assert_eq!(c.jobs().unwrap().len(), 1);
     drop(ctl);
-    let _ = std::fs::remove_file(state);
     let _ = std::fs::remove_file(file);
 }
 
@@ -1553,8 +1542,6 @@ fn pools_of_jobs_between_all_reduces_are_moved_to_make_room() {
         vec![(0, 16), (16, 16)],
         "a and c on the switch (d not yet registered)"
     );
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }
 
 /// A connection that has not claimed the switch cannot change its faults.
@@ -1619,6 +1606,4 @@ fn the_controller_takes_the_switch_back_whole() {
     };
     assert_eq!(look.faults().unwrap(), seed_only);
     run_job(ctl.addr(), "j", 1, 1_000, 2);
-    drop(ctl);
-    let _ = std::fs::remove_file(state);
 }

@@ -38,7 +38,7 @@ fn ctl_drives_the_bmv2_target() {
     let program = match program(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctl-bmv2")) {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            inagg_testbed::skip::skip("bmv2", why);
             return;
         }
     };

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{in_ns, sh, skip_reason};
+use inagg_testbed::skip::skip;
 
 const SWITCH: &str = "10.0.0.100:47000";
 /// A parent switch, for aggregation trees: the socket emulator in a
@@ -456,7 +457,7 @@ struct Job {
 /// emulator saw (and survived) the injected loss.
 fn run_lab(tag: &str, agents: &[AgentBackend], emu: EmuBackend) {
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        skip("dpdk", &why);
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -527,7 +528,7 @@ fn agents_on_two_queue_pairs_hand_results_between_lanes_and_stay_exact() {
 fn a_python_worker_on_dpdk_joins_a_mixed_job() {
     use AgentBackend::{Dpdk, PythonDpdk, Socket};
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        skip("dpdk", &why);
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -566,16 +567,11 @@ fn an_agent_with_wrong_eal_arguments_fails_with_a_clear_error() {
             "10.0.0.1:40000",
             "--switch",
             SWITCH,
-            "--job",
-            "1",
-            "--worker",
-            "0",
-            "--workers",
-            "1",
-            "--pool-size",
-            "4",
-            "--len",
-            "100",
+            "--job=1",
+            "--worker=0",
+            "--workers=1",
+            "--pool-size=4",
+            "--len=100",
         ])
         .output()
         .expect("run inagg agent");
@@ -596,7 +592,7 @@ fn an_agent_with_wrong_eal_arguments_fails_with_a_clear_error() {
 fn a_dpdk_emulator_sends_partial_sums_up_an_aggregation_tree() {
     use AgentBackend::{Dpdk, Socket};
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        skip("dpdk", &why);
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use inagg_emu::egress::{ClassQueue, LinkConfig};
 use inagg_emu::{EmulatorConfig, FaultConfig};
-use inagg_host_agent::sched::{Policy, Priority, Tensor};
+use inagg_host_agent::priority::{Policy, Priority, Tensor};
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
 use inagg_testbed::local::{JobParams, LocalCluster};
@@ -179,7 +179,7 @@ fn a_source_that_closes_early_is_an_error_not_a_hang() {
     })
     .unwrap();
     drop(tx);
-    let err = inagg_host_agent::sched::run(&mut workers[0], Policy::p3(64), 2, &rx, |_| {})
+    let err = inagg_host_agent::priority::run(&mut workers[0], Policy::p3(64), 2, &rx, |_| {})
         .unwrap_err()
         .to_string();
     assert!(err.contains("closed after 1 of 2 tensors"), "{err}");

@@ -184,7 +184,7 @@ fn replay(lab: &Lab, dir: &Path) -> Output {
 #[test]
 fn emulator_passes_every_vector_as_raw_frames_on_veth_ports() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        inagg_testbed::skip::skip("netns", &why);
         return;
     }
     let mut lab = build_lab();

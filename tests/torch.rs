@@ -37,7 +37,7 @@ macro_rules! python_or_skip {
         match torch_python() {
             Ok(p) => p,
             Err(why) => {
-                eprintln!("skipped: {why}");
+                inagg_testbed::skip::skip("torch", &why);
                 return;
             }
         }
@@ -412,9 +412,9 @@ fn the_inagg_backend_all_reduces_like_gloo() {
 /// through the switch afterwards; the coalesced forms torch's coalescing
 /// manager calls on the group.
 ///
-/// Run on a loaded machine, it once hung every rank in gloo (2 of 5 runs)
-/// when the group left gloo's collectives to torch's dispatch: see
-/// `ProcessGroupInagg` in capi/python/inagg/torch.py.
+/// On a loaded machine this is where a group that left gloo's collectives
+/// to torch's dispatch hangs every rank in gloo: see `ProcessGroupInagg`
+/// in capi/python/inagg/torch.py.
 #[test]
 fn every_collective_works_on_an_inagg_group() {
     let python = python_or_skip!();
@@ -550,10 +550,11 @@ fn a_stopped_switch_makes_every_rank_raise() {
 fn pytorchs_distributed_tests_pass_on_the_inagg_backend() {
     let python = python_or_skip!();
     if !inagg_testbed::torch::imports(&python, "expecttest") {
-        eprintln!(
-            "skipped: {} has no expecttest (scripts/test installs it)",
+        let why = format!(
+            "{} has no expecttest (scripts/test installs it)",
             python.display()
         );
+        inagg_testbed::skip::skip("torch", &why);
         return;
     }
     let site = Site::start(0.0, &[("judge", 2)]);

@@ -13,17 +13,17 @@
 //! new session (docs/PROTOCOL.md, "Sessions"), for every worker of the job.
 
 pub mod config;
-mod sched;
+mod priority;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use inagg_host_agent::sched::Priority;
+use inagg_host_agent::priority::Priority;
 use inagg_host_agent::{bf16, f16, Error, Stats, Worker};
 
-use crate::sched::{Dtype, Schedule};
+use crate::priority::{Dtype, Schedule};
 
 /// The ABI's version: raised whenever a signature or a struct changes, or
 /// entry points are added (2: `inagg_allreduce_f16` and `_bf16`).
@@ -522,8 +522,8 @@ pub unsafe extern "C" fn inagg_sched_begin(
         }
         // SAFETY: a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(policy) }.to_string_lossy();
-        let policy = sched::policy(&name, slice, credit)?;
-        let tensors = sched::tensor_count(tensors)?;
+        let policy = priority::policy(&name, slice, credit)?;
+        let tensors = priority::tensor_count(tensors)?;
         let dtype = match dtype {
             INAGG_DTYPE_F32 => Dtype::F32,
             INAGG_DTYPE_I32 => Dtype::I32,

@@ -356,6 +356,11 @@ pub fn execute(changes: &[Change], c: &mut Client) -> Result<()> {
     Ok(())
 }
 
+/// A controller's answer as a [`ControlError`], its message kept.
+fn controller_error(e: ClientError) -> ControlError {
+    ControlError::Controller(Box::new(e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,9 +428,4 @@ members = ["127.0.0.1:6000", "127.0.0.1:6001"]
             "~ job resnet: slots 256 -> 512 (re-created: its workers register again)"
         );
     }
-}
-
-/// A controller's answer as a [`ControlError`], its message kept.
-fn controller_error(e: ClientError) -> ControlError {
-    ControlError::Controller(Box::new(e))
 }

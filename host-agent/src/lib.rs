@@ -14,7 +14,7 @@
 //!
 //! Modules: [`quant`] (block floating point), `engine` (the self-clocking
 //! window and retransmission), `codec` (what each round carries), [`stats`],
-//! [`sched`] (FIFO, P3 and ByteScheduler over many tensors of one job).
+//! [`priority`] (FIFO, P3 and ByteScheduler over many tensors of one job).
 
 mod codec;
 #[cfg(feature = "dpdk")]
@@ -23,9 +23,9 @@ mod engine;
 pub mod float;
 pub mod group;
 mod link;
+pub mod priority;
 pub mod protocol;
 pub mod quant;
-pub mod sched;
 pub mod stats;
 
 use std::net::SocketAddr;

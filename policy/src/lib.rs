@@ -14,7 +14,7 @@
 //!   awareness, auxiliary paths and policy consistency.
 //!
 //! The priority scheduling policy lives in the agent itself
-//! (`inagg_host_agent::sched`). [`lines`] is the JSON-lines transport the
+//! (`inagg_host_agent::priority`). [`lines`] is the JSON-lines transport the
 //! managers speak to their workers; [`report`] prints an error as one line.
 
 pub mod dsyncps;

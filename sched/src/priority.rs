@@ -2,7 +2,9 @@
 //! aggregation transport: FIFO (what a framework does with wait-free
 //! back-propagation), P3, ByteScheduler and Geryon (survey section 4.4;
 //! docs/PAPERS.md, "Priority scheduling"). The live half, which runs these
-//! orders on real agents, is `inagg_host_agent::sched`.
+//! orders on real agents, is `inagg_host_agent::priority`: it takes its
+//! [`Order`] and Geryon's [`geryon_class`] from here, so the simulator and
+//! the agents serve slices by one rule.
 //!
 //! Back-propagation hands gradients over last layer first; the next
 //! forward pass needs the first layer first. P3 sends the most urgent slice
@@ -10,6 +12,30 @@
 //! `credit` slices in flight; Geryon tags every packet with a priority class
 //! (urgency 1 - l/L against thresholds) and lets strict-priority queues do
 //! the rest, with everything in flight.
+
+/// Which waiting slice is served first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Order {
+    /// In production order (what a framework without a scheduler does).
+    Fifo,
+    /// Most urgent first: the lowest rank (P3 and ByteScheduler use the
+    /// layer's position in the forward pass), production order within.
+    Priority,
+    /// The highest priority class first (Geryon), production order within.
+    Class,
+}
+
+impl Order {
+    /// The key of a slice of `rank` whose packets carry `class`, produced
+    /// `seq`-th: the slice with the least key is served first.
+    pub fn key(self, rank: u64, class: u8, seq: u64) -> (u64, u64) {
+        match self {
+            Order::Fifo => (0, seq),
+            Order::Priority => (rank, seq),
+            Order::Class => (u64::from(u8::MAX - class), seq),
+        }
+    }
+}
 
 /// A scheduling policy.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -64,16 +90,23 @@ impl Policy {
         }
     }
 
+    /// The order it serves slices in.
+    pub fn order(&self) -> Order {
+        match self {
+            Policy::Fifo => Order::Fifo,
+            Policy::P3 { .. } | Policy::ByteScheduler { .. } => Order::Priority,
+            Policy::Geryon { .. } => Order::Class,
+        }
+    }
+
     /// The order of service: the pending slice with the least key goes
     /// next (a key for a priority queue), for a model of `layers` layers.
     pub fn key(&self, s: &Slice, layers: usize) -> (u64, u64) {
-        match self {
-            Policy::Fifo => (0, s.seq),
-            Policy::P3 { .. } | Policy::ByteScheduler { .. } => (s.layer as u64, s.seq),
-            Policy::Geryon { thresholds, .. } => {
-                (u64::from(geryon_class(s.layer, layers, thresholds)), s.seq)
-            }
-        }
+        let class = match self {
+            Policy::Geryon { thresholds, .. } => geryon_class(s.layer, layers, thresholds),
+            _ => 0,
+        };
+        self.order().key(s.layer as u64, class, s.seq)
     }
 
     /// Which pending slice goes next (an index into `pending`).
@@ -88,11 +121,13 @@ pub fn urgency(layer: usize, layers: usize) -> f64 {
     1.0 - layer as f64 / layers.max(1) as f64
 }
 
-/// Geryon's class (0 = highest): the number of thresholds (sorted high to
-/// low) the urgency does not exceed.
+/// Geryon's class of layer `layer` of `layers`, numbered as the wire's
+/// priority field is (0 = lowest, docs/PROTOCOL.md): the number of
+/// `thresholds` the urgency reaches (`>=`). With one threshold 0.6, an
+/// urgency of 0.7 is class 1 (high) and 0.5 is class 0.
 pub fn geryon_class(layer: usize, layers: usize, thresholds: &[f64]) -> u8 {
     let u = urgency(layer, layers);
-    thresholds.iter().filter(|&&t| u <= t).count().min(255) as u8
+    u8::try_from(thresholds.iter().filter(|&&t| u >= t).count()).unwrap_or(u8::MAX)
 }
 
 #[cfg(test)]
@@ -110,13 +145,16 @@ mod tests {
         assert_eq!(Policy::Fifo.next(&pending, 6), Some(0));
         assert_eq!(Policy::P3 { slice: 1.0 }.next(&pending, 6), Some(2));
         // Geryon with one threshold 0.6: layers 0-2 of 6 (urgency 1, 0.83,
-        // 0.67) are class 0; FIFO within the class.
+        // 0.67) are class 1, the higher; FIFO within the class.
         let g = Policy::Geryon {
             packet: 1.0,
             thresholds: vec![0.6],
         };
-        assert_eq!(geryon_class(2, 6, &[0.6]), 0);
-        assert_eq!(geryon_class(3, 6, &[0.6]), 1);
+        assert_eq!(geryon_class(2, 6, &[0.6]), 1);
+        assert_eq!(geryon_class(3, 6, &[0.6]), 0);
+        // On a threshold the urgency reaches it: the more urgent class.
+        assert_eq!(geryon_class(4, 10, &[0.6]), 1);
+        assert_eq!(geryon_class(0, 10, &[0.3, 0.6, 0.9]), 3);
         assert_eq!(g.next(&pending, 6), Some(2));
         assert_eq!(g.next(&pending[..2], 6), Some(0));
         assert_eq!(Policy::Fifo.next(&[], 6), None);

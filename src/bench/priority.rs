@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use inagg_emu::egress::{ClassQueue, LinkConfig};
 use inagg_emu::{EmulatorConfig, FaultConfig};
-use inagg_host_agent::sched::{Policy, Priority, Tensor};
+use inagg_host_agent::priority::{Policy, Priority, Tensor};
 use inagg_host_agent::{AgentConfig, Worker};
 use serde::Serialize;
 

@@ -17,12 +17,13 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cmd::ctl::{connect_target, Bmv2Args, TargetKind};
+use crate::cmd::ctl::{target_parser, Bmv2Args};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use crossbeam_channel::{Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use inagg_emu::conformance::{self, parse_mac, Case, Sent};
+use inagg_switch_control::registry::Registered;
 use inagg_switch_control::target::{ControlError, Target};
 use pnet_datalink::{self as datalink, Channel, DataLinkSender, NetworkInterface};
 
@@ -45,8 +46,8 @@ pub struct ConformanceArgs {
     #[arg(long, default_value = "02:5e:00:00:00:01")]
     pub switch_mac: String,
     /// Which kind of switch programs the vectors' jobs (with --ports).
-    #[arg(long, value_enum, default_value_t = TargetKind::Emu)]
-    pub target: TargetKind,
+    #[arg(long, default_value = "emu", value_parser = target_parser())]
+    pub target: &'static Registered,
     /// The target's control endpoint [default: 127.0.0.1:47001 for emu,
     /// 127.0.0.1:9559 for bmv2].
     #[arg(long)]
@@ -186,7 +187,7 @@ impl Wire {
             senders.insert(port, open_port(iface, port, tx.clone())?);
         }
         let switch_mac = parse_mac(&args.switch_mac).map_err(|e| anyhow!(e))?;
-        let target = connect_target(args.target, args.addr, &args.bmv2)?;
+        let target = args.target.connect(&args.bmv2.options(args.addr))?;
         Ok(Wire {
             senders,
             captured: rx,

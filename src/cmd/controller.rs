@@ -4,11 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cmd::ctl::{connect_target, Bmv2Args, TargetKind};
+use crate::cmd::ctl::{target_parser, Bmv2Args};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use inagg_controller::{Connector, Controller, ControllerConfig};
 use inagg_netio::metrics::MetricsServer;
+use inagg_switch_control::registry::Registered;
 
 /// Options of `inagg controller`.
 #[derive(Debug, Clone, Args)]
@@ -24,8 +25,8 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "inagg-controller.redb")]
     pub state: PathBuf,
     /// Which kind of switch.
-    #[arg(long, value_enum, default_value_t = TargetKind::Emu)]
-    pub target: TargetKind,
+    #[arg(long, default_value = "emu", value_parser = target_parser())]
+    pub target: &'static Registered,
     /// The switch's control endpoint [default: 127.0.0.1:47001 for emu,
     /// 127.0.0.1:9559 for bmv2, 127.0.0.1:50052 for tofino].
     #[arg(long)]
@@ -58,12 +59,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         bail!("--reconcile-ms must be at least 1");
     }
     let kind = a.target;
-    let default = match kind {
-        TargetKind::Emu => SocketAddr::from(([127, 0, 0, 1], 47001)),
-        TargetKind::Bmv2 => SocketAddr::from(([127, 0, 0, 1], 9559)),
-        TargetKind::Tofino => SocketAddr::from(([127, 0, 0, 1], 50052)),
-    };
-    let switch = a.switch.unwrap_or(default);
+    let switch = a.switch.unwrap_or(kind.default_addr);
     // The controller claims every aggregator it manages, so that a second
     // controller pointed at them by mistake is refused, not obeyed.
     let election_id = Some(a.bmv2.election_id.unwrap_or(1));
@@ -71,7 +67,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         election_id,
         ..a.bmv2.clone()
     };
-    let switch_connect: Connector = Box::new(move || connect_target(kind, Some(switch), &bmv2));
+    let switch_connect: Connector = Box::new(move || kind.connect(&bmv2.options(Some(switch))));
     let fallbacks = a
         .fallbacks
         .iter()
@@ -81,8 +77,8 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
                 switch_token: a.bmv2.switch_token.clone(),
                 ..Bmv2Args::default()
             };
-            let c: Connector =
-                Box::new(move || connect_target(TargetKind::Emu, Some(addr), &claim));
+            let emu = &inagg_switch_control::emu::REGISTERED;
+            let c: Connector = Box::new(move || emu.connect(&claim.options(Some(addr))));
             (addr, c)
         })
         .collect();
@@ -96,12 +92,13 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
         reconcile_every: Duration::from_millis(a.reconcile_ms),
     })?;
     eprintln!(
-        "inagg controller: API on {}, switch {switch} ({kind:?}), {} fallback(s), state in {}",
+        "inagg controller: API on {}, switch {switch} ({}), {} fallback(s), state in {}",
         controller.addr(),
+        kind.name,
         a.fallbacks.len(),
         a.state.display()
     );
-    if kind != TargetKind::Emu && a.switch_data.is_none() {
+    if !kind.says_data_addr && a.switch_data.is_none() {
         eprintln!(
             "inagg controller: without --switch-data, workers that register cannot be told where \
              the switch's data plane is (a P4 switch does not say); they are refused with that advice"

@@ -118,15 +118,10 @@ impl ClusterFile {
             path: path.into(),
             message: e.to_string(),
         })?;
-        if !["emu", "bmv2", "tofino"].contains(&file.switch.target.as_str()) {
-            return Err(ControlError::Config {
-                path: path.into(),
-                message: format!(
-                    "unknown target {:?}; supported: \"emu\", \"bmv2\", \"tofino\"",
-                    file.switch.target
-                ),
-            });
-        }
+        crate::registry::find(&file.switch.target).map_err(|e| ControlError::Config {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
         Ok(file)
     }
 

@@ -14,10 +14,48 @@ use inagg_switch_api::{
 use inagg_netio::lines::{self, CallError, Endpoint};
 use inagg_netio::token::Token;
 
+use crate::registry::{refuse, BoxedTarget, ConnectOptions, Registered};
 use crate::target::{ControlError, QueueReport, Result, Target};
 
 /// How long to wait for the emulator to connect or answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The emulator in the registry of targets.
+pub const REGISTERED: Registered = Registered {
+    name: "emu",
+    about: "inagg's software switch (`inagg emu`)",
+    default_addr: SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        inagg_wire::DEFAULT_CONTROL_PORT,
+    ),
+    files: "none",
+    says_data_addr: true,
+    connect: connect_registered,
+};
+
+/// Connects from the command line's options: the token and election id;
+/// the P4 targets' options are refused.
+fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
+    if o.any_p4() {
+        return Err(refuse(
+            "emulator",
+            "the P4 targets' options (--device-id, --p4info, --bmv2-json, --program, \
+             --client-id, --topology); use them with --target bmv2 or tofino",
+        ));
+    }
+    let token = o
+        .switch_token
+        .clone()
+        .map(Token::new)
+        .transpose()
+        .map_err(|e| ControlError::Protocol(format!("--switch-token: {e}")))?;
+    let addr = o.addr.unwrap_or(REGISTERED.default_addr);
+    Ok(Box::new(EmuTarget::connect_with(
+        addr,
+        token.as_ref(),
+        o.election_id,
+    )?))
+}
 
 /// A connection to an emulator's control endpoint.
 #[derive(Debug)]

@@ -2,6 +2,9 @@
 //!
 //! - [`target`]: the [`Target`] trait every switch backend implements, in
 //!   backend-neutral types;
+//! - [`registry`]: every target of this build by name, with its default
+//!   endpoint and how it connects (adding a target: its module and one
+//!   entry there);
 //! - [`emu`]: the emulator target, a client of the emulator's JSON-lines
 //!   control endpoint;
 //! - `bmv2` (feature `bmv2`, on by default): the bmv2 target, a P4Runtime
@@ -30,6 +33,7 @@ pub mod files;
 #[cfg(feature = "bmv2")]
 pub mod grpc;
 pub mod metrics;
+pub mod registry;
 pub mod target;
 #[cfg(feature = "tofino")]
 pub mod tofino;
@@ -38,4 +42,5 @@ pub mod tofino;
 pub use bmv2::Bmv2Target;
 pub use emu::EmuTarget;
 pub use inagg_switch_api::{JobInfo, JobSpec, PoolMap, SwitchInfo};
+pub use registry::{ConnectOptions, Registered, TARGETS};
 pub use target::{ControlError, Target};

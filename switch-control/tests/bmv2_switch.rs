@@ -34,7 +34,7 @@ macro_rules! program_or_skip {
         match program(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("bmv2-switch")) {
             Ok(p) => p,
             Err(why) => {
-                eprintln!("skipped: {why}");
+                inagg_testbed::skip::skip("bmv2", &why);
                 return;
             }
         }

@@ -660,26 +660,14 @@ impl Ids {
 }
 
 fn group(id: u32, replicas: &[(u32, u32)]) -> p4::Entity {
-    p4::Entity {
-        entity: Some(p4::entity::Entity::PacketReplicationEngineEntry(
-            p4::PacketReplicationEngineEntry {
-                r#type: Some(
-                    p4::packet_replication_engine_entry::Type::MulticastGroupEntry(
-                        p4::MulticastGroupEntry {
-                            multicast_group_id: id,
-                            replicas: replicas
-                                .iter()
-                                .map(|&(port, instance)| p4::Replica {
-                                    port_kind: Some(p4::replica::PortKind::EgressPort(port)),
-                                    instance,
-                                })
-                                .collect(),
-                        },
-                    ),
-                ),
-            },
-        )),
-    }
+    let replicas = replicas
+        .iter()
+        .map(|&(port, instance)| p4::Replica {
+            port_kind: Some(p4::replica::PortKind::EgressPort(port)),
+            instance,
+        })
+        .collect();
+    inagg_switch_control::bmv2::target::group_entity(id, replicas)
 }
 
 fn upd(kind: p4::update::Type, entity: p4::Entity) -> p4::Update {
@@ -721,6 +709,45 @@ const GROUP_COUNTERS: [&str; 2] = ["InaggIngress.group_packets", "InaggEgress.gr
 /// A member in the entries' encoding: switch port, MAC, IPv4 address, UDP
 /// port (big-endian, no padding).
 type Member<'a> = (u8, [u8; 6], [u8; 4], &'a [u8]);
+
+/// The worker_table entry admitting `member` to job `job` (encoded) as
+/// worker `worker` (None: the key alone, for a delete).
+fn worker_entry(ids: &Ids, job: &[u8], member: Member, worker: Option<u8>) -> p4::Entity {
+    let (switch_port, _, addr, port) = member;
+    let worker = worker.map(|w| [w]);
+    let params = worker.as_ref().map(|w| [("worker", &w[..])]);
+    ids.entry(
+        WORKER_TABLE,
+        &[
+            ("job", job),
+            ("ingress_port", &[switch_port]),
+            ("src_addr", &addr),
+            ("src_port", port),
+        ],
+        params.as_ref().map(|p| (SET_WORKER, &p[..])),
+    )
+}
+
+/// The result_receivers entry sending copy `rid` of job `job`'s results to
+/// `member`.
+fn receiver_entry(ids: &Ids, job: &[u8], rid: u8, member: Member) -> p4::Entity {
+    let (_, mac, addr, port) = member;
+    ids.entry(
+        RECEIVERS,
+        &[("job", job), ("rid", &[rid])],
+        Some((
+            SET_RECEIVER,
+            &[("dst_mac", &mac), ("dst_addr", &addr), ("dst_port", port)],
+        )),
+    )
+}
+
+/// The two workers of the tests' jobs: 10.0.0.1:5000 on port 1 and
+/// 10.0.0.2:5001 on port 2.
+const TWO: [Member<'static>; 2] = [
+    (1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], &[0x13, 0x88]),
+    (2, [2, 0, 0, 0, 0, 2], [10, 0, 0, 2], &[0x13, 0x89]),
+];
 
 /// The inserts that make group `g` (encoded) relay among `members`, in the
 /// documented order: group_receivers, member_table, group_table.
@@ -874,62 +901,10 @@ fn create_job_writes_the_documented_entries_in_order() {
     assert_ne!(incarnation, [0], "incarnation 0 is never used");
     let mut expected = vec![
         upd(Insert, group(2, &[(1, 0), (2, 1)])),
-        upd(
-            Insert,
-            ids.entry(
-                RECEIVERS,
-                &[("job", &[1]), ("rid", &[0])],
-                Some((
-                    SET_RECEIVER,
-                    &[
-                        ("dst_mac", &[2, 0, 0, 0, 0, 1]),
-                        ("dst_addr", &[10, 0, 0, 1]),
-                        ("dst_port", &[0x13, 0x88]),
-                    ],
-                )),
-            ),
-        ),
-        upd(
-            Insert,
-            ids.entry(
-                RECEIVERS,
-                &[("job", &[1]), ("rid", &[1])],
-                Some((
-                    SET_RECEIVER,
-                    &[
-                        ("dst_mac", &[2, 0, 0, 0, 0, 2]),
-                        ("dst_addr", &[10, 0, 0, 2]),
-                        ("dst_port", &[0x13, 0x89]),
-                    ],
-                )),
-            ),
-        ),
-        upd(
-            Insert,
-            ids.entry(
-                WORKER_TABLE,
-                &[
-                    ("job", &[1]),
-                    ("ingress_port", &[1]),
-                    ("src_addr", &[10, 0, 0, 1]),
-                    ("src_port", &[0x13, 0x88]),
-                ],
-                Some((SET_WORKER, &[("worker", &[0])])),
-            ),
-        ),
-        upd(
-            Insert,
-            ids.entry(
-                WORKER_TABLE,
-                &[
-                    ("job", &[1]),
-                    ("ingress_port", &[2]),
-                    ("src_addr", &[10, 0, 0, 2]),
-                    ("src_port", &[0x13, 0x89]),
-                ],
-                Some((SET_WORKER, &[("worker", &[1])])),
-            ),
-        ),
+        upd(Insert, receiver_entry(&ids, &[1], 0, TWO[0])),
+        upd(Insert, receiver_entry(&ids, &[1], 1, TWO[1])),
+        upd(Insert, worker_entry(&ids, &[1], TWO[0], Some(0))),
+        upd(Insert, worker_entry(&ids, &[1], TWO[1], Some(1))),
     ];
     for c in PER_JOB {
         expected.push(upd(Modify, ids.counter_cell(c, 1, Some((0, 0)))));
@@ -959,14 +934,7 @@ fn create_job_writes_the_documented_entries_in_order() {
         ),
     ));
     // Then the job's result group relays group datagrams among its workers.
-    expected.extend(relay_inserts(
-        &ids,
-        &[2],
-        &[
-            (1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], &[0x13, 0x88]),
-            (2, [2, 0, 0, 0, 0, 2], [10, 0, 0, 2], &[0x13, 0x89]),
-        ],
-    ));
+    expected.extend(relay_inserts(&ids, &[2], &TWO));
     let writes = sw.writes();
     assert_eq!(writes.len(), expected.len(), "{writes:#?}");
     for (i, (got, want)) in writes.iter().zip(&expected).enumerate() {
@@ -1149,32 +1117,8 @@ fn delete_job_removes_everything_in_reverse_order() {
             ids.entry(GROUP_RECEIVERS, &[("group", &[2]), ("rid", &[1])], None),
         ),
         upd(Delete, ids.entry(JOB_TABLE, &[("job", &[1])], None)),
-        upd(
-            Delete,
-            ids.entry(
-                WORKER_TABLE,
-                &[
-                    ("job", &[1]),
-                    ("ingress_port", &[1]),
-                    ("src_addr", &[10, 0, 0, 1]),
-                    ("src_port", &[0x13, 0x88]),
-                ],
-                None,
-            ),
-        ),
-        upd(
-            Delete,
-            ids.entry(
-                WORKER_TABLE,
-                &[
-                    ("job", &[1]),
-                    ("ingress_port", &[2]),
-                    ("src_addr", &[10, 0, 0, 2]),
-                    ("src_port", &[0x13, 0x89]),
-                ],
-                None,
-            ),
-        ),
+        upd(Delete, worker_entry(&ids, &[1], TWO[0], None)),
+        upd(Delete, worker_entry(&ids, &[1], TWO[1], None)),
         upd(
             Delete,
             ids.entry(RECEIVERS, &[("job", &[1]), ("rid", &[0])], None),
@@ -2003,6 +1947,10 @@ fn a_failed_install_is_undone_and_reported() {
     .unwrap();
 }
 
+/// A worker an interrupted install left behind: 10.0.0.9 port 1 on switch
+/// port 9.
+const STRAY: Member<'static> = (9, [2, 0, 0, 0, 0, 9], [10, 0, 0, 9], &[1]);
+
 #[test]
 fn leftovers_of_an_interrupted_install_are_replaced_or_removed() {
     let ids = Ids::new();
@@ -2023,16 +1971,7 @@ fn leftovers_of_an_interrupted_install_are_replaced_or_removed() {
         );
         let p4::Entity {
             entity: Some(p4::entity::Entity::TableEntry(e)),
-        } = ids.entry(
-            WORKER_TABLE,
-            &[
-                ("job", &[3]),
-                ("ingress_port", &[9]),
-                ("src_addr", &[10, 0, 0, 9]),
-                ("src_port", &[1]),
-            ],
-            Some((SET_WORKER, &[("worker", &[0])])),
-        )
+        } = worker_entry(&ids, &[3], STRAY, Some(0))
         else {
             unreachable!()
         };
@@ -2046,19 +1985,7 @@ fn leftovers_of_an_interrupted_install_are_replaced_or_removed() {
     let writes = sw.writes()[before..].to_vec();
     assert_eq!(
         writes[0],
-        upd(
-            Delete,
-            ids.entry(
-                WORKER_TABLE,
-                &[
-                    ("job", &[3]),
-                    ("ingress_port", &[9]),
-                    ("src_addr", &[10, 0, 0, 9]),
-                    ("src_port", &[1]),
-                ],
-                None
-            )
-        )
+        upd(Delete, worker_entry(&ids, &[3], STRAY, None))
     );
     // The switch refuses the duplicate group (ALREADY_EXISTS); it is replaced.
     assert_eq!(writes[1], upd(Insert, group(4, &[(1, 0)])));

@@ -371,10 +371,11 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
         None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../p4/build/tna/bf-rt.json"),
     };
     let Ok(real) = std::fs::read(&path) else {
-        eprintln!(
-            "skipped: no {} (run p4/build.sh tna where bf-p4c is installed)",
+        let why = format!(
+            "no {} (run p4/build.sh tna where bf-p4c is installed)",
             path.display()
         );
+        inagg_testbed::skip::skip("tofino", &why);
         return;
     };
     let real = BfrtInfo::parse(&real, "bf-p4c").unwrap();
@@ -408,14 +409,11 @@ fn the_standins_bf_rt_json_is_the_one_bf_p4c_makes() {
         "pipe.InaggEgress.tx",
         "pipe.InaggIngress.drops",
     ];
-    names.extend([
-        "pipe.InaggIngress.job_contributions",
-        "pipe.InaggIngress.job_results",
-        "pipe.InaggIngress.job_resent_results",
-        "pipe.InaggIngress.job_duplicates",
-        "pipe.InaggIngress.job_dropped",
-        "pipe.InaggIngress.job_queries",
-    ]);
+    let per_job = "contributions results resent_results duplicates dropped queries"
+        .split(' ')
+        .map(|c| format!("pipe.InaggIngress.job_{c}"))
+        .collect::<Vec<_>>();
+    names.extend(per_job.iter().map(String::as_str));
     assert_eq!(shape(&standin, &names), shape(&real, &names));
 }
 
@@ -551,7 +549,8 @@ fn a_port_with_fewer_than_eight_queues_is_refused_before_the_job_is_written() {
 #[test]
 fn the_standins_fixed_tables_are_the_drivers() {
     let Some(paths) = std::env::var_os("INAGG_BFRT_FIXED") else {
-        eprintln!("skipped: INAGG_BFRT_FIXED names none of the driver's bf-rt files");
+        let why = "INAGG_BFRT_FIXED names none of the driver's bf-rt files";
+        inagg_testbed::skip::skip("tofino", why);
         return;
     };
     let mut driver = BfrtInfo::default();

@@ -3,9 +3,11 @@
 //! installed through the control plane, workers on their own threads and
 //! sockets ([`local`]); checks of their results ([`verify`]); many tensors
 //! through the agent's priority scheduler ([`priority`]); PyTorch runs on
-//! this checkout ([`torch`]). Real UDP and TCP all the way.
+//! this checkout ([`torch`]); what a test could not run here ([`skip`]).
+//! Real UDP and TCP all the way.
 
 pub mod local;
 pub mod priority;
+pub mod skip;
 pub mod torch;
 pub mod verify;

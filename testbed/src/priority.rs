@@ -1,5 +1,5 @@
 //! Many tensors of one job through the agent's scheduler
-//! (`inagg_host_agent::sched`), the way a training step hands them over:
+//! (`inagg_host_agent::priority`), the way a training step hands them over:
 //! each worker's tensors arrive on a channel at their own times (the
 //! back-propagation order, with per-worker jitter), and each worker collects
 //! its sums as they complete. Shared by the end-to-end tests and the
@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::Result;
-use inagg_host_agent::sched::{self, Completed, Element, Policy, SchedStats, Tensor};
+use inagg_host_agent::priority::{self, Completed, Element, Policy, SchedStats, Tensor};
 use inagg_host_agent::Worker;
 
 /// When each tensor is handed to a worker, after the previous one.
@@ -55,7 +55,7 @@ pub fn run<T: Element>(
                 });
                 s.spawn(move || {
                     let mut done = Vec::with_capacity(expected);
-                    let stats = sched::run(w, policy, expected, &rx, |c| done.push(c))?;
+                    let stats = priority::run(w, policy, expected, &rx, |c| done.push(c))?;
                     Ok::<_, inagg_host_agent::Error>(WorkerRun { done, stats })
                 })
             })

@@ -8,8 +8,10 @@
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
+# shellcheck source=tests/skip.sh
+. "$repo/tests/skip.sh"
 skip() {
-    echo "$name: skipped: $*"
+    report_skip bmv2 "$*"
     exit 0
 }
 

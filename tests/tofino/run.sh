@@ -30,9 +30,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass() { echo "$name: ok: $*"; }
 fail() { echo "$name: FAILED: $*" >&2; exit 1; }
+# shellcheck source=tests/skip.sh
+. "$repo/tests/skip.sh"
 
 if ! command -v bf-p4c >/dev/null 2>&1; then
-    echo "$name: skipped: bf-p4c is not on PATH (p4c built with its Tofino back end, or Intel's SDE)"
+    report_skip tofino "bf-p4c is not on PATH (p4c built with its Tofino back end, or Intel's SDE)"
     exit 0
 fi
 
@@ -66,12 +68,12 @@ if [ -n "$fixed" ]; then
         { cat "$tmp/fixed.log" >&2; fail "the stand-in's fixed tables differ from the driver's"; }
     pass "the tofino target's \$pre and traffic-manager fields are the driver's ($fixed)"
 else
-    echo "$name: skipped: the driver's fixed tables: set INAGG_BFRT_FIXED to its bf_rt_pre_tf1.json and bf_rt_tm_tf1.json, or SDE_INSTALL"
+    report_skip tofino "the driver's fixed tables: set INAGG_BFRT_FIXED to its bf_rt_pre_tf1.json and bf_rt_tm_tf1.json, or SDE_INSTALL"
 fi
 
 # --- 3. The Tofino model ---------------------------------------------------
 if command -v bf_switchd >/dev/null 2>&1 && command -v tofino-model >/dev/null 2>&1; then
     fail "bf_switchd and tofino-model are on PATH, but running the program on them is not written yet"
 fi
-echo "$name: skipped: the Tofino model: tofino-model and bf_switchd are not on PATH (the public open-p4studio sources lack the model binary)"
+report_skip tofino "the Tofino model: tofino-model and bf_switchd are not on PATH (the public open-p4studio sources lack the model binary)"
 echo "$name: passed"

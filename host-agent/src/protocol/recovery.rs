@@ -66,10 +66,7 @@ pub(crate) type Place = (usize, usize);
 /// first, so its completing says nothing of the slot: judged by send time
 /// alone, each such suspicion cost a query and a status, a nudge to a
 /// member whose packet had just left and its own query, and the other
-/// members' queries after their turn; judged by both, at K = 64 and 1%
-/// loss (4 workers, 1M floats) the nudges fell from 1,291-1,447 to
-/// 502-615 per all-reduce (seeds 1-3) and the queries from 5,198 to 3,112
-/// (medians of 12 seeds; docs/PERFORMANCE.md, "Goodput under loss"). A round later in the order that this worker
+/// members' queries after their turn. A round later in the order that this worker
 /// sent before the slot says nothing either (a member may have sent the
 /// slot after it). A resend of a round earlier in the order than slots
 /// sent shortly before it says nothing of them (taken as evidence, it made
@@ -850,9 +847,8 @@ pub(super) fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
         // for other members: the round trip measures their recovery, not
         // the path. (A round merely asked about still counts: on a switch
         // with a queue, bmv2, the late rounds that are asked about are the
-        // queue's evidence, and without them the timeout and the window
-        // missed it: 4 workers took 20-24 s with hundreds of timeouts
-        // where they took 9 s.)
+        // queue's evidence, without which the timeout and the window miss
+        // it.)
         _ if entry.held > 0 => false,
         0 => true,
         1 => path

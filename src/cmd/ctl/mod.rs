@@ -7,10 +7,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand};
 use inagg_switch_control::cluster::ClusterFile;
-use inagg_switch_control::emu::EmuTarget;
-use inagg_switch_control::target::{ControlError, Result, Target};
+use inagg_switch_control::registry::{self, BoxedTarget, ConnectOptions, Registered};
+use inagg_switch_control::target::Result;
 
 mod controller;
 mod jobs;
@@ -25,8 +26,8 @@ use jobs::{GroupCommand, JobCommand};
 pub struct CtlArgs {
     /// Which kind of switch to program [default: a cluster file's
     /// `[switch] target` with `apply`, else emu].
-    #[arg(long, value_enum, global = true)]
-    pub target: Option<TargetKind>,
+    #[arg(long, global = true, value_parser = target_parser())]
+    pub target: Option<&'static Registered>,
     /// The target's control endpoint [default: 127.0.0.1:47001 for emu,
     /// the P4Runtime server 127.0.0.1:9559 for bmv2].
     #[arg(long, global = true)]
@@ -49,16 +50,11 @@ pub struct CtlArgs {
     pub command: CtlCommand,
 }
 
-/// Switch backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TargetKind {
-    /// inagg's software switch (`inagg emu`).
-    Emu,
-    /// simple_switch_grpc running p4/v1model, over P4Runtime.
-    Bmv2,
-    /// bf_switchd (a Tofino, or the Tofino model) running p4/tna, over BF
-    /// Runtime.
-    Tofino,
+/// `--target`: a name of the registry of targets
+/// (`inagg_switch_control::registry`), its possible values listed in help.
+pub fn target_parser() -> impl TypedValueParser<Value = &'static Registered> {
+    PossibleValuesParser::new(registry::names())
+        .map(|name| registry::find(&name).expect("a possible value is registered"))
 }
 
 /// Options of `--target bmv2` and `--target tofino`.
@@ -116,15 +112,20 @@ pub struct Bmv2Args {
 }
 
 impl Bmv2Args {
-    /// Any of the options only bmv2 takes (--election-id applies to the
-    /// emulator too).
-    fn any(&self) -> bool {
-        self.device_id.is_some()
-            || self.program.is_some()
-            || self.client_id.is_some()
-            || self.p4info.is_some()
-            || self.bmv2_json.is_some()
-            || self.topology.is_some()
+    /// The options a target connects with, at `addr`.
+    pub fn options(&self, addr: Option<SocketAddr>) -> ConnectOptions {
+        ConnectOptions {
+            addr,
+            device_id: self.device_id,
+            election_id: self.election_id,
+            observe: self.observe,
+            switch_token: self.switch_token.clone(),
+            p4info: self.p4info.clone(),
+            bmv2_json: self.bmv2_json.clone(),
+            topology: self.topology.clone(),
+            program: self.program.clone(),
+            client_id: self.client_id,
+        }
     }
 }
 
@@ -229,127 +230,25 @@ impl CtlCommand {
 }
 
 /// Connects to the target `args` name.
-pub fn connect(args: &CtlArgs) -> Result<Box<dyn Target + Send>> {
+pub fn connect(args: &CtlArgs) -> Result<BoxedTarget> {
     let bmv2 = Bmv2Args {
         observe: args.command.reads_only() && args.bmv2.bmv2_json.is_none(),
         ..args.bmv2.clone()
     };
-    connect_target(args.target.unwrap_or(TargetKind::Emu), args.addr, &bmv2)
+    let target = args.target.unwrap_or(registry::default_target());
+    target.connect(&bmv2.options(args.addr))
 }
 
 /// Connects for `ctl apply -f FILE`: the file's `[switch]` table names the
 /// target and its control endpoint, and the command line's `--target` and
 /// `--addr` override them. (Without this a file written for bmv2 would
 /// be applied to whatever emulator answered on the default address.)
-fn connect_for_file(args: &CtlArgs, file: &ClusterFile) -> Result<Box<dyn Target + Send>> {
-    // `ClusterFile::parse` admits "emu", "bmv2" and "tofino" only.
-    let kind = match args.target {
-        Some(kind) => kind,
-        None if file.switch.target == "bmv2" => TargetKind::Bmv2,
-        None if file.switch.target == "tofino" => TargetKind::Tofino,
-        None => TargetKind::Emu,
+fn connect_for_file(args: &CtlArgs, file: &ClusterFile) -> Result<BoxedTarget> {
+    let target = match args.target {
+        Some(target) => target,
+        None => registry::find(&file.switch.target)?,
     };
-    connect_target(kind, args.addr.or(file.switch.control), &args.bmv2)
-}
-
-/// Connects to a target of the given kind: `addr` defaults per kind, the
-/// bmv2 options apply to bmv2 only. Shared by `inagg ctl` and the other
-/// commands that program a switch (`inagg conformance`).
-pub fn connect_target(
-    kind: TargetKind,
-    addr: Option<SocketAddr>,
-    bmv2: &Bmv2Args,
-) -> Result<Box<dyn Target + Send>> {
-    match kind {
-        TargetKind::Emu => {
-            if bmv2.any() {
-                return Err(ControlError::Unsupported {
-                    target: "emulator",
-                    what: "the P4 targets' options (--device-id, --p4info, --bmv2-json, \
-                           --program, --client-id, --topology); use them with --target bmv2 \
-                           or tofino",
-                });
-            }
-            let addr = addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 47001)));
-            let token = bmv2
-                .switch_token
-                .clone()
-                .map(inagg_netio::token::Token::new)
-                .transpose()
-                .map_err(|e| ControlError::Protocol(format!("--switch-token: {e}")))?;
-            Ok(Box::new(EmuTarget::connect_with(
-                addr,
-                token.as_ref(),
-                bmv2.election_id,
-            )?))
-        }
-        TargetKind::Bmv2 => connect_bmv2(addr, bmv2),
-        TargetKind::Tofino => connect_tofino(addr, bmv2),
-    }
-}
-
-#[cfg(feature = "tofino")]
-fn connect_tofino(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
-    use inagg_switch_control::bmv2::Topology;
-    use inagg_switch_control::tofino::{TofinoOptions, TofinoTarget};
-    if b.p4info.is_some() || b.bmv2_json.is_some() {
-        return Err(ControlError::Unsupported {
-            target: "tofino",
-            what: "--p4info and --bmv2-json (bmv2's); give the program with --program",
-        });
-    }
-    let defaults = TofinoOptions::default();
-    let device_id = match b.device_id {
-        Some(id) => u32::try_from(id).map_err(|_| {
-            ControlError::Protocol(format!("--device-id {id}: at most {}", u32::MAX))
-        })?,
-        None => defaults.device_id,
-    };
-    let options = TofinoOptions {
-        addr: addr.unwrap_or(defaults.addr),
-        device_id,
-        client_id: b.client_id.unwrap_or(defaults.client_id),
-        program: b.program.clone(),
-        topology: b.topology.as_deref().map(Topology::load).transpose()?,
-        ..defaults
-    };
-    Ok(Box::new(TofinoTarget::connect(options)?))
-}
-
-#[cfg(not(feature = "tofino"))]
-fn connect_tofino(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
-    Err(ControlError::Unsupported {
-        target: "tofino",
-        what: "anything in this build: rebuild inagg with the `tofino` feature",
-    })
-}
-
-#[cfg(feature = "bmv2")]
-fn connect_bmv2(addr: Option<SocketAddr>, b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
-    use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target, Topology};
-    let defaults = Bmv2Options::default();
-    let options = Bmv2Options {
-        addr: addr.unwrap_or(defaults.addr),
-        device_id: b.device_id.unwrap_or(defaults.device_id),
-        election_id: match b.election_id {
-            Some(id) => Some(u128::from(id)),
-            None if b.observe => None,
-            None => defaults.election_id,
-        },
-        p4info: b.p4info.clone(),
-        bmv2_json: b.bmv2_json.clone(),
-        topology: b.topology.as_deref().map(Topology::load).transpose()?,
-        timeout: defaults.timeout,
-    };
-    Ok(Box::new(Bmv2Target::connect(options)?))
-}
-
-#[cfg(not(feature = "bmv2"))]
-fn connect_bmv2(_addr: Option<SocketAddr>, _b: &Bmv2Args) -> Result<Box<dyn Target + Send>> {
-    Err(ControlError::Unsupported {
-        target: "bmv2",
-        what: "anything in this build: rebuild inagg with the `bmv2` feature",
-    })
+    target.connect(&args.bmv2.options(args.addr.or(file.switch.control)))
 }
 
 /// Runs `inagg ctl`, writing to `out`.

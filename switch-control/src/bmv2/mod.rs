@@ -29,6 +29,7 @@ pub mod testing;
 pub mod topology;
 
 pub use p4info::Schema;
+pub use target::REGISTERED;
 pub use target::{Bmv2Options, Bmv2Target};
 pub use topology::Topology;
 

@@ -47,6 +47,7 @@ use super::client::{rpc_code, Client};
 use super::p4info::{self, Field, ResultReceivers, Schema, WorkerTable};
 use super::proto::p4::v1 as p4;
 use super::topology::{Host, Topology};
+use crate::registry::{refuse, BoxedTarget, ConnectOptions, Registered};
 use crate::target::{ControlError, QueueReport, Result, Target};
 
 mod detour;
@@ -82,6 +83,41 @@ pub struct Bmv2Options {
     pub topology: Option<Topology>,
     /// Bound on connecting, arbitration and every call.
     pub timeout: Duration,
+}
+
+/// bmv2 in the registry of targets.
+pub const REGISTERED: Registered = Registered {
+    name: "bmv2",
+    about: "simple_switch_grpc running p4/v1model, over P4Runtime",
+    default_addr: SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9559),
+    files: "--topology (workers' ports and MACs); --p4info and --bmv2-json to push the pipeline",
+    says_data_addr: false,
+    connect: connect_registered,
+};
+
+/// Connects from the command line's options; Tofino's are refused.
+fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
+    if o.program.is_some() || o.client_id.is_some() {
+        return Err(refuse(
+            "bmv2",
+            "--program and --client-id (Tofino's); give the pipeline with --p4info and --bmv2-json",
+        ));
+    }
+    let defaults = Bmv2Options::default();
+    let options = Bmv2Options {
+        addr: o.addr.unwrap_or(defaults.addr),
+        device_id: o.device_id.unwrap_or(defaults.device_id),
+        election_id: match o.election_id {
+            Some(id) => Some(u128::from(id)),
+            None if o.observe => None,
+            None => defaults.election_id,
+        },
+        p4info: o.p4info.clone(),
+        bmv2_json: o.bmv2_json.clone(),
+        topology: o.topology.as_deref().map(Topology::load).transpose()?,
+        timeout: defaults.timeout,
+    };
+    Ok(Box::new(Bmv2Target::connect(options)?))
 }
 
 impl Default for Bmv2Options {
@@ -784,7 +820,9 @@ fn replicas(hosts: &[Host]) -> Vec<p4::Replica> {
         .collect()
 }
 
-fn group_entity(multicast_group_id: u32, replicas: Vec<p4::Replica>) -> p4::Entity {
+/// The P4Runtime entity of multicast group `multicast_group_id` with
+/// `replicas` (public for the tests that check what is written).
+pub fn group_entity(multicast_group_id: u32, replicas: Vec<p4::Replica>) -> p4::Entity {
     p4::Entity {
         entity: Some(p4::entity::Entity::PacketReplicationEngineEntry(
             p4::PacketReplicationEngineEntry {

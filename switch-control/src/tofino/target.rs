@@ -25,6 +25,7 @@ use super::client::Client;
 use super::entry::{update, ReadEntry};
 use super::proto::bfrt_proto as bfrt;
 use crate::bmv2::topology::{Host, Topology};
+use crate::registry::{refuse, BoxedTarget, ConnectOptions, Registered};
 use crate::target::{ControlError, QueueReport, Result, Target};
 use crate::{JobInfo, JobSpec, PoolMap, SwitchInfo};
 
@@ -116,6 +117,42 @@ pub struct TofinoOptions {
     pub topology: Option<Topology>,
     /// Bound on connecting, the subscription and every call.
     pub timeout: Duration,
+}
+
+/// Tofino in the registry of targets.
+pub const REGISTERED: Registered = Registered {
+    name: "tofino",
+    about: "bf_switchd (a Tofino, or the Tofino model) running p4/tna, over BF Runtime",
+    default_addr: SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 50052),
+    files: "--topology (workers' ports and MACs); --program (bf-p4c's output) to push it",
+    says_data_addr: false,
+    connect: connect_registered,
+};
+
+/// Connects from the command line's options; bmv2's are refused.
+fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
+    if o.p4info.is_some() || o.bmv2_json.is_some() {
+        return Err(refuse(
+            "tofino",
+            "--p4info and --bmv2-json (bmv2's); give the program with --program",
+        ));
+    }
+    let defaults = TofinoOptions::default();
+    let device_id = match o.device_id {
+        Some(id) => u32::try_from(id).map_err(|_| {
+            ControlError::Protocol(format!("--device-id {id}: at most {}", u32::MAX))
+        })?,
+        None => defaults.device_id,
+    };
+    let options = TofinoOptions {
+        addr: o.addr.unwrap_or(defaults.addr),
+        device_id,
+        client_id: o.client_id.unwrap_or(defaults.client_id),
+        program: o.program.clone(),
+        topology: o.topology.as_deref().map(Topology::load).transpose()?,
+        ..defaults
+    };
+    Ok(Box::new(TofinoTarget::connect(options)?))
 }
 
 impl Default for TofinoOptions {

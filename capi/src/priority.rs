@@ -1,4 +1,4 @@
-//! Many tensors per step through the C ABI: `inagg_host_agent::sched` (FIFO,
+//! Many tensors per step through the C ABI: `inagg_host_agent::priority` (FIFO,
 //! P3, ByteScheduler, with Geryon's classes on the packets) running on a
 //! thread of its own, fed by `inagg_sched_submit_*` as back-propagation
 //! produces gradients, and drained by `inagg_sched_wait` in the order the
@@ -14,7 +14,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use inagg_host_agent::sched::{self, Completed, Policy, Priority, SchedStats, Tensor};
+use inagg_host_agent::priority::{self, Completed, Policy, Priority, SchedStats, Tensor};
 use inagg_host_agent::{bf16, f16, Result as AgentResult, Worker};
 
 use crate::{Failure, INAGG_E_ARGUMENT, INAGG_E_FAILED};
@@ -158,7 +158,7 @@ impl Schedule {
     /// Starts `expected` tensors of `dtype` under `policy` on `worker`'s
     /// own thread.
     pub fn start(worker: Worker, dtype: Dtype, policy: Policy, expected: usize) -> Schedule {
-        fn spawn<T: sched::Element>(
+        fn spawn<T: priority::Element>(
             mut worker: Worker,
             policy: Policy,
             expected: usize,
@@ -166,7 +166,7 @@ impl Schedule {
             let (tx, rx) = channel::<Tensor<T>>();
             let (done_tx, done_rx) = channel();
             let thread = std::thread::spawn(move || {
-                let result = sched::run(&mut worker, policy, expected, &rx, |c| {
+                let result = priority::run(&mut worker, policy, expected, &rx, |c| {
                     // The waiting side may be gone (ended early); the sum is
                     // then nobody's.
                     let _ = done_tx.send(c);

@@ -1,6 +1,8 @@
 //! Priority scheduling of many tensors within one job: FIFO, P3 and
 //! ByteScheduler over in-network aggregation, with Geryon's priority
-//! classes on the packets.
+//! classes on the packets. The order of service and Geryon's classes are
+//! `inagg_sched::priority`'s, the rule the simulator reproduces the papers
+//! with; this module runs them live, agreed by every worker.
 //!
 //! Back-propagation hands gradients over last layer first, but the next
 //! forward pass needs the first layer first. P3 cuts tensors into slices and
@@ -98,23 +100,22 @@ pub struct Priority {
     /// Order of service: lower goes first (P3 uses the layer's position in
     /// the forward pass). Ties go in submission order.
     pub rank: u32,
-    /// The priority class its packets carry (0 = lowest), which the switch
-    /// maps to an egress queue.
+    /// The priority class its packets carry (0 = lowest, as on the wire),
+    /// which the switch maps to an egress queue.
     pub class: u8,
 }
 
 impl Priority {
-    /// Geryon's rule for layer `layer` (0-based, forward order) of `layers`:
-    /// urgency `1 - layer / layers`, and the class is the number of
-    /// `thresholds` the urgency reaches (`>=`), so with one threshold 0.6 an
-    /// urgency of 0.7 is class 1 (high) and 0.5 is class 0. The rank is the
-    /// layer, so P3 serves the same order.
+    /// Geryon's rule for layer `layer` (0-based, forward order) of `layers`
+    /// ([`inagg_sched::priority::geryon_class`]): urgency `1 - layer /
+    /// layers`, and the class is the number of `thresholds` the urgency
+    /// reaches, so with one threshold 0.6 an urgency of 0.7 is class 1
+    /// (high) and 0.5 is class 0. The rank is the layer, so P3 serves the
+    /// same order.
     pub fn geryon(layer: usize, layers: usize, thresholds: &[f64]) -> Priority {
-        let urgency = 1.0 - layer as f64 / layers.max(1) as f64;
-        let class = thresholds.iter().filter(|&&t| urgency >= t).count();
         Priority {
             rank: u32::try_from(layer).unwrap_or(u32::MAX),
-            class: u8::try_from(class).unwrap_or(u8::MAX),
+            class: inagg_sched::priority::geryon_class(layer, layers, thresholds),
         }
     }
 }
@@ -143,14 +144,9 @@ pub struct Completed<T> {
     pub finished: Instant,
 }
 
-/// Which slice goes next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// In submission order (what a scheduler-less framework does).
-    Fifo,
-    /// Most urgent first (lowest [`Priority::rank`]).
-    Priority,
-}
+/// Which slice goes next: in submission order, by [`Priority::rank`], or
+/// by [`Priority::class`] (highest first).
+pub use inagg_sched::priority::Order;
 
 /// A scheduling policy: the order, the slice size and the credit.
 ///
@@ -363,17 +359,16 @@ fn pick<T>(
     let mut picks = Vec::new();
     let mut at = k; // after the control flags
     while picks.len() < credit {
-        let next = match order {
-            Order::Fifo => pending
-                .iter()
-                .position(|&s| held[s].next < held[s].tensor.data.len()),
-            Order::Priority => pending
-                .iter()
-                .enumerate()
-                .filter(|(_, &s)| held[s].next < held[s].tensor.data.len())
-                .min_by_key(|(_, &s)| (held[s].tensor.priority.rank, s))
-                .map(|(i, _)| i),
+        let key = |s: usize| {
+            let p = held[s].tensor.priority;
+            order.key(u64::from(p.rank), p.class, s as u64)
         };
+        let next = pending
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| held[s].next < held[s].tensor.data.len())
+            .min_by_key(|(_, &s)| key(s))
+            .map(|(i, _)| i);
         let Some(i) = next else { break };
         let seq = pending[i];
         let h = &mut held[seq];
