@@ -6,8 +6,8 @@ use std::time::Duration;
 use inagg_netio::lines::{self, CallError, Endpoint};
 
 use crate::{
-    Admission, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request, Response,
-    SiteStats, SiteStatus,
+    Admission, Caller, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request,
+    Response, SiteStats, SiteStatus, TenantDecl, TenantStatus,
 };
 
 /// How long to wait to connect, and for an answer beyond a request's own wait.
@@ -103,6 +103,49 @@ impl Client {
     pub fn jobs(&mut self) -> Result<Vec<JobStatus>, ClientError> {
         match self.call(Request::Jobs, Duration::ZERO)? {
             Reply::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Adds a tenant; returns it and its credential (shown this once).
+    pub fn create_tenant(
+        &mut self,
+        decl: TenantDecl,
+    ) -> Result<(TenantStatus, String), ClientError> {
+        match self.call(Request::CreateTenant { decl }, Duration::ZERO)? {
+            Reply::Tenant { tenant, credential } => Ok((tenant, credential)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Gives a tenant a new credential (the old one stops working).
+    pub fn rotate_tenant(&mut self, name: &str) -> Result<(TenantStatus, String), ClientError> {
+        match self.call(Request::RotateTenant { name: name.into() }, Duration::ZERO)? {
+            Reply::Tenant { tenant, credential } => Ok((tenant, credential)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes a tenant (it must have no jobs).
+    pub fn delete_tenant(&mut self, name: &str) -> Result<(), ClientError> {
+        match self.call(Request::DeleteTenant { name: name.into() }, Duration::ZERO)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every tenant.
+    pub fn tenants(&mut self) -> Result<Vec<TenantStatus>, ClientError> {
+        match self.call(Request::Tenants, Duration::ZERO)? {
+            Reply::Tenants { tenants } => Ok(tenants),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Who the controller takes this client for.
+    pub fn whoami(&mut self) -> Result<Caller, ClientError> {
+        match self.call(Request::Whoami, Duration::ZERO)? {
+            Reply::Caller { caller } => Ok(caller),
             other => Err(unexpected(other)),
         }
     }

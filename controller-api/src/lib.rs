@@ -205,6 +205,59 @@ pub struct JobStatus {
     pub generation: u16,
     /// The aggregator's data-plane address, once placed and reachable.
     pub data_addr: Option<SocketAddr>,
+    /// The tenant that owns it; `None`: the operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+/// A tenant, as the operator declares it: a name and its quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantDecl {
+    /// Its name (the characters of job names).
+    pub name: String,
+    /// Aggregator slots its jobs may hold together (the sum of their
+    /// `slots`).
+    pub slots: u32,
+    /// Priority-map entries (`queues`) its jobs may carry together.
+    pub queues: u32,
+}
+
+/// A tenant and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    /// What the operator declared.
+    pub decl: TenantDecl,
+    /// Its jobs, by name.
+    pub jobs: Vec<String>,
+    /// Slots its jobs hold (asked for), against `decl.slots`.
+    pub slots_used: u32,
+    /// Priority-map entries its jobs carry, against `decl.queues`.
+    pub queues_used: u32,
+}
+
+/// Who a request's token says its sender is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Caller {
+    /// The operator (the controller's `--token`, or anyone where the
+    /// controller has none): every job, the aggregators, the priority map,
+    /// the tenants.
+    Operator,
+    /// A tenant (its credential): its own jobs, within its quota.
+    Tenant {
+        /// Its name.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Caller::Operator => write!(f, "the operator"),
+            Caller::Tenant { name } => write!(f, "tenant {name:?}"),
+        }
+    }
 }
 
 /// What a worker is told when it is admitted.
@@ -287,8 +340,30 @@ pub enum Request {
         /// Its name.
         name: String,
     },
-    /// Every job.
+    /// Every job (a tenant's own).
     Jobs,
+    /// Add a tenant (operator only); the reply carries its credential,
+    /// which the controller does not keep (only its hash).
+    CreateTenant {
+        /// The tenant.
+        decl: TenantDecl,
+    },
+    /// Remove a tenant and its credential (operator only; refused while it
+    /// has jobs).
+    DeleteTenant {
+        /// Its name.
+        name: String,
+    },
+    /// Give a tenant a new credential; the old one stops working (operator
+    /// only).
+    RotateTenant {
+        /// Its name.
+        name: String,
+    },
+    /// Every tenant (operator only).
+    Tenants,
+    /// Who this connection's token says it is.
+    Whoami,
     /// Register a worker; answered once the job is installed (every rank
     /// registered, slots granted) or after `wait_ms`.
     Register {
@@ -359,6 +434,17 @@ impl Request {
             Request::SetPriority { class, queue } => {
                 (format!("priority class {class} -> queue {queue}"), true)
             }
+            Request::CreateTenant { decl } => (
+                format!(
+                    "create tenant {:?} ({} slots, {} queue entries)",
+                    decl.name, decl.slots, decl.queues
+                ),
+                true,
+            ),
+            Request::DeleteTenant { name } => (format!("delete tenant {name:?}"), true),
+            Request::RotateTenant { name } => (format!("new credential for tenant {name:?}"), true),
+            Request::Tenants => ("list tenants".into(), false),
+            Request::Whoami => ("who am I".into(), false),
             Request::Jobs => ("list jobs".into(), false),
             Request::Groups => ("list groups".into(), false),
             Request::Priority => ("read the priority map".into(), false),
@@ -409,6 +495,23 @@ pub enum Reply {
         /// Per aggregator that answered.
         sites: Vec<SiteStats>,
     },
+    /// A tenant created or given a new credential.
+    Tenant {
+        /// It.
+        tenant: TenantStatus,
+        /// Its credential, `NAME.SECRET`: shown this once.
+        credential: String,
+    },
+    /// Tenants.
+    Tenants {
+        /// Them, by name.
+        tenants: Vec<TenantStatus>,
+    },
+    /// Who the caller is.
+    Caller {
+        /// It.
+        caller: Caller,
+    },
 }
 
 /// One aggregator's counters, read from it.
@@ -433,11 +536,16 @@ pub struct NamedJobCounters {
     pub id: u16,
     /// The counters.
     pub counters: inagg_switch_api::counters::JobCounters,
+    /// The tenant whose job it is (None: the operator's, or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// A reply line: `{"ok": ...}` or `{"error": "..."}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+// One per request line, moved once: boxing the reply would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Response {
     /// Success.
     Ok(Reply),

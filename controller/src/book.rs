@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::alloc::{self, Grant, SlotAllocator};
 use crate::site::Site;
 use crate::store::StoreError;
-use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStatus};
+use crate::tenants::{self, TenantRecord};
+use inagg_controller_api::{
+    GroupDecl, GroupStatus, JobDecl, JobStatus, Placement, SiteStatus, TenantDecl, TenantStatus,
+};
 
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +39,9 @@ pub struct JobRecord {
     /// given one on load).
     #[serde(default)]
     pub group: u16,
+    /// The tenant that created it; `None`: the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// A multicast group made by hand, as stored.
@@ -161,6 +167,36 @@ pub enum CoreError {
     /// No such group.
     #[error("no group {0:?}; `inagg ctl group list` shows the groups")]
     UnknownGroup(String),
+    /// A bad tenant declaration.
+    #[error("tenant {name:?}: {message}")]
+    BadTenant {
+        /// The tenant.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The tenant name is taken.
+    #[error("tenant {0:?} already exists (inagg ctl tenant rotate {0} gives it a new credential)")]
+    TenantExists(String),
+    /// No such tenant.
+    #[error("no tenant {0:?}; `inagg ctl tenant list` shows the tenants")]
+    UnknownTenant(String),
+    /// The tenant still has jobs.
+    #[error("tenant {name:?} still has jobs ({jobs}); delete them first")]
+    TenantBusy {
+        /// The tenant.
+        name: String,
+        /// Its jobs, by name.
+        jobs: String,
+    },
+    /// Beyond the tenant's quota.
+    #[error("job {name:?}: {message}")]
+    Quota {
+        /// The job.
+        name: String,
+        /// What it would hold, against what quota.
+        message: String,
+    },
     /// The database failed (the environment's fault).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -177,6 +213,8 @@ pub struct Dirty {
     pub priority: bool,
     /// The hand-made groups.
     pub groups: bool,
+    /// The tenants.
+    pub tenants: bool,
 }
 
 /// The controller's bookkeeping: jobs, their placements and sessions,
@@ -190,6 +228,8 @@ pub struct Book {
     pub groups: BTreeMap<String, GroupRecord>,
     /// Class -> queue on every aggregator.
     pub priority: BTreeMap<u8, u8>,
+    /// The tenants by name (given after [`Book::new`], as stored).
+    pub tenants: BTreeMap<String, TenantRecord>,
     /// Index 0: the switch; then the fallbacks.
     pub sites: Vec<Site>,
     next_order: u64,
@@ -213,6 +253,7 @@ impl Book {
             jobs,
             groups,
             priority,
+            tenants: BTreeMap::new(),
             sites,
             next_order,
             next_generation,
@@ -369,6 +410,7 @@ impl Book {
             down: site.and_then(|s| Some(format!("{}: {}", s.name(), s.down()?))),
             generation: job.generation,
             data_addr: site.and_then(|s| s.data_addr),
+            tenant: job.tenant.clone(),
         }
     }
     /// Why a job is not installed yet, for a registration whose wait ran
@@ -426,6 +468,7 @@ impl Book {
             order: self.next_order,
             group: self.free_group()?,
             decl,
+            tenant: None,
         };
         self.next_order += 1;
         job.placement = self.place(&job.decl);
@@ -581,6 +624,101 @@ impl Book {
         }
         self.sites[0].alloc = Some(next);
     }
+
+    /// Admits a job for `tenant` (None: the operator), within its quota.
+    pub fn create_as(
+        &mut self,
+        decl: JobDecl,
+        tenant: Option<&str>,
+    ) -> Result<JobStatus, CoreError> {
+        let Some(tenant) = tenant else {
+            return self.create(decl);
+        };
+        let record = self
+            .tenants
+            .get(tenant)
+            .ok_or_else(|| CoreError::UnknownTenant(tenant.into()))?;
+        tenants::check_quota(record, &self.jobs, &decl).map_err(|message| CoreError::Quota {
+            name: decl.name.clone(),
+            message,
+        })?;
+        let name = decl.name.clone();
+        self.create(decl)?;
+        if let Some(job) = self.jobs.get_mut(&name) {
+            job.tenant = Some(tenant.to_string());
+        }
+        let job = &self.jobs[&name];
+        Ok(self.status(job))
+    }
+
+    /// The job `name` if `tenant` may see it (the operator sees every job);
+    /// another tenant's job is unknown to it, as if it did not exist.
+    pub fn job_of(&self, name: &str, tenant: Option<&str>) -> Result<&JobRecord, CoreError> {
+        self.jobs
+            .get(name)
+            .filter(|j| tenant.is_none() || j.tenant.as_deref() == tenant)
+            .ok_or_else(|| CoreError::Unknown(name.into()))
+    }
+
+    /// Adds a tenant; returns its credential (not kept).
+    pub fn create_tenant(&mut self, decl: TenantDecl) -> Result<String, CoreError> {
+        check_name(&decl.name).map_err(|message| CoreError::BadTenant {
+            name: decl.name.clone(),
+            message,
+        })?;
+        if self.tenants.contains_key(&decl.name) {
+            return Err(CoreError::TenantExists(decl.name));
+        }
+        let name = decl.name.clone();
+        let (record, credential) = TenantRecord::issue(decl);
+        self.tenants.insert(name, record);
+        self.dirty.tenants = true;
+        Ok(credential)
+    }
+
+    /// Gives a tenant a new credential; returns it.
+    pub fn rotate_tenant(&mut self, name: &str) -> Result<String, CoreError> {
+        let record = self
+            .tenants
+            .get_mut(name)
+            .ok_or_else(|| CoreError::UnknownTenant(name.into()))?;
+        let credential = record.rotate();
+        self.dirty.tenants = true;
+        Ok(credential)
+    }
+
+    /// Removes a tenant that has no jobs.
+    pub fn delete_tenant(&mut self, name: &str) -> Result<(), CoreError> {
+        if !self.tenants.contains_key(name) {
+            return Err(CoreError::UnknownTenant(name.into()));
+        }
+        let (jobs, _, _) = tenants::usage(&self.jobs, name);
+        if !jobs.is_empty() {
+            return Err(CoreError::TenantBusy {
+                name: name.into(),
+                jobs: jobs.join(", "),
+            });
+        }
+        self.tenants.remove(name);
+        self.dirty.tenants = true;
+        Ok(())
+    }
+
+    /// Every tenant's status.
+    pub fn tenant_status(&self) -> Vec<TenantStatus> {
+        self.tenants
+            .values()
+            .map(|r| tenants::status(r, &self.jobs))
+            .collect()
+    }
+
+    /// The tenant whose credential `token` is, if it is one.
+    pub fn tenant_of(&self, token: &str) -> Option<&str> {
+        let (name, secret) = tenants::split_credential(token)?;
+        let record = self.tenants.get(name)?;
+        record.verifies(secret).then_some(record.decl.name.as_str())
+    }
+
     /// Removes a job, frees its pool, and places waiting jobs in the room.
     pub fn delete(&mut self, name: &str) -> Result<(), CoreError> {
         let job = self

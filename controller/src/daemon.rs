@@ -2,7 +2,7 @@
 //! lock over the state, a reconcile thread) over `state` and `store`.
 
 use inagg_netio::conns::{Conn, Limits};
-use inagg_netio::lines::{self, Accept, LineReader, Next, MAX_LINE};
+use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
 use inagg_netio::token::Token;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use crate::site::Site;
 use crate::state::Core;
 use crate::store::Store;
 use inagg_controller_api::{
-    Admission, Envelope, Placement, Reply, Request, Response, API_VERSION, UNVERSIONED,
+    Admission, Caller, Envelope, Placement, Reply, Request, Response, API_VERSION, UNVERSIONED,
 };
 
 /// Longest a registration waits for the rest of its job.
@@ -232,12 +232,20 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// Accepts clients until the controller stops, at most
 /// [`Limits::default`]'s number at once (inagg_netio::lines).
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
-    let refusal = |peer: SocketAddr, open: usize| {
-        tracing::warn!("API connection from {peer} refused: {open} open");
-        let refusal = Response::Error(format!(
-            "busy: the controller holds {open} connections, every one at work; try again when \
-             one closes"
-        ));
+    let refusal = |peer: SocketAddr, why: Refusal| {
+        let refusal = match why {
+            Refusal::Busy { open } => {
+                tracing::warn!("API connection from {peer} refused: {open} open");
+                Response::Error(format!(
+                    "busy: the controller holds {open} connections, every one at work; try \
+                     again when one closes"
+                ))
+            }
+            Refusal::BackOff { wait } => {
+                tracing::warn!("API connection from {peer} refused: backing off");
+                Response::Error(backing_off(peer, wait))
+            }
+        };
         serde_json::to_vec(&refusal).unwrap_or_default()
     };
     let accept = Accept {
@@ -371,16 +379,21 @@ fn respond(
         Ok(v) => v,
     };
     let token = value.get("token").and_then(|t| t.as_str());
-    if !token_ok(shared.token.as_ref(), token) {
+    let Some(caller) = caller_of(shared, token) else {
+        // A wrong credential counts against the address; none at all
+        // makes a stranger, not a guesser.
+        if token.is_some() {
+            conn.wrong_credential();
+        }
         return None;
-    }
+    };
     let env = match envelope(value) {
         Err(e) => return Some(Response::Error(e)),
         Ok(env) => env,
     };
     conn.trust();
     let summary = env.request.summary();
-    Some(match handle(shared, env.request, peer, stream) {
+    Some(match handle(shared, env.request, &caller, peer, stream) {
         Ok(r) => {
             if summary.1 {
                 tracing::info!("{} from {peer}", summary.0);
@@ -410,28 +423,106 @@ fn envelope(value: serde_json::Value) -> Result<Envelope, String> {
     serde_json::from_value(value).map_err(|e| format!("unreadable request: {e}"))
 }
 
+/// Who a request is from: a tenant whose credential `token` is, else the
+/// operator where the token is the controller's (or the controller has
+/// none); `None` for a wrong token or a tenant credential that no longer
+/// verifies (revoked or rotated).
+fn caller_of(shared: &Shared, token: Option<&str>) -> Option<Caller> {
+    if let Some(t) = token {
+        if let Some(name) = shared.lock().tenant_of(t) {
+            return Some(Caller::Tenant { name: name.into() });
+        }
+        if crate::tenants::split_credential(t).is_some() && shared.token.is_none() {
+            return None;
+        }
+    }
+    token_ok(shared.token.as_ref(), token).then_some(Caller::Operator)
+}
+
+/// What a tenant may ask: its own jobs (their creation within its quota,
+/// deletion, listing, its workers' registration), the priority map as it
+/// stands, and who it is. Everything else (the aggregators, groups made by
+/// hand, the priority map's entries, the tenants) is the operator's.
+fn tenants_may(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::CreateJob { .. }
+            | Request::DeleteJob { .. }
+            | Request::Jobs
+            | Request::Register { .. }
+            | Request::Priority
+            | Request::Whoami
+    )
+}
+
+/// Refuses what only the operator may do.
+fn operator_only(caller: &Caller, what: &str) -> Result<(), String> {
+    match caller {
+        Caller::Operator => Ok(()),
+        Caller::Tenant { .. } => Err(format!(
+            "{what} is the operator's to do: this credential is {caller}'s"
+        )),
+    }
+}
+
 fn handle(
     shared: &Shared,
     request: Request,
+    caller: &Caller,
     peer: SocketAddr,
     conn: &TcpStream,
 ) -> Result<Reply, String> {
+    let tenant = match caller {
+        Caller::Operator => None,
+        Caller::Tenant { name } => Some(name.as_str()),
+    };
+    if tenant.is_some() && !tenants_may(&request) {
+        return operator_only(caller, &request.summary().0).map(|()| Reply::Done);
+    }
     match request {
         Request::CreateJob { decl } => {
-            let (core, ()) = shared.change(|c| c.create(decl.clone()).map(drop))?;
+            let (core, ()) = shared.change(|c| c.create(decl.clone(), tenant).map(drop))?;
             // The status after reconciling (a waiting job may have been placed).
             let job = core.status(&core.jobs[&decl.name]);
             Ok(Reply::Job { job })
         }
         Request::DeleteJob { name } => {
-            drop(shared.change(|c| c.delete(&name))?);
+            drop(shared.change(|c| {
+                c.job_of(&name, tenant)?;
+                c.delete(&name)
+            })?);
             Ok(Reply::Done)
         }
         Request::Jobs => {
             let core = shared.lock();
-            let jobs = core.jobs.values().map(|j| core.status(j)).collect();
+            let jobs = core
+                .jobs
+                .values()
+                .filter(|j| tenant.is_none() || j.tenant.as_deref() == tenant)
+                .map(|j| core.status(j))
+                .collect();
             Ok(Reply::Jobs { jobs })
         }
+        Request::Whoami => Ok(Reply::Caller {
+            caller: caller.clone(),
+        }),
+        Request::CreateTenant { decl } => {
+            let name = decl.name.clone();
+            let (core, credential) = shared.change(|c| c.create_tenant(decl))?;
+            tenant_reply(&core, &name, credential)
+        }
+        Request::RotateTenant { name } => {
+            let (core, credential) = shared.change(|c| c.rotate_tenant(&name))?;
+            tenant_reply(&core, &name, credential)
+        }
+        Request::DeleteTenant { name } => {
+            drop(shared.change(|c| c.delete_tenant(&name))?);
+            Ok(Reply::Done)
+        }
+        Request::Tenants => Ok(Reply::Tenants {
+            tenants: shared.lock().tenant_status(),
+        }),
+
         Request::CreateGroup { decl } => {
             let (mut core, record) = shared.change(|c| c.create_group(decl))?;
             let group = core
@@ -491,6 +582,7 @@ fn handle(
             };
             register(
                 shared,
+                tenant,
                 &job,
                 rank,
                 endpoint,
@@ -499,6 +591,16 @@ fn handle(
             )
         }
     }
+}
+
+/// A tenant's reply: its status and its credential.
+fn tenant_reply(core: &Core, name: &str, credential: String) -> Result<Reply, String> {
+    let tenant = core
+        .tenant_status()
+        .into_iter()
+        .find(|t| t.decl.name == name)
+        .ok_or_else(|| format!("tenant {name:?} vanished"))?;
+    Ok(Reply::Tenant { tenant, credential })
 }
 
 /// Why a registered worker's job cannot run as things stand, so that the
@@ -537,15 +639,22 @@ const GONE_POLL: Duration = Duration::from_millis(200);
 /// ends otherwise (its wait runs out, the job cannot run, the worker closes
 /// its connection: killed while it waited) is taken back, so that it does
 /// not complete a session for the others.
+#[allow(clippy::too_many_arguments)]
 fn register(
     shared: &Shared,
+    tenant: Option<&str>,
     name: &str,
     rank: u16,
     endpoint: SocketAddr,
     wait: Duration,
     conn: &TcpStream,
 ) -> Result<Reply, String> {
-    let (core, ()) = shared.change(|c| c.register(name, rank, endpoint))?;
+    // A tenant registers ranks of its own jobs only: another tenant's job
+    // is unknown to it, so its ranks cannot be squatted.
+    let (core, ()) = shared.change(|c| {
+        c.job_of(name, tenant)?;
+        c.register(name, rank, endpoint)
+    })?;
     let this = Registration {
         name,
         rank,

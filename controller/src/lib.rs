@@ -16,6 +16,7 @@
 //! - `state`: the book, the links and the database together:
 //!   reconciliation;
 //! - `store`: the database;
+//! - [`tenants`]: tenants' credentials (hashed) and quotas, pure;
 //! - `daemon`: the server (a thread per connection, one lock over the
 //!   state, a reconcile thread);
 //! - [`metrics`]: its Prometheus exposition.
@@ -29,5 +30,6 @@ pub mod metrics;
 mod site;
 mod state;
 mod store;
+pub mod tenants;
 
 pub use daemon::*;

@@ -223,6 +223,7 @@ impl Link {
                         name: name_of(j.spec.id),
                         id: j.spec.id,
                         counters: j.counters,
+                        tenant: None,
                     })
                     .collect(),
             ),

@@ -23,7 +23,11 @@ pub fn controller(api: SocketAddr, token: Option<String>) -> Result<String, Stri
             e.switch(&site, counters);
         }
         for j in &s.jobs {
-            e.job(&site, j.id, j.name.as_deref(), &j.counters);
+            let mut labels = site.to_vec();
+            if let Some(t) = &j.tenant {
+                labels.push(("tenant", t.as_str()));
+            }
+            e.job(&labels, j.id, j.name.as_deref(), &j.counters);
         }
     }
     Ok(e.render())

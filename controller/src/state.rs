@@ -12,11 +12,12 @@ use crate::book::{Book, CoreError, Dirty, GroupRecord, JobRecord};
 use crate::link::Link;
 use crate::site::Site;
 use crate::store::Store;
-use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats};
+use inagg_controller_api::{GroupDecl, GroupStatus, JobDecl, JobStatus, SiteStats, TenantDecl};
 
 const GENERATION_KEY: &str = "next_generation";
 const PRIORITY_KEY: &str = "priority";
 const GROUPS_KEY: &str = "groups";
+const TENANTS_KEY: &str = "tenants";
 
 /// Everything the controller holds, behind one lock. Reads go to the
 /// book (`Deref`); changes go through the methods here, which write them.
@@ -47,7 +48,8 @@ impl Core {
         let priority = store.meta(PRIORITY_KEY)?.unwrap_or_default();
         let groups = store.meta(GROUPS_KEY)?.unwrap_or_default();
         let (sites, links) = sites.into_iter().unzip();
-        let book = Book::new(jobs, groups, priority, next_generation, sites)?;
+        let mut book = Book::new(jobs, groups, priority, next_generation, sites)?;
+        book.tenants = store.meta(TENANTS_KEY)?.unwrap_or_default();
         let mut core = Core { book, links, store };
         core.save()?;
         Ok(core)
@@ -60,6 +62,7 @@ impl Core {
             generation,
             priority,
             groups,
+            tenants,
         } = self.book.take_dirty();
         for name in jobs {
             match self.book.jobs.get(&name) {
@@ -77,6 +80,9 @@ impl Core {
         if groups {
             self.store.set_meta(GROUPS_KEY, &self.book.groups)?;
         }
+        if tenants {
+            self.store.set_meta(TENANTS_KEY, &self.book.tenants)?;
+        }
         Ok(())
     }
 
@@ -91,9 +97,25 @@ impl Core {
         out
     }
 
-    /// Admits a job: checks it, gives it an id, places its pool.
-    pub fn create(&mut self, decl: JobDecl) -> Result<JobStatus, CoreError> {
-        self.change(|b| b.create(decl))
+    /// Admits a job for `tenant` (None: the operator): checks it and the
+    /// tenant's quota, gives it an id, places its pool.
+    pub fn create(&mut self, decl: JobDecl, tenant: Option<&str>) -> Result<JobStatus, CoreError> {
+        self.change(|b| b.create_as(decl, tenant))
+    }
+
+    /// Adds a tenant; returns its credential.
+    pub fn create_tenant(&mut self, decl: TenantDecl) -> Result<String, CoreError> {
+        self.change(|b| b.create_tenant(decl))
+    }
+
+    /// Gives a tenant a new credential; returns it.
+    pub fn rotate_tenant(&mut self, name: &str) -> Result<String, CoreError> {
+        self.change(|b| b.rotate_tenant(name))
+    }
+
+    /// Removes a tenant without jobs.
+    pub fn delete_tenant(&mut self, name: &str) -> Result<(), CoreError> {
+        self.change(|b| b.delete_tenant(name))
     }
 
     /// Removes a job, frees its pool, and places waiting jobs in the room.
@@ -153,11 +175,17 @@ impl Core {
     /// Every aggregator's counters, jobs named.
     pub fn stats(&mut self) -> Vec<SiteStats> {
         let names = self.book.names();
-        self.links
+        let mut stats: Vec<SiteStats> = self
+            .links
             .iter_mut()
             .zip(&self.book.sites)
             .map(|(link, site)| link.stats(site, |id| names.get(&id).cloned()))
-            .collect()
+            .collect();
+        for job in stats.iter_mut().flat_map(|s| s.jobs.iter_mut()) {
+            let record = job.name.as_ref().and_then(|n| self.book.jobs.get(n));
+            job.tenant = record.and_then(|r| r.tenant.clone());
+        }
+        stats
     }
 
     /// Closes the database and every aggregator's connection (the

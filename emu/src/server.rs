@@ -6,7 +6,7 @@
 //! elsewhere is an explicit choice of address.
 
 use inagg_netio::conns::{Conn, Limits};
-use inagg_netio::lines::{self, Accept, LineReader, Next, MAX_LINE};
+use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
 use inagg_netio::token::Token;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -359,9 +359,18 @@ fn serve_control(
     token: Option<Token>,
     stop: &Arc<AtomicBool>,
 ) {
-    let refusal = |peer: SocketAddr, open: usize| {
-        tracing::warn!("control connection from {peer} refused: {open} open");
-        serde_json::to_vec(&Response::Err(busy(open))).unwrap_or_default()
+    let refusal = |peer: SocketAddr, why: Refusal| {
+        let error = match why {
+            Refusal::Busy { open } => {
+                tracing::warn!("control connection from {peer} refused: {open} open");
+                busy(open)
+            }
+            Refusal::BackOff { wait } => {
+                tracing::warn!("control connection from {peer} refused: backing off");
+                unauthorized(&backing_off(peer, wait))
+            }
+        };
+        serde_json::to_vec(&Response::Err(error)).unwrap_or_default()
     };
     let accept = Accept {
         limits: Limits::default(),
@@ -467,6 +476,7 @@ fn serve_requests(
                 if token.is_some_and(|t| !t.matches(&given)) {
                     // One guess per connection.
                     tracing::warn!("control connection from {} gave a wrong token", caller.peer);
+                    conn.wrong_credential();
                     let _ = reply(&mut writer, &Response::Err(unauthorized("wrong token")));
                     return;
                 }

@@ -14,6 +14,13 @@
 //! flood of connections that never authenticate holds at most
 //! `strangers` places, and a client with the token always finds one.
 //!
+//! A wrong credential costs its connection (its server closes it) and
+//! counts against its source address ([`Conn::wrong_credential`]): past
+//! [`FREE_GUESSES`] wrong ones, each new connection from that address is
+//! refused until a back-off has passed ([`Conns::backoff`]), one that
+//! doubles with every further wrong guess up to [`MAX_BACKOFF`]. A client
+//! that presents no credential at all is a stranger, not a guesser.
+//!
 //! A trusted connection is never closed for idleness alone (a controller
 //! holds its claim on a switch through one connection, a manager may stay
 //! quiet for minutes), only evicted under pressure after
@@ -71,6 +78,55 @@ struct Entry {
 pub struct Conns {
     limits: Limits,
     table: Mutex<(u64, HashMap<u64, Entry>)>,
+    guesses: Mutex<Guesses>,
+}
+
+/// Wrong credentials an address may give before it backs off (typos).
+pub const FREE_GUESSES: u32 = 5;
+/// The first back-off; each further wrong guess doubles it.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest back-off.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// An address whose last wrong guess is this old starts afresh.
+pub const FORGET: Duration = Duration::from_secs(600);
+/// Addresses remembered at most (the one guessed longest ago goes first),
+/// so a spread of sources cannot grow the table without bound.
+pub const MAX_ADDRESSES: usize = 4096;
+
+/// Wrong credentials by source address: how many, and the last one's time.
+#[derive(Debug, Default)]
+pub struct Guesses {
+    by: HashMap<IpAddr, (u32, Instant)>,
+}
+
+impl Guesses {
+    /// Counts a wrong credential from `from` at `now`.
+    pub fn wrong(&mut self, from: IpAddr, now: Instant) {
+        let entry = self.by.entry(from).or_insert((0, now));
+        if now.saturating_duration_since(entry.1) > FORGET {
+            entry.0 = 0;
+        }
+        entry.0 = entry.0.saturating_add(1);
+        entry.1 = now;
+        if self.by.len() > MAX_ADDRESSES {
+            let oldest = self.by.iter().min_by_key(|(_, e)| e.1).map(|(&a, _)| a);
+            if let Some(a) = oldest {
+                self.by.remove(&a);
+            }
+        }
+    }
+
+    /// How long `from` must still wait at `now` before it is read again.
+    pub fn wait(&self, from: IpAddr, now: Instant) -> Option<Duration> {
+        let &(count, last) = self.by.get(&from)?;
+        if count <= FREE_GUESSES || now.saturating_duration_since(last) > FORGET {
+            return None;
+        }
+        let doublings = (count - FREE_GUESSES - 1).min(16);
+        let backoff = (FIRST_BACKOFF * (1 << doublings)).min(MAX_BACKOFF);
+        let until = last + backoff;
+        (until > now).then(|| until - now)
+    }
 }
 
 /// One admitted connection; dropping it frees its place.
@@ -86,11 +142,19 @@ impl Conns {
         Arc::new(Conns {
             limits,
             table: Mutex::new((0, HashMap::new())),
+            guesses: Mutex::new(Guesses::default()),
         })
     }
 
     fn table(&self) -> MutexGuard<'_, (u64, HashMap<u64, Entry>)> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long a connection from `from` must wait before it is read: its
+    /// address gave too many wrong credentials lately.
+    pub fn backoff(&self, from: IpAddr) -> Option<Duration> {
+        let guesses = self.guesses.lock().unwrap_or_else(|p| p.into_inner());
+        guesses.wait(from, Instant::now())
     }
 
     /// Connections open now.
@@ -181,6 +245,16 @@ impl Conn {
         }
     }
 
+    /// The connection presented a wrong credential (its server closes it):
+    /// counted against its source address.
+    pub fn wrong_credential(&self) {
+        let from = self.conns.table().1.get(&self.id).and_then(|e| e.from);
+        if let Some(from) = from {
+            let mut guesses = self.conns.guesses.lock().unwrap_or_else(|p| p.into_inner());
+            guesses.wrong(from, Instant::now());
+        }
+    }
+
     /// Whether the connection has stayed a stranger too long (or was
     /// evicted): its server should close it.
     pub fn expired(&self) -> bool {
@@ -201,6 +275,38 @@ impl Drop for Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Five wrong guesses are free; then each connection waits a back-off
+    /// that doubles per guess up to a minute; ten minutes without a wrong
+    /// guess forgets the address. In virtual time.
+    #[test]
+    fn wrong_guesses_back_off_per_address_and_are_forgotten() {
+        let t0 = Instant::now();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let mut g = Guesses::default();
+        for _ in 0..FREE_GUESSES {
+            g.wrong(a, t0);
+        }
+        assert_eq!(g.wait(a, t0), None, "typos are free");
+        g.wrong(a, t0);
+        assert_eq!(g.wait(a, t0), Some(FIRST_BACKOFF));
+        assert_eq!(g.wait(b, t0), None, "per address");
+        assert_eq!(g.wait(a, t0 + FIRST_BACKOFF), None, "waited out");
+        g.wrong(a, t0);
+        assert_eq!(g.wait(a, t0), Some(2 * FIRST_BACKOFF));
+        for _ in 0..20 {
+            g.wrong(a, t0);
+        }
+        assert_eq!(g.wait(a, t0), Some(MAX_BACKOFF));
+        let later = t0 + FORGET + Duration::from_secs(1);
+        assert_eq!(g.wait(a, later), None);
+        g.wrong(a, later);
+        assert_eq!(g.wait(a, later), None, "forgotten: one guess of five");
+        for i in 0..(MAX_ADDRESSES as u32 + 10) {
+            g.wrong(IpAddr::from(i.to_be_bytes()), t0);
+        }
+        assert!(g.by.len() <= MAX_ADDRESSES);
+    }
     use std::net::TcpListener;
 
     fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {

@@ -39,9 +39,34 @@ pub struct Accept<'a> {
     /// stop flag.
     pub poll: Duration,
     /// The line (without its newline) a connection from this peer gets
-    /// when every place is held, given how many are open: the endpoint's
-    /// own error reply (and its log line: this crate logs nothing).
-    pub refusal: &'a dyn Fn(SocketAddr, usize) -> Vec<u8>,
+    /// when it is refused, and why: the endpoint's own error reply (and its
+    /// log line: this crate logs nothing).
+    pub refusal: &'a dyn Fn(SocketAddr, Refusal) -> Vec<u8>,
+}
+
+/// The words of a [`Refusal::BackOff`], the same on every endpoint.
+pub fn backing_off(peer: SocketAddr, wait: Duration) -> String {
+    format!(
+        "too many wrong tokens from {}: try again in {} s",
+        peer.ip(),
+        wait.as_secs() + 1
+    )
+}
+
+/// Why a connection is refused before it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Every place is held; this many connections are open.
+    Busy {
+        /// Connections open.
+        open: usize,
+    },
+    /// Its address gave too many wrong credentials lately
+    /// ([`Conns::backoff`]).
+    BackOff {
+        /// How long it must still wait.
+        wait: Duration,
+    },
 }
 
 /// Accepts connections on `listener` until `stop` is set, handing each
@@ -62,8 +87,16 @@ where
         match listener.accept() {
             Ok((mut stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
+                if let Some(wait) = open.backoff(peer.ip()) {
+                    let _ = write_line(
+                        &mut stream,
+                        &(accept.refusal)(peer, Refusal::BackOff { wait }),
+                    );
+                    continue;
+                }
                 let Some(conn) = open.admit(&stream) else {
-                    let _ = write_line(&mut stream, &(accept.refusal)(peer, open.open()));
+                    let busy = Refusal::Busy { open: open.open() };
+                    let _ = write_line(&mut stream, &(accept.refusal)(peer, busy));
                     continue;
                 };
                 let handle = handle.clone();
@@ -350,7 +383,10 @@ mod tests {
                     ..Limits::default()
                 },
                 poll: Duration::from_millis(20),
-                refusal: &|_, open| format!("busy {open}").into_bytes(),
+                refusal: &|_, why| match why {
+                    Refusal::Busy { open } => format!("busy {open}").into_bytes(),
+                    Refusal::BackOff { wait } => format!("back off {wait:?}").into_bytes(),
+                },
             };
             let stop = flag.clone();
             serve(&listener, &flag, &accept, move |stream, _, conn| {

@@ -15,7 +15,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
 use inagg_netio::conns::{Conn, Limits};
-use inagg_netio::lines::{self, Accept, CallError, LineReader, Next, MAX_LINE};
+use inagg_netio::lines::{
+    self, backing_off, Accept, CallError, LineReader, Next, Refusal, MAX_LINE,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -172,9 +174,17 @@ fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let refusal = |peer: SocketAddr, open: usize| {
-            tracing::warn!("coordinator connection from {peer} refused: {open} open");
-            format!("{{\"error\":\"busy: {open} connections open\"}}").into_bytes()
+        let refusal = |peer: SocketAddr, why: Refusal| {
+            tracing::warn!("coordinator connection from {peer} refused: {why:?}");
+            match why {
+                Refusal::Busy { open } => {
+                    format!("{{\"error\":\"busy: {open} connections open\"}}").into_bytes()
+                }
+                Refusal::BackOff { wait } => {
+                    let why = backing_off(peer, wait);
+                    serde_json::json!({ "error": why }).to_string().into_bytes()
+                }
+            }
         };
         let accept = Accept {
             limits: LIMITS,

@@ -6,9 +6,11 @@ use std::net::SocketAddr;
 
 use super::jobs::{group_decl, GroupCommand, JobCommand};
 use super::output::{emit, emit_plan, endpoints, table, usage};
-use super::CtlCommand;
+use super::{CtlCommand, TenantCommand};
 use inagg_controller_api::{Client, ClientError};
-use inagg_controller_api::{GroupStatus, JobStatus, Placement, SiteStats, SiteStatus};
+use inagg_controller_api::{
+    GroupStatus, JobStatus, Placement, SiteStats, SiteStatus, TenantDecl, TenantStatus,
+};
 use inagg_switch_control::target::{ControlError, Result};
 
 /// Runs one ctl command against the controller.
@@ -22,6 +24,11 @@ pub fn run(
     let mut c = Client::connect(addr, token).map_err(controller_error)?;
     match command {
         CtlCommand::Job(cmd) => job(&mut c, cmd, json, out),
+        CtlCommand::Tenant(cmd) => tenant(&mut c, cmd, json, out),
+        CtlCommand::Whoami => {
+            let caller = c.whoami().map_err(controller_error)?;
+            emit(out, json, &caller, |o| writeln!(o, "{caller}"))
+        }
         CtlCommand::Group(cmd) => group(&mut c, cmd, json, out),
         CtlCommand::Sites | CtlCommand::Pool => {
             let sites = c.sites().map_err(controller_error)?;
@@ -112,6 +119,65 @@ fn job(c: &mut Client, cmd: JobCommand, json: bool, out: &mut dyn Write) -> Resu
             })
         }
     }
+}
+
+fn tenant(c: &mut Client, cmd: TenantCommand, json: bool, out: &mut dyn Write) -> Result<()> {
+    let issued = |out: &mut dyn Write, (t, credential): (TenantStatus, String)| {
+        emit(
+            out,
+            json,
+            &serde_json::json!({ "tenant": t, "credential": credential }),
+            |o| {
+                write_tenants(o, std::slice::from_ref(&t))?;
+                writeln!(o, "credential: {credential}")?;
+                writeln!(
+                    o,
+                    "(shown this once; the controller keeps only its hash. Agents pass it as \
+                     --token, or INAGG_TOKEN)"
+                )
+            },
+        )
+    };
+    match cmd {
+        TenantCommand::Create {
+            name,
+            slots,
+            queues,
+        } => {
+            let decl = TenantDecl {
+                name,
+                slots,
+                queues,
+            };
+            issued(out, c.create_tenant(decl).map_err(controller_error)?)
+        }
+        TenantCommand::Rotate { name } => {
+            issued(out, c.rotate_tenant(&name).map_err(controller_error)?)
+        }
+        TenantCommand::List => {
+            let tenants = c.tenants().map_err(controller_error)?;
+            emit(out, json, &tenants, |o| write_tenants(o, &tenants))
+        }
+        TenantCommand::Delete { name } => {
+            c.delete_tenant(&name).map_err(controller_error)?;
+            emit(out, json, &serde_json::json!({ "deleted": name }), |o| {
+                writeln!(o, "deleted tenant {name:?} and its credential")
+            })
+        }
+    }
+}
+
+fn write_tenants(o: &mut dyn Write, tenants: &[TenantStatus]) -> std::io::Result<()> {
+    let header = format!("{:<16} {:>11} {:>9}  JOBS", "NAME", "SLOTS", "QUEUES");
+    table(o, &header, tenants, "(no tenants)", |t| {
+        format!(
+            "{:<16} {:>11} {:>9}  {}",
+            t.decl.name,
+            format!("{}/{}", t.slots_used, t.decl.slots),
+            format!("{}/{}", t.queues_used, t.decl.queues),
+            t.jobs.join(",")
+        )
+    })
 }
 
 fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> Result<()> {

@@ -50,6 +50,35 @@ pub struct CtlArgs {
     pub command: CtlCommand,
 }
 
+/// `inagg ctl --controller ADDR tenant ...`.
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Add a tenant; prints its credential, which is shown this once (the
+    /// controller keeps only a hash of it).
+    Create {
+        /// Its name (A-Z, a-z, 0-9, '.', '-', '_').
+        name: String,
+        /// Aggregator slots its jobs may hold together.
+        #[arg(long)]
+        slots: u32,
+        /// Priority-map entries (--class-queue) its jobs may carry together.
+        #[arg(long, default_value_t = 0)]
+        queues: u32,
+    },
+    /// Every tenant: its quota, what its jobs hold, its jobs.
+    List,
+    /// A new credential for a tenant; the old one stops working at once.
+    Rotate {
+        /// Its name.
+        name: String,
+    },
+    /// Remove a tenant and its credential (it must have no jobs).
+    Delete {
+        /// Its name.
+        name: String,
+    },
+}
+
 /// `--target`: a name of the registry of targets
 /// (`inagg_switch_control::registry`), its possible values listed in help.
 pub fn target_parser() -> impl TypedValueParser<Value = &'static Registered> {
@@ -195,6 +224,13 @@ pub enum CtlCommand {
     /// The aggregators behind the controller (the switch, fallback
     /// emulators): up or down, memory, free ranges (with --controller).
     Sites,
+    /// The controller's tenants (with --controller and the operator's
+    /// token): each sees and changes only its own jobs, within a quota.
+    #[command(subcommand, alias = "tenants")]
+    Tenant(TenantCommand),
+    /// Who the controller takes this token for: the operator or a tenant
+    /// (with --controller).
+    Whoami,
     /// Make the switch hold the jobs of a cluster file (jobs by id, pools
     /// given); with --controller, make the controller hold the jobs (by
     /// name), groups and priority entries of a controller file. The changes

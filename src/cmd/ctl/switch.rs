@@ -121,6 +121,10 @@ pub fn run(
             target: t.kind(),
             what: "sites (they are the controller's: pass --controller ADDR)",
         }),
+        CtlCommand::Tenant(_) | CtlCommand::Whoami => Err(ControlError::Unsupported {
+            target: t.kind(),
+            what: "tenants (they are the controller's: pass --controller ADDR)",
+        }),
         CtlCommand::PortRate { port, rate } => {
             let rate_bps = parse_port_rate(&rate)?;
             t.set_port_rate(port, rate_bps)?;
