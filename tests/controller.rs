@@ -87,6 +87,20 @@ fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controll
     .unwrap()
 }
 
+/// A controller over the emulator at `switch` that wants `token`.
+fn start_with_token(switch: SocketAddr, state: &Path, token: &str) -> Controller {
+    Controller::start(ControllerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some(token.into()),
+        state: state.to_path_buf(),
+        switch: (switch, connector(switch)),
+        switch_data: None,
+        fallbacks: vec![],
+        reconcile_every: Duration::from_millis(100),
+    })
+    .unwrap()
+}
+
 fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
     JobDecl::new(name, workers, slots)
 }
@@ -1070,18 +1084,7 @@ fn a_client_of_another_api_version_is_told_which_one_to_use() {
 fn tenants_see_and_change_only_their_own_jobs_within_their_quota() {
     let switch = emulator(64, 0.0, 5);
     let state = state_file("tenants");
-    let with_token = |state: &Path| {
-        Controller::start(ControllerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            token: Some("op-secret".into()),
-            state: state.to_path_buf(),
-            switch: (switch.control_addr(), connector(switch.control_addr())),
-            switch_data: None,
-            fallbacks: vec![],
-            reconcile_every: Duration::from_millis(100),
-        })
-        .unwrap()
-    };
+    let with_token = |state: &Path| start_with_token(switch.control_addr(), state, "op-secret");
     let ctl = with_token(&state);
     let connect = |token: &str| Client::connect(ctl.addr(), Some(token.into())).unwrap();
     let mut op = connect("op-secret");
@@ -1222,16 +1225,7 @@ fn tenants_see_and_change_only_their_own_jobs_within_their_quota() {
 fn the_cli_manages_tenants_and_a_tenant_works_with_its_credential() {
     let switch = emulator(32, 0.0, 9);
     let state = state_file("cli-tenants");
-    let ctl = Controller::start(ControllerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        token: Some("op".into()),
-        state: state.to_path_buf(),
-        switch: (switch.control_addr(), connector(switch.control_addr())),
-        switch_data: None,
-        fallbacks: vec![],
-        reconcile_every: Duration::from_millis(100),
-    })
-    .unwrap();
+    let ctl = start_with_token(switch.control_addr(), &state, "op");
     let addr = ctl.addr().to_string();
     let ctl_as = |token: &str, args: &[&str]| {
         let base = ["ctl", "--controller", addr.as_str(), "--token", token];
@@ -1257,14 +1251,7 @@ fn the_cli_manages_tenants_and_a_tenant_works_with_its_credential() {
     let (ok, text) = ctl_as(
         &credential,
         &[
-            "job",
-            "create",
-            "--name",
-            "j",
-            "--count",
-            "2",
-            "--slots",
-            "8",
+            "job", "create", "--name", "j", "--count", "2", "--slots", "8",
         ],
     );
     assert!(ok, "{text}");
@@ -1293,16 +1280,7 @@ fn the_cli_manages_tenants_and_a_tenant_works_with_its_credential() {
 fn wrong_tokens_make_their_address_back_off() {
     let switch = emulator(16, 0.0, 2);
     let state = state_file("backoff");
-    let ctl = Controller::start(ControllerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        token: Some("right".into()),
-        state: state.to_path_buf(),
-        switch: (switch.control_addr(), connector(switch.control_addr())),
-        switch_data: None,
-        fallbacks: vec![],
-        reconcile_every: Duration::from_millis(100),
-    })
-    .unwrap();
+    let ctl = start_with_token(switch.control_addr(), &state, "right");
     let jobs = |token: Option<&str>| {
         Client::connect(ctl.addr(), token.map(String::from))
             .and_then(|mut c| c.jobs())
