@@ -455,16 +455,6 @@ fn tenants_may(request: &Request) -> bool {
     )
 }
 
-/// Refuses what only the operator may do.
-fn operator_only(caller: &Caller, what: &str) -> Result<(), String> {
-    match caller {
-        Caller::Operator => Ok(()),
-        Caller::Tenant { .. } => Err(format!(
-            "{what} is the operator's to do: this credential is {caller}'s"
-        )),
-    }
-}
-
 fn handle(
     shared: &Shared,
     request: Request,
@@ -477,7 +467,10 @@ fn handle(
         Caller::Tenant { name } => Some(name.as_str()),
     };
     if tenant.is_some() && !tenants_may(&request) {
-        return operator_only(caller, &request.summary().0).map(|()| Reply::Done);
+        return Err(format!(
+            "{} is the operator's to do: this credential is {caller}'s",
+            request.summary().0
+        ));
     }
     match request {
         Request::CreateJob { decl } => {

@@ -152,3 +152,32 @@ fn a_flood_of_strangers_does_not_lock_out_the_token() {
         .count();
     assert!(open <= 16, "{open} strangers still served");
 }
+
+/// Past five wrong tokens, the address backs off: every connection from it
+/// is refused, the right token too, with the wait said, until the back-off
+/// has passed (its doubling is `inagg_netio::conns`'s, tested in virtual
+/// time there).
+#[test]
+fn wrong_tokens_make_their_address_back_off() {
+    let emu = with_token();
+    let authenticate = |token: &str| {
+        let mut c = Client::connect(&emu);
+        ask(&mut c, json!({"op": "authenticate", "token": token})).unwrap()
+    };
+    for _ in 0..inagg_netio::conns::FREE_GUESSES {
+        assert_eq!(kind(&authenticate("guess")), "unauthorized");
+    }
+    assert_eq!(kind(&authenticate("s3cret")), "ok", "five typos are free");
+    assert_eq!(kind(&authenticate("guess")), "unauthorized");
+    let answer = authenticate("s3cret");
+    let message = answer["err"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("too many wrong tokens from 127.0.0.1: try again in"),
+        "{answer}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while kind(&authenticate("s3cret")) != "ok" {
+        assert!(std::time::Instant::now() < deadline, "still refused");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -123,7 +123,7 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
 impl Default for Bmv2Options {
     fn default() -> Self {
         Bmv2Options {
-            addr: SocketAddr::from(([127, 0, 0, 1], 9559)),
+            addr: REGISTERED.default_addr,
             device_id: 0,
             election_id: Some(1),
             p4info: None,

@@ -158,7 +158,7 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
 impl Default for TofinoOptions {
     fn default() -> Self {
         TofinoOptions {
-            addr: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            addr: REGISTERED.default_addr,
             device_id: 0,
             client_id: 1,
             p4_name: "inagg".into(),
