@@ -6,6 +6,7 @@ mod bench;
 mod cmd;
 mod kernel;
 mod limits;
+mod tls;
 
 use std::io::Write as _;
 use std::process::ExitCode;

@@ -22,9 +22,11 @@ use inagg_controller_api::JobDecl;
 use inagg_emu::{DropReason, FaultConfig, JobSpec, SwitchConfig};
 use inagg_host_agent::float::Float;
 use inagg_host_agent::{bf16, f16};
+use inagg_netio::tls::{ClientTls, ServerTls};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::EmuTarget;
 use inagg_testbed::local::LocalCluster;
+use inagg_testbed::pki::Pki;
 use inagg_testbed::verify::{check_float, check_i32};
 use serde_json::{json, Value};
 
@@ -434,9 +436,12 @@ fn free_port() -> SocketAddr {
 }
 
 /// Python workers that know only the controller, the job's name and their
-/// rank: the controller admits them and gives the rest.
+/// rank: the controller admits them and gives the rest. Its API speaks
+/// mutual TLS: the workers verify it against the CA and present a client
+/// certificate (`tls_ca`, `tls_cert`, `tls_key`); a worker without the CA
+/// is refused before it sends anything.
 #[test]
-fn python_workers_register_with_the_controller() {
+fn python_workers_register_with_the_controller_over_tls() {
     let cluster = LocalCluster::start_with(
         FaultConfig::loss(0.01, 3),
         SwitchConfig {
@@ -447,8 +452,12 @@ fn python_workers_register_with_the_controller() {
     .unwrap();
     let state = std::env::temp_dir().join(format!("inagg-capi-ctl-{}.redb", std::process::id()));
     let _ = std::fs::remove_file(&state);
-    let ctl = cluster.controller(&state).unwrap();
-    Client::connect(ctl.addr(), None)
+    let dir = scratch("controller");
+    let pki = Pki::new(&dir.join("pki")).unwrap();
+    let server = ServerTls::load(&pki.server(true)).unwrap();
+    let ctl = cluster.controller_tls(&state, Some(server)).unwrap();
+    let tls = ClientTls::load(&pki.client(true)).unwrap();
+    Client::connect_tls(ctl.addr(), None, Some(&tls))
         .unwrap()
         .create_job(JobDecl {
             name: "py".into(),
@@ -460,7 +469,6 @@ fn python_workers_register_with_the_controller() {
             queues: Vec::new(),
         })
         .unwrap();
-    let dir = scratch("controller");
     let calls = json!([
         {"kind": "f32", "container": "numpy", "len": 20000},
         {"kind": "i32", "container": "array", "len": 20000},
@@ -470,7 +478,8 @@ fn python_workers_register_with_the_controller() {
         "ranks": [0, 1],
         "binds": {"0": binds[0].to_string(), "1": binds[1].to_string()},
         "options": {"controller": ctl.addr().to_string(), "job": "py", "timeout": 30,
-                    "register_wait": 30},
+                    "register_wait": 30, "tls_ca": pki.ca, "tls_cert": pki.client_cert,
+                    "tls_key": pki.client_key},
         "calls": calls, "seed": 9, "out": dir.to_str().unwrap(),
     }));
     assert_eq!(p.locals, binds);
@@ -501,7 +510,7 @@ fn python_errors_are_exceptions_that_say_why() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Ran 11 tests"), "{stderr}");
+    assert!(stderr.contains("Ran 12 tests"), "{stderr}");
     let c = cluster.emu.state().switch.counters().clone();
     assert!(c.dropped(DropReason::UnknownJob) > 0, "{c:?}");
 }

@@ -76,6 +76,8 @@ impl Drop for StateFile {
 
 fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controller {
     Controller::start(ControllerConfig {
+        tls: None,
+        insecure: false,
         listen: "127.0.0.1:0".parse().unwrap(),
         token: None,
         state: state.to_path_buf(),
@@ -90,6 +92,8 @@ fn start(switch: SocketAddr, fallbacks: &[SocketAddr], state: &Path) -> Controll
 /// A controller over the emulator at `switch` that wants `token`.
 fn start_with_token(switch: SocketAddr, state: &Path, token: &str) -> Controller {
     Controller::start(ControllerConfig {
+        tls: None,
+        insecure: false,
         listen: "127.0.0.1:0".parse().unwrap(),
         token: Some(token.into()),
         state: state.to_path_buf(),
@@ -274,7 +278,7 @@ fn three_jobs_share_the_switch_and_a_fourth_runs_on_the_fallback() {
     assert_eq!(named(0), ["a", "b", "c"]);
     assert_eq!(named(1), ["d"]);
     // The same for Prometheus (`inagg controller --metrics ADDR`).
-    let text = inagg_controller::metrics::controller(ctl.addr(), None).unwrap();
+    let text = inagg_controller::metrics::controller(&ctl.stats_source()());
     let site = format!("role=\"fallback\",site=\"{}\"", fallback.control_addr());
     assert!(
         text.contains(&format!("inagg_site_up{{{site}}} 1\n")),
@@ -677,6 +681,8 @@ fn a_controller_that_cannot_start_leaves_the_switch_alone() {
     // first one's job from the switch.
     let other = state_file("second");
     let config = |fallbacks: Vec<SocketAddr>, listen: SocketAddr| ControllerConfig {
+        tls: None,
+        insecure: false,
         listen,
         token: None,
         state: other.to_path_buf(),
@@ -844,6 +850,8 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     let switch = emulator(16, 0.0, 1);
     let state = state_file("token");
     let remote = Controller::start(ControllerConfig {
+        tls: None,
+        insecure: false,
         listen: "0.0.0.0:0".parse().unwrap(),
         token: None,
         state: state.to_path_buf(),
@@ -856,6 +864,8 @@ fn the_api_wants_its_token_and_stays_on_loopback_without_one() {
     assert!(err.contains("without a token"), "{err}");
 
     let ctl = Controller::start(ControllerConfig {
+        tls: None,
+        insecure: false,
         listen: "127.0.0.1:0".parse().unwrap(),
         token: Some("s3cret".into()),
         state: state.to_path_buf(),
@@ -1175,7 +1185,7 @@ fn tenants_see_and_change_only_their_own_jobs_within_their_quota() {
     // team-a's workers register with its credential and all-reduce exactly.
     let a1 = run_job_as(ctl.addr(), Some(&cred_a), "a1", 2, 5_000, 7);
     // Prometheus labels each job with its tenant.
-    let text = inagg_controller::metrics::controller(ctl.addr(), Some("op-secret".into())).unwrap();
+    let text = inagg_controller::metrics::controller(&ctl.stats_source()());
     let a1_results = format!(
         "inagg_job_results_total{{role=\"switch\",site=\"{}\",tenant=\"team-a\",job=\"{}\",name=\"a1\"}}",
         switch.control_addr(),

@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::Command;
 
 use inagg_switch_control::bmv2::testing::{program, SimpleSwitch, TOPOLOGY};
+use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target};
+use inagg_testbed::pki::Pki;
 
 /// `inagg ctl --target bmv2 --addr <switch> --topology <file> ARGS`: its
 /// standard output, or its standard error when it fails.
@@ -284,4 +286,43 @@ fn ctl_drives_the_bmv2_target() {
     );
 
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `ctl --target bmv2 --switch-tls-ca` to a simple_switch_grpc started with
+/// its SSL options: served; in clear, refused with what to do.
+#[test]
+fn ctl_speaks_p4runtime_over_tls() {
+    let program = match program(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctl-bmv2")) {
+        Ok(p) => p,
+        Err(why) => {
+            inagg_testbed::skip::skip("bmv2", why);
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("inagg-bmv2-tls-{}", std::process::id()));
+    let pki = Pki::new(&dir).unwrap();
+    let file = |p: &Path| p.to_str().unwrap().to_string();
+    let (cert, key) = (file(&pki.server_cert), file(&pki.server_key));
+    let sw = SimpleSwitch::start_with(&[
+        "--grpc-server-ssl",
+        "--grpc-server-cert",
+        &cert,
+        "--grpc-server-key",
+        &key,
+    ]);
+    drop(
+        Bmv2Target::connect(Bmv2Options {
+            tls: Some(pki.client(false)),
+            ..sw.options(program)
+        })
+        .unwrap(),
+    );
+    let topo = dir.join("topology.toml");
+    std::fs::write(&topo, TOPOLOGY).unwrap();
+    let ca = file(&pki.ca);
+    let out = ctl(&sw, &topo, &["--switch-tls-ca", &ca, "info"]).unwrap();
+    assert!(out.starts_with("target        bmv2\n"), "{out}");
+    let err = ctl(&sw, &topo, &["info"]).unwrap_err();
+    assert!(err.contains("give its CA: --switch-tls-ca"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -144,6 +144,8 @@ fn start_emulator(lab: &mut Lab) {
             &format!("{SWITCH_IP}:47000"),
             "--control",
             CONTROL,
+            // Off loopback, on the test's own bridge: in clear, said so.
+            "--insecure",
         ])
         .env("INAGG_SWITCH_TOKEN", TOKEN)
         .stdout(Stdio::null())

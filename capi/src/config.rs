@@ -4,6 +4,7 @@
 //! ```text
 //! switch=10.0.0.1:47000 bind=10.0.0.2:5000 job=1 worker=0 workers=4 pool_size=128 elements=256
 //! controller=10.0.0.1:47100 job=resnet rank=3 bind=10.0.0.2:5000 token="s3cret"
+//! controller=10.0.0.1:47100 job=resnet rank=3 bind=10.0.0.2:5000 tls_ca=/etc/inagg/ca.pem
 //! ```
 //!
 //! A string, not a C struct, so that keys can be added without breaking
@@ -17,6 +18,7 @@ use std::time::Duration;
 use inagg_controller_api::client::ClientError;
 use inagg_controller_api::Client;
 use inagg_host_agent::{AgentConfig, Window};
+use inagg_netio::tls::{ClientFiles, ClientTls};
 
 /// The keys, in the order the error for an unknown key lists them.
 const KEYS: &[&str] = &[
@@ -36,6 +38,11 @@ const KEYS: &[&str] = &[
     "spare_slots",
     "controller",
     "token",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "tls_name",
     "register_wait",
     "backend",
     "eal",
@@ -46,6 +53,9 @@ const KEYS: &[&str] = &[
 
 /// Keys that only mean something with `backend=dpdk`.
 const DPDK_KEYS: &[&str] = &["eal", "dpdk_port", "switch_mac", "queues"];
+
+/// Keys of TLS towards the controller (`inagg agent --tls-*`).
+const TLS_KEYS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "tls_name"];
 
 /// Keys that the controller gives, so that a configuration with
 /// `controller` must not give them too.
@@ -317,6 +327,11 @@ impl Settings {
         if self.get("token").is_some() || self.get("register_wait").is_some() {
             return Err("token and register_wait go with controller".into());
         }
+        if let Some(key) = TLS_KEYS.iter().find(|k| self.get(k).is_some()) {
+            return Err(format!(
+                "{key} goes with controller (the data plane has no TLS)"
+            ));
+        }
         let switch: SocketAddr = self
             .value("switch", "an address like 127.0.0.1:47000")?
             .unwrap_or_else(|| DEFAULT_SWITCH.parse().expect("a valid address"));
@@ -341,6 +356,36 @@ impl Settings {
         Ok(config)
     }
 
+    /// TLS towards the controller: `tls=on` verifies it against the
+    /// system's CA certificates, `tls_ca` against a CA file; `tls_cert` and
+    /// `tls_key` present a client certificate, `tls_name` names the
+    /// certificate's server. Any of them turns TLS on; `tls=off` with them
+    /// is a contradiction.
+    fn tls(&self) -> Result<Option<ClientTls>, SetupError> {
+        let on = match self.get("tls") {
+            None => None,
+            Some("on") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => return Err(format!("tls={other:?}: on or off").into()),
+        };
+        let path = |key| self.get(key).map(std::path::PathBuf::from);
+        let files = ClientFiles {
+            ca: path("tls_ca"),
+            cert: path("tls_cert"),
+            key: path("tls_key"),
+            name: self.get("tls_name").map(str::to_string),
+        };
+        let any = files != ClientFiles::default();
+        match on {
+            Some(false) if any => Err("tls=off with other tls_ keys: drop one".into()),
+            Some(false) => Ok(None),
+            None if !any => Ok(None),
+            _ => ClientTls::load(&files)
+                .map(Some)
+                .map_err(|e| SetupError::Invalid(format!("tls: {e}"))),
+        }
+    }
+
     /// With a controller: registers `worker` of the named job, waiting for
     /// the controller to admit it.
     fn register(
@@ -352,7 +397,7 @@ impl Settings {
         if let Some(key) = FROM_CONTROLLER.iter().find(|k| self.get(k).is_some()) {
             return Err(format!(
                 "{key} comes from the controller; give only job, rank, bind (and token, \
-                 register_wait, tree_rank, priority, timeout)"
+                 tls_*, register_wait, tree_rank, priority, timeout)"
             )
             .into());
         }
@@ -361,15 +406,17 @@ impl Settings {
             "bind is needed with controller: the endpoint the controller installs for this worker",
         )?;
         let wait = self.seconds("register_wait", 60.0)?;
-        let admission = Client::connect(addr, self.get("token").map(str::to_string))
-            .and_then(|mut c| c.register(job, worker, bind, wait))
-            .map_err(|e| {
-                let m = format!("register rank {worker} of job {job:?} at {addr}: {e}");
-                match e {
-                    ClientError::Refused(_) => SetupError::Refused(m),
-                    _ => SetupError::Unreachable(m),
-                }
-            })?;
+        let tls = self.tls()?;
+        let admission =
+            Client::connect_tls(addr, self.get("token").map(str::to_string), tls.as_ref())
+                .and_then(|mut c| c.register(job, worker, bind, wait))
+                .map_err(|e| {
+                    let m = format!("register rank {worker} of job {job:?} at {addr}: {e}");
+                    match e {
+                        ClientError::Refused(_) => SetupError::Refused(m),
+                        _ => SetupError::Unreachable(m),
+                    }
+                })?;
         Ok(AgentConfig::from_admission(&admission, bind))
     }
 }
@@ -386,6 +433,26 @@ mod tests {
         assert_eq!(s.get("token"), Some("a b \"c\" \\"));
         assert_eq!(s.get("workers"), Some("2"));
         assert_eq!(parse("").unwrap().entries.len(), 0);
+    }
+
+    #[test]
+    fn tls_keys_are_checked_before_anything_is_sent() {
+        let tls = |t: &str| parse(t).unwrap().tls().map(|c| c.is_some());
+        assert_eq!(tls("job=a"), Ok(false));
+        assert_eq!(tls("tls=off"), Ok(false));
+        let refused = |t: &str| tls(t).unwrap_err().to_string();
+        assert!(refused("tls=yes").contains("tls=\"yes\": on or off"));
+        assert!(refused("tls=off tls_ca=/x").contains("tls=off with other tls_ keys"));
+        let said = refused("tls_ca=/nonexistent/ca.pem");
+        assert!(said.contains("tls: CA /nonexistent/ca.pem"), "{said}");
+        let said = refused("tls_ca=/nonexistent/ca.pem tls_cert=/c.pem");
+        assert!(said.contains("/nonexistent/ca.pem"), "{said}");
+        // The data plane has no TLS: the keys need a controller.
+        let direct = parse("job=1 workers=2 pool_size=8 tls_ca=/x")
+            .unwrap()
+            .direct(0, None)
+            .unwrap_err();
+        assert!(direct.contains("tls_ca goes with controller"), "{direct}");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use inagg_netio::lines::{self, CallError, Endpoint};
+use inagg_netio::tls::ClientTls;
 
 use crate::{
     Admission, Caller, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request,
@@ -45,8 +46,19 @@ pub struct Client {
 impl Client {
     /// Connects; `token` is the controller's `--token`, if it has one.
     pub fn connect(addr: SocketAddr, token: Option<String>) -> Result<Client, ClientError> {
+        Client::connect_tls(addr, token, None)
+    }
+
+    /// Connects under TLS when `tls` is given (the controller's certificate
+    /// verified before the token is sent); `token` is the controller's
+    /// `--token` or a tenant's credential.
+    pub fn connect_tls(
+        addr: SocketAddr,
+        token: Option<String>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Client, ClientError> {
         let err = |source| ClientError::Connect { addr, source };
-        let lines = lines::Client::connect(addr, TIMEOUT).map_err(err)?;
+        let lines = lines::Client::connect_with(addr, TIMEOUT, tls).map_err(err)?;
         let local = lines.local_addr().map_err(err)?;
         Ok(Client {
             lines,

@@ -3,6 +3,8 @@
 
 use inagg_netio::conns::{Conn, Limits};
 use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
+use inagg_netio::stream::Stream;
+use inagg_netio::tls::ServerTls;
 use inagg_netio::token::Token;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -18,7 +20,8 @@ use crate::site::Site;
 use crate::state::Core;
 use crate::store::Store;
 use inagg_controller_api::{
-    Admission, Caller, Envelope, Placement, Reply, Request, Response, API_VERSION, UNVERSIONED,
+    Admission, Caller, Envelope, Placement, Reply, Request, Response, SiteStats, API_VERSION,
+    UNVERSIONED,
 };
 
 /// Longest a registration waits for the rest of its job.
@@ -30,6 +33,10 @@ pub struct ControllerConfig {
     pub listen: SocketAddr,
     /// Required from every client when set; needed to listen off loopback.
     pub token: Option<String>,
+    /// TLS on the API; needed off loopback unless `insecure`.
+    pub tls: Option<ServerTls>,
+    /// Listen off loopback in clear, said in so many words.
+    pub insecure: bool,
     /// The database file.
     pub state: PathBuf,
     /// The switch: its control address and how to connect.
@@ -49,6 +56,9 @@ pub enum StartError {
     /// Off loopback without a token.
     #[error("the API would listen on {0}, off this host, without a token: pass --token (or listen on 127.0.0.1)")]
     NoToken(SocketAddr),
+    /// Off loopback in clear, not said to be meant.
+    #[error("the API: {0}")]
+    Clear(String),
     /// A token of no characters, which any client would present.
     #[error("the token is empty: give a token of at least one character, or none")]
     EmptyToken,
@@ -135,6 +145,8 @@ impl Controller {
         if !config.listen.ip().is_loopback() && token.is_none() {
             return Err(StartError::NoToken(config.listen));
         }
+        inagg_netio::tls::check_exposure(config.listen, config.tls.is_some(), config.insecure)
+            .map_err(StartError::Clear)?;
         let mut seen = std::collections::HashSet::from([config.switch.0]);
         if let Some((addr, _)) = config.fallbacks.iter().find(|(a, _)| !seen.insert(*a)) {
             return Err(StartError::Twice(*addr));
@@ -173,7 +185,8 @@ impl Controller {
         let threads = vec![
             spawn_named("ctl-accept", {
                 let shared = shared.clone();
-                move || accept_loop(&shared, &listener)
+                let tls = config.tls;
+                move || accept_loop(&shared, &listener, tls)
             }),
             spawn_named("ctl-reconcile", {
                 let shared = shared.clone();
@@ -190,6 +203,14 @@ impl Controller {
     /// Where the API listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A function that reads every aggregator's counters and jobs, as the
+    /// API's `stats` request does, in process (the metrics exporter's: no
+    /// connection, so no credential or certificate to hold).
+    pub fn stats_source(&self) -> impl Fn() -> Vec<SiteStats> + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.lock().stats()
     }
 
     /// Runs until the process ends.
@@ -231,7 +252,7 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
 /// Accepts clients until the controller stops, at most
 /// [`Limits::default`]'s number at once (inagg_netio::lines).
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, tls: Option<ServerTls>) {
     let refusal = |peer: SocketAddr, why: Refusal| {
         let refusal = match why {
             Refusal::Busy { open } => {
@@ -252,6 +273,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         limits: Limits::default(),
         poll: ACCEPT_POLL,
         refusal: &refusal,
+        tls,
     };
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let served = shared.clone();
@@ -261,7 +283,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         &accept,
         move |stream, peer, conn| {
             let id = next.fetch_add(1, Ordering::Relaxed);
-            if let Ok(c) = stream.try_clone() {
+            if let Ok(c) = stream.tcp().try_clone() {
                 served.conns().insert(id, c);
             }
             serve(&served, stream, peer, &conn);
@@ -298,7 +320,7 @@ const READ_POLL: Duration = Duration::from_millis(200);
 
 /// One client connection: requests until it closes, the controller stops,
 /// or its place is taken.
-fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
+fn serve(shared: &Shared, stream: Stream, peer: SocketAddr, conn: &Conn) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
@@ -312,7 +334,7 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
                 Ok(text) if text.trim().is_empty() => continue,
                 // `writer` is the same socket: what `respond` peeks at
                 // while a registration waits.
-                Ok(text) => match respond(shared, text, peer, &writer, conn) {
+                Ok(text) => match respond(shared, text, peer, writer.tcp(), conn) {
                     Some(response) => response,
                     None => {
                         // One guess per connection, as at the emulator's
@@ -343,7 +365,7 @@ fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr, conn: &Conn) {
 }
 
 /// Writes one reply line.
-fn write_response(writer: &mut TcpStream, response: &Response) -> std::io::Result<()> {
+fn write_response(writer: &mut Stream, response: &Response) -> std::io::Result<()> {
     let out = serde_json::to_vec(response)
         .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the reply: {e}\"}}").into_bytes());
     lines::write_line(writer, &out)

@@ -1,20 +1,17 @@
 //! The controller's exposition for Prometheus (`inagg controller
 //! --metrics`): every aggregator's counters and each job's under its name,
-//! read through the controller's API at each scrape.
+//! read from the controller in process at each scrape
+//! ([`crate::Controller::stats_source`]).
 
-use std::net::SocketAddr;
-
-use inagg_controller_api::Client;
+use inagg_controller_api::SiteStats;
 use inagg_netio::metrics::Exposition;
 use inagg_switch_control::metrics::SwitchMetrics;
 
 /// A controller's exposition: every aggregator's counters (labelled with
-/// its role and control address) and each job's under its name, read
-/// through the controller's API.
-pub fn controller(api: SocketAddr, token: Option<String>) -> Result<String, String> {
-    let mut c = Client::connect(api, token).map_err(|e| e.to_string())?;
+/// its role and control address) and each job's under its name and tenant.
+pub fn controller(sites: &[SiteStats]) -> String {
     let mut e = Exposition::default();
-    for s in c.stats().map_err(|e| e.to_string())? {
+    for s in sites {
         let addr = s.control.to_string();
         let site = [("role", s.role.as_str()), ("site", addr.as_str())];
         let help = "Whether the controller could read the aggregator's counters.";
@@ -30,5 +27,5 @@ pub fn controller(api: SocketAddr, token: Option<String>) -> Result<String, Stri
             e.job(&labels, j.id, j.name.as_deref(), &j.counters);
         }
     }
-    Ok(e.render())
+    e.render()
 }

@@ -7,9 +7,11 @@
 
 use inagg_netio::conns::{Conn, Limits};
 use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
+use inagg_netio::stream::Stream;
+use inagg_netio::tls::ServerTls;
 use inagg_netio::token::Token;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -54,6 +56,11 @@ pub struct EmulatorConfig {
     /// The control endpoint's token: a connection must present it before
     /// anything else is answered. Required off loopback.
     pub token: Option<Token>,
+    /// TLS on the control endpoint; required off loopback unless
+    /// `insecure`.
+    pub tls: Option<ServerTls>,
+    /// Listen off loopback in clear, said in so many words.
+    pub insecure: bool,
     /// The CPU the data-plane thread is pinned to ([`crate::affinity`]);
     /// `None`: wherever the OS runs it.
     pub cpu: Option<usize>,
@@ -69,6 +76,8 @@ impl Default for EmulatorConfig {
             link: None,
             port_rates: Vec::new(),
             token: None,
+            tls: None,
+            insecure: false,
             cpu: None,
         }
     }
@@ -140,10 +149,10 @@ impl Emulator {
         };
         let control = {
             let (state, stop) = (state.clone(), stop.clone());
-            let token = config.token.clone();
+            let (token, tls) = (config.token.clone(), config.tls.clone());
             std::thread::Builder::new()
                 .name("emu-control".into())
-                .spawn(move || serve_control(listener, state, data_addr, token, &stop))?
+                .spawn(move || serve_control(listener, state, data_addr, (token, tls), &stop))?
         };
         Ok(Emulator {
             data_addr,
@@ -167,6 +176,15 @@ impl Emulator {
     /// Direct access to the switch state, for in-process tools.
     pub fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// A handle that answers read-only control requests in process (the
+    /// metrics exporter's): no socket, so no token or certificate to hold.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            state: self.state.clone(),
+            data_addr: self.data_addr,
+        }
     }
 
     /// Blocks until the emulator is stopped (by a signal handler or another
@@ -206,6 +224,8 @@ pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
             config.control_addr
         )));
     }
+    inagg_netio::tls::check_exposure(config.control_addr, config.tls.is_some(), config.insecure)
+        .map_err(|e| invalid(format!("the control endpoint: {e}")))?;
     config.faults.validate().map_err(invalid)?;
     if let Some(link) = config.link {
         link.validate().map_err(invalid)?;
@@ -356,7 +376,7 @@ fn serve_control(
     listener: TcpListener,
     state: Arc<Mutex<State>>,
     data_addr: SocketAddr,
-    token: Option<Token>,
+    (token, tls): (Option<Token>, Option<ServerTls>),
     stop: &Arc<AtomicBool>,
 ) {
     let refusal = |peer: SocketAddr, why: Refusal| {
@@ -376,6 +396,7 @@ fn serve_control(
         limits: Limits::default(),
         poll: IDLE_POLL,
         refusal: &refusal,
+        tls,
     };
     let flag = stop.clone();
     lines::serve(&listener, stop, &accept, move |stream, peer, conn| {
@@ -415,7 +436,7 @@ fn busy(open: usize) -> ApiError {
 /// place is taken (inagg_netio::conns), then gives up its claim on the
 /// switch, if it made one.
 fn serve_connection(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     conn: &Conn,
     state: &Mutex<State>,
@@ -431,6 +452,31 @@ fn serve_connection(
     lock(state).arbitration.close(caller.conn);
 }
 
+/// Answers the control requests that change nothing, in process
+/// ([`Emulator::reader`]).
+#[derive(Debug, Clone)]
+pub struct Reader {
+    state: Arc<Mutex<State>>,
+    data_addr: SocketAddr,
+}
+
+impl Reader {
+    /// The answer to `request`, refused if it would change the switch.
+    pub fn ask(&self, request: Request) -> Response {
+        if request.changes_state() {
+            return Response::Err(ApiError::BadRequest {
+                message: format!("{}: an in-process reader only reads", request.summary()),
+            });
+        }
+        // Reads are not arbitrated: any connection number does.
+        let caller = Caller {
+            conn: ConnId::MAX,
+            peer: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        handle(request, &mut lock(&self.state), caller, self.data_addr)
+    }
+}
+
 /// Who sent a control request.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
@@ -441,7 +487,7 @@ pub struct Caller {
 }
 
 fn serve_requests(
-    stream: TcpStream,
+    stream: Stream,
     conn: &Conn,
     state: &Mutex<State>,
     caller: Caller,
@@ -522,7 +568,7 @@ fn log_request(changes: bool, request: &str, response: &Response) {
     }
 }
 
-fn reply(writer: &mut TcpStream, response: &Response) -> io::Result<()> {
+fn reply(writer: &mut Stream, response: &Response) -> io::Result<()> {
     let out = serde_json::to_vec(response).map_err(io::Error::other)?;
     lines::write_line(writer, &out)
 }

@@ -97,9 +97,19 @@ fn off_loopback_the_control_endpoint_needs_a_token() {
         err.contains("off this host, without a token: pass --token"),
         "{err}"
     );
-    let emu = Emulator::start(EmulatorConfig {
+    // With a token, it still wants TLS, or to be told it may do without.
+    let with_token = EmulatorConfig {
         token: Some(Token::new("t").unwrap()),
         ..config
+    };
+    let err = Emulator::start(with_token.clone()).unwrap_err().to_string();
+    assert!(
+        err.contains("off loopback: give it a certificate") && err.contains("--insecure"),
+        "{err}"
+    );
+    let emu = Emulator::start(EmulatorConfig {
+        insecure: true,
+        ..with_token
     })
     .unwrap();
     assert!(emu.control_addr().port() != 0);

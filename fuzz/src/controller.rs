@@ -90,6 +90,8 @@ fn start(switch: SocketAddr, fallback: SocketAddr) -> Controller {
         Box::new(move || Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>))
     };
     let controller = Controller::start(ControllerConfig {
+        tls: None,
+        insecure: false,
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         token: None,
         state: state.clone(),

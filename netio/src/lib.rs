@@ -9,11 +9,15 @@
 //! - [`conns`]: the bounds on a control endpoint's connections;
 //! - [`token`]: control endpoints' shared secrets, compared in constant
 //!   time;
+//! - [`tls`] and [`stream`]: TLS on the control channels, and the
+//!   connection type (clear or TLS) every control channel reads and writes;
 //! - [`metrics`]: the Prometheus text exposition and the small HTTP server
 //!   that serves it.
 
 pub mod conns;
 pub mod lines;
 pub mod metrics;
+pub mod stream;
+pub mod tls;
 pub mod token;
 pub mod udp;

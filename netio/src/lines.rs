@@ -25,6 +25,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::conns::{Conn, Conns, Limits};
+use crate::stream::Stream;
+use crate::tls::{ClientTls, ServerTls};
 
 /// The longest line an endpoint reads (a job with 64 endpoints is about
 /// 3 KiB).
@@ -42,6 +44,10 @@ pub struct Accept<'a> {
     /// when it is refused, and why: the endpoint's own error reply (and its
     /// log line: this crate logs nothing).
     pub refusal: &'a dyn Fn(SocketAddr, Refusal) -> Vec<u8>,
+    /// TLS, when the endpoint has a certificate: each admitted connection
+    /// shakes hands on its own thread (a slow one holds only its place)
+    /// and is dropped if that fails.
+    pub tls: Option<ServerTls>,
 }
 
 /// The words of a [`Refusal::BackOff`], the same on every endpoint.
@@ -71,12 +77,12 @@ pub enum Refusal {
 
 /// Accepts connections on `listener` until `stop` is set, handing each
 /// admitted one to `handle` on a thread of its own (blocking, with its
-/// place in the connection table), then waits for those threads: they
-/// must end soon after `stop` (a [`LineReader`] sees it within its read
-/// timeout).
+/// place in the connection table, after the TLS handshake if the endpoint
+/// has TLS), then waits for those threads: they must end soon after
+/// `stop` (a [`LineReader`] sees it within its read timeout).
 pub fn serve<H>(listener: &TcpListener, stop: &AtomicBool, accept: &Accept, handle: H)
 where
-    H: Fn(TcpStream, SocketAddr, Conn) + Clone + Send + 'static,
+    H: Fn(Stream, SocketAddr, Conn) + Clone + Send + 'static,
 {
     let open = Conns::new(accept.limits);
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
@@ -99,8 +105,18 @@ where
                     let _ = write_line(&mut stream, &(accept.refusal)(peer, busy));
                     continue;
                 };
-                let handle = handle.clone();
-                threads.push(std::thread::spawn(move || handle(stream, peer, conn)));
+                let (handle, tls) = (handle.clone(), accept.tls.clone());
+                threads.push(std::thread::spawn(move || {
+                    let stream = match tls {
+                        None => Stream::plain(stream),
+                        Some(tls) => match Stream::accept(stream, &tls) {
+                            Ok(stream) => stream,
+                            // Not a TLS client, or not one we trust.
+                            Err(_) => return,
+                        },
+                    };
+                    handle(stream, peer, conn)
+                }));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             // Out of file descriptors, say: wait for some to close.
@@ -131,14 +147,14 @@ pub enum Next<'a> {
 /// Reads lines of at most a bounded length from one connection.
 #[derive(Debug)]
 pub struct LineReader {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Stream>,
     line: Vec<u8>,
     max: u64,
 }
 
 impl LineReader {
     /// Reads from `stream`, waking every `poll` while no line completes.
-    pub fn new(stream: TcpStream, max: u64, poll: Duration) -> io::Result<LineReader> {
+    pub fn new(stream: Stream, max: u64, poll: Duration) -> io::Result<LineReader> {
         stream.set_read_timeout(Some(poll))?;
         Ok(LineReader {
             reader: BufReader::new(stream),
@@ -148,7 +164,7 @@ impl LineReader {
     }
 
     /// The connection.
-    pub fn get_ref(&self) -> &TcpStream {
+    pub fn get_ref(&self) -> &Stream {
         self.reader.get_ref()
     }
 
@@ -225,6 +241,9 @@ pub fn write_line(w: &mut impl Write, line: &[u8]) -> io::Result<()> {
 pub enum CallError {
     /// The peer closed the connection.
     Closed,
+    /// A client in clear was cut off before any answer: what an endpoint
+    /// with TLS does to it.
+    ClosedInClear,
     /// No reply within the read timeout.
     TimedOut,
     /// A reply line longer than [`MAX_LINE`].
@@ -239,6 +258,11 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CallError::Closed => write!(f, "closed the connection"),
+            CallError::ClosedInClear => write!(
+                f,
+                "closed the connection before answering; an endpoint with TLS does that to a \
+                 client in clear: give its CA (--tls-ca, --switch-tls-ca)"
+            ),
             CallError::TimedOut => write!(f, "did not answer in time"),
             CallError::TooLong => write!(f, "answered a line longer than {MAX_LINE} bytes"),
             CallError::NotText => write!(f, "answered a line that is not UTF-8"),
@@ -253,20 +277,39 @@ impl std::error::Error for CallError {}
 #[derive(Debug)]
 pub struct Client {
     reader: LineReader,
-    writer: TcpStream,
+    writer: Stream,
+    /// Whether a line came back yet (a cut before it, in clear, is told
+    /// as [`CallError::ClosedInClear`]).
+    answered: bool,
 }
 
 impl Client {
     /// Connects within `timeout`; reads and writes then wait `timeout` at
     /// most.
     pub fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_write_timeout(Some(timeout))?;
-        let _ = stream.set_nodelay(true);
+        Client::connect_with(addr, timeout, None)
+    }
+
+    /// Connects within `timeout`, under TLS when `tls` is given (the
+    /// server's certificate verified); reads and writes then wait `timeout`
+    /// at most.
+    pub fn connect_with(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> io::Result<Client> {
+        let tcp = TcpStream::connect_timeout(&addr, timeout)?;
+        tcp.set_write_timeout(Some(timeout))?;
+        let _ = tcp.set_nodelay(true);
+        let stream = match tls {
+            None => Stream::plain(tcp),
+            Some(tls) => Stream::connect(tcp, addr, tls)?,
+        };
         let writer = stream.try_clone()?;
         Ok(Client {
             reader: LineReader::new(stream, MAX_LINE, timeout)?,
             writer,
+            answered: false,
         })
     }
 
@@ -287,7 +330,17 @@ impl Client {
 
     /// The next line, within the read timeout, without its newline.
     pub fn receive(&mut self) -> Result<String, CallError> {
-        self.reader.reply()
+        let reply = self.reader.reply();
+        let cut = match &reply {
+            Err(CallError::Closed) => true,
+            Err(CallError::Io(e)) => e.kind() == io::ErrorKind::ConnectionReset,
+            _ => false,
+        };
+        if cut && !self.answered && !self.writer.is_tls() {
+            return Err(CallError::ClosedInClear);
+        }
+        self.answered |= reply.is_ok();
+        reply
     }
 
     /// Sends a request line and reads the reply line.
@@ -297,7 +350,7 @@ impl Client {
     }
 
     /// The connection's read and write sides, for a reader thread.
-    pub fn into_parts(self) -> (LineReader, TcpStream) {
+    pub fn into_parts(self) -> (LineReader, Stream) {
         (self.reader, self.writer)
     }
 }
@@ -387,6 +440,7 @@ mod tests {
                     Refusal::Busy { open } => format!("busy {open}").into_bytes(),
                     Refusal::BackOff { wait } => format!("back off {wait:?}").into_bytes(),
                 },
+                tls: None,
             };
             let stop = flag.clone();
             serve(&listener, &flag, &accept, move |stream, _, conn| {

@@ -5,8 +5,9 @@
 //! each line into an [`Event`] on one channel, so the coordinator's own
 //! thread owns all the state and handles one event at a time.
 
+use inagg_netio::stream::Stream;
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -41,7 +42,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// What a connection thread hands the coordinator.
 pub enum Event<R> {
     /// A worker connected; replies go to `writer`.
-    Opened { conn: u64, writer: TcpStream },
+    Opened { conn: u64, writer: Stream },
     /// One request.
     Message { conn: u64, request: R },
     /// Unreadable input or a closed connection.
@@ -50,11 +51,11 @@ pub enum Event<R> {
 
 /// The coordinator's write side of every connection.
 #[derive(Default)]
-pub struct Writers(BTreeMap<u64, TcpStream>);
+pub struct Writers(BTreeMap<u64, Stream>);
 
 impl Writers {
     /// A connection opened.
-    pub fn open(&mut self, conn: u64, writer: TcpStream) {
+    pub fn open(&mut self, conn: u64, writer: Stream) {
         self.0.insert(conn, writer);
     }
 
@@ -190,6 +191,9 @@ fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
             limits: LIMITS,
             poll: POLL,
             refusal: &refusal,
+            // The coordinators run inside a training cluster, beside its
+            // data plane: in clear, as the data plane is.
+            tls: None,
         };
         let next = Arc::new(AtomicU64::new(0));
         let flag = stop.clone();
@@ -209,7 +213,7 @@ fn spawn_acceptor<R: DeserializeOwned + Send + 'static>(
 /// coordinator stops.
 fn read_requests<R: DeserializeOwned>(
     id: u64,
-    stream: TcpStream,
+    stream: Stream,
     conn: &Conn,
     tx: &Sender<Event<R>>,
     stop: &AtomicBool,
@@ -243,7 +247,7 @@ fn read_requests<R: DeserializeOwned>(
 }
 
 /// Writes one message as a line.
-pub fn send<T: Serialize>(w: &mut TcpStream, message: &T) -> std::io::Result<()> {
+pub fn send<T: Serialize>(w: &mut Stream, message: &T) -> std::io::Result<()> {
     let line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
     lines::write_line(w, &line)
 }
@@ -264,7 +268,7 @@ impl Client {
 
     /// The connection's read and write sides (the read side for a reader
     /// thread).
-    pub fn into_parts(self) -> (LineReader, TcpStream) {
+    pub fn into_parts(self) -> (LineReader, Stream) {
         self.lines.into_parts()
     }
 
@@ -291,7 +295,9 @@ fn parse<T: DeserializeOwned>(line: std::result::Result<String, CallError>) -> R
     match line {
         Ok(line) => serde_json::from_str(&line)
             .with_context(|| format!("unreadable reply from the coordinator: {line:?}")),
-        Err(CallError::Closed) => bail!("the coordinator closed the connection"),
+        Err(CallError::Closed | CallError::ClosedInClear) => {
+            bail!("the coordinator closed the connection")
+        }
         Err(CallError::TimedOut) => bail!("no word from the coordinator within the wait limit"),
         Err(CallError::Io(e)) => Err(e).context("read from the coordinator"),
         Err(e) => bail!("the coordinator {e}"),

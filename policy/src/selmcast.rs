@@ -24,8 +24,9 @@
 //! A peer that leaves ends the run: a BSP round needs all n, so the others
 //! get an error naming it rather than waiting.
 
+use inagg_netio::stream::Stream;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -565,7 +566,7 @@ pub struct Peer {
     uplink: f64,
     downlink: f64,
     socket: GroupSocket,
-    manager: TcpStream,
+    manager: Stream,
     replies: Receiver<Result<Reply>>,
     timers: PeerTimers,
 }

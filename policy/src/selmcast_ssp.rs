@@ -1026,7 +1026,7 @@ struct Own {
 struct Io {
     id: usize,
     socket: GroupSocket,
-    manager: std::net::TcpStream,
+    manager: inagg_netio::stream::Stream,
     replies: Receiver<Result<Reply>>,
     commands: Receiver<Command>,
     notes: Sender<Note>,

@@ -90,6 +90,9 @@ pub struct AgentArgs {
     /// The controller's API token.
     #[arg(long, env = "INAGG_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS towards the controller.
+    #[command(flatten)]
+    pub tls: crate::tls::ControllerTls,
     /// Longest wait, in seconds, for the controller to admit the job (the
     /// other workers to register, slots to free).
     #[arg(long, default_value_t = 60.0)]
@@ -270,7 +273,8 @@ fn serve_metrics(
 fn configure(a: &AgentArgs) -> Result<AgentConfig> {
     if let Some(addr) = a.controller {
         let register_wait = limits::seconds("--register-wait", a.register_wait, false)?;
-        let mut client = Client::connect(addr, a.token.clone())?;
+        let tls = a.tls.load()?;
+        let mut client = Client::connect_tls(addr, a.token.clone(), tls.as_ref())?;
         let admission = client
             .register(&a.job, a.worker, a.bind, register_wait)
             .with_context(|| format!("register rank {} of job {:?}", a.worker, a.job))?;

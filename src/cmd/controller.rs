@@ -21,6 +21,9 @@ pub struct ControllerArgs {
     /// --token`, or INAGG_TOKEN).
     #[arg(long, env = "INAGG_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS on the API.
+    #[command(flatten)]
+    pub tls: crate::tls::ServeTls,
     /// The database holding jobs, pools and the priority map across restarts.
     #[arg(long, default_value = "inagg-controller.redb")]
     pub state: PathBuf,
@@ -75,6 +78,7 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
             let claim = Bmv2Args {
                 election_id,
                 switch_token: a.bmv2.switch_token.clone(),
+                tls: a.bmv2.tls.clone(),
                 ..Bmv2Args::default()
             };
             let emu = &inagg_switch_control::emu::REGISTERED;
@@ -85,6 +89,8 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
     let controller = Controller::start(ControllerConfig {
         listen: a.listen,
         token: a.token.clone(),
+        tls: a.tls.load()?,
+        insecure: a.tls.insecure,
         state: a.state.clone(),
         switch: (switch, switch_connect),
         switch_data: a.switch_data,
@@ -106,9 +112,9 @@ pub fn run(a: &ControllerArgs) -> Result<()> {
     }
     let _metrics = match a.metrics {
         Some(addr) => {
-            let (api, token) = (controller.addr(), a.token.clone());
+            let stats = controller.stats_source();
             let m = MetricsServer::start(addr, move || {
-                inagg_controller::metrics::controller(api, token.clone())
+                Ok(inagg_controller::metrics::controller(&stats()))
             })
             .with_context(|| format!("serve metrics on {addr}"))?;
             eprintln!("inagg controller: metrics on http://{}/metrics", m.addr());

@@ -8,6 +8,7 @@ use clap::Args;
 use inagg_emu::egress::{LinkConfig, PortRate};
 use inagg_emu::{Emulator, EmulatorConfig, FaultConfig, SwitchConfig};
 use inagg_netio::metrics::MetricsServer;
+use inagg_switch_control::EmuTarget;
 
 use crate::backend::{Backend, DpdkArgs};
 
@@ -31,6 +32,9 @@ pub struct EmuArgs {
     /// `--switch-token`); required when --control is off loopback.
     #[arg(long, env = "INAGG_SWITCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS on the control endpoint.
+    #[command(flatten)]
+    pub tls: crate::tls::ServeTls,
     /// Slots of aggregator memory.
     #[arg(long, default_value_t = 8192)]
     pub slots: u32,
@@ -149,6 +153,8 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
             .transpose()
             .map_err(anyhow::Error::msg)
             .context("--token")?,
+        tls: args.tls.load()?,
+        insecure: args.tls.insecure,
         cpu: args.cpu,
     };
     let emu = start(args, config)
@@ -162,9 +168,11 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     let _metrics = match args.metrics {
         Some(addr) => {
-            let control = emu.control_addr();
+            let reader = emu.reader();
             let m = MetricsServer::start(addr, move || {
-                inagg_switch_control::metrics::emulator(control)
+                let reader = reader.clone();
+                let mut t = EmuTarget::local(move |request| reader.ask(request));
+                inagg_switch_control::metrics::emulator(&mut t)
             })
             .with_context(|| format!("serve metrics on {addr}"))?;
             eprintln!("inagg emu: metrics on http://{}/metrics", m.addr());

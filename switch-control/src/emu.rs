@@ -12,6 +12,7 @@ use inagg_switch_api::{
 };
 
 use inagg_netio::lines::{self, CallError, Endpoint};
+use inagg_netio::tls::ClientTls;
 use inagg_netio::token::Token;
 
 use crate::registry::{refuse, BoxedTarget, ConnectOptions, Registered};
@@ -49,18 +50,43 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
         .map(Token::new)
         .transpose()
         .map_err(|e| ControlError::Protocol(format!("--switch-token: {e}")))?;
+    let tls = o
+        .tls
+        .as_ref()
+        .map(ClientTls::load)
+        .transpose()
+        .map_err(|e| ControlError::Protocol(format!("TLS towards the emulator: {e}")))?;
     let addr = o.addr.unwrap_or(REGISTERED.default_addr);
-    Ok(Box::new(EmuTarget::connect_with(
+    Ok(Box::new(EmuTarget::connect_tls(
         addr,
+        tls.as_ref(),
         token.as_ref(),
         o.election_id,
     )?))
 }
 
-/// A connection to an emulator's control endpoint.
-#[derive(Debug)]
+/// A connection to an emulator's control endpoint, or an in-process
+/// emulator's reader.
 pub struct EmuTarget {
-    lines: lines::Client,
+    via: Via,
+}
+
+/// How requests reach the emulator.
+enum Via {
+    /// Its control endpoint.
+    Socket(lines::Client),
+    /// A function of the same process that answers them (`inagg emu`'s
+    /// metrics exporter, which holds no token or certificate).
+    Local(Box<dyn FnMut(Request) -> Response + Send>),
+}
+
+impl std::fmt::Debug for EmuTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.via {
+            Via::Socket(c) => write!(f, "EmuTarget({c:?})"),
+            Via::Local(_) => write!(f, "EmuTarget(in process)"),
+        }
+    }
 }
 
 impl EmuTarget {
@@ -85,13 +111,25 @@ impl EmuTarget {
         token: Option<&Token>,
         election_id: Option<u64>,
     ) -> Result<EmuTarget> {
+        EmuTarget::connect_tls(addr, None, token, election_id)
+    }
+
+    /// As [`EmuTarget::connect_with`], under TLS when `tls` is given (the
+    /// emulator's certificate verified before the token is sent).
+    pub fn connect_tls(
+        addr: SocketAddr,
+        tls: Option<&ClientTls>,
+        token: Option<&Token>,
+        election_id: Option<u64>,
+    ) -> Result<EmuTarget> {
         let connect_err = |source| ControlError::Connect {
             target: "emulator",
             addr,
             source,
         };
+        let lines = lines::Client::connect_with(addr, TIMEOUT, tls).map_err(connect_err)?;
         let mut t = EmuTarget {
-            lines: lines::Client::connect(addr, TIMEOUT).map_err(connect_err)?,
+            via: Via::Socket(lines),
         };
         if let Some(token) = token {
             let token = token.secret().to_string();
@@ -109,10 +147,27 @@ impl EmuTarget {
         Ok(t)
     }
 
+    /// A target over an in-process emulator's `answer` (its
+    /// `Emulator::reader`).
+    pub fn local(answer: impl FnMut(Request) -> Response + Send + 'static) -> EmuTarget {
+        EmuTarget {
+            via: Via::Local(Box::new(answer)),
+        }
+    }
+
     fn call(&mut self, request: &Request) -> Result<Reply> {
+        let lines = match &mut self.via {
+            Via::Socket(lines) => lines,
+            Via::Local(answer) => {
+                return match answer(request.clone()) {
+                    Response::Ok(reply) => Ok(reply),
+                    Response::Err(e) => Err(e.into()),
+                }
+            }
+        };
         let line =
             serde_json::to_vec(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        let answer = self.lines.call(&line).map_err(|e| match e {
+        let answer = lines.call(&line).map_err(|e| match e {
             CallError::Io(e) => ControlError::Io(e),
             e => ControlError::Protocol(format!("the emulator {e}")),
         })?;

@@ -11,8 +11,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use inagg_netio::tls::ClientFiles;
 use tokio::runtime::Runtime;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// An error and the chain of errors that caused it, on one line.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
@@ -28,17 +29,28 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// A runtime and a channel to `addr`, connected within `timeout`; on
-/// failure, why (for the target's "cannot reach" error).
-pub(crate) fn connect(addr: SocketAddr, timeout: Duration) -> Result<(Runtime, Channel), String> {
+/// A runtime and a channel to `addr`, connected within `timeout` (under
+/// TLS when `tls` is given); on failure, why (for the target's "cannot
+/// reach" error).
+pub(crate) fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    tls: Option<&ClientFiles>,
+) -> Result<(Runtime, Channel), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| chain(&e))?
         .connect_timeout(timeout)
         .tcp_nodelay(true);
+    if let Some(files) = tls {
+        endpoint = endpoint
+            .tls_config(tls_config(addr, files)?)
+            .map_err(|e| format!("TLS: {}", chain(&e)))?;
+    }
     let channel =
         match rt.block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await }) {
             Err(_) => return Err(format!("no connection within {timeout:?}")),
@@ -46,6 +58,30 @@ pub(crate) fn connect(addr: SocketAddr, timeout: Duration) -> Result<(Runtime, C
             Ok(Ok(c)) => c,
         };
     Ok((rt, channel))
+}
+
+/// The channel's TLS: the CA (or the system's roots), the client's
+/// certificate, the name the server's certificate must carry (the
+/// address's IP unless given).
+fn tls_config(addr: SocketAddr, files: &ClientFiles) -> Result<ClientTlsConfig, String> {
+    let read = |role: &str, path: &std::path::Path| {
+        crate::files::read_limited(path, 1 << 20)
+            .map_err(|e| format!("TLS {role} {}: {e}", path.display()))
+    };
+    let mut config = ClientTlsConfig::new()
+        .domain_name(files.name.clone().unwrap_or_else(|| addr.ip().to_string()));
+    config = match &files.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read("CA", ca)?)),
+        None => config.with_native_roots(),
+    };
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => Ok(config.identity(Identity::from_pem(
+            read("certificate", cert)?,
+            read("key", key)?,
+        ))),
+        (None, None) => Ok(config),
+        _ => Err("a client certificate needs its key, and a key its certificate".into()),
+    }
 }
 
 /// Runs `fut` on `rt` for at most `timeout`, running out as

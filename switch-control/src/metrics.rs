@@ -2,8 +2,6 @@
 //! controller --metrics`): the same counters `inagg ctl` shows, read through
 //! the same APIs at each scrape, so a scrape is as fresh as a `ctl counters`.
 
-use std::net::SocketAddr;
-
 use inagg_netio::metrics::{labels as with, Exposition};
 use inagg_switch_api::counters::{Counters, DropReason, JobCounters};
 
@@ -109,10 +107,9 @@ impl SwitchMetrics for Exposition {
     }
 }
 
-/// An emulator's exposition, read through its control endpoint.
-pub fn emulator(control: SocketAddr) -> Result<String, String> {
-    use crate::target::Target;
-    let mut t = crate::EmuTarget::connect(control).map_err(|e| e.to_string())?;
+/// An emulator's exposition, read through `t` (an in-process reader, in
+/// `inagg emu --metrics`).
+pub fn emulator(t: &mut dyn crate::target::Target) -> Result<String, String> {
     let mut e = Exposition::default();
     e.switch(&[], &t.counters().map_err(|e| e.to_string())?);
     for j in t.jobs().map_err(|e| e.to_string())? {

@@ -8,6 +8,7 @@
 //! files find it by name. Adding a target is its module plus one line in
 //! [`TARGETS`].
 
+use inagg_netio::tls::ClientFiles;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -31,6 +32,10 @@ pub struct ConnectOptions {
     pub observe: bool,
     /// The emulator's control token.
     pub switch_token: Option<String>,
+    /// TLS towards the switch's control endpoint (the emulator's, bmv2's
+    /// P4Runtime server), verified against these files; in clear when
+    /// `None`.
+    pub tls: Option<ClientFiles>,
     /// bmv2: a binary P4Info.
     pub p4info: Option<PathBuf>,
     /// bmv2: the pipeline's JSON, pushed with the P4Info.

@@ -27,6 +27,7 @@ use inagg_switch_control::bmv2::testing::{job as spec, program, v1model_p4info, 
 use inagg_switch_control::bmv2::{Bmv2Options, Bmv2Target};
 use inagg_switch_control::target::install_job;
 use inagg_switch_control::{ControlError, JobSpec, Target};
+use inagg_testbed::pki::Pki;
 
 /// Returns the program, or prints why the test skips.
 macro_rules! program_or_skip {
@@ -379,4 +380,52 @@ fn priority_classes_map_to_queues_and_back() {
     let msg = t.set_priority_queue(1, 8).unwrap_err().to_string();
     assert!(msg.contains("queue 8"), "{msg}");
     assert_eq!(t.queues().unwrap().map, [cq(5, 3)]);
+}
+
+/// P4Runtime over mutual TLS, on simple_switch_grpc started with its SSL
+/// options: a client with the CA and a certificate of its own installs and
+/// reads back a job; one in clear, one without a certificate and one
+/// trusting another CA are refused.
+#[test]
+fn p4runtime_over_mutual_tls() {
+    let program = program_or_skip!();
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bmv2-tls-{}", std::process::id()));
+    let pki = Pki::new(&dir.join("ours")).unwrap();
+    let stranger = Pki::new(&dir.join("theirs")).unwrap();
+    let file = |p: &Path| p.to_str().unwrap().to_string();
+    let (ca, cert, key) = (file(&pki.ca), file(&pki.server_cert), file(&pki.server_key));
+    let sw = SimpleSwitch::start_with(&[
+        "--grpc-server-ssl",
+        "--grpc-server-cacert",
+        &ca,
+        "--grpc-server-cert",
+        &cert,
+        "--grpc-server-key",
+        &key,
+        "--grpc-server-with-client-auth",
+    ]);
+    let with = |tls| Bmv2Options {
+        tls,
+        ..sw.options(program)
+    };
+    let mut t = Bmv2Target::connect(with(Some(pki.client(true)))).unwrap();
+    install_job(&mut t, &spec(7, &["10.0.0.1:5000", "10.0.0.2:5000"], 0, 16)).unwrap();
+    assert_eq!(t.jobs().unwrap()[0].spec.id, 7);
+    drop(t);
+    for (tls, says) in [
+        (None, "a server with TLS does that to a client in clear"),
+        (
+            Some(pki.client(false)),
+            "to one without a certificate it trusts",
+        ),
+        (Some(stranger.client(true)), "invalid peer certificate"),
+    ] {
+        let msg = Bmv2Target::connect(with(tls)).unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("P4Runtime server at {}", sw.addr)) && msg.contains(says),
+            "{msg}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

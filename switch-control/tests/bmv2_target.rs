@@ -2150,6 +2150,8 @@ fn the_controller_places_jobs_on_bmv2_and_keeps_a_refusal_to_its_job() {
     let data: SocketAddr = "10.0.0.254:47000".parse().unwrap();
     let start = |switch_data: Option<SocketAddr>, connect: Connector| {
         Controller::start(ControllerConfig {
+            tls: None,
+            insecure: false,
             listen: "127.0.0.1:0".parse().unwrap(),
             token: None,
             state: state.clone(),

@@ -3,10 +3,12 @@
 //! installed through the control plane, workers on their own threads and
 //! sockets ([`local`]); checks of their results ([`verify`]); many tensors
 //! through the agent's priority scheduler ([`priority`]); PyTorch runs on
-//! this checkout ([`torch`]); what a test could not run here ([`skip`]).
+//! this checkout ([`torch`]); what a test could not run here ([`skip`]);
+//! certificates for tests of TLS ([`pki`]).
 //! Real UDP and TCP all the way.
 
 pub mod local;
+pub mod pki;
 pub mod priority;
 pub mod skip;
 pub mod torch;

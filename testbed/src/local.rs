@@ -78,11 +78,22 @@ impl LocalCluster {
     /// daemon claims it), its API on a loopback ephemeral port, its state in
     /// `state`; it reconciles every 100 ms.
     pub fn controller(&self, state: &std::path::Path) -> Result<Controller> {
+        self.controller_tls(state, None)
+    }
+
+    /// [`LocalCluster::controller`] whose API speaks TLS with `tls`.
+    pub fn controller_tls(
+        &self,
+        state: &std::path::Path,
+        tls: Option<inagg_netio::tls::ServerTls>,
+    ) -> Result<Controller> {
         let addr = self.control_addr();
         let connect: Connector = Box::new(move || {
             Ok(Box::new(EmuTarget::connect_as(addr, 1)?) as Box<dyn Target + Send>)
         });
         Controller::start(ControllerConfig {
+            tls,
+            insecure: false,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: None,
             state: state.to_path_buf(),

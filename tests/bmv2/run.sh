@@ -161,7 +161,7 @@ ctl_addr="192.168.77.254:$((port_base + 7))"
 state="$tmp/controller.redb"
 start_controller() {
     "$inagg" controller --target bmv2 --switch "$grpc" --topology "$topology" \
-        --p4info "$p4info" --bmv2-json "$json" --switch-data 10.0.0.254:47000 --listen "$ctl_addr" --token "$token" \
+        --p4info "$p4info" --bmv2-json "$json" --switch-data 10.0.0.254:47000 --listen "$ctl_addr" --token "$token" --insecure \
         --state "$state" --reconcile-ms 200 >>"$tmp/controller.log" 2>&1 &
     controller_pid=$!
     pids+=($controller_pid)

@@ -64,6 +64,12 @@ class ConfigErrors(unittest.TestCase):
             inagg.Worker(controller="127.0.0.1:1", job="resnet", rank=0, bind="127.0.0.1:5999")
         self.assertIn('register rank 0 of job "resnet" at 127.0.0.1:1: cannot reach the controller', str(e.exception))
 
+    def test_an_unreadable_ca_is_a_config_error_before_anything_is_sent(self):
+        with self.assertRaises(inagg.ConfigError) as e:
+            inagg.Worker(controller="127.0.0.1:1", job="resnet", rank=0, bind="127.0.0.1:5999",
+                         tls_ca="/nonexistent/ca.pem")
+        self.assertIn("tls: CA /nonexistent/ca.pem", str(e.exception))
+
 
 class BufferErrors(unittest.TestCase):
     def setUp(self):

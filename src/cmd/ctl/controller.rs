@@ -1,6 +1,7 @@
 //! `inagg ctl --controller ADDR`: the operator CLI as the controller's
 //! client. Jobs by name; the controller places pools and installs them.
 
+use inagg_netio::tls::ClientTls;
 use std::io::Write;
 use std::net::SocketAddr;
 
@@ -16,12 +17,12 @@ use inagg_switch_control::target::{ControlError, Result};
 /// Runs one ctl command against the controller.
 pub fn run(
     addr: SocketAddr,
-    token: Option<String>,
+    (token, tls): (Option<String>, Option<ClientTls>),
     json: bool,
     command: CtlCommand,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let mut c = Client::connect(addr, token).map_err(controller_error)?;
+    let mut c = Client::connect_tls(addr, token, tls.as_ref()).map_err(controller_error)?;
     match command {
         CtlCommand::Job(cmd) => job(&mut c, cmd, json, out),
         CtlCommand::Tenant(cmd) => tenant(&mut c, cmd, json, out),

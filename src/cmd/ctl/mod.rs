@@ -11,7 +11,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use inagg_switch_control::cluster::ClusterFile;
 use inagg_switch_control::registry::{self, BoxedTarget, ConnectOptions, Registered};
-use inagg_switch_control::target::Result;
+use inagg_switch_control::target::{ControlError, Result};
 
 mod controller;
 mod jobs;
@@ -42,6 +42,9 @@ pub struct CtlArgs {
     /// The controller's API token.
     #[arg(long, global = true, env = "INAGG_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS towards the controller.
+    #[command(flatten)]
+    pub controller_tls: crate::tls::ControllerTls,
     /// Options of the bmv2 target.
     #[command(flatten)]
     pub bmv2: Bmv2Args,
@@ -138,6 +141,9 @@ pub struct Bmv2Args {
     #[arg(skip)]
     #[cfg_attr(not(feature = "bmv2"), allow(dead_code))]
     pub observe: bool,
+    /// TLS towards the switch.
+    #[command(flatten)]
+    pub tls: crate::tls::SwitchTls,
 }
 
 impl Bmv2Args {
@@ -154,6 +160,7 @@ impl Bmv2Args {
             topology: self.topology.clone(),
             program: self.program.clone(),
             client_id: self.client_id,
+            tls: self.tls.files(),
         }
     }
 }
@@ -290,7 +297,10 @@ fn connect_for_file(args: &CtlArgs, file: &ClusterFile) -> Result<BoxedTarget> {
 /// Runs `inagg ctl`, writing to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(addr) = args.controller {
-        return controller::run(addr, args.token.clone(), args.json, args.command, out);
+        let tls = (args.controller_tls.load())
+            .map_err(|e| ControlError::Controller(format!("{e:#}").into()))?;
+        let auth = (args.token.clone(), tls);
+        return controller::run(addr, auth, args.json, args.command, out);
     }
     // A cluster file is read once: its [switch] table says where to connect.
     let cluster_file = match &args.command {

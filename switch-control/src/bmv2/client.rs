@@ -14,8 +14,9 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use inagg_netio::tls::ClientFiles;
 use prost::Message;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
@@ -60,6 +61,10 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// How long a claim refused because the same election id is held is
+/// tried again (the holder may be a client of ours that just left).
+const HANDOVER: Duration = Duration::from_secs(2);
+
 fn uint128(v: u128) -> p4::Uint128 {
     p4::Uint128 {
         high: (v >> 64) as u64,
@@ -74,20 +79,30 @@ impl Client {
         addr: SocketAddr,
         device_id: u64,
         election_id: Option<u128>,
-        timeout: Duration,
+        (timeout, tls): (Duration, Option<&ClientFiles>),
     ) -> Result<Client> {
-        let (rt, channel) = crate::grpc::connect(addr, timeout)
+        let (rt, channel) = crate::grpc::connect(addr, timeout, tls)
             .map_err(|reason| ControlError::P4RuntimeUnreachable { addr, reason })?;
         let grpc = P4RuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let stream = match election_id {
-            Some(id) => Some(Self::arbitrate(
-                &rt,
-                grpc.clone(),
-                addr,
-                device_id,
-                id,
-                timeout,
-            )?),
+            Some(id) => {
+                // A client that just closed its stream with the same id
+                // may still hold it on the switch for a moment (PI drops
+                // it asynchronously), as when a script runs `ctl` commands
+                // back to back, each claiming id 1: that refusal is tried
+                // again for a short while.
+                let deadline = Instant::now() + HANDOVER.min(timeout);
+                loop {
+                    match Self::arbitrate(&rt, grpc.clone(), addr, device_id, id, timeout) {
+                        Err(ControlError::NotPrimary { message, .. })
+                            if message.contains("already exists") && Instant::now() < deadline =>
+                        {
+                            std::thread::sleep(Duration::from_millis(50))
+                        }
+                        other => break Some(other?),
+                    }
+                }
+            }
             None => None,
         };
         Ok(Client {
@@ -298,6 +313,21 @@ fn status_error(addr: SocketAddr, op: &str, status: &tonic::Status) -> ControlEr
         return ControlError::P4RuntimeUnreachable {
             addr,
             reason: format!("{op}: {}", status.message()),
+        };
+    }
+    // The connection broke under the call: what a server with TLS does to
+    // a client in clear, and under mutual TLS to one it does not trust.
+    if status.code() == tonic::Code::Unknown && status.message() == "transport error" {
+        let cause = std::error::Error::source(status)
+            .map(crate::grpc::chain)
+            .unwrap_or_else(|| status.message().to_string());
+        return ControlError::P4RuntimeUnreachable {
+            addr,
+            reason: format!(
+                "{op}: the connection broke ({cause}); a server with TLS does that to a client \
+                 in clear (give its CA: --switch-tls-ca) and, under mutual TLS, to one without \
+                 a certificate it trusts (--switch-tls-cert, --switch-tls-key)"
+            ),
         };
     }
     let mut code = status.code() as i32;

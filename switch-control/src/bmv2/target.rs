@@ -83,6 +83,9 @@ pub struct Bmv2Options {
     pub topology: Option<Topology>,
     /// Bound on connecting, arbitration and every call.
     pub timeout: Duration,
+    /// TLS towards simple_switch_grpc (started with --grpc-server-ssl);
+    /// in clear when `None`.
+    pub tls: Option<inagg_netio::tls::ClientFiles>,
 }
 
 /// bmv2 in the registry of targets.
@@ -116,6 +119,7 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
         bmv2_json: o.bmv2_json.clone(),
         topology: o.topology.as_deref().map(Topology::load).transpose()?,
         timeout: defaults.timeout,
+        tls: o.tls.clone(),
     };
     Ok(Box::new(Bmv2Target::connect(options)?))
 }
@@ -130,6 +134,7 @@ impl Default for Bmv2Options {
             bmv2_json: None,
             topology: None,
             timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -234,7 +239,7 @@ impl Bmv2Target {
             options.addr,
             options.device_id,
             options.election_id,
-            options.timeout,
+            (options.timeout, options.tls.as_ref()),
         )?;
 
         let mut pipeline = PipelineAction::Untouched;

@@ -491,12 +491,22 @@ impl SimpleSwitch {
     /// # Panics
     /// When it cannot be started or does not listen within 20 s.
     pub fn start() -> SimpleSwitch {
-        let [grpc, thrift] = free_ports();
-        let addr = SocketAddr::from(([127, 0, 0, 1], grpc));
+        SimpleSwitch::start_with(&[])
+    }
+
+    /// [`SimpleSwitch::start`] with more of the target's own options
+    /// (after `--`: its gRPC server's, such as `--grpc-server-ssl`).
+    ///
+    /// # Panics
+    /// As [`SimpleSwitch::start`].
+    pub fn start_with(grpc: &[&str]) -> SimpleSwitch {
+        let [grpc_port, thrift] = free_ports();
+        let addr = SocketAddr::from(([127, 0, 0, 1], grpc_port));
         let mut child = Command::new("simple_switch_grpc")
             .args(["--device-id", "0", "--no-p4"])
             .args(["--thrift-port", &thrift.to_string()])
             .args(["--", "--grpc-server-addr", &addr.to_string()])
+            .args(grpc)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -66,7 +66,7 @@ impl Client {
         client_id: u32,
         timeout: Duration,
     ) -> Result<Client> {
-        let (rt, channel) = crate::grpc::connect(addr, timeout)
+        let (rt, channel) = crate::grpc::connect(addr, timeout, None)
             .map_err(|reason| ControlError::BfRuntimeUnreachable { addr, reason })?;
         let grpc = BfRuntimeClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let stream = Self::subscribe(&rt, grpc.clone(), addr, device_id, client_id, timeout)?;

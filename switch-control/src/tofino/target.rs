@@ -137,6 +137,13 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
             "--p4info and --bmv2-json (bmv2's); give the program with --program",
         ));
     }
+    if o.tls.is_some() {
+        return Err(refuse(
+            "tofino",
+            "--switch-tls options: bf_switchd's BF Runtime server has no TLS of its own; \
+             reach it over a trusted management network or a tunnel",
+        ));
+    }
     let defaults = TofinoOptions::default();
     let device_id = match o.device_id {
         Some(id) => u32::try_from(id).map_err(|_| {
