@@ -21,7 +21,9 @@ use inagg_controller::Controller;
 use inagg_controller_api::Client;
 use inagg_controller_api::JobDecl;
 use inagg_emu::{FaultConfig, SwitchConfig};
+use inagg_netio::tls::{ClientTls, ServerTls};
 use inagg_testbed::local::LocalCluster;
+use inagg_testbed::pki::Pki;
 use serde_json::Value;
 
 fn repo() -> &'static Path {
@@ -87,6 +89,12 @@ struct Site {
 
 impl Site {
     fn start(loss: f64, jobs: &[(&str, u16)]) -> Site {
+        Site::start_tls(loss, jobs, None)
+    }
+
+    /// [`Site::start`] with TLS on the controller's API, its certificate
+    /// from `pki`.
+    fn start_tls(loss: f64, jobs: &[(&str, u16)], pki: Option<&Pki>) -> Site {
         let cluster = LocalCluster::start_with(
             FaultConfig::loss(loss, 7),
             SwitchConfig {
@@ -101,8 +109,10 @@ impl Site {
             jobs[0].0
         ));
         let _ = std::fs::remove_file(&state);
-        let controller = cluster.controller(&state).unwrap();
-        let mut client = Client::connect(controller.addr(), None).unwrap();
+        let server = pki.map(|p| ServerTls::load(&p.server(false)).unwrap());
+        let controller = cluster.controller_tls(&state, server).unwrap();
+        let client_tls = pki.map(|p| ClientTls::load(&p.client(false)).unwrap());
+        let mut client = Client::connect_tls(controller.addr(), None, client_tls.as_ref()).unwrap();
         for &(name, workers) in jobs {
             client
                 .create_job(JobDecl {
@@ -354,15 +364,18 @@ fn a_killed_rank_makes_the_others_fail_within_the_timeout() {
 /// the switch, against gloo's on the same tensors, within the bound of
 /// docs/PROTOCOL.md plus gloo's own rounding: 4 n^2 m / 2^31 + 2^-23 |sum|
 /// for inagg, (n - 1) 2^-23 n m for gloo's ring, m the largest magnitude.
-/// An int32 all_reduce (gloo's, through the same group) is exact.
+/// An int32 all_reduce (gloo's, through the same group) is exact. The
+/// ranks register over TLS (`register_backend(..., tls_ca=...)`).
 #[test]
 fn the_inagg_backend_all_reduces_like_gloo() {
     let python = python_or_skip!();
-    let site = Site::start(0.01, &[("backend", 4)]);
     let dir = scratch("backend");
+    let pki = Pki::new(&dir.join("pki")).unwrap();
+    let site = Site::start_tls(0.01, &[("backend", 4)], Some(&pki));
     let out_prefix = dir.join("rank");
     let spec = serde_json::json!({
         "controller": site.addr(), "job": "backend", "out": out_prefix.to_str().unwrap(),
+        "tls_ca": pki.ca,
     });
     let out = torchrun(
         &python,

@@ -21,7 +21,8 @@ SIZES = [1, 63, 64, 65, 1_000_007]
 
 def main():
     spec = json.loads(sys.argv[1])
-    inagg.torch.register_backend(controller=spec["controller"], job=spec["job"], timeout=30)
+    inagg.torch.register_backend(controller=spec["controller"], job=spec["job"], timeout=30,
+                                 tls_ca=spec.get("tls_ca"))
     dist.init_process_group("inagg")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
