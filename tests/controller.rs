@@ -1226,6 +1226,38 @@ fn tenants_see_and_change_only_their_own_jobs_within_their_quota() {
     let ctl = with_token(&state);
     let mut b = Client::connect(ctl.addr(), Some(cred_b)).unwrap();
     assert_eq!(names(b.jobs().unwrap()), [("b1".into(), team("team-b"))]);
+
+    // The audit survived it too: the operator reads every change asked,
+    // a tenant its own, each with its outcome.
+    let said = |e: &inagg_controller_api::Event| {
+        let outcome = e.refused.as_deref().map_or("done", |_| "refused");
+        format!("{}: {} {outcome}", e.caller, e.what)
+    };
+    let mine: Vec<String> = b.events(100).unwrap().iter().map(said).collect();
+    assert_eq!(
+        mine,
+        [
+            "tenant \"team-b\": create job \"b1\" (2 workers, 8 slots) done",
+            "tenant \"team-b\": delete job \"a1\" refused",
+            "tenant \"team-b\": register rank 0 of job \"a1\" refused",
+        ]
+    );
+    let mut op = Client::connect(ctl.addr(), Some("op-secret".into())).unwrap();
+    let all = op.events(1000).unwrap();
+    let all_said: Vec<String> = all.iter().map(said).collect();
+    for entry in [
+        "the operator: create tenant \"team-a\" (24 slots, 0 queue entries) done",
+        "tenant \"team-a\": priority class 1 -> queue 7 refused",
+        "tenant \"team-a\": delete job \"a1\" done",
+        "the operator: delete tenant \"team-a\" done",
+    ] {
+        assert!(
+            all_said.iter().any(|s| s == entry),
+            "{entry} in {all_said:#?}"
+        );
+    }
+    assert!(all.windows(2).all(|w| w[0].seq + 1 == w[1].seq), "{all:#?}");
+    assert_eq!(op.events(2).unwrap().len(), 2, "the last two");
 }
 
 /// `inagg ctl tenant ...` and `whoami`, the real binary: the credential is
@@ -1267,6 +1299,9 @@ fn the_cli_manages_tenants_and_a_tenant_works_with_its_credential() {
     assert!(ok, "{text}");
     let (ok, text) = ctl_as("op", &["tenant", "list"]);
     assert!(ok && text.contains("8/8") && text.contains(" j"), "{text}");
+    let (ok, text) = ctl_as("op", &["job", "list"]);
+    let row = text.lines().find(|l| l.starts_with("j ")).unwrap_or("");
+    assert!(ok && row.split_whitespace().nth(1) == Some("t1"), "{text}");
     let (ok, text) = ctl_as(&credential, &["tenant", "list"]);
     assert!(!ok && text.contains("is the operator's to do"), "{text}");
     let (ok, text) = ctl_as("op", &["tenant", "delete", "t1"]);
@@ -1279,6 +1314,28 @@ fn the_cli_manages_tenants_and_a_tenant_works_with_its_credential() {
     assert!(ok && text.contains("deleted tenant \"t1\""), "{text}");
     let (ok, text) = ctl_as(&credential, &["whoami"]);
     assert!(!ok && text.contains("token"), "{text}");
+    // The audit, as a table: who asked what, and what came of it.
+    let (ok, text) = ctl_as("op", &["events"]);
+    assert!(ok, "{text}");
+    assert!(text.starts_with("   SEQ  TIME (UTC)"), "{text}");
+    for (who, what) in [
+        (
+            "operator",
+            "create tenant \"t1\" (8 slots, 0 queue entries) -> done",
+        ),
+        ("t1", "create job \"j\" (2 workers, 8 slots) -> done"),
+        (
+            "operator",
+            "delete tenant \"t1\" -> REFUSED: tenant \"t1\" still has jobs (j); delete them first",
+        ),
+    ] {
+        assert!(
+            text.lines().any(|l| l.contains(who) && l.ends_with(what)),
+            "{who} {what} in {text}"
+        );
+    }
+    let (ok, text) = ctl_as("op", &["events", "--last", "0"]);
+    assert!(!ok && text.contains("--last"), "{text}");
 }
 
 /// A wrong token costs its connection, and past five of them its address

@@ -7,7 +7,7 @@ use inagg_netio::lines::{self, CallError, Endpoint};
 use inagg_netio::tls::ClientTls;
 
 use crate::{
-    Admission, Caller, Envelope, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request,
+    Admission, Caller, Envelope, Event, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request,
     Response, SiteStats, SiteStatus, TenantDecl, TenantStatus,
 };
 
@@ -158,6 +158,14 @@ impl Client {
     pub fn whoami(&mut self) -> Result<Caller, ClientError> {
         match self.call(Request::Whoami, Duration::ZERO)? {
             Reply::Caller { caller } => Ok(caller),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The last `last` entries of the audit (a tenant's own), oldest first.
+    pub fn events(&mut self, last: u32) -> Result<Vec<Event>, ClientError> {
+        match self.call(Request::Events { last }, Duration::ZERO)? {
+            Reply::Events { events } => Ok(events),
             other => Err(unexpected(other)),
         }
     }

@@ -364,6 +364,12 @@ pub enum Request {
     Tenants,
     /// Who this connection's token says it is.
     Whoami,
+    /// The audit: the last `last` changes asked of the controller (a
+    /// tenant's own), oldest first.
+    Events {
+        /// How many, at most [`MAX_EVENTS`].
+        last: u32,
+    },
     /// Register a worker; answered once the job is installed (every rank
     /// registered, slots granted) or after `wait_ms`.
     Register {
@@ -445,6 +451,7 @@ impl Request {
             Request::RotateTenant { name } => (format!("new credential for tenant {name:?}"), true),
             Request::Tenants => ("list tenants".into(), false),
             Request::Whoami => ("who am I".into(), false),
+            Request::Events { last } => (format!("read the last {last} audit entries"), false),
             Request::Jobs => ("list jobs".into(), false),
             Request::Groups => ("list groups".into(), false),
             Request::Priority => ("read the priority map".into(), false),
@@ -512,6 +519,33 @@ pub enum Reply {
         /// It.
         caller: Caller,
     },
+    /// Entries of the audit, oldest first.
+    Events {
+        /// Them.
+        events: Vec<Event>,
+    },
+}
+
+/// The most audit entries one request returns, and the most the
+/// controller keeps.
+pub const MAX_EVENTS: u32 = 10_000;
+
+/// One entry of the controller's audit: a change someone asked for, who
+/// (by credential), from where, when, and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Its number: entries are numbered in order, from 1, across restarts.
+    pub seq: u64,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Who asked.
+    pub caller: Caller,
+    /// From where.
+    pub peer: SocketAddr,
+    /// What was asked ([`Request::summary`]).
+    pub what: String,
+    /// Why it was refused; `None` when it was done.
+    pub refused: Option<String>,
 }
 
 /// One aggregator's counters, read from it.

@@ -414,16 +414,17 @@ fn respond(
         Ok(env) => env,
     };
     conn.trust();
-    let summary = env.request.summary();
-    Some(match handle(shared, env.request, &caller, peer, stream) {
-        Ok(r) => {
-            if summary.1 {
-                tracing::info!("{} from {peer}", summary.0);
-            } else {
-                tracing::debug!("{} from {peer}", summary.0);
-            }
-            Response::Ok(r)
-        }
+    let (what, changes) = env.request.summary();
+    let result = handle(shared, env.request, &caller, peer, stream);
+    if changes {
+        // The audit logs it.
+        let refused = result.as_ref().err().cloned();
+        shared.lock().record((&caller, peer), what, refused);
+    } else {
+        tracing::debug!("{what} from {peer}");
+    }
+    Some(match result {
+        Ok(r) => Response::Ok(r),
         Err(e) => Response::Error(e),
     })
 }
@@ -474,6 +475,7 @@ fn tenants_may(request: &Request) -> bool {
             | Request::Register { .. }
             | Request::Priority
             | Request::Whoami
+            | Request::Events { .. }
     )
 }
 
@@ -495,6 +497,13 @@ fn handle(
         ));
     }
     match request {
+        Request::Events { last } => {
+            let events = shared
+                .lock()
+                .events(caller, last)
+                .map_err(|e| e.to_string())?;
+            Ok(Reply::Events { events })
+        }
         Request::CreateJob { decl } => {
             let (core, ()) = shared.change(|c| c.create(decl.clone(), tenant).map(drop))?;
             // The status after reconciling (a waiting job may have been placed).

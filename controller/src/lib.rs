@@ -22,6 +22,7 @@
 //! - [`metrics`]: its Prometheus exposition.
 
 pub mod alloc;
+mod audit;
 mod book;
 mod daemon;
 pub mod file;

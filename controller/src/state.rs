@@ -3,7 +3,10 @@
 //! is written before the request that made it is answered; `reconcile`
 //! brings the aggregators in step with the book.
 
+use crate::audit::Audit;
+use inagg_controller_api::{Caller, Event};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::ops::Deref;
 
 use inagg_switch_api::GroupInfo;
@@ -25,6 +28,7 @@ pub struct Core {
     book: Book,
     links: Vec<Link>,
     store: Store,
+    audit: Audit,
 }
 
 impl Deref for Core {
@@ -50,9 +54,36 @@ impl Core {
         let (sites, links) = sites.into_iter().unzip();
         let mut book = Book::new(jobs, groups, priority, next_generation, sites)?;
         book.tenants = store.meta(TENANTS_KEY)?.unwrap_or_default();
-        let mut core = Core { book, links, store };
+        let audit = Audit::load(&store)?;
+        let mut core = Core {
+            book,
+            links,
+            store,
+            audit,
+        };
         core.save()?;
         Ok(core)
+    }
+
+    /// Records a change asked of the controller in the audit; a failure
+    /// to write it is logged, not the request's.
+    pub fn record(&mut self, who: (&Caller, SocketAddr), what: String, refused: Option<String>) {
+        match self.audit.record(&self.store, who, what, refused) {
+            Ok(e) => tracing::info!(
+                seq = e.seq,
+                "{} from {}: {} ({})",
+                e.caller,
+                e.peer,
+                e.what,
+                e.refused.as_deref().unwrap_or("done")
+            ),
+            Err(e) => tracing::warn!("audit entry not written: {e}"),
+        }
+    }
+
+    /// The last `last` audit entries `caller` may read, oldest first.
+    pub fn events(&self, caller: &Caller, last: u32) -> Result<Vec<Event>, CoreError> {
+        Ok(Audit::read(&self.store, caller, last)?)
     }
 
     /// Writes what the book changed.

@@ -13,6 +13,8 @@ use serde::Serialize;
 const JOBS: TableDefinition<&str, &str> = TableDefinition::new("jobs");
 /// key -> JSON value (the priority map, the generation counter).
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+/// The audit: one JSON entry per number, the newest `keep` of them.
+const EVENTS: TableDefinition<u64, &str> = TableDefinition::new("events");
 
 /// A store failure: the file is unusable (the environment's fault: disk,
 /// permissions, or another controller holding the file).
@@ -120,6 +122,7 @@ impl Store {
         let txn = store.db()?.begin_write().map_err(|e| store.err(e))?;
         txn.open_table(JOBS).map_err(|e| store.err(e))?;
         txn.open_table(META).map_err(|e| store.err(e))?;
+        txn.open_table(EVENTS).map_err(|e| store.err(e))?;
         txn.commit().map_err(|e| store.err(e))?;
         Ok(store)
     }
@@ -183,6 +186,59 @@ impl Store {
     pub fn set_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StoreError> {
         let value = serde_json::to_string(value).map_err(|e| self.err(e))?;
         self.write(META, key, Some(&value))
+    }
+
+    /// Appends audit entry `seq` and forgets the one `keep` before it, in
+    /// one transaction, so the table never holds more than `keep`.
+    pub fn append_event<T: Serialize>(
+        &self,
+        seq: u64,
+        event: &T,
+        keep: u64,
+    ) -> Result<(), StoreError> {
+        let value = serde_json::to_string(event).map_err(|e| self.err(e))?;
+        let txn = self.db()?.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut t = txn.open_table(EVENTS).map_err(|e| self.err(e))?;
+            t.insert(seq, value.as_str()).map_err(|e| self.err(e))?;
+            if let Some(old) = seq.checked_sub(keep) {
+                t.remove(old).map_err(|e| self.err(e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.err(e))
+    }
+
+    /// The number of the newest audit entry, 0 when there is none.
+    pub fn last_event(&self) -> Result<u64, StoreError> {
+        let txn = self.db()?.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let last = table.last().map_err(|e| self.err(e))?;
+        Ok(last.map_or(0, |(k, _)| k.value()))
+    }
+
+    /// The newest audit entries that `keep` takes, at most `last` of them,
+    /// oldest first.
+    pub fn events<T: DeserializeOwned>(
+        &self,
+        last: usize,
+        keep: impl Fn(&T) -> bool,
+    ) -> Result<Vec<T>, StoreError> {
+        let txn = self.db()?.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in table.iter().map_err(|e| self.err(e))?.rev() {
+            if out.len() >= last {
+                break;
+            }
+            let (seq, value) = row.map_err(|e| self.err(e))?;
+            let event: T = serde_json::from_str(value.value())
+                .map_err(|e| self.err(format!("audit entry {}: {e}", seq.value())))?;
+            if keep(&event) {
+                out.push(event);
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 
     fn write(

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use super::jobs::{group_decl, GroupCommand, JobCommand};
 use super::output::{emit, emit_plan, endpoints, table, usage};
 use super::{CtlCommand, TenantCommand};
-use inagg_controller_api::{Client, ClientError};
+use inagg_controller_api::{Caller, Client, ClientError, Event};
 use inagg_controller_api::{
     GroupStatus, JobStatus, Placement, SiteStats, SiteStatus, TenantDecl, TenantStatus,
 };
@@ -29,6 +29,10 @@ pub fn run(
         CtlCommand::Whoami => {
             let caller = c.whoami().map_err(controller_error)?;
             emit(out, json, &caller, |o| writeln!(o, "{caller}"))
+        }
+        CtlCommand::Events { last } => {
+            let events = c.events(last).map_err(controller_error)?;
+            emit(out, json, &events, |o| write_events(o, &events))
         }
         CtlCommand::Group(cmd) => group(&mut c, cmd, json, out),
         CtlCommand::Sites | CtlCommand::Pool => {
@@ -181,6 +185,51 @@ fn write_tenants(o: &mut dyn Write, tenants: &[TenantStatus]) -> std::io::Result
     })
 }
 
+/// The audit as a table: when (UTC), who, from where, what, and what came
+/// of it.
+fn write_events(o: &mut dyn Write, events: &[Event]) -> std::io::Result<()> {
+    let header = format!(
+        "{:>6}  {:<24} {:<16} {:<21}  WHAT -> OUTCOME",
+        "SEQ", "TIME (UTC)", "WHO", "FROM"
+    );
+    table(o, &header, events, "(no audit entries)", |e| {
+        let who = match &e.caller {
+            Caller::Operator => "operator",
+            Caller::Tenant { name } => name.as_str(),
+        };
+        let outcome = match &e.refused {
+            None => "done".to_string(),
+            Some(why) => format!("REFUSED: {why}"),
+        };
+        format!(
+            "{:>6}  {:<24} {:<16} {:<21}  {} -> {outcome}",
+            e.seq,
+            utc(e.at_ms),
+            who,
+            e.peer.to_string(),
+            e.what
+        )
+    })
+}
+
+/// Milliseconds since the Unix epoch as an ISO 8601 UTC time, e.g.
+/// `2026-12-06T23:59:01.123Z` (the civil-from-days conversion of the
+/// proleptic Gregorian calendar).
+fn utc(at_ms: u64) -> String {
+    let (days, ms) = (at_ms / 86_400_000, at_ms % 86_400_000);
+    let z = i64::try_from(days).unwrap_or(i64::MAX / 2) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
 fn group(c: &mut Client, cmd: GroupCommand, json: bool, out: &mut dyn Write) -> Result<()> {
     match cmd {
         GroupCommand::Create { id, name, members } => {
@@ -242,8 +291,8 @@ fn placement(j: &JobStatus) -> String {
 
 fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
     let header = format!(
-        "{:<16} {:>5} {:>9} {:>4} {:>9}  PLACEMENT",
-        "NAME", "ID", "WORKERS", "GEN", "STATE"
+        "{:<16} {:<16} {:>5} {:>9} {:>4} {:>9}  PLACEMENT",
+        "NAME", "TENANT", "ID", "WORKERS", "GEN", "STATE"
     );
     table(o, &header, jobs, "(no jobs)", |j| {
         let state = if j.installed {
@@ -256,8 +305,9 @@ fn write_jobs(o: &mut dyn Write, jobs: &[JobStatus]) -> std::io::Result<()> {
             format!("{}/{} reg", j.registered, j.decl.workers)
         };
         format!(
-            "{:<16} {:>5} {:>9} {:>4} {:>9}  {}",
+            "{:<16} {:<16} {:>5} {:>9} {:>4} {:>9}  {}",
             j.decl.name,
+            j.tenant.as_deref().unwrap_or("-"),
             j.id,
             j.decl.workers,
             j.generation,
@@ -362,4 +412,17 @@ fn write_stats(o: &mut dyn Write, sites: &[SiteStats]) -> std::io::Result<()> {
 /// The controller's answer (or silence) as the ctl's error, its message kept.
 fn controller_error(e: ClientError) -> ControlError {
     ControlError::Controller(Box::new(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn audit_times_are_iso_8601_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
 }

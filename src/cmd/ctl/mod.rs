@@ -238,6 +238,15 @@ pub enum CtlCommand {
     /// Who the controller takes this token for: the operator or a tenant
     /// (with --controller).
     Whoami,
+    /// The controller's audit: the last changes asked of it (jobs,
+    /// registrations, groups, priorities, tenants), who asked, from where,
+    /// when, and whether they were done; a tenant sees its own (with
+    /// --controller).
+    Events {
+        /// How many, newest last.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=i64::from(inagg_controller_api::MAX_EVENTS)))]
+        last: u32,
+    },
     /// Make the switch hold the jobs of a cluster file (jobs by id, pools
     /// given); with --controller, make the controller hold the jobs (by
     /// name), groups and priority entries of a controller file. The changes

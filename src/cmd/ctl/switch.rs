@@ -125,6 +125,10 @@ pub fn run(
             target: t.kind(),
             what: "tenants (they are the controller's: pass --controller ADDR)",
         }),
+        CtlCommand::Events { .. } => Err(ControlError::Unsupported {
+            target: t.kind(),
+            what: "an audit (it is the controller's: pass --controller ADDR)",
+        }),
         CtlCommand::PortRate { port, rate } => {
             let rate_bps = parse_port_rate(&rate)?;
             t.set_port_rate(port, rate_bps)?;
