@@ -74,12 +74,16 @@ pub struct ControllerTls {
 impl ControllerTls {
     /// The files, if TLS is on.
     pub fn files(&self) -> Option<ClientFiles> {
-        client_files(
+        let (ca, cert) = (self.tls_ca.clone(), self.tls_cert.clone());
+        let (key, name) = (self.tls_key.clone(), self.tls_name.clone());
+        on_or_given(
             self.tls,
-            &self.tls_ca,
-            &self.tls_cert,
-            &self.tls_key,
-            &self.tls_name,
+            ClientFiles {
+                ca,
+                cert,
+                key,
+                name,
+            },
         )
     }
 
@@ -126,32 +130,24 @@ pub struct SwitchTls {
 impl SwitchTls {
     /// The files, if TLS is on.
     pub fn files(&self) -> Option<ClientFiles> {
-        client_files(
+        let (ca, cert) = (self.switch_tls_ca.clone(), self.switch_tls_cert.clone());
+        let (key, name) = (self.switch_tls_key.clone(), self.switch_tls_name.clone());
+        on_or_given(
             self.switch_tls,
-            &self.switch_tls_ca,
-            &self.switch_tls_cert,
-            &self.switch_tls_key,
-            &self.switch_tls_name,
+            ClientFiles {
+                ca,
+                cert,
+                key,
+                name,
+            },
         )
     }
 }
 
 /// A client's files: TLS is on when asked for, or when any file or name is
 /// given.
-fn client_files(
-    on: bool,
-    ca: &Option<PathBuf>,
-    cert: &Option<PathBuf>,
-    key: &Option<PathBuf>,
-    name: &Option<String>,
-) -> Option<ClientFiles> {
-    let any = on || ca.is_some() || cert.is_some() || key.is_some() || name.is_some();
-    any.then(|| ClientFiles {
-        ca: ca.clone(),
-        cert: cert.clone(),
-        key: key.clone(),
-        name: name.clone(),
-    })
+fn on_or_given(on: bool, files: ClientFiles) -> Option<ClientFiles> {
+    (on || files != ClientFiles::default()).then_some(files)
 }
 
 fn load(files: Option<ClientFiles>, flags: &str) -> Result<Option<ClientTls>> {

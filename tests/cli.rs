@@ -1,15 +1,16 @@
 //! The `inagg` binary as an operator uses it: `inagg emu` as a child process,
 //! programmed by `inagg ctl`, with `inagg agent` workers and `inagg demo`.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
+
+use inagg_testbed::process::{first_line, Running};
 
 const INAGG: &str = env!("CARGO_BIN_EXE_inagg");
 
 /// An `inagg emu` child, killed when dropped.
 struct Emu {
-    child: Child,
+    _child: Running,
     data: SocketAddr,
     control: SocketAddr,
 }
@@ -21,18 +22,13 @@ impl Emu {
 
     /// With global options before `emu` and its stderr sent to `stderr`.
     fn start_with(global: &[&str], extra: &[&str], stderr: Stdio) -> Emu {
-        let mut child = Command::new(INAGG)
-            .args(global)
-            .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (child, line) = first_line(
+            Command::new(INAGG)
+                .args(global)
+                .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+                .args(extra)
+                .stderr(stderr),
+        );
         // "inagg emu: data plane udp://A  control tcp://B"
         let addr = |tag: &str| {
             line.split(tag)
@@ -47,7 +43,7 @@ impl Emu {
         Emu {
             data: addr("udp://"),
             control: addr("tcp://"),
-            child,
+            _child: child,
         }
     }
 
@@ -77,6 +73,33 @@ impl Emu {
         self.ctl(&[&job[..], &pool, extra].concat())
     }
 
+    /// `inagg agent` as worker `worker` of job `job`, of `workers`
+    /// workers with a pool of `pool` slots, bound at `bind`, through this
+    /// emulator; the caller adds what to all-reduce.
+    fn agent(
+        &self,
+        bind: SocketAddr,
+        (job, worker): (&str, usize),
+        (workers, pool): (u16, u32),
+    ) -> Command {
+        let mut c = Command::new(INAGG);
+        c.args([
+            "agent",
+            "--switch",
+            &self.data.to_string(),
+            "--bind",
+            &bind.to_string(),
+        ])
+        .args(["--job", job, "--worker", &worker.to_string()])
+        .args([
+            "--workers",
+            &workers.to_string(),
+            "--pool-size",
+            &pool.to_string(),
+        ]);
+        c
+    }
+
     fn ctl(&self, args: &[&str]) -> Output {
         Command::new(INAGG)
             .arg("ctl")
@@ -84,13 +107,6 @@ impl Emu {
             .args(args)
             .output()
             .unwrap()
-    }
-}
-
-impl Drop for Emu {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -520,24 +536,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
             .iter()
             .enumerate()
             .map(|(w, bind)| {
-                Command::new(INAGG)
-                    .args([
-                        "agent",
-                        "--switch",
-                        &emu.data.to_string(),
-                        "--bind",
-                        &bind.to_string(),
-                    ])
-                    .args([
-                        "--job",
-                        "5",
-                        "--worker",
-                        &w.to_string(),
-                        "--workers",
-                        "3",
-                        "--pool-size",
-                        "32",
-                    ])
+                emu.agent(*bind, ("5", w), (3, 32))
                     .args(["--dtype", dtype, "--len", "20000", "--verify", "--json"])
                     .stdout(Stdio::piped())
                     .spawn()
@@ -1087,40 +1086,17 @@ fn the_agent_serves_its_counters_to_prometheus() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut agent = Command::new(INAGG)
-        .args([
-            "agent",
-            "--switch",
-            &emu.data.to_string(),
-            "--bind",
-            &bind.to_string(),
-        ])
-        .args([
-            "--job",
-            "4",
-            "--worker",
-            "0",
-            "--workers",
-            "1",
-            "--pool-size",
-            "8",
-        ])
-        .args(["--dtype", "i32", "--len", "10000", "--verify"])
-        .args(["--metrics", &metrics.to_string(), "--metrics-linger", "20"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (agent, line) = first_line(
+        emu.agent(bind, ("4", 0), (1, 8))
+            .args(["--dtype", "i32", "--len", "10000", "--verify"])
+            .args(["--metrics", &metrics.to_string(), "--metrics-linger", "20"])
+            .stderr(Stdio::null()),
+    );
     // The summary line is printed when the all-reduce is done; the
     // counters are then final, and served while the agent lingers.
-    let mut line = String::new();
-    BufReader::new(agent.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
     assert!(line.contains("result verified"), "{line}");
     let body = scrape(metrics);
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     let labels = "{job=\"4\",worker=\"0\"}";
     assert!(
         body.contains(&format!("inagg_agent_allreduces_total{labels} 1\n")),

@@ -6,25 +6,16 @@
 //! CA, refused with what to do; endpoints off loopback in clear refused
 //! unless `--insecure`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use inagg_testbed::pki::Pki;
+use inagg_testbed::process::{first_line, Running};
 
 const INAGG: &str = env!("CARGO_BIN_EXE_inagg");
-
-/// A child process, killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn free_tcp() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
@@ -70,25 +61,20 @@ fn path(p: &Path) -> &str {
 
 /// `inagg emu` with mutual TLS and a token; its data and control addresses.
 fn emulator(pki: &Pki, metrics: SocketAddr) -> (Running, SocketAddr, SocketAddr) {
-    let mut child = Command::new(INAGG)
-        .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
-        .args(["--token", "sw-secret", "--metrics", &metrics.to_string()])
-        .args(["--tls-cert", path(&pki.server_cert)])
-        .args(["--tls-key", path(&pki.server_key)])
-        .args(["--tls-client-ca", path(&pki.ca)])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = first_line(
+        Command::new(INAGG)
+            .args(["emu", "--data", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+            .args(["--token", "sw-secret", "--metrics", &metrics.to_string()])
+            .args(["--tls-cert", path(&pki.server_cert)])
+            .args(["--tls-key", path(&pki.server_key)])
+            .args(["--tls-client-ca", path(&pki.ca)])
+            .stderr(Stdio::null()),
+    );
     let addr = |tag: &str| -> SocketAddr {
         let rest = line.split(tag).nth(1).unwrap_or_else(|| panic!("{line}"));
         rest.split_whitespace().next().unwrap().parse().unwrap()
     };
-    (Running(child), addr("udp://"), addr("tcp://"))
+    (child, addr("udp://"), addr("tcp://"))
 }
 
 /// One GET /metrics, retried while the server is not up yet.
@@ -266,19 +252,13 @@ fn endpoints_off_loopback_want_tls_or_insecure() {
         "off loopback: give it a certificate (--tls-cert and --tls-key)",
     );
     // Said in so many words, the emulator starts (and is killed here).
-    let mut emu = Command::new(INAGG)
-        .args(["emu", "--data", "127.0.0.1:0", "--control", off])
-        .args(["--token", "t", "--insecure"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(emu.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _ = emu.kill();
-    let _ = emu.wait();
+    let (emu, line) = first_line(
+        Command::new(INAGG)
+            .args(["emu", "--data", "127.0.0.1:0", "--control", off])
+            .args(["--token", "t", "--insecure"])
+            .stderr(Stdio::null()),
+    );
+    drop(emu);
     assert!(line.contains("control tcp://0.0.0.0:"), "{line}");
     // A certificate without its key is a usage error.
     fails_saying(

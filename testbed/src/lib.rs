@@ -4,12 +4,14 @@
 //! sockets ([`local`]); checks of their results ([`verify`]); many tensors
 //! through the agent's priority scheduler ([`priority`]); PyTorch runs on
 //! this checkout ([`torch`]); what a test could not run here ([`skip`]);
-//! certificates for tests of TLS ([`pki`]).
+//! certificates for tests of TLS ([`pki`]); `inagg` child processes
+//! ([`process`]).
 //! Real UDP and TCP all the way.
 
 pub mod local;
 pub mod pki;
 pub mod priority;
+pub mod process;
 pub mod skip;
 pub mod torch;
 pub mod verify;
