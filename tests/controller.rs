@@ -1940,3 +1940,109 @@ fn the_controller_takes_the_switch_back_whole() {
     assert_eq!(look.faults().unwrap(), seed_only);
     run_job(ctl.addr(), "j", 1, 1_000, 2);
 }
+
+/// The controller holds each emulator to the faults it records: those the
+/// emulator had when the controller first reached it, until the operator
+/// sets others through the controller (`ctl --controller faults`). Faults
+/// changed behind its back (here while it was stopped) are put back when
+/// it next looks, and `ctl faults` says what it found, who set the faults
+/// and when. Tenants may not set them.
+#[test]
+fn the_controller_holds_the_faults_it_records() {
+    let switch = emulator(16, 0.0, 4);
+    let control = switch.control_addr();
+    let state = state_file("faults");
+    let seed_only = FaultConfig {
+        seed: 4,
+        ..FaultConfig::default()
+    };
+    let ctl = start_with_token(control, &state, "op");
+    let mut op = Client::connect(ctl.addr(), Some("op".into())).unwrap();
+    let sites = op.faults().unwrap();
+    assert_eq!(sites.len(), 1);
+    assert_eq!(
+        (sites[0].intended, sites[0].found),
+        (seed_only, Some(seed_only))
+    );
+    assert_eq!(sites[0].set_by, None, "adopted at the first contact");
+
+    // Behind the controller's back: while it is stopped, anyone with the
+    // emulator's ear sets 100% loss; the restarted controller puts its own
+    // faults back at its first look.
+    drop(op);
+    drop(ctl);
+    let mut direct = EmuTarget::connect(control).unwrap();
+    direct.set_faults(FaultConfig::loss(1.0, 9)).unwrap();
+    let ctl = start_with_token(control, &state, "op");
+    assert_eq!(direct.faults().unwrap(), seed_only, "put back at once");
+    let mut op = Client::connect(ctl.addr(), Some("op".into())).unwrap();
+    let sites = op.faults().unwrap();
+    assert_eq!(
+        sites[0].found,
+        Some(FaultConfig::loss(1.0, 9)),
+        "what it found"
+    );
+    assert_eq!(sites[0].intended, seed_only);
+
+    // The operator's own, through the controller: installed at once, kept
+    // across a restart, and shown with who set them.
+    op.set_faults(None, FaultConfig::loss(0.25, 3)).unwrap();
+    assert_eq!(direct.faults().unwrap(), FaultConfig::loss(0.25, 3));
+    let e = op
+        .set_faults(Some("127.0.0.1:9".parse().unwrap()), FaultConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no aggregator at 127.0.0.1:9"), "{e}");
+    let e = op
+        .set_faults(None, FaultConfig::loss(1.5, 3))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("drop_ingress"), "{e}");
+    let (_, credential) = op
+        .create_tenant(TenantDecl {
+            name: "t".into(),
+            slots: 8,
+            queues: 0,
+        })
+        .unwrap();
+    let e = Client::connect(ctl.addr(), Some(credential))
+        .unwrap()
+        .set_faults(None, FaultConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is the operator's to do"), "{e}");
+    drop(op);
+    drop(ctl);
+    direct.set_faults(FaultConfig::default()).unwrap();
+    let ctl = start_with_token(control, &state, "op");
+    assert_eq!(direct.faults().unwrap(), FaultConfig::loss(0.25, 3));
+
+    // The CLI shows them and changes one field.
+    let addr = ctl.addr().to_string();
+    let ctl_op = |args: &[&str]| {
+        let out = inagg(&[&["ctl", "--controller", &addr, "--token", "op"][..], args].concat());
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = ctl_op(&["faults"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(
+            "  held to  drop_ingress 0.25  drop_egress 0.25  duplicate 0  reorder 0  seed 3"
+        ) && text.contains("  set by   the operator from 127.0.0.1:"),
+        "{text}"
+    );
+    let (ok, text) = ctl_op(&["faults", "--drop-egress", "0.5"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("the switch held to drop_ingress 0.25  drop_egress 0.5"),
+        "{text}"
+    );
+    assert_eq!(direct.faults().unwrap().drop_egress, 0.5);
+    let (ok, text) = ctl_op(&["events"]);
+    assert!(
+        ok && text.contains("set faults on the switch: drop_ingress 0.25 drop_egress 0.5"),
+        "{text}"
+    );
+}

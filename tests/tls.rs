@@ -191,9 +191,20 @@ fn the_control_plane_runs_over_tls_end_to_end() {
     // Two workers register over TLS and all-reduce exactly.
     let agents: Vec<Running> = (0..2)
         .map(|rank| {
-            let child = Command::new(INAGG)
-                .args(["agent", "--controller", &api, "--token", "op-secret"])
-                .args(["--tls-ca", path(&pki.ca)])
+            let mut agent = Command::new(INAGG);
+            agent.arg("agent");
+            // Rank 0 by flags, rank 1 by the environment (docs/GUIDE.md).
+            if rank == 0 {
+                agent
+                    .args(["--controller", &api, "--token", "op-secret"])
+                    .args(["--tls-ca", path(&pki.ca)]);
+            } else {
+                agent
+                    .env("INAGG_CONTROLLER", &api)
+                    .env("INAGG_TOKEN", "op-secret")
+                    .env("INAGG_TLS_CA", &pki.ca);
+            }
+            let child = agent
                 .args(["--job", "tls", "--worker", &rank.to_string()])
                 .args(["--bind", &free_udp().to_string()])
                 .args(["--dtype", "i32", "--len", "20000", "--verify"])

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use inagg_netio::lines::{self, CallError, Endpoint};
 use inagg_netio::tls::ClientTls;
+use inagg_switch_api::FaultConfig;
 
 use crate::{
     Admission, Caller, Envelope, Event, GroupDecl, GroupStatus, JobDecl, JobStatus, Reply, Request,
-    Response, SiteStats, SiteStatus, TenantDecl, TenantStatus,
+    Response, SiteFaults, SiteStats, SiteStatus, TenantDecl, TenantStatus,
 };
 
 /// How long to wait to connect, and for an answer beyond a request's own wait.
@@ -158,6 +159,26 @@ impl Client {
     pub fn whoami(&mut self) -> Result<Caller, ClientError> {
         match self.call(Request::Whoami, Duration::ZERO)? {
             Reply::Caller { caller } => Ok(caller),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Holds an aggregator (the switch when `site` is `None`) to `faults`.
+    pub fn set_faults(
+        &mut self,
+        site: Option<SocketAddr>,
+        faults: FaultConfig,
+    ) -> Result<(), ClientError> {
+        match self.call(Request::SetFaults { site, faults }, Duration::ZERO)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The faults the controller holds each aggregator to.
+    pub fn faults(&mut self) -> Result<Vec<SiteFaults>, ClientError> {
+        match self.call(Request::Faults, Duration::ZERO)? {
+            Reply::Faults { sites } => Ok(sites),
             other => Err(unexpected(other)),
         }
     }

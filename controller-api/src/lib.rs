@@ -15,6 +15,7 @@ pub use client::{Client, ClientError};
 use std::net::SocketAddr;
 
 use inagg_switch_api::queues::ClassQueue;
+use inagg_switch_api::FaultConfig;
 use serde::{Deserialize, Serialize};
 
 /// The version of this protocol. A change that an older client or
@@ -313,6 +314,37 @@ pub struct SiteStatus {
     pub memory: Option<(u64, u64)>,
 }
 
+/// Who set an aggregator's faults through the controller, from where and
+/// when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultsSetBy {
+    /// Who.
+    pub caller: Caller,
+    /// From where.
+    pub peer: SocketAddr,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// The faults the controller keeps on one aggregator (an emulator; a P4
+/// switch has none), and what the aggregator had at the last reconcile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteFaults {
+    /// "switch" or "fallback".
+    pub role: String,
+    /// Control address.
+    pub control: SocketAddr,
+    /// What the controller holds it to.
+    pub intended: FaultConfig,
+    /// Who set them through the controller; `None`: they are what the
+    /// aggregator had when the controller first reached it (its start
+    /// options), or none.
+    pub set_by: Option<FaultsSetBy>,
+    /// What the aggregator had at the last reconcile, before any were put
+    /// back; `None` when it was not reached or has no faults to read.
+    pub found: Option<FaultConfig>,
+}
+
 /// A request and the API token.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
@@ -364,6 +396,18 @@ pub enum Request {
     Tenants,
     /// Who this connection's token says it is.
     Whoami,
+    /// Hold an aggregator (the switch unless `site` says which) to these
+    /// faults, from the next reconcile on (operator only).
+    SetFaults {
+        /// The aggregator's control address; the switch when absent.
+        #[serde(default)]
+        site: Option<SocketAddr>,
+        /// The faults.
+        faults: FaultConfig,
+    },
+    /// The faults the controller holds each aggregator to, who set them,
+    /// and what each had.
+    Faults,
     /// The audit: the last `last` changes asked of the controller (a
     /// tenant's own), oldest first.
     Events {
@@ -451,6 +495,20 @@ impl Request {
             Request::RotateTenant { name } => (format!("new credential for tenant {name:?}"), true),
             Request::Tenants => ("list tenants".into(), false),
             Request::Whoami => ("who am I".into(), false),
+            Request::SetFaults { site, faults: f } => (
+                format!(
+                    "set faults on {}: drop_ingress {} drop_egress {} duplicate {} reorder {} \
+                     seed {}",
+                    site.map_or("the switch".to_string(), |s| s.to_string()),
+                    f.drop_ingress,
+                    f.drop_egress,
+                    f.duplicate,
+                    f.reorder,
+                    f.seed
+                ),
+                true,
+            ),
+            Request::Faults => ("read the faults".into(), false),
             Request::Events { last } => (format!("read the last {last} audit entries"), false),
             Request::Jobs => ("list jobs".into(), false),
             Request::Groups => ("list groups".into(), false),
@@ -518,6 +576,11 @@ pub enum Reply {
     Caller {
         /// It.
         caller: Caller,
+    },
+    /// Each aggregator's faults.
+    Faults {
+        /// By aggregator, the switch first.
+        sites: Vec<SiteFaults>,
     },
     /// Entries of the audit, oldest first.
     Events {

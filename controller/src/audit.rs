@@ -13,6 +13,13 @@ use inagg_controller_api::{Caller, Event, MAX_EVENTS};
 
 use crate::store::{Store, StoreError};
 
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The audit's next number.
 #[derive(Debug)]
 pub struct Audit {
@@ -35,12 +42,9 @@ impl Audit {
         what: String,
         refused: Option<String>,
     ) -> Result<Event, StoreError> {
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let event = Event {
             seq: self.next,
-            at_ms,
+            at_ms: now_ms(),
             caller: caller.clone(),
             peer,
             what,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use inagg_switch_api::{check_group, GroupInfo, GroupSpec, JobError, JobSpec};
+use inagg_switch_api::{check_group, FaultConfig, GroupInfo, GroupSpec, JobError, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::{self, Grant, SlotAllocator};
@@ -104,6 +104,9 @@ pub struct Desired {
     pub groups: BTreeMap<u16, GroupSpec>,
     /// Every job placed here, installable or not.
     pub placed: BTreeSet<u16>,
+    /// The faults to hold it to; `None` until recorded (the first
+    /// contact adopts what it has).
+    pub faults: Option<FaultConfig>,
 }
 
 /// Why the controller refused a request (the caller's fault unless it says
@@ -182,6 +185,8 @@ pub enum CoreError {
     #[error("no tenant {0:?}; `inagg ctl tenant list` shows the tenants")]
     UnknownTenant(String),
     /// The tenant still has jobs.
+    #[error("faults: {0}")]
+    BadFaults(String),
     #[error("tenant {name:?} still has jobs ({jobs}); delete them first")]
     TenantBusy {
         /// The tenant.
@@ -215,6 +220,18 @@ pub struct Dirty {
     pub groups: bool,
     /// The tenants.
     pub tenants: bool,
+    /// The faults held.
+    pub faults: bool,
+}
+
+/// The faults the controller holds one aggregator to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// The faults.
+    pub config: FaultConfig,
+    /// Who set them through the controller; `None`: found on the
+    /// aggregator when the controller first reached it.
+    pub set_by: Option<inagg_controller_api::FaultsSetBy>,
 }
 
 /// The controller's bookkeeping: jobs, their placements and sessions,
@@ -230,6 +247,9 @@ pub struct Book {
     pub priority: BTreeMap<u8, u8>,
     /// The tenants by name (given after [`Book::new`], as stored).
     pub tenants: BTreeMap<String, TenantRecord>,
+    /// The faults each aggregator is held to, by control address (given
+    /// after [`Book::new`], as stored).
+    pub faults: BTreeMap<SocketAddr, FaultRecord>,
     /// Index 0: the switch; then the fallbacks.
     pub sites: Vec<Site>,
     next_order: u64,
@@ -254,6 +274,7 @@ impl Book {
             groups,
             priority,
             tenants: BTreeMap::new(),
+            faults: BTreeMap::new(),
             sites,
             next_order,
             next_generation,
@@ -855,6 +876,65 @@ impl Book {
         self.dirty.priority = true;
         Ok(())
     }
+    /// Holds the aggregator at `site` (the switch when `None`) to `config`
+    /// from the next reconcile on.
+    pub fn set_faults(
+        &mut self,
+        site: Option<SocketAddr>,
+        config: FaultConfig,
+        set_by: inagg_controller_api::FaultsSetBy,
+    ) -> Result<(), CoreError> {
+        config.validate().map_err(CoreError::BadFaults)?;
+        let control = match site {
+            None => self.sites[0].control,
+            Some(a) if self.sites.iter().any(|s| s.control == a) => a,
+            Some(a) => {
+                let known: Vec<String> = self.sites.iter().map(Site::name).collect();
+                return Err(CoreError::BadFaults(format!(
+                    "no aggregator at {a}: this controller has {}",
+                    known.join(", ")
+                )));
+            }
+        };
+        let set_by = Some(set_by);
+        self.faults.insert(control, FaultRecord { config, set_by });
+        self.dirty.faults = true;
+        Ok(())
+    }
+
+    /// The faults each aggregator is held to, who set them, and what it
+    /// had at the last reconcile, the switch first.
+    pub fn site_faults(&self) -> Vec<inagg_controller_api::SiteFaults> {
+        self.sites
+            .iter()
+            .map(|s| {
+                let record = self.faults.get(&s.control);
+                inagg_controller_api::SiteFaults {
+                    role: s.role.to_string(),
+                    control: s.control,
+                    intended: record.map(|r| r.config).unwrap_or_default(),
+                    set_by: record.and_then(|r| r.set_by.clone()),
+                    found: s.faults_found,
+                }
+            })
+            .collect()
+    }
+
+    /// Takes the faults aggregator `i` was found with as those it is held
+    /// to, if it has none recorded (the first contact ever: its start
+    /// options are the operator's).
+    pub fn adopt_faults(&mut self, i: usize) {
+        let (control, found) = (self.sites[i].control, self.sites[i].faults_found);
+        if let (Some(config), false) = (found, self.faults.contains_key(&control)) {
+            let record = FaultRecord {
+                config,
+                set_by: None,
+            };
+            self.faults.insert(control, record);
+            self.dirty.faults = true;
+        }
+    }
+
     /// Sends the jobs on a fallback that is down, and between sessions
     /// (not every rank has registered, so none of their all-reduces can be
     /// running), to be placed again: on another aggregator with room, or
@@ -967,6 +1047,7 @@ impl Book {
                 _ => BTreeMap::new(),
             },
             placed: here.iter().map(|j| j.id).collect(),
+            faults: self.faults.get(&self.sites[i].control).map(|f| f.config),
         }
     }
 

@@ -497,6 +497,18 @@ fn handle(
         ));
     }
     match request {
+        Request::SetFaults { site, faults } => {
+            let set_by = inagg_controller_api::FaultsSetBy {
+                caller: caller.clone(),
+                peer,
+                at_ms: crate::audit::now_ms(),
+            };
+            drop(shared.change(|c| c.set_faults(site, faults, set_by))?);
+            Ok(Reply::Done)
+        }
+        Request::Faults => Ok(Reply::Faults {
+            sites: shared.lock().site_faults(),
+        }),
         Request::Events { last } => {
             let events = shared
                 .lock()

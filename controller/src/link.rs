@@ -20,13 +20,6 @@ pub type Connector = Box<dyn Fn() -> Result<Box<dyn Target + Send>, ControlError
 pub struct Link {
     connect: Connector,
     target: Option<Box<dyn Target + Send>>,
-    /// The emulator's faults as the controller first found them: put back
-    /// when it takes the switch back from a connection that displaced it
-    /// (which may have changed them). `None` where the target has none.
-    faults: Option<FaultConfig>,
-    /// Another connection took the switch (an arbitration refusal) since
-    /// the controller last held it.
-    displaced: bool,
 }
 
 impl Link {
@@ -35,8 +28,6 @@ impl Link {
         Link {
             connect,
             target: None,
-            faults: None,
-            displaced: false,
         }
     }
 
@@ -69,8 +60,7 @@ impl Link {
             Ok::<_, ControlError>((t, info, data))
         })();
         match attempt {
-            Ok((mut t, info, data)) => {
-                self.keep_faults(site, t.as_mut());
+            Ok((t, info, data)) => {
                 let slots = info.slots;
                 tracing::info!(
                     "reached the {} ({}) at {}: {slots} slots",
@@ -101,26 +91,9 @@ impl Link {
             }
         }
     }
-    /// On the first contact, notes the target's faults; on taking the
-    /// switch back from a connection that displaced the controller, puts
-    /// them back (whatever it set meanwhile: 100% drop, say).
-    fn keep_faults(&mut self, site: &Site, t: &mut (dyn Target + Send)) {
-        match self.faults {
-            None => self.faults = t.faults().ok(),
-            Some(faults) if self.displaced => match t.set_faults(faults) {
-                Ok(()) => tracing::info!("{}: faults restored after taking it back", site.name()),
-                Err(e) => tracing::warn!("{}: cannot restore its faults: {e}", site.name()),
-            },
-            Some(_) => {}
-        }
-        self.displaced = false;
-    }
     /// Marks the aggregator down with `e`: the connection is dropped and
     /// it holds nothing as far as the controller knows.
     pub fn fail(&mut self, site: &mut Site, e: ControlError) {
-        if matches!(e, ControlError::Arbitration(_)) {
-            self.displaced = true;
-        }
         if self.target.is_some() || site.error.is_none() {
             tracing::warn!("{} is down: {e}", site.name());
         }
@@ -195,7 +168,8 @@ impl Link {
                     problems.extend(refusal(t.create_group(spec))?);
                 }
             }
-            sync_priority(t.as_mut(), priority)
+            sync_priority(t.as_mut(), priority)?;
+            sync_faults(t.as_mut(), site, want.faults)
         })();
         if let Err(e) = result {
             problems.push(e.to_string());
@@ -290,4 +264,33 @@ fn sync_priority(t: &mut dyn Target, want: &BTreeMap<u8, u8>) -> Result<(), Cont
         }
     }
     Ok(())
+}
+
+/// Reads the aggregator's faults into `site` and, where the controller
+/// holds it to others, puts those back: whoever changed them (a
+/// connection that displaced the controller, anyone while the controller
+/// was down), they do not outlive the controller's next look. A target
+/// without faults (a P4 switch) has nothing to hold.
+fn sync_faults(
+    t: &mut (dyn Target + Send),
+    site: &mut Site,
+    want: Option<FaultConfig>,
+) -> Result<(), ControlError> {
+    let found = match t.faults() {
+        Ok(found) => found,
+        Err(ControlError::Unsupported { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    site.faults_found = Some(found);
+    match want {
+        Some(want) if want != found => {
+            t.set_faults(want)?;
+            tracing::warn!(
+                "{}: faults were {found:?}, not what the controller holds it to; put back {want:?}",
+                site.name()
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }

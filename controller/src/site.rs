@@ -47,6 +47,9 @@ pub struct Site {
     pub kind: &'static str,
     /// Why it is down, once it has been.
     pub error: Option<String>,
+    /// Its faults at the last reconcile, before any were put back (an
+    /// emulator's; `None` for a target without them, or not reached).
+    pub faults_found: Option<inagg_switch_api::FaultConfig>,
 }
 
 impl Site {
@@ -69,6 +72,7 @@ impl Site {
             held: BTreeMap::new(),
             kind: "?",
             error: None,
+            faults_found: None,
         }
     }
     /// The site, with the address workers reach its data plane at given by

@@ -21,6 +21,7 @@ const GENERATION_KEY: &str = "next_generation";
 const PRIORITY_KEY: &str = "priority";
 const GROUPS_KEY: &str = "groups";
 const TENANTS_KEY: &str = "tenants";
+const FAULTS_KEY: &str = "faults";
 
 /// Everything the controller holds, behind one lock. Reads go to the
 /// book (`Deref`); changes go through the methods here, which write them.
@@ -54,6 +55,7 @@ impl Core {
         let (sites, links) = sites.into_iter().unzip();
         let mut book = Book::new(jobs, groups, priority, next_generation, sites)?;
         book.tenants = store.meta(TENANTS_KEY)?.unwrap_or_default();
+        book.faults = store.meta(FAULTS_KEY)?.unwrap_or_default();
         let audit = Audit::load(&store)?;
         let mut core = Core {
             book,
@@ -94,7 +96,11 @@ impl Core {
             priority,
             groups,
             tenants,
+            faults,
         } = self.book.take_dirty();
+        if faults {
+            self.store.set_meta(FAULTS_KEY, &self.book.faults)?;
+        }
         for name in jobs {
             match self.book.jobs.get(&name) {
                 Some(job) => self.store.put_job(&name, job)?,
@@ -191,6 +197,16 @@ impl Core {
         self.change(|b| b.set_priority(class, queue))
     }
 
+    /// Holds an aggregator to `faults` (put there by the next reconcile).
+    pub fn set_faults(
+        &mut self,
+        site: Option<SocketAddr>,
+        faults: inagg_switch_api::FaultConfig,
+        set_by: inagg_controller_api::FaultsSetBy,
+    ) -> Result<(), CoreError> {
+        self.change(|b| b.set_faults(site, faults, set_by))
+    }
+
     /// Every group, the jobs' and the hand-made ones, with the counters of
     /// the aggregators that answer.
     pub fn group_status(&mut self) -> Vec<GroupStatus> {
@@ -253,6 +269,11 @@ impl Core {
         for i in 0..self.links.len() {
             let want = self.book.desired(i);
             problems.extend(self.links[i].sync(&mut self.book.sites[i], &want, &priority));
+            self.book.adopt_faults(i);
+        }
+        // The faults adopted at a first contact.
+        if let Err(e) = self.save() {
+            problems.push(e.to_string());
         }
         problems
     }

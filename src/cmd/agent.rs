@@ -85,7 +85,7 @@ pub struct AgentArgs {
     /// the worker and gives it the job's id, pool, K, generation and the
     /// aggregator's address: then only --job (the job's name), --rank and
     /// --bind are needed.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "INAGG_CONTROLLER", value_name = "ADDR")]
     pub controller: Option<SocketAddr>,
     /// The controller's API token.
     #[arg(long, env = "INAGG_TOKEN", hide_env_values = true)]

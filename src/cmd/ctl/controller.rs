@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 
 use super::jobs::{group_decl, GroupCommand, JobCommand};
 use super::output::{emit, emit_plan, endpoints, table, usage};
-use super::{CtlCommand, TenantCommand};
-use inagg_controller_api::{Caller, Client, ClientError, Event};
+use super::{describe_faults, CtlCommand, TenantCommand};
+use inagg_controller_api::{Caller, Client, ClientError, Event, SiteFaults};
 use inagg_controller_api::{
     GroupStatus, JobStatus, Placement, SiteStats, SiteStatus, TenantDecl, TenantStatus,
 };
@@ -29,6 +29,22 @@ pub fn run(
         CtlCommand::Whoami => {
             let caller = c.whoami().map_err(controller_error)?;
             emit(out, json, &caller, |o| writeln!(o, "{caller}"))
+        }
+        CtlCommand::Faults(args) => {
+            let sites = c.faults().map_err(controller_error)?;
+            let held = sites
+                .iter()
+                .find(|s| args.site.map_or(s.role == "switch", |a| s.control == a))
+                .map(|s| s.intended)
+                .unwrap_or_default();
+            let Some(f) = args.applied_to(held)? else {
+                return emit(out, json, &sites, |o| write_faults(o, &sites));
+            };
+            c.set_faults(args.site, f).map_err(controller_error)?;
+            let on = args.site.map_or("the switch".into(), |a| a.to_string());
+            emit(out, json, &f, |o| {
+                writeln!(o, "{on} held to {}", describe_faults(&f))
+            })
         }
         CtlCommand::Events { last } => {
             let events = c.events(last).map_err(controller_error)?;
@@ -183,6 +199,36 @@ fn write_tenants(o: &mut dyn Write, tenants: &[TenantStatus]) -> std::io::Result
             t.jobs.join(",")
         )
     })
+}
+
+/// Each aggregator's faults: what the controller holds it to, who set
+/// them, and what it had at the last look.
+fn write_faults(o: &mut dyn Write, sites: &[SiteFaults]) -> std::io::Result<()> {
+    for s in sites {
+        writeln!(o, "{} {}", s.role, s.control)?;
+        writeln!(o, "  held to  {}", describe_faults(&s.intended))?;
+        match s.found {
+            Some(found) if found != s.intended => {
+                writeln!(o, "  found    {} (put back)", describe_faults(&found))?
+            }
+            Some(_) => writeln!(o, "  found    the same")?,
+            None => writeln!(o, "  found    nothing to read (down, or no faults)")?,
+        }
+        match &s.set_by {
+            Some(by) => writeln!(
+                o,
+                "  set by   {} from {} at {}",
+                by.caller,
+                by.peer,
+                utc(by.at_ms)
+            )?,
+            None => writeln!(
+                o,
+                "  set by   nobody: what it had when the controller first reached it"
+            )?,
+        }
+    }
+    Ok(())
 }
 
 /// The audit as a table: when (UTC), who, from where, what, and what came

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
+use inagg_switch_api::{ApiError, FaultConfig};
 use inagg_switch_control::cluster::ClusterFile;
 use inagg_switch_control::registry::{self, BoxedTarget, ConnectOptions, Registered};
 use inagg_switch_control::target::{ControlError, Result};
@@ -165,6 +166,67 @@ impl Bmv2Args {
     }
 }
 
+/// `ctl faults`: shown when no option is given; the options given change
+/// those fields only.
+#[derive(Debug, Clone, Args)]
+pub struct FaultArgs {
+    /// Drop probability worker -> switch.
+    #[arg(long)]
+    pub drop_ingress: Option<f64>,
+    /// Drop probability switch -> worker.
+    #[arg(long)]
+    pub drop_egress: Option<f64>,
+    /// Duplication probability.
+    #[arg(long)]
+    pub duplicate: Option<f64>,
+    /// Reordering probability.
+    #[arg(long)]
+    pub reorder: Option<f64>,
+    /// RNG seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// With --controller: the aggregator (its control address) [default:
+    /// the switch].
+    #[arg(long, value_name = "ADDR")]
+    pub site: Option<SocketAddr>,
+}
+
+impl FaultArgs {
+    /// `base` with the fields given changed, checked; `None` when none is
+    /// given.
+    pub fn applied_to(&self, base: FaultConfig) -> Result<Option<FaultConfig>> {
+        let probabilities = [
+            self.drop_ingress,
+            self.drop_egress,
+            self.duplicate,
+            self.reorder,
+        ];
+        if probabilities.iter().all(Option::is_none) && self.seed.is_none() {
+            return Ok(None);
+        }
+        let f = FaultConfig {
+            drop_ingress: self.drop_ingress.unwrap_or(base.drop_ingress),
+            drop_egress: self.drop_egress.unwrap_or(base.drop_egress),
+            duplicate: self.duplicate.unwrap_or(base.duplicate),
+            reorder: self.reorder.unwrap_or(base.reorder),
+            seed: self.seed.unwrap_or(base.seed),
+        };
+        // Checked here too: NaN cannot cross a JSON control channel (it
+        // would arrive as null and fail to parse there).
+        f.validate()
+            .map_err(|message| ControlError::Api(ApiError::Invalid { message }))?;
+        Ok(Some(f))
+    }
+}
+
+/// Faults on one line, as `ctl faults` prints them.
+pub fn describe_faults(f: &FaultConfig) -> String {
+    format!(
+        "drop_ingress {}  drop_egress {}  duplicate {}  reorder {}  seed {}",
+        f.drop_ingress, f.drop_egress, f.duplicate, f.reorder, f.seed
+    )
+}
+
 /// Nouns.
 #[derive(Debug, Subcommand)]
 pub enum CtlCommand {
@@ -192,23 +254,7 @@ pub enum CtlCommand {
         reset: bool,
     },
     /// The emulator's fault injection.
-    Faults {
-        /// Drop probability worker -> switch.
-        #[arg(long)]
-        drop_ingress: Option<f64>,
-        /// Drop probability switch -> worker.
-        #[arg(long)]
-        drop_egress: Option<f64>,
-        /// Duplication probability.
-        #[arg(long)]
-        duplicate: Option<f64>,
-        /// Reordering probability.
-        #[arg(long)]
-        reorder: Option<f64>,
-        /// RNG seed.
-        #[arg(long)]
-        seed: Option<u64>,
-    },
+    Faults(FaultArgs),
     /// Egress queues: the priority class -> queue map, the ports' line rate,
     /// and each port's queues (packets, bytes, tail drops, depth).
     Queues,

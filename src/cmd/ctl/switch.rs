@@ -6,14 +6,13 @@ use std::io::Write;
 
 use inagg_switch_api::counters::{Counters, DropReason};
 use inagg_switch_api::queues::{describe_map, EGRESS_QUEUES};
-use inagg_switch_api::FaultConfig;
 use inagg_switch_api::{ApiError, GroupInfo, JobInfo, PoolMap};
 use inagg_switch_control::cluster::{self, ClusterFile};
 use inagg_switch_control::target::{install_job, ControlError, QueueReport, Result, Target};
 
 use super::jobs::{group_id, group_spec, job_id, GroupCommand, JobCommand};
-use super::output::{emit, emit_plan, endpoints, table};
-use super::{relay, CtlCommand};
+use super::output::{emit, emit_plan, endpoints, table, usage};
+use super::{describe_faults, relay, CtlCommand};
 
 /// Runs `command` on the switch behind `t`. `cluster_file` is `apply`'s
 /// file, read before connecting (its `[switch]` table says where to).
@@ -78,39 +77,18 @@ pub fn run(
                 |o| write_counters(o, &counters, &jobs),
             )
         }
-        CtlCommand::Faults {
-            drop_ingress,
-            drop_egress,
-            duplicate,
-            reorder,
-            seed,
-        } => {
-            let mut f = t.faults()?;
-            let changes = [drop_ingress, drop_egress, duplicate, reorder]
-                .iter()
-                .any(Option::is_some)
-                || seed.is_some();
-            if changes {
-                f = FaultConfig {
-                    drop_ingress: drop_ingress.unwrap_or(f.drop_ingress),
-                    drop_egress: drop_egress.unwrap_or(f.drop_egress),
-                    duplicate: duplicate.unwrap_or(f.duplicate),
-                    reorder: reorder.unwrap_or(f.reorder),
-                    seed: seed.unwrap_or(f.seed),
-                };
-                // Checked here too: NaN cannot cross the JSON control
-                // channel (it would arrive as null and fail to parse there).
-                f.validate()
-                    .map_err(|message| ControlError::Api(ApiError::Invalid { message }))?;
-                t.set_faults(f)?;
+        CtlCommand::Faults(args) => {
+            if args.site.is_some() {
+                return Err(usage(
+                    "--site picks an aggregator of a controller: give --controller",
+                ));
             }
-            emit(out, json, &f, |o| {
-                writeln!(
-                    o,
-                    "drop_ingress {}  drop_egress {}  duplicate {}  reorder {}  seed {}",
-                    f.drop_ingress, f.drop_egress, f.duplicate, f.reorder, f.seed
-                )
-            })
+            let mut f = t.faults()?;
+            if let Some(changed) = args.applied_to(f)? {
+                t.set_faults(changed)?;
+                f = changed;
+            }
+            emit(out, json, &f, |o| writeln!(o, "{}", describe_faults(&f)))
         }
         CtlCommand::Queues => {
             let report = t.queues()?;
