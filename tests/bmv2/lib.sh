@@ -112,7 +112,8 @@ start_switch() {
         thrift_args=(--thrift-port "$thrift")
     fi
     "${exec[@]}" simple_switch_grpc --device-id 0 "${args[@]}" "${thrift_args[@]}" --no-p4 \
-        -- --grpc-server-addr "127.0.0.1:$grpc_port" --priority-queues 8 >"$tmp/$log.log" 2>&1 &
+        -- --grpc-server-addr "127.0.0.1:$grpc_port" --priority-queues 8 "${grpc_tls[@]}" \
+        >"$tmp/$log.log" 2>&1 &
     pids+=($!)
     local pid=$!
     switch_pid=$pid
@@ -122,6 +123,37 @@ start_switch() {
         sleep 0.1
     done
     fail "simple_switch_grpc ($log) did not open 127.0.0.1:$grpc_port"
+}
+
+# With TLS=1, every control channel speaks TLS: a CA and a certificate for
+# 127.0.0.1 and the controller's address $1 are made with openssl; the P4
+# Runtime servers want a client certificate (mutual TLS) and the
+# controller's API a server one. Every inagg command finds its files in
+# the environment (INAGG_SWITCH_TLS_*, INAGG_TLS_CA). Sets grpc_tls (the
+# switches' options) and api_tls (the controller's: --insecure in clear,
+# as its address is off loopback).
+setup_tls() {
+    grpc_tls=()
+    api_tls=(--insecure)
+    [ "${TLS:-0}" = 1 ] || return 0
+    command -v openssl >/dev/null 2>&1 || skip "openssl not on PATH (TLS=1 makes certificates with it)"
+    local d="$tmp/pki"
+    mkdir -p "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+        -subj /CN=inagg-bmv2-ca -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+    local who
+    for who in server client; do
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$who" \
+            -keyout "$d/$who.key" -out "$d/$who.csr" 2>/dev/null
+        openssl x509 -req -in "$d/$who.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -days 1 \
+            -out "$d/$who.pem" -extfile <(echo "subjectAltName=IP:127.0.0.1,IP:${1%:*}") 2>/dev/null
+    done
+    grpc_tls=(--grpc-server-ssl --grpc-server-cacert "$d/ca.pem" --grpc-server-cert "$d/server.pem"
+        --grpc-server-key "$d/server.key" --grpc-server-with-client-auth)
+    api_tls=(--tls-cert "$d/server.pem" --tls-key "$d/server.key")
+    export INAGG_SWITCH_TLS_CA="$d/ca.pem" INAGG_SWITCH_TLS_CERT="$d/client.pem" \
+        INAGG_SWITCH_TLS_KEY="$d/client.key" INAGG_TLS_CA="$d/ca.pem"
+    echo "$name: TLS on every control channel (mutual TLS to the switches)"
 }
 
 # The value of key $2 in the JSON object in file $1.

@@ -20,6 +20,7 @@
 #      a third switch's ports with `inagg conformance --target bmv2`.
 #
 #   tests/bmv2/run.sh                      # all of it
+#   TLS=1 tests/bmv2/run.sh                # the same, every control channel over TLS
 #   LEN=300000 WORKERS="4" tests/bmv2/run.sh
 #
 #        ns ibh<id>w0 ... w3:  veth0 10.0.0.(w+1)/24, MAC 02:00:00:00:00:0(w+1)
@@ -64,6 +65,9 @@ inagg="$repo/target/release/inagg"
 
 max_workers=4
 make_hosts "$max_workers"
+token="bmv2-run-$id"
+ctl_addr="192.168.77.254:$((port_base + 7))"
+setup_tls "$ctl_addr"
 
 # --- The root switch: ports 1-4 to the workers, 9 to the leaf switch. ------
 leaf_link="ibl$id"
@@ -156,12 +160,10 @@ ctl job delete 20 >/dev/null
 for w in 0 1; do ip netns exec "ibh${id}w$w" iptables -F; done
 
 # --- 4. The controller ------------------------------------------------------
-token="bmv2-run-$id"
-ctl_addr="192.168.77.254:$((port_base + 7))"
 state="$tmp/controller.redb"
 start_controller() {
     "$inagg" controller --target bmv2 --switch "$grpc" --topology "$topology" \
-        --p4info "$p4info" --bmv2-json "$json" --switch-data 10.0.0.254:47000 --listen "$ctl_addr" --token "$token" --insecure \
+        --p4info "$p4info" --bmv2-json "$json" --switch-data 10.0.0.254:47000 --listen "$ctl_addr" --token "$token" "${api_tls[@]}" \
         --state "$state" --reconcile-ms 200 >>"$tmp/controller.log" 2>&1 &
     controller_pid=$!
     pids+=($controller_pid)
