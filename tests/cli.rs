@@ -931,6 +931,7 @@ fn bad_arguments_get_clear_errors_not_panics() {
             "--repeat must be at least 2",
         ),
         (&["bench", "--ablation"][..], "--netstorm"),
+        (&["bench", "--flood", "--loss"][..], "cannot be used with"),
         (
             &["bench", "--netstorm", "--ablation", "--aux"][..],
             "cannot be used with",

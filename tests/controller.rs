@@ -23,6 +23,7 @@ use inagg_host_agent::{AgentConfig, Worker};
 use inagg_switch_api::queues::ClassQueue;
 use inagg_switch_control::target::Target;
 use inagg_switch_control::EmuTarget;
+use inagg_testbed::flood::Flood;
 use inagg_testbed::local::LocalCluster;
 use inagg_testbed::verify::check_i32;
 
@@ -2045,4 +2046,43 @@ fn the_controller_holds_the_faults_it_records() {
         ok && text.contains("set faults on the switch: drop_ingress 0.25 drop_egress 0.5"),
         "{text}"
     );
+}
+
+/// No lock-out: a thousand strangers, each sending a tokenless request
+/// every 50 ms and reconnecting whenever it is closed, at the controller's
+/// API and at an emulator's control endpoint with a token: every request
+/// of a client with the token is answered (how long it waits is
+/// `inagg bench --flood`'s to say).
+#[test]
+fn a_thousand_strangers_do_not_lock_out_a_token_holder() {
+    let switch = emulator(16, 0.0, 1);
+    let state = state_file("flood");
+    let ctl = start_with_token(switch.control_addr(), &state, "op");
+    let emu = inagg_emu::Emulator::start(EmulatorConfig {
+        token: Some(inagg_netio::token::Token::new("sw").unwrap()),
+        ..EmulatorConfig::ephemeral()
+    })
+    .unwrap();
+    let floods = [
+        Flood::start(ctl.addr(), 1000, br#"{"request":{"op":"jobs"}}"#),
+        Flood::start(emu.control_addr(), 1000, br#"{"op":"info"}"#),
+    ];
+    // At work: every stranger has sent, and the endpoints have closed
+    // some (they are reopened).
+    for flood in &floods {
+        while flood.lines() < 2000 || flood.opened() <= 1000 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let token = inagg_netio::token::Token::new("sw").unwrap();
+    for i in 0..20 {
+        let jobs = Client::connect(ctl.addr(), Some("op".into())).and_then(|mut c| c.jobs());
+        assert!(jobs.is_ok(), "request {i} through the flood: {jobs:?}");
+        let info = EmuTarget::connect_with(emu.control_addr(), Some(&token), None)
+            .and_then(|mut t| t.info());
+        assert!(
+            info.is_ok(),
+            "emulator request {i} through the flood: {info:?}"
+        );
+    }
 }

@@ -531,12 +531,18 @@ fn serve_requests(
                 Response::Ok(Reply::Done)
             }
             Ok(request) if !authenticated => {
+                // Told, then closed, as the controller's API does: a
+                // stranger's place is freed at once, not at its eviction.
                 tracing::warn!(
                     "refused {} from {}: not authenticated",
                     request.summary(),
                     caller.peer
                 );
-                Response::Err(unauthorized("present the token first"))
+                let _ = reply(
+                    &mut writer,
+                    &Response::Err(unauthorized("present the token first")),
+                );
+                return;
             }
             Ok(request) => {
                 conn.trust();

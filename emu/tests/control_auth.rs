@@ -49,9 +49,8 @@ fn without_the_token_a_connection_changes_nothing() {
     let claim = ask(&mut owner, json!({"op": "arbitrate", "election_id": 1})).unwrap();
     assert_eq!(kind(&claim), "ok", "{claim}");
 
-    // A neighbour without the token: every request is refused and says
-    // what to do, the highest election id included.
-    let mut stranger = Client::connect(&emu);
+    // A neighbour without the token: every request is refused, says what
+    // to do, and ends the connection, the highest election id included.
     for request in [
         json!({"op": "arbitrate", "election_id": 1u64 << 63}),
         json!({"op": "delete_job", "id": 1}),
@@ -59,10 +58,12 @@ fn without_the_token_a_connection_changes_nothing() {
         json!({"op": "set_faults", "faults": {"drop_ingress": 1.0, "drop_egress": 1.0}}),
         json!({"op": "list_jobs"}),
     ] {
+        let mut stranger = Client::connect(&emu);
         let answer = ask(&mut stranger, request.clone()).unwrap();
         assert_eq!(kind(&answer), "unauthorized", "{request}: {answer}");
         let message = answer["err"]["message"].as_str().unwrap();
         assert!(message.contains("--switch-token"), "{message}");
+        assert!(ask(&mut stranger, request).is_none(), "closed after it");
     }
     // Nothing changed: the job is there, the owner still holds the switch,
     // no fault is set.

@@ -14,6 +14,16 @@
 //! flood of connections that never authenticate holds at most
 //! `strangers` places, and a client with the token always finds one.
 //!
+//! A stranger is safe from eviction for [`Limits::grace`] after it opened
+//! or until its first request has been read, whichever comes first: long
+//! enough for a client to send its credential and be read. Without it, a
+//! flood from the client's own address (a NAT, a shared host) evicted the
+//! client's connection before its first line was read. Strangers that
+//! were heard (a request without the token, answered "unauthorized") give
+//! way first. When every stranger's place is in its grace, a newcomer
+//! waits ([`Admit::Wait`]): the accept loop keeps it, in arrival order,
+//! until a place can be made.
+//!
 //! A wrong credential costs its connection (its server closes it) and
 //! counts against its source address ([`Conn::wrong_credential`]): past
 //! [`FREE_GUESSES`] wrong ones, each new connection from that address is
@@ -43,6 +53,8 @@ pub struct Limits {
     pub per_address: usize,
     /// A connection not trusted this long after it opened is closed.
     pub first_request: Duration,
+    /// A stranger not heard yet is not evicted this soon after it opened.
+    pub grace: Duration,
     /// Under pressure, a trusted connection idle this long may be closed
     /// to admit a new one.
     pub evict_idle: Duration,
@@ -55,6 +67,7 @@ impl Default for Limits {
             strangers: 32,
             per_address: 16,
             first_request: Duration::from_secs(10),
+            grace: Duration::from_millis(250),
             evict_idle: Duration::from_secs(60),
         }
     }
@@ -71,6 +84,37 @@ struct Entry {
     last_request: Option<Instant>,
     /// Whether its server trusts it ([`Conn::trust`]).
     trusted: bool,
+}
+
+impl Entry {
+    /// Whether it may give way to a newcomer: a stranger heard already, or
+    /// past its grace.
+    fn evictable(&self, now: Instant, grace: Duration) -> bool {
+        !self.trusted
+            && (self.last_request.is_some() || now.saturating_duration_since(self.opened) >= grace)
+    }
+}
+
+/// What [`Conns::admit`] decided.
+#[derive(Debug)]
+pub enum Admit {
+    /// Admitted: its place.
+    In(Conn),
+    /// No place can be made now, but one will (strangers in their grace):
+    /// try again shortly, in arrival order.
+    Wait,
+    /// Every place is held by a trusted connection at work: refuse it.
+    Busy,
+}
+
+impl Admit {
+    /// The place, if admitted.
+    pub fn into_conn(self) -> Option<Conn> {
+        match self {
+            Admit::In(conn) => Some(conn),
+            Admit::Wait | Admit::Busy => None,
+        }
+    }
 }
 
 /// The open connections of one endpoint.
@@ -162,31 +206,46 @@ impl Conns {
         self.table().1.len()
     }
 
-    /// Admits `stream` as a stranger, making room by closing the oldest
-    /// stranger of its address (when that address is at its quota) or of
-    /// all (at the strangers' quota), then a useless connection if the
-    /// table is full; `None` when every place is held by a trusted
-    /// connection at work.
-    pub fn admit(self: &Arc<Self>, stream: &TcpStream) -> Option<Conn> {
-        let handle = stream.try_clone().ok()?;
+    /// Admits `stream` as a stranger, making room by closing a stranger
+    /// of its address (when that address is at its quota) or of all (at
+    /// the strangers' quota), then a useless connection if the table is
+    /// full; the stranger closed is one heard already if any, else the
+    /// oldest past its grace ([`Limits::grace`]). [`Admit::Wait`] when only
+    /// strangers in their grace could make room, [`Admit::Busy`] when every
+    /// place is held by a trusted connection at work.
+    pub fn admit(self: &Arc<Self>, stream: &TcpStream) -> Admit {
+        let Ok(handle) = stream.try_clone() else {
+            return Admit::Busy;
+        };
         let from = stream.peer_addr().ok().map(|a| a.ip());
         let now = Instant::now();
         let mut table = self.table();
         let open = &mut table.1;
-        let (mine, my_oldest) = strangers(open, from);
-        let (all, oldest) = strangers(open, None);
+        let grace = self.limits.grace;
+        let (mine, my_victim) = strangers(open, from, now, grace);
+        let (all, victim) = strangers(open, None, now, grace);
+        // Strangers in their grace will be heard, or evictable, soon.
         let victim = if from.is_some() && mine >= self.limits.per_address {
-            my_oldest
-        } else if all >= self.limits.strangers || open.len() >= self.limits.max {
-            oldest.or_else(|| self.idle(open, now))
+            match my_victim {
+                Some(v) => Some(v),
+                None => return Admit::Wait,
+            }
+        } else if all >= self.limits.strangers {
+            match victim {
+                Some(v) => Some(v),
+                None => return Admit::Wait,
+            }
+        } else if open.len() >= self.limits.max {
+            match victim.or_else(|| self.idle(open, now)) {
+                Some(v) => Some(v),
+                None if all > 0 => return Admit::Wait,
+                None => return Admit::Busy,
+            }
         } else {
             None
         };
         if let Some(entry) = victim.and_then(|id| open.remove(&id)) {
             let _ = entry.stream.shutdown(Shutdown::Both);
-        }
-        if open.len() >= self.limits.max {
-            return None;
         }
         let id = table.0;
         table.0 += 1;
@@ -200,7 +259,7 @@ impl Conns {
                 trusted: false,
             },
         );
-        Some(Conn {
+        Admit::In(Conn {
             id,
             conns: self.clone(),
         })
@@ -218,14 +277,22 @@ impl Conns {
 }
 
 /// How many strangers are open (from `from`, or from anywhere), and the
-/// oldest of them.
-fn strangers(open: &HashMap<u64, Entry>, from: Option<IpAddr>) -> (usize, Option<u64>) {
+/// one to give way: heard already before not, then the oldest.
+fn strangers(
+    open: &HashMap<u64, Entry>,
+    from: Option<IpAddr>,
+    now: Instant,
+    grace: Duration,
+) -> (usize, Option<u64>) {
     let of = open
         .iter()
         .filter(|(_, e)| !e.trusted && (from.is_none() || e.from == from));
     let count = of.clone().count();
-    let oldest = of.min_by_key(|(&id, e)| (e.opened, id)).map(|(&id, _)| id);
-    (count, oldest)
+    let victim = of
+        .filter(|(_, e)| e.evictable(now, grace))
+        .min_by_key(|(&id, e)| (e.last_request.is_none(), e.opened, id))
+        .map(|(&id, _)| id);
+    (count, victim)
 }
 
 impl Conn {
@@ -321,6 +388,8 @@ mod tests {
             strangers,
             per_address,
             first_request: Duration::from_secs(10),
+            // No grace: these tests are about the order of eviction.
+            grace: Duration::ZERO,
             evict_idle: Duration::from_secs(3600),
         }
     }
@@ -331,20 +400,20 @@ mod tests {
         let conns = Conns::new(limits(2, 2, 2));
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
-        let a = conns.admit(&s1).unwrap();
-        let b = conns.admit(&s2).unwrap();
+        let a = conns.admit(&s1).into_conn().unwrap();
+        let b = conns.admit(&s2).into_conn().unwrap();
         a.trust();
         b.trust();
         // Both trusted and at work: a third is refused.
         let (_c3, s3) = pair(&listener);
-        assert!(conns.admit(&s3).is_none());
+        assert!(matches!(conns.admit(&s3), Admit::Busy));
         assert_eq!(conns.open(), 2);
         // b's place freed; a stranger takes it, and is the first evicted
         // for the next.
         drop(b);
-        let c = conns.admit(&s3).unwrap();
+        let c = conns.admit(&s3).into_conn().unwrap();
         let (_c4, s4) = pair(&listener);
-        let d = conns.admit(&s4).unwrap();
+        let d = conns.admit(&s4).into_conn().unwrap();
         assert!(c.expired(), "the stranger was evicted");
         assert!(!a.expired() && !d.expired());
         drop((a, c, d));
@@ -361,7 +430,10 @@ mod tests {
         let mut flood = Vec::new();
         for _ in 0..20 {
             let (c, s) = pair(&listener);
-            let conn = conns.admit(&s).expect("a stranger evicts a stranger");
+            let conn = conns
+                .admit(&s)
+                .into_conn()
+                .expect("a stranger evicts a stranger");
             conn.completed(); // an "unauthorized" request: still a stranger
             flood.push((c, conn));
         }
@@ -370,13 +442,16 @@ mod tests {
         let mut trusted = Vec::new();
         for _ in 0..5 {
             let (c, s) = pair(&listener);
-            let conn = conns.admit(&s).expect("room for a client with the token");
+            let conn = conns
+                .admit(&s)
+                .into_conn()
+                .expect("room for a client with the token");
             conn.trust();
             trusted.push((c, conn));
         }
         for _ in 0..20 {
             let (c, s) = pair(&listener);
-            flood.push((c, conns.admit(&s).unwrap()));
+            flood.push((c, conns.admit(&s).into_conn().unwrap()));
         }
         assert!(trusted.iter().all(|(_, c)| !c.expired()));
         assert!(conns.open() <= 8);
@@ -392,9 +467,9 @@ mod tests {
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
         let (_c3, s3) = pair(&listener);
-        let silent = conns.admit(&s1).unwrap();
-        let chatty = conns.admit(&s2).unwrap();
-        let working = conns.admit(&s3).unwrap();
+        let silent = conns.admit(&s1).into_conn().unwrap();
+        let chatty = conns.admit(&s2).into_conn().unwrap();
+        let working = conns.admit(&s3).into_conn().unwrap();
         chatty.completed();
         working.completed();
         working.trust();
@@ -419,12 +494,55 @@ mod tests {
         });
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
-        let old = conns.admit(&s1).unwrap();
+        let old = conns.admit(&s1).into_conn().unwrap();
         old.completed();
         old.trust();
-        assert!(conns.admit(&s2).is_none(), "not idle long enough yet");
+        assert!(
+            matches!(conns.admit(&s2), Admit::Busy),
+            "not idle long enough yet"
+        );
         std::thread::sleep(Duration::from_millis(40));
-        let new = conns.admit(&s2).unwrap();
+        let new = conns.admit(&s2).into_conn().unwrap();
         assert!(old.expired() && !new.expired());
+    }
+
+    /// A stranger not heard yet keeps its place for its grace, so a flood
+    /// from its own address cannot evict it before its first line is
+    /// read: newcomers wait. One heard already (refused) gives way first.
+    #[test]
+    fn a_stranger_is_not_evicted_before_it_could_be_heard() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let conns = Conns::new(Limits {
+            grace: Duration::from_millis(50),
+            ..limits(8, 2, 2)
+        });
+        let (_c1, s1) = pair(&listener);
+        let (_c2, s2) = pair(&listener);
+        let (_c3, s3) = pair(&listener);
+        let holder = conns.admit(&s1).into_conn().unwrap();
+        let flood = conns.admit(&s2).into_conn().unwrap();
+        assert!(
+            matches!(conns.admit(&s3), Admit::Wait),
+            "both in their grace"
+        );
+        flood.completed(); // heard, and still a stranger: it goes first
+        let next = conns.admit(&s3).into_conn().unwrap();
+        assert!(flood.expired() && !holder.expired());
+        holder.trust();
+        let (_c4, s4) = pair(&listener);
+        let (_c5, s5) = pair(&listener);
+        let fourth = conns.admit(&s4).into_conn().unwrap();
+        assert!(
+            matches!(conns.admit(&s5), Admit::Wait),
+            "two strangers in their grace"
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let _fifth = conns.admit(&s5).into_conn().unwrap();
+        assert!(
+            next.expired(),
+            "past its grace, unheard, oldest: it gives way"
+        );
+        assert!(!fourth.expired());
+        assert!(!holder.expired(), "trusted");
     }
 }

@@ -18,13 +18,14 @@
 //!   shape of its error, so a client pointed at the wrong kind says so
 //!   instead of quoting the JSON parser.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::conns::{Conn, Conns, Limits};
+use crate::conns::{Admit, Conn, Conns, Limits};
 use crate::stream::Stream;
 use crate::tls::{ClientTls, ServerTls};
 
@@ -86,47 +87,91 @@ where
 {
     let open = Conns::new(accept.limits);
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    // Accepted connections waiting for a place (Admit::Wait), oldest first.
+    let mut waiting: VecDeque<(TcpStream, SocketAddr, Instant)> = VecDeque::new();
     while !stop.load(Ordering::Acquire) {
-        if !crate::udp::wait(listener, accept.poll, false).unwrap_or(false) {
-            continue;
-        }
-        match listener.accept() {
-            Ok((mut stream, peer)) => {
-                let _ = stream.set_nonblocking(false);
-                if let Some(wait) = open.backoff(peer.ip()) {
-                    let _ = write_line(
-                        &mut stream,
-                        &(accept.refusal)(peer, Refusal::BackOff { wait }),
-                    );
-                    continue;
+        let poll = if waiting.is_empty() {
+            accept.poll
+        } else {
+            WAITING_POLL
+        };
+        if crate::udp::wait(listener, poll, false).unwrap_or(false) {
+            match listener.accept() {
+                Ok((mut stream, peer)) => {
+                    let _ = stream.set_nonblocking(false);
+                    match open.backoff(peer.ip()) {
+                        Some(wait) => {
+                            let back_off = (accept.refusal)(peer, Refusal::BackOff { wait });
+                            let _ = write_line(&mut stream, &back_off);
+                        }
+                        None if waiting.len() >= MAX_WAITING => {
+                            refuse_busy(accept, &open, stream, peer)
+                        }
+                        None => waiting.push_back((stream, peer, Instant::now())),
+                    }
                 }
-                let Some(conn) = open.admit(&stream) else {
-                    let busy = Refusal::Busy { open: open.open() };
-                    let _ = write_line(&mut stream, &(accept.refusal)(peer, busy));
-                    continue;
-                };
-                let (handle, tls) = (handle.clone(), accept.tls.clone());
-                threads.push(std::thread::spawn(move || {
-                    let stream = match tls {
-                        None => Stream::plain(stream),
-                        Some(tls) => match Stream::accept(stream, &tls) {
-                            Ok(stream) => stream,
-                            // Not a TLS client, or not one we trust.
-                            Err(_) => return,
-                        },
-                    };
-                    handle(stream, peer, conn)
-                }));
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // Out of file descriptors, say: wait for some to close.
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            // Out of file descriptors, say: wait for some to close.
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+        while let Some((stream, peer, since)) = waiting.pop_front() {
+            match open.admit(&stream) {
+                Admit::In(conn) => threads.push(spawn(accept, handle.clone(), stream, peer, conn)),
+                Admit::Busy => refuse_busy(accept, &open, stream, peer),
+                Admit::Wait if since.elapsed() >= accept.limits.first_request => {
+                    refuse_busy(accept, &open, stream, peer)
+                }
+                Admit::Wait => {
+                    waiting.push_front((stream, peer, since));
+                    break;
+                }
+            }
         }
         threads.retain(|t| !t.is_finished());
     }
     for t in threads {
         let _ = t.join();
     }
+}
+
+/// How often the accept loop tries again to place the connections that
+/// wait (a stranger's grace is 250 ms).
+const WAITING_POLL: Duration = Duration::from_millis(10);
+
+/// Connections that may wait for a place at once; past them a newcomer is
+/// refused as busy.
+const MAX_WAITING: usize = 1024;
+
+fn refuse_busy(accept: &Accept, open: &Conns, mut stream: TcpStream, peer: SocketAddr) {
+    let busy = Refusal::Busy { open: open.open() };
+    let _ = write_line(&mut stream, &(accept.refusal)(peer, busy));
+}
+
+/// Serves an admitted connection on a thread of its own, after its TLS
+/// handshake if the endpoint has TLS.
+fn spawn<H>(
+    accept: &Accept,
+    handle: H,
+    stream: TcpStream,
+    peer: SocketAddr,
+    conn: Conn,
+) -> JoinHandle<()>
+where
+    H: Fn(Stream, SocketAddr, Conn) + Send + 'static,
+{
+    let tls = accept.tls.clone();
+    std::thread::spawn(move || {
+        let stream = match tls {
+            None => Stream::plain(stream),
+            Some(tls) => match Stream::accept(stream, &tls) {
+                Ok(stream) => stream,
+                // Not a TLS client, or not one we trust.
+                Err(_) => return,
+            },
+        };
+        handle(stream, peer, conn)
+    })
 }
 
 /// What [`LineReader::next`] found.

@@ -32,6 +32,7 @@ const LIMITS: Limits = Limits {
     strangers: 256,
     per_address: 256,
     first_request: Duration::from_secs(60),
+    grace: Duration::from_millis(250),
     evict_idle: Duration::from_secs(60),
 };
 

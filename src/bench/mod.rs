@@ -7,6 +7,7 @@
 
 #[cfg(feature = "dpdk")]
 mod dpdk;
+mod flood;
 mod loss;
 mod netstorm;
 mod netstorm_aux;
@@ -85,6 +86,12 @@ pub struct BenchArgs {
     /// scripts/test makes; it builds the release C library itself).
     #[arg(long, conflicts_with_all = ["priority", "netstorm"])]
     pub torch: bool,
+    /// No lock-out: how long a client with the token waits (connect and
+    /// one request; p50, p99, max of --repeat, at least 100) while 1,000
+    /// strangers flood the controller's API and an emulator's control
+    /// endpoint, next to quiet.
+    #[arg(long, conflicts_with_all = ["priority", "netstorm", "loss", "torch"])]
+    pub flood: bool,
     /// With --netstorm: measure auxiliary paths instead, the forest with
     /// and without them, BUSY_BOUND/QUEUE_LENGTH (NetStorm's
     /// PRIMARY_BUSY_BOUND and AUXILIARY_QUEUE_LENGTH; Table II: 2/1), or
@@ -173,6 +180,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     }
     if args.torch {
         return crate::bench::torch::run(args.repeat, out);
+    }
+    if args.flood {
+        return crate::bench::flood::run(args.repeat, out);
     }
     if args.loss {
         return crate::bench::loss::run(args.elements, !args.no_pin, args.json, out);

@@ -4,10 +4,12 @@
 //! sockets ([`local`]); checks of their results ([`verify`]); many tensors
 //! through the agent's priority scheduler ([`priority`]); PyTorch runs on
 //! this checkout ([`torch`]); what a test could not run here ([`skip`]);
-//! certificates for tests of TLS ([`pki`]); `inagg` child processes
+//! certificates for tests of TLS ([`pki`]); a flood of strangers at a
+//! control endpoint ([`flood`]); `inagg` child processes
 //! ([`process`]).
 //! Real UDP and TCP all the way.
 
+pub mod flood;
 pub mod local;
 pub mod pki;
 pub mod priority;
