@@ -99,8 +99,10 @@ fn send(c: &mut TcpStream, message: &[u8]) -> bool {
             Err(_) => return false,
         }
     }
-    match c.write(message) {
-        Ok(_) => true,
+    // A part left unsent (a full socket buffer) joins the next line: a
+    // stranger's lines are refused whatever they say.
+    match c.write_all(message) {
+        Ok(()) => true,
         Err(e) => e.kind() == ErrorKind::WouldBlock,
     }
 }
