@@ -8,6 +8,8 @@
 //! processes would.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use inagg_emu::FaultConfig;
@@ -340,4 +342,134 @@ fn a_flood_of_spoofed_queries_brings_back_two_results_per_round() {
         (counters.queries, counters.resent_results),
         (FLOOD as u64, 3)
     );
+}
+
+/// The UDP datagrams sent to `port` on loopback, captured from `lo` as a
+/// hostile host on the segment captures a worker's (raw frames, AF_PACKET:
+/// root only), until `stop` is set.
+fn capture(
+    lo: &pnet_datalink::NetworkInterface,
+    port: u16,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+    let config = pnet_datalink::Config {
+        read_timeout: Some(Duration::from_millis(20)),
+        ..Default::default()
+    };
+    let Ok(pnet_datalink::Channel::Ethernet(_, mut rx)) = pnet_datalink::channel(lo, config) else {
+        panic!("a raw channel on lo");
+    };
+    std::thread::spawn(move || {
+        let mut frames = Vec::new();
+        while !stop.load(Ordering::Acquire) {
+            let Ok(frame) = rx.next() else { continue };
+            let to_port = etherparse::SlicedPacket::from_ethernet(frame)
+                .ok()
+                .and_then(|p| match p.transport {
+                    Some(etherparse::TransportSlice::Udp(u)) => Some(u.destination_port()),
+                    _ => None,
+                });
+            if to_port == Some(port) {
+                frames.push(frame.to_vec());
+            }
+        }
+        frames
+    })
+}
+
+/// A neighbour replays a whole earlier session: every datagram its workers
+/// sent, captured on loopback, sent again in a loop from their own
+/// addresses (raw frames on `lo`) while three more sessions run. No worker
+/// is handed a wrong sum: each ends with its session's exact int32 sums or
+/// an error (docs/SECURITY.md); once the replay stops, the next session
+/// completes exactly. Needs root, as the neighbour does.
+#[test]
+fn a_looped_replay_of_an_earlier_session_never_yields_a_wrong_sum() {
+    if unsafe { libc::geteuid() } != 0 {
+        inagg_testbed::skip::skip("netns", "not root: raw frames on lo need it");
+        return;
+    }
+    let lo = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.is_loopback())
+        .expect("a loopback interface");
+    let cluster = LocalCluster::start(FaultConfig::default()).unwrap();
+    let endpoints = install(&cluster);
+    let port = cluster.emu.data_addr().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturing = capture(&lo, port, stop.clone());
+    int_session(&cluster, &endpoints, 1, 4 * WAVE);
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Release);
+    let frames = capturing.join().unwrap();
+    assert!(
+        frames.len() >= 3 * 4 * POOL as usize,
+        "{} frames",
+        frames.len()
+    );
+
+    let frames_len = frames.len();
+    let received = || cluster.emu.state().switch.counters().rx_packets;
+    let before = received();
+    let replaying = Arc::new(AtomicBool::new(true));
+    let sent = Arc::new(AtomicU64::new(0));
+    let replay = {
+        let (replaying, sent) = (replaying.clone(), sent.clone());
+        let config = pnet_datalink::Config::default();
+        let Ok(pnet_datalink::Channel::Ethernet(mut tx, _)) = pnet_datalink::channel(&lo, config)
+        else {
+            panic!("a raw channel on lo");
+        };
+        std::thread::spawn(move || {
+            while replaying.load(Ordering::Acquire) {
+                for f in &frames {
+                    if tx.send_to(f, None).is_some_and(|r| r.is_ok()) {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    };
+    // The replay under way, a few loops of it, before the sessions start.
+    let loops = |n: u64| n * frames_len as u64;
+    while sent.load(Ordering::Relaxed) < loops(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (mut exact, mut failed) = (0, 0);
+    for seed in 2..12 {
+        let workers = session(&cluster, &endpoints, Duration::from_secs(3));
+        let inputs = ints(seed, 40 * WAVE);
+        let sums: Vec<i32> = (0..40 * WAVE)
+            .map(|i| inputs.iter().fold(0i32, |s, v| s.wrapping_add(v[i])))
+            .collect();
+        let ends: Vec<_> = workers
+            .into_iter()
+            .zip(inputs)
+            .map(|(mut w, mut data)| {
+                std::thread::spawn(move || w.allreduce_i32(&mut data).map(|_| data))
+            })
+            .collect();
+        for end in ends {
+            match end.join().unwrap() {
+                Ok(data) => {
+                    assert!(data == sums, "session {seed}: a wrong sum was handed over");
+                    exact += 1;
+                }
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    replaying.store(false, Ordering::Release);
+    replay.join().unwrap();
+    let sent = sent.load(Ordering::Relaxed);
+    // The replay reached the switch: at least ten loops of it (the sender
+    // outruns the switch's socket buffer, which drops the rest).
+    let reached = received() - before;
+    assert!(reached >= 10 * frames_len as u64, "{reached} of {sent}");
+    eprintln!(
+        "under a replay of {sent} datagrams ({reached} reached the switch; {frames_len} \
+         captured): {exact} workers exact, {failed} failed with an error"
+    );
+    // After it, the next session sums its own values.
+    int_session(&cluster, &endpoints, 9, 4 * WAVE);
 }
