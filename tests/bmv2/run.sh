@@ -13,7 +13,8 @@
 #   3. the controller: `inagg controller --target bmv2` admits two jobs by
 #      name, agents register over a management network and all-reduce; a
 #      job deleted and re-created starts on clean slots; the controller
-#      restarted re-installs its jobs from its state;
+#      restarted re-installs its jobs from its state; the switch restarted
+#      mid-all-reduce: the controller re-installs, the agents resume exactly;
 #   4. an aggregation tree: a second simple_switch_grpc as the leaf of a job
 #      whose root is the first, one all-reduce across both;
 #   5. the conformance vectors (tests/conformance/) replayed as raw frames on
@@ -206,6 +207,21 @@ cctl job delete alpha >/dev/null || fail "deleting alpha"
 cctl job create --name alpha --count 2 --slots 64 >/dev/null || fail "re-creating alpha"
 controller_allreduce alpha 0 2 i32
 pass "alpha deleted and re-created starts on clean slots"
+# The switch restarts in the middle of an all-reduce, its tables and
+# program gone: the controller pushes the pipeline and installs alpha
+# again, and the agents resume (a member that holds a round's result
+# announces it to the switch) with exact sums.
+: >"$tmp/agent-0.json"
+controller_allreduce alpha 0 2 i32 &
+a=$!
+sleep 1.5
+[ ! -s "$tmp/agent-0.json" ] || fail "alpha finished before the switch restart (raise LEN)"
+kill "$root_pid"
+wait "$root_pid" 2>/dev/null || true
+start_switch - "$grpc_port" $((port_base + 1)) "$root_ports" root
+root_pid=$switch_pid
+wait "$a" || fail "alpha across a switch restart"
+pass "the switch restarted mid-all-reduce: the controller installed alpha again, the agents resumed, sums exact"
 # The controller and the switch both restart: the switch comes back empty,
 # without a program; the controller pushes the pipeline and re-installs
 # both jobs from its state.
