@@ -4,6 +4,7 @@
 use inagg_netio::conns::{Conn, Limits};
 use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
 use inagg_netio::stream::Stream;
+use inagg_netio::throttle::{left_out, Throttle};
 use inagg_netio::tls::ServerTls;
 use inagg_netio::token::Token;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -247,6 +248,10 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::Jo
         .expect("spawn a controller thread")
 }
 
+/// Log lines about strangers (refused, backing off, without the token) a
+/// second: a flood of them must not flood the log.
+static STRANGERS: Throttle = Throttle::new(20);
+
 /// How often the accept loop looks at the stop flag while no client comes.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
@@ -256,14 +261,24 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, tls: Option<ServerT
     let refusal = |peer: SocketAddr, why: Refusal| {
         let refusal = match why {
             Refusal::Busy { open } => {
-                tracing::warn!("API connection from {peer} refused: {open} open");
+                if let Some(n) = STRANGERS.allow() {
+                    tracing::warn!(
+                        "API connection from {peer} refused: {open} open{}",
+                        left_out(n)
+                    );
+                }
                 Response::Error(format!(
                     "busy: the controller holds {open} connections, every one at work; try \
                      again when one closes"
                 ))
             }
             Refusal::BackOff { wait } => {
-                tracing::warn!("API connection from {peer} refused: backing off");
+                if let Some(n) = STRANGERS.allow() {
+                    tracing::warn!(
+                        "API connection from {peer} refused: backing off{}",
+                        left_out(n)
+                    );
+                }
                 Response::Error(backing_off(peer, wait))
             }
         };
@@ -341,7 +356,12 @@ fn serve(shared: &Shared, stream: Stream, peer: SocketAddr, conn: &Conn) {
                         // endpoint: a guesser pays a connection a try.
                         let wrong = Response::Error(WRONG_TOKEN.into());
                         let _ = write_response(&mut writer, &wrong);
-                        tracing::warn!("refused a request from {peer}: {WRONG_TOKEN}");
+                        if let Some(n) = STRANGERS.allow() {
+                            tracing::warn!(
+                                "refused a request from {peer}: {WRONG_TOKEN}{}",
+                                left_out(n)
+                            );
+                        }
                         return;
                     }
                 },

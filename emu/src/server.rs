@@ -8,6 +8,7 @@
 use inagg_netio::conns::{Conn, Limits};
 use inagg_netio::lines::{self, backing_off, Accept, LineReader, Next, Refusal, MAX_LINE};
 use inagg_netio::stream::Stream;
+use inagg_netio::throttle::{left_out, Throttle};
 use inagg_netio::tls::ServerTls;
 use inagg_netio::token::Token;
 use std::io;
@@ -370,6 +371,10 @@ fn precise_timers() {
     }
 }
 
+/// Log lines about strangers (refused, backing off, without the token) a
+/// second: a flood of them must not flood the log.
+static STRANGERS: Throttle = Throttle::new(20);
+
 /// Accepts control connections until stopped; one thread per connection,
 /// at most [`Limits::default`]'s number (inagg_netio::conns).
 fn serve_control(
@@ -382,11 +387,21 @@ fn serve_control(
     let refusal = |peer: SocketAddr, why: Refusal| {
         let error = match why {
             Refusal::Busy { open } => {
-                tracing::warn!("control connection from {peer} refused: {open} open");
+                if let Some(n) = STRANGERS.allow() {
+                    tracing::warn!(
+                        "control connection from {peer} refused: {open} open{}",
+                        left_out(n)
+                    );
+                }
                 busy(open)
             }
             Refusal::BackOff { wait } => {
-                tracing::warn!("control connection from {peer} refused: backing off");
+                if let Some(n) = STRANGERS.allow() {
+                    tracing::warn!(
+                        "control connection from {peer} refused: backing off{}",
+                        left_out(n)
+                    );
+                }
                 unauthorized(&backing_off(peer, wait))
             }
         };
@@ -521,7 +536,13 @@ fn serve_requests(
             Ok(Request::Authenticate { token: given }) => {
                 if token.is_some_and(|t| !t.matches(&given)) {
                     // One guess per connection.
-                    tracing::warn!("control connection from {} gave a wrong token", caller.peer);
+                    if let Some(n) = STRANGERS.allow() {
+                        let peer = caller.peer;
+                        tracing::warn!(
+                            "control connection from {peer} gave a wrong token{}",
+                            left_out(n)
+                        );
+                    }
                     conn.wrong_credential();
                     let _ = reply(&mut writer, &Response::Err(unauthorized("wrong token")));
                     return;
@@ -533,11 +554,14 @@ fn serve_requests(
             Ok(request) if !authenticated => {
                 // Told, then closed, as the controller's API does: a
                 // stranger's place is freed at once, not at its eviction.
-                tracing::warn!(
-                    "refused {} from {}: not authenticated",
-                    request.summary(),
-                    caller.peer
-                );
+                if let Some(n) = STRANGERS.allow() {
+                    tracing::warn!(
+                        "refused {} from {}: not authenticated{}",
+                        request.summary(),
+                        caller.peer,
+                        left_out(n)
+                    );
+                }
                 let _ = reply(
                     &mut writer,
                     &Response::Err(unauthorized("present the token first")),

@@ -11,6 +11,8 @@
 //!   time;
 //! - [`tls`] and [`stream`]: TLS on the control channels, and the
 //!   connection type (clear or TLS) every control channel reads and writes;
+//! - [`throttle`]: a bound on how often a kind of log line is written
+//!   (strangers' refusals);
 //! - [`metrics`]: the Prometheus text exposition and the small HTTP server
 //!   that serves it.
 
@@ -18,6 +20,7 @@ pub mod conns;
 pub mod lines;
 pub mod metrics;
 pub mod stream;
+pub mod throttle;
 pub mod tls;
 pub mod token;
 pub mod udp;
