@@ -85,13 +85,6 @@ pub fn serve<H>(listener: &TcpListener, stop: &AtomicBool, accept: &Accept, hand
 where
     H: Fn(Stream, SocketAddr, Conn) + Clone + Send + 'static,
 {
-    raise_backlog(listener);
-    // Accepting drains the kernel's queue until it would block; a socket
-    // that cannot be made non-blocking is accepted from once a turn.
-    let burst = match listener.set_nonblocking(true) {
-        Ok(()) => ACCEPT_BURST,
-        Err(_) => 1,
-    };
     let open = Conns::new(accept.limits);
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     // Accepted connections waiting for a place (Admit::Wait), oldest first.
@@ -102,10 +95,7 @@ where
         } else {
             WAITING_POLL
         };
-        // The kernel's queue is emptied into ours at every turn: a full
-        // one drops connections (a client's SYN then waits a second).
-        let ready = crate::udp::wait(listener, poll, false).unwrap_or(false);
-        for _ in 0..if ready { burst } else { 0 } {
+        if crate::udp::wait(listener, poll, false).unwrap_or(false) {
             match listener.accept() {
                 Ok((mut stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
@@ -120,12 +110,9 @@ where
                         None => waiting.push_back((stream, peer, Instant::now())),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 // Out of file descriptors, say: wait for some to close.
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(100));
-                    break;
-                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
         while let Some((stream, peer, since)) = waiting.pop_front() {
@@ -151,23 +138,6 @@ where
 /// How often the accept loop tries again to place the connections that
 /// wait (a stranger's grace is 250 ms).
 const WAITING_POLL: Duration = Duration::from_millis(10);
-
-/// The kernel's queue of connections not accepted yet (capped by
-/// net.core.somaxconn). std listens with 128: a flood of strangers filled
-/// that between two turns of a loaded accept loop, and a client whose
-/// connection the kernel then dropped waited a second for its retry.
-const BACKLOG: libc::c_int = 4096;
-
-/// Listens again with [`BACKLOG`] (Linux takes a second `listen` on a
-/// listening socket as a new backlog). Best effort: 128 otherwise.
-fn raise_backlog(listener: &TcpListener) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `listen` on a socket this listener owns and keeps open.
-    let _ = unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
-}
-
-/// Connections taken from the kernel's queue at one turn of the loop.
-const ACCEPT_BURST: usize = 256;
 
 /// Connections that may wait for a place at once; past them a newcomer is
 /// refused as busy.

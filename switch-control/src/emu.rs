@@ -8,7 +8,7 @@ use inagg_switch_api::counters::Counters;
 use inagg_switch_api::detour::{RelayInfo, RelayKey, RelaySpec};
 use inagg_switch_api::FaultConfig;
 use inagg_switch_api::{
-    GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
+    ApiError, GroupInfo, GroupSpec, JobInfo, JobSpec, PoolMap, Reply, Request, Response, SwitchInfo,
 };
 
 use inagg_netio::lines::{self, CallError, Endpoint};
@@ -17,6 +17,9 @@ use inagg_netio::token::Token;
 
 use crate::registry::{refuse, BoxedTarget, ConnectOptions, Registered};
 use crate::target::{ControlError, QueueReport, Result, Target};
+
+/// How long a claim refused for its own election id is tried again.
+const HANDOVER: Duration = Duration::from_secs(2);
 
 /// How long to wait for the emulator to connect or answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -139,12 +142,31 @@ impl EmuTarget {
             }
         }
         if let Some(election_id) = election_id {
-            match t.call(&Request::Arbitrate { election_id })? {
-                Reply::Done => {}
-                other => return Err(unexpected(other)),
-            }
+            t.claim(election_id)?;
         }
         Ok(t)
+    }
+
+    /// Claims the switch with `election_id`. A claim refused because a
+    /// connection with the same id holds it is tried again for up to
+    /// [`HANDOVER`]: the holder is most likely this controller's own
+    /// previous connection, which the emulator has not seen close yet (a
+    /// restarted controller, a loaded machine). A higher id is a rival:
+    /// refused at once.
+    fn claim(&mut self, election_id: u64) -> Result<()> {
+        let deadline = std::time::Instant::now() + HANDOVER;
+        loop {
+            match self.call(&Request::Arbitrate { election_id }) {
+                Ok(Reply::Done) => return Ok(()),
+                Ok(other) => return Err(unexpected(other)),
+                Err(ControlError::Arbitration(ApiError::NotPrimary { primary, .. }))
+                    if primary == election_id && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A target over an in-process emulator's `answer` (its
