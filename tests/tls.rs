@@ -92,7 +92,7 @@ fn scrape(at: SocketAddr) -> String {
     }
 }
 
-/// Waits until `ctl whoami` through `tls` answers.
+/// Waits until `ctl ... whoami` (the command line `ctl` given) answers.
 fn wait_for_controller(ctl: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

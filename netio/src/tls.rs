@@ -105,12 +105,11 @@ pub struct ServerFiles {
 #[derive(Clone)]
 pub struct ServerTls {
     config: Arc<ServerConfig>,
-    mutual: bool,
 }
 
 impl fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ServerTls {{ mutual: {} }}", self.mutual)
+        f.write_str("ServerTls")
     }
 }
 
@@ -143,13 +142,7 @@ impl ServerTls {
             })?;
         Ok(ServerTls {
             config: Arc::new(config),
-            mutual: files.client_ca.is_some(),
         })
-    }
-
-    /// Whether clients must present a certificate.
-    pub fn mutual(&self) -> bool {
-        self.mutual
     }
 
     pub(crate) fn config(&self) -> Arc<ServerConfig> {
@@ -258,7 +251,7 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
 
 /// Whether a control endpoint may listen at `addr` as configured: on
 /// loopback anything goes; elsewhere it wants TLS, or `insecure` said in
-/// so many words. `name` is the flag that turns TLS on, for the message.
+/// so many words.
 pub fn check_exposure(addr: SocketAddr, tls: bool, insecure: bool) -> Result<(), String> {
     if tls || insecure || is_loopback(addr.ip()) {
         return Ok(());
