@@ -2048,6 +2048,25 @@ fn the_controller_holds_the_faults_it_records() {
     );
 }
 
+/// A claimant's connection has given its claim up when its drop returns
+/// (the emulator lets go before it closes, the client waits for the
+/// close): a change made right after by a client without a claim is not
+/// refused for a claim that is gone.
+#[test]
+fn a_dropped_claimant_has_let_go_of_the_switch() {
+    let switch = emulator(16, 0.0, 1);
+    for seed in 0..200 {
+        drop(EmuTarget::connect_as(switch.control_addr(), 7).unwrap());
+        let mut next = EmuTarget::connect(switch.control_addr()).unwrap();
+        next.set_faults(FaultConfig {
+            seed,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+        assert_eq!(next.faults().unwrap().seed, seed);
+    }
+}
+
 /// No lock-out: a thousand strangers, each sending a tokenless request
 /// every 50 ms and reconnecting whenever it is closed, at the controller's
 /// API and at an emulator's control endpoint with a token: every request

@@ -463,8 +463,12 @@ fn serve_connection(
         conn: lock(state).arbitration.open(),
         peer,
     };
+    // The socket stays open until the claim is given up, so a client that
+    // waits for the close (`lines::Client::close`) knows it is.
+    let held = stream.try_clone();
     serve_requests(stream, conn, state, caller, token, data_addr, stop);
     lock(state).arbitration.close(caller.conn);
+    drop(held);
 }
 
 /// Answers the control requests that change nothing, in process

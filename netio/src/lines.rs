@@ -394,6 +394,27 @@ impl Client {
         self.receive()
     }
 
+    /// Closes the connection and waits up to `wait` for the server to close
+    /// its end: a server that lets go of what the connection held (a claim
+    /// on the switch) before it closes has done so when this returns
+    /// `true`.
+    pub fn close(&mut self, wait: Duration) -> bool {
+        if self.writer.shutdown(std::net::Shutdown::Write).is_err()
+            || self.writer.set_read_timeout(Some(wait)).is_err()
+        {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            match self.reader.reply() {
+                Ok(_) => continue,
+                Err(CallError::Closed) => return true,
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
     /// The connection's read and write sides, for a reader thread.
     pub fn into_parts(self) -> (LineReader, Stream) {
         (self.reader, self.writer)

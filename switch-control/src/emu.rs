@@ -72,6 +72,9 @@ fn connect_registered(o: &ConnectOptions) -> Result<BoxedTarget> {
 /// emulator's reader.
 pub struct EmuTarget {
     via: Via,
+    /// Whether this connection holds a claim on the switch, which its
+    /// drop waits to see given up.
+    claimed: bool,
 }
 
 /// How requests reach the emulator.
@@ -88,6 +91,20 @@ impl std::fmt::Debug for EmuTarget {
         match &self.via {
             Via::Socket(c) => write!(f, "EmuTarget({c:?})"),
             Via::Local(_) => write!(f, "EmuTarget(in process)"),
+        }
+    }
+}
+
+/// A claimant's drop waits this long at most for the emulator to give up
+/// its claim and close: a controller stopped and then another client's
+/// change of the switch (an operator's, a restarted controller's claim)
+/// must not meet the old claim.
+const RELEASE: Duration = Duration::from_secs(1);
+
+impl Drop for EmuTarget {
+    fn drop(&mut self) {
+        if let (Via::Socket(lines), true) = (&mut self.via, self.claimed) {
+            lines.close(RELEASE);
         }
     }
 }
@@ -133,6 +150,7 @@ impl EmuTarget {
         let lines = lines::Client::connect_with(addr, TIMEOUT, tls).map_err(connect_err)?;
         let mut t = EmuTarget {
             via: Via::Socket(lines),
+            claimed: false,
         };
         if let Some(token) = token {
             let token = token.secret().to_string();
@@ -157,7 +175,10 @@ impl EmuTarget {
         let deadline = std::time::Instant::now() + HANDOVER;
         loop {
             match self.call(&Request::Arbitrate { election_id }) {
-                Ok(Reply::Done) => return Ok(()),
+                Ok(Reply::Done) => {
+                    self.claimed = true;
+                    return Ok(());
+                }
                 Ok(other) => return Err(unexpected(other)),
                 Err(ControlError::Arbitration(ApiError::NotPrimary { primary, .. }))
                     if primary == election_id && std::time::Instant::now() < deadline =>
@@ -174,6 +195,7 @@ impl EmuTarget {
     pub fn local(answer: impl FnMut(Request) -> Response + Send + 'static) -> EmuTarget {
         EmuTarget {
             via: Via::Local(Box::new(answer)),
+            claimed: false,
         }
     }
 
