@@ -14,11 +14,15 @@
 //! flood of connections that never authenticate holds at most
 //! `strangers` places, and a client with the token always finds one.
 //!
-//! A stranger is safe from eviction for [`Limits::grace`] after it opened
-//! or until its first request has been read, whichever comes first: long
-//! enough for a client to send its credential and be read. Without it, a
-//! flood from the client's own address (a NAT, a shared host) evicted the
-//! client's connection before its first line was read. Strangers that
+//! A stranger is safe from eviction until its first request has been
+//! read, or its server has been reading it for [`Limits::grace`]
+//! ([`Conn::started`]) and holds nothing it sent unread: long enough for a
+//! client to send its credential and be read. Without it, a flood from the
+//! client's own address (a NAT, a shared host) evicted the client's
+//! connection before its first line was read. Neither the grace nor what
+//! a client sent is counted against it while its server has not read
+//! it: on a loaded machine a connection's thread may wait longer than any
+//! grace to run, and a client that has spoken is owed a hearing. Strangers that
 //! were heard (a request without the token, answered "unauthorized") give
 //! way first. When every stranger's place is in its grace, a newcomer
 //! waits ([`Admit::Wait`]): the accept loop keeps it, in arrival order,
@@ -53,7 +57,8 @@ pub struct Limits {
     pub per_address: usize,
     /// A connection not trusted this long after it opened is closed.
     pub first_request: Duration,
-    /// A stranger not heard yet is not evicted this soon after it opened.
+    /// A stranger not heard yet is not evicted this soon after its server
+    /// started reading it.
     pub grace: Duration,
     /// Under pressure, a trusted connection idle this long may be closed
     /// to admit a new one.
@@ -80,19 +85,43 @@ struct Entry {
     /// Its peer's address (strangers are counted per address).
     from: Option<IpAddr>,
     opened: Instant,
+    /// When its server started reading it ([`Conn::started`]).
+    started: Option<Instant>,
     /// When its last request completed, if one has.
     last_request: Option<Instant>,
+    /// Whether its server holds a request it has read and not answered
+    /// yet (a token being checked): not evictable meanwhile.
+    in_hand: bool,
     /// Whether its server trusts it ([`Conn::trust`]).
     trusted: bool,
 }
 
 impl Entry {
     /// Whether it may give way to a newcomer: a stranger heard already, or
-    /// past its grace.
+    /// read for its grace without a word its server has not read.
     fn evictable(&self, now: Instant, grace: Duration) -> bool {
+        let waited = |s: Instant| now.saturating_duration_since(s) >= grace;
         !self.trusted
-            && (self.last_request.is_some() || now.saturating_duration_since(self.opened) >= grace)
+            && !self.in_hand
+            && (self.last_request.is_some()
+                || (self.started.is_some_and(waited) && !unread(&self.stream)))
     }
+}
+
+/// Whether bytes the peer sent wait on `stream`, unread by its server.
+fn unread(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // SAFETY: a one-byte peek into a local on a socket `stream` keeps open.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// What [`Conns::admit`] decided.
@@ -118,11 +147,24 @@ impl Admit {
 }
 
 /// The open connections of one endpoint.
-#[derive(Debug)]
 pub struct Conns {
     limits: Limits,
     table: Mutex<(u64, HashMap<u64, Entry>)>,
     guesses: Mutex<Guesses>,
+    /// The time now: `Instant::now`, or a test's virtual clock.
+    clock: Clock,
+}
+
+/// Where [`Conns`] reads the time.
+pub type Clock = Box<dyn Fn() -> Instant + Send + Sync>;
+
+impl std::fmt::Debug for Conns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conns")
+            .field("limits", &self.limits)
+            .field("open", &self.open())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Wrong credentials an address may give before it backs off (typos).
@@ -183,10 +225,17 @@ pub struct Conn {
 impl Conns {
     /// An empty table with these bounds.
     pub fn new(limits: Limits) -> Arc<Conns> {
+        Conns::with_clock(limits, Box::new(Instant::now))
+    }
+
+    /// An empty table that reads the time from `clock` (tests drive the
+    /// grace and the deadlines in virtual time).
+    pub fn with_clock(limits: Limits, clock: Clock) -> Arc<Conns> {
         Arc::new(Conns {
             limits,
             table: Mutex::new((0, HashMap::new())),
             guesses: Mutex::new(Guesses::default()),
+            clock,
         })
     }
 
@@ -198,7 +247,7 @@ impl Conns {
     /// address gave too many wrong credentials lately.
     pub fn backoff(&self, from: IpAddr) -> Option<Duration> {
         let guesses = self.guesses.lock().unwrap_or_else(|p| p.into_inner());
-        guesses.wait(from, Instant::now())
+        guesses.wait(from, (self.clock)())
     }
 
     /// Connections open now.
@@ -218,7 +267,7 @@ impl Conns {
             return Admit::Busy;
         };
         let from = stream.peer_addr().ok().map(|a| a.ip());
-        let now = Instant::now();
+        let now = (self.clock)();
         let mut table = self.table();
         let open = &mut table.1;
         let grace = self.limits.grace;
@@ -255,7 +304,9 @@ impl Conns {
                 stream: handle,
                 from,
                 opened: now,
+                started: None,
                 last_request: None,
+                in_hand: false,
                 trusted: false,
             },
         );
@@ -296,10 +347,28 @@ fn strangers(
 }
 
 impl Conn {
-    /// A request was completed on this connection.
+    /// Its server has started reading it: its grace runs from now.
+    pub fn started(&self) {
+        if let Some(e) = self.conns.table().1.get_mut(&self.id) {
+            e.started = Some((self.conns.clock)());
+        }
+    }
+
+    /// Its server has read a request and is answering it: the connection
+    /// keeps its place until [`Conn::completed`] (a stranger evicted in
+    /// between, its token being checked, would lose a request it was owed
+    /// an answer to).
+    pub fn received(&self) {
+        if let Some(e) = self.conns.table().1.get_mut(&self.id) {
+            e.in_hand = true;
+        }
+    }
+
+    /// A request was answered on this connection.
     pub fn completed(&self) {
         if let Some(e) = self.conns.table().1.get_mut(&self.id) {
-            e.last_request = Some(Instant::now());
+            e.last_request = Some((self.conns.clock)());
+            e.in_hand = false;
         }
     }
 
@@ -318,17 +387,21 @@ impl Conn {
         let from = self.conns.table().1.get(&self.id).and_then(|e| e.from);
         if let Some(from) = from {
             let mut guesses = self.conns.guesses.lock().unwrap_or_else(|p| p.into_inner());
-            guesses.wrong(from, Instant::now());
+            guesses.wrong(from, (self.conns.clock)());
         }
     }
 
     /// Whether the connection has stayed a stranger too long (or was
     /// evicted): its server should close it.
     pub fn expired(&self) -> bool {
+        let now = (self.conns.clock)();
         let table = self.conns.table();
         match table.1.get(&self.id) {
             None => true,
-            Some(e) => !e.trusted && e.opened.elapsed() > self.conns.limits.first_request,
+            Some(e) => {
+                !e.trusted
+                    && now.saturating_duration_since(e.opened) > self.conns.limits.first_request
+            }
         }
     }
 }
@@ -374,7 +447,41 @@ mod tests {
         }
         assert!(g.by.len() <= MAX_ADDRESSES);
     }
+    use std::io::{Read, Write};
     use std::net::TcpListener;
+
+    /// A virtual clock the tests move by hand.
+    #[derive(Clone)]
+    struct Virtual(Arc<(Instant, std::sync::atomic::AtomicU64)>);
+
+    impl Virtual {
+        fn new() -> Virtual {
+            Virtual(Arc::new((Instant::now(), 0.into())))
+        }
+        fn advance(&self, by: Duration) {
+            let ms = by.as_millis() as u64;
+            self.0
+                 .1
+                .fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn conns(&self, limits: Limits) -> Arc<Conns> {
+            let v = self.clone();
+            Conns::with_clock(
+                limits,
+                Box::new(move || {
+                    let ms = v.0 .1.load(std::sync::atomic::Ordering::Relaxed);
+                    v.0 .0 + Duration::from_millis(ms)
+                }),
+            )
+        }
+    }
+
+    /// Admits `stream` and starts serving it, as `lines::serve` does.
+    fn serve(conns: &Arc<Conns>, stream: &TcpStream) -> Conn {
+        let conn = conns.admit(stream).into_conn().expect("admitted");
+        conn.started();
+        conn
+    }
 
     fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -397,11 +504,11 @@ mod tests {
     #[test]
     fn a_full_table_evicts_strangers_first_then_refuses() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(limits(2, 2, 2));
+        let conns = Virtual::new().conns(limits(2, 2, 2));
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
-        let a = conns.admit(&s1).into_conn().unwrap();
-        let b = conns.admit(&s2).into_conn().unwrap();
+        let a = serve(&conns, &s1);
+        let b = serve(&conns, &s2);
         a.trust();
         b.trust();
         // Both trusted and at work: a third is refused.
@@ -411,9 +518,9 @@ mod tests {
         // b's place freed; a stranger takes it, and is the first evicted
         // for the next.
         drop(b);
-        let c = conns.admit(&s3).into_conn().unwrap();
+        let c = serve(&conns, &s3);
         let (_c4, s4) = pair(&listener);
-        let d = conns.admit(&s4).into_conn().unwrap();
+        let d = serve(&conns, &s4);
         assert!(c.expired(), "the stranger was evicted");
         assert!(!a.expired() && !d.expired());
         drop((a, c, d));
@@ -426,14 +533,11 @@ mod tests {
     #[test]
     fn strangers_cannot_lock_out_trusted_clients() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(limits(8, 4, 3));
+        let conns = Virtual::new().conns(limits(8, 4, 3));
         let mut flood = Vec::new();
         for _ in 0..20 {
             let (c, s) = pair(&listener);
-            let conn = conns
-                .admit(&s)
-                .into_conn()
-                .expect("a stranger evicts a stranger");
+            let conn = serve(&conns, &s);
             conn.completed(); // an "unauthorized" request: still a stranger
             flood.push((c, conn));
         }
@@ -442,16 +546,13 @@ mod tests {
         let mut trusted = Vec::new();
         for _ in 0..5 {
             let (c, s) = pair(&listener);
-            let conn = conns
-                .admit(&s)
-                .into_conn()
-                .expect("room for a client with the token");
+            let conn = serve(&conns, &s);
             conn.trust();
             trusted.push((c, conn));
         }
         for _ in 0..20 {
             let (c, s) = pair(&listener);
-            flood.push((c, conns.admit(&s).into_conn().unwrap()));
+            flood.push((c, serve(&conns, &s)));
         }
         assert!(trusted.iter().all(|(_, c)| !c.expired()));
         assert!(conns.open() <= 8);
@@ -460,20 +561,23 @@ mod tests {
     #[test]
     fn a_connection_not_trusted_in_time_expires_whatever_it_sent() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(Limits {
+        let clock = Virtual::new();
+        let conns = clock.conns(Limits {
             first_request: Duration::from_millis(20),
             ..limits(4, 4, 4)
         });
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
         let (_c3, s3) = pair(&listener);
-        let silent = conns.admit(&s1).into_conn().unwrap();
-        let chatty = conns.admit(&s2).into_conn().unwrap();
-        let working = conns.admit(&s3).into_conn().unwrap();
+        let silent = serve(&conns, &s1);
+        let chatty = serve(&conns, &s2);
+        let working = serve(&conns, &s3);
         chatty.completed();
         working.completed();
         working.trust();
-        std::thread::sleep(Duration::from_millis(40));
+        clock.advance(Duration::from_millis(20));
+        assert!(!silent.expired() && !chatty.expired(), "not yet");
+        clock.advance(Duration::from_millis(1));
         assert!(silent.expired());
         assert!(
             chatty.expired(),
@@ -488,31 +592,36 @@ mod tests {
     #[test]
     fn under_pressure_a_long_idle_trusted_connection_gives_way() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(Limits {
+        let clock = Virtual::new();
+        let conns = clock.conns(Limits {
             evict_idle: Duration::from_millis(20),
             ..limits(1, 1, 1)
         });
         let (_c1, s1) = pair(&listener);
         let (_c2, s2) = pair(&listener);
-        let old = conns.admit(&s1).into_conn().unwrap();
+        let old = serve(&conns, &s1);
         old.completed();
         old.trust();
+        clock.advance(Duration::from_millis(19));
         assert!(
             matches!(conns.admit(&s2), Admit::Busy),
             "not idle long enough yet"
         );
-        std::thread::sleep(Duration::from_millis(40));
-        let new = conns.admit(&s2).into_conn().unwrap();
+        clock.advance(Duration::from_millis(1));
+        let new = serve(&conns, &s2);
         assert!(old.expired() && !new.expired());
     }
 
-    /// A stranger not heard yet keeps its place for its grace, so a flood
-    /// from its own address cannot evict it before its first line is
-    /// read: newcomers wait. One heard already (refused) gives way first.
+    /// A stranger not heard yet keeps its place for its grace, counted
+    /// from when its server started reading it, so a flood from its own
+    /// address cannot evict it before its first line is read, however
+    /// late its thread runs: newcomers wait. One heard already (refused)
+    /// gives way first.
     #[test]
     fn a_stranger_is_not_evicted_before_it_could_be_heard() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let conns = Conns::new(Limits {
+        let clock = Virtual::new();
+        let conns = clock.conns(Limits {
             grace: Duration::from_millis(50),
             ..limits(8, 2, 2)
         });
@@ -520,29 +629,73 @@ mod tests {
         let (_c2, s2) = pair(&listener);
         let (_c3, s3) = pair(&listener);
         let holder = conns.admit(&s1).into_conn().unwrap();
-        let flood = conns.admit(&s2).into_conn().unwrap();
+        let flood = serve(&conns, &s2);
+        // The holder's thread has not run yet: however long that takes,
+        // its grace has not begun.
+        clock.advance(Duration::from_secs(5));
+        holder.started();
+        flood.started();
         assert!(
             matches!(conns.admit(&s3), Admit::Wait),
             "both in their grace"
         );
-        flood.completed(); // heard, and still a stranger: it goes first
-        let next = conns.admit(&s3).into_conn().unwrap();
+        flood.received();
+        flood.completed(); // answered, and still a stranger: it goes first
+        let next = serve(&conns, &s3);
         assert!(flood.expired() && !holder.expired());
         holder.trust();
         let (_c4, s4) = pair(&listener);
         let (_c5, s5) = pair(&listener);
-        let fourth = conns.admit(&s4).into_conn().unwrap();
+        let fourth = serve(&conns, &s4);
+        clock.advance(Duration::from_millis(49));
         assert!(
             matches!(conns.admit(&s5), Admit::Wait),
             "two strangers in their grace"
         );
-        std::thread::sleep(Duration::from_millis(60));
-        let _fifth = conns.admit(&s5).into_conn().unwrap();
+        clock.advance(Duration::from_millis(1));
+        let _fifth = serve(&conns, &s5);
         assert!(
             next.expired(),
             "past its grace, unheard, oldest: it gives way"
         );
         assert!(!fourth.expired());
         assert!(!holder.expired(), "trusted");
+    }
+
+    /// A stranger whose line waits unread (its server's thread has not
+    /// run to read it), or is read and being answered, keeps its place
+    /// past its grace; once answered, and still a stranger, it gives way.
+    #[test]
+    fn a_stranger_that_spoke_is_heard_before_it_is_evicted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let clock = Virtual::new();
+        let conns = clock.conns(Limits {
+            grace: Duration::from_millis(50),
+            ..limits(8, 1, 1)
+        });
+        let (mut c1, s1) = pair(&listener);
+        let (_c2, s2) = pair(&listener);
+        let spoke = serve(&conns, &s1);
+        c1.write_all(b"{\"authenticate\":\"...\"}\n").unwrap();
+        clock.advance(Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !unread(&s1) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            matches!(conns.admit(&s2), Admit::Wait),
+            "its line is unread"
+        );
+        let mut line = [0u8; 64];
+        let _ = (&s1).read(&mut line).unwrap();
+        assert!(!unread(&s1));
+        spoke.received();
+        assert!(
+            matches!(conns.admit(&s2), Admit::Wait),
+            "read, and its answer not given yet (its token being checked)"
+        );
+        spoke.completed();
+        let _next = serve(&conns, &s2);
+        assert!(spoke.expired(), "answered, still a stranger: it gives way");
     }
 }

@@ -85,6 +85,13 @@ pub fn serve<H>(listener: &TcpListener, stop: &AtomicBool, accept: &Accept, hand
 where
     H: Fn(Stream, SocketAddr, Conn) + Clone + Send + 'static,
 {
+    raise_backlog(listener);
+    // Each turn drains the kernel's queue; a listener that cannot be made
+    // non-blocking is accepted from once a turn.
+    let burst = match listener.set_nonblocking(true) {
+        Ok(()) => ACCEPT_BURST,
+        Err(_) => 1,
+    };
     let open = Conns::new(accept.limits);
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     // Accepted connections waiting for a place (Admit::Wait), oldest first.
@@ -96,23 +103,11 @@ where
             WAITING_POLL
         };
         if crate::udp::wait(listener, poll, false).unwrap_or(false) {
-            match listener.accept() {
-                Ok((mut stream, peer)) => {
-                    let _ = stream.set_nonblocking(false);
-                    match open.backoff(peer.ip()) {
-                        Some(wait) => {
-                            let back_off = (accept.refusal)(peer, Refusal::BackOff { wait });
-                            let _ = write_line(&mut stream, &back_off);
-                        }
-                        None if waiting.len() >= MAX_WAITING => {
-                            refuse_busy(accept, &open, stream, peer)
-                        }
-                        None => waiting.push_back((stream, peer, Instant::now())),
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // Out of file descriptors, say: wait for some to close.
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            for _ in 0..burst {
+                let Some((stream, peer)) = accept_one(listener) else {
+                    break;
+                };
+                queue(accept, &open, &mut waiting, stream, peer);
             }
         }
         while let Some((stream, peer, since)) = waiting.pop_front() {
@@ -134,6 +129,59 @@ where
         let _ = t.join();
     }
 }
+
+/// The next connection of the kernel's queue, made blocking; `None` when
+/// the queue is empty or accepting failed (out of file descriptors, say:
+/// after a pause, so some can close).
+fn accept_one(listener: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
+    match listener.accept() {
+        Ok((stream, peer)) => {
+            let _ = stream.set_nonblocking(false);
+            Some((stream, peer))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(_) => {
+            std::thread::sleep(Duration::from_millis(100));
+            None
+        }
+    }
+}
+
+/// Puts an accepted connection in the waiting room, or refuses it: its
+/// address backs off, or the room is full.
+fn queue(
+    accept: &Accept,
+    open: &Conns,
+    waiting: &mut VecDeque<(TcpStream, SocketAddr, Instant)>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) {
+    match open.backoff(peer.ip()) {
+        Some(wait) => {
+            let back_off = (accept.refusal)(peer, Refusal::BackOff { wait });
+            let _ = write_line(&mut stream, &back_off);
+        }
+        None if waiting.len() >= MAX_WAITING => refuse_busy(accept, open, stream, peer),
+        None => waiting.push_back((stream, peer, Instant::now())),
+    }
+}
+
+/// The kernel's queue of connections not accepted yet (capped by
+/// net.core.somaxconn). std listens with 128: a flood of strangers fills
+/// that between two turns of the loop, and a client whose connection the
+/// kernel then drops waits a second for its SYN to be sent again.
+const BACKLOG: libc::c_int = 4096;
+
+/// Listens again with [`BACKLOG`] (Linux takes a second `listen` on a
+/// listening socket as a new backlog). Best effort: 128 otherwise.
+fn raise_backlog(listener: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `listen` on a socket this listener owns and keeps open.
+    let _ = unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
+}
+
+/// Connections taken from the kernel's queue at one turn of the loop.
+const ACCEPT_BURST: usize = 256;
 
 /// How often the accept loop tries again to place the connections that
 /// wait (a stranger's grace is 250 ms).
@@ -162,6 +210,9 @@ where
 {
     let tls = accept.tls.clone();
     std::thread::spawn(move || {
+        // Its grace runs from here: this thread may start late on a
+        // loaded machine.
+        conn.started();
         let stream = match tls {
             None => Stream::plain(stream),
             Some(tls) => match Stream::accept(stream, &tls) {
@@ -195,6 +246,9 @@ pub struct LineReader {
     reader: BufReader<Stream>,
     line: Vec<u8>,
     max: u64,
+    /// Whether [`LineReader::next_request`] returned a request that has
+    /// not been marked answered yet.
+    in_hand: bool,
 }
 
 impl LineReader {
@@ -205,6 +259,7 @@ impl LineReader {
             reader: BufReader::new(stream),
             line: Vec::new(),
             max,
+            in_hand: false,
         })
     }
 
@@ -263,11 +318,17 @@ impl LineReader {
     }
 
     /// The next line on a server's connection: waits while `stop` is clear
-    /// and the connection keeps its place, and marks a request completed.
+    /// and the connection keeps its place. The request it returns is in
+    /// hand ([`Conn::received`]) until the server asks for the next one,
+    /// which marks it answered ([`Conn::completed`]).
     pub fn next_request(&mut self, conn: &Conn, stop: &AtomicBool) -> Next<'_> {
+        if self.in_hand {
+            conn.completed();
+        }
+        self.in_hand = true;
         let next = self.next(|| !conn.expired() && !stop.load(Ordering::Acquire));
         if matches!(next, Next::Line(_)) {
-            conn.completed();
+            conn.received();
         }
         next
     }
