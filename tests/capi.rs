@@ -13,7 +13,7 @@
 //! floats within docs/PROTOCOL.md's bound).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
@@ -429,10 +429,7 @@ fn the_wheel_installs_with_its_library_and_all_reduces() {
 }
 
 fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    inagg_testbed::ports::udp()
 }
 
 /// Python workers that know only the controller, the job's name and their

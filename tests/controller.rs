@@ -8,7 +8,7 @@
 //!      +--------- contributions / results ---------^ (whichever admits them)
 //! ```
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -110,13 +110,10 @@ fn decl(name: &str, workers: u16, slots: u32) -> JobDecl {
     JobDecl::new(name, workers, slots)
 }
 
-/// A loopback port nobody holds right now, for a worker to register
-/// before it binds (its K and aggregator come from the admission).
+/// A loopback port nobody holds, for a worker to register before it binds
+/// (its K and aggregator come from the admission).
 fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    inagg_testbed::ports::udp()
 }
 
 /// The real binary, with none of the caller's controller settings.
@@ -162,12 +159,15 @@ fn run_job_as(
             .enumerate()
             .map(|(rank, d)| {
                 s.spawn(move || {
-                    let bind = free_port();
+                    // Bound and held from before the registration.
+                    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                    let bind = socket.local_addr().unwrap();
                     let mut c = Client::connect(ctl, token.map(String::from)).unwrap();
                     let a = c
                         .register(job, rank as u16, bind, Duration::from_secs(30))
                         .unwrap_or_else(|e| panic!("{job} rank {rank}: {e}"));
-                    let mut w = Worker::new(AgentConfig::from_admission(&a, bind)).unwrap();
+                    let config = AgentConfig::from_admission(&a, bind);
+                    let mut w = Worker::with_socket(config, socket).unwrap();
                     w.allreduce_i32(d).unwrap();
                     a
                 })

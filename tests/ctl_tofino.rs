@@ -179,10 +179,7 @@ fn the_controller_places_jobs_on_a_tofino() {
     let dir = program_dir(64, 8192);
     let topology = dir.path().join("topology.toml");
     std::fs::write(&topology, TOPOLOGY).unwrap();
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let listen = inagg_testbed::ports::tcp();
     let mut controller = Command::new(INAGG)
         .args([
             "controller",

@@ -7,7 +7,7 @@
 //! unless `--insecure`.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -18,17 +18,11 @@ use inagg_testbed::process::{first_line, Running};
 const INAGG: &str = env!("CARGO_BIN_EXE_inagg");
 
 fn free_tcp() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    inagg_testbed::ports::tcp()
 }
 
 fn free_udp() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    inagg_testbed::ports::udp()
 }
 
 fn text(o: &Output) -> String {

@@ -310,11 +310,7 @@ fn sixteen_bit_buckets_and_an_inf_on_one_rank_skip_the_step_everywhere() {
 fn a_killed_rank_makes_the_others_fail_within_the_timeout() {
     let python = python_or_skip!();
     let site = Site::start(0.0, &[("dies", 4)]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = inagg_testbed::ports::tcp().port();
     let mut ranks: Vec<_> = (0..4)
         .map(|r| {
             python_env(&python)

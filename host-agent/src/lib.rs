@@ -420,6 +420,25 @@ impl Worker {
         Ok(Worker::with_backend(config, Backend::Socket(link)))
     }
 
+    /// A worker on `socket`, bound already (to the endpoint registered
+    /// with the controller before the worker was made: a port bound and
+    /// held from the start cannot be taken by another process meanwhile).
+    /// `config.bind` must be its address.
+    pub fn with_socket(config: AgentConfig, socket: std::net::UdpSocket) -> Result<Worker> {
+        config.validate()?;
+        let bound = socket
+            .local_addr()
+            .map_err(|e| Error::io("read the worker socket's address", e))?;
+        if bound != config.bind {
+            return Err(Error::Config(format!(
+                "the socket is bound to {bound}, the configuration says {}",
+                config.bind
+            )));
+        }
+        let link = SocketLink::from_socket(socket, config.switch, config.datagram_len())?;
+        Ok(Worker::with_backend(config, Backend::Socket(link)))
+    }
+
     /// A worker on a DPDK port: raw Ethernet frames, polled, no system call
     /// on the fast path. See [`dpdk::DpdkOptions`].
     #[cfg(feature = "dpdk")]
@@ -855,6 +874,28 @@ async fn run_blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker on a socket bound already takes it only with the
+    /// configuration that names its address.
+    #[test]
+    fn a_worker_takes_a_bound_socket_its_configuration_names() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let bound = socket.local_addr().unwrap();
+        let switch: SocketAddr = "127.0.0.1:47000".parse().unwrap();
+        let mut config = AgentConfig::new(switch, 1, 0, 1, 8, 64);
+        config.bind = "127.0.0.1:1".parse().unwrap();
+        let Err(e) = Worker::with_socket(config.clone(), socket.try_clone().unwrap()) else {
+            panic!("taken with another address");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("the socket is bound to {bound}")),
+            "{e}"
+        );
+        config.bind = bound;
+        let w = Worker::with_socket(config, socket).unwrap();
+        assert_eq!(w.local_addr(), bound);
+    }
 
     /// A timeout's advice tells a switch that is not there from one that
     /// went away and came back (a restart, which loses what it held).

@@ -81,6 +81,24 @@ impl SocketLink {
     /// Binds `bind` and connects to `switch`.
     pub fn new(bind: SocketAddr, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
         let socket = BatchSocket::bind(bind).map_err(|e| Error::io("bind the worker socket", e))?;
+        SocketLink::over(socket, switch, datagram)
+    }
+
+    /// Connects `socket`, bound already, to `switch`.
+    pub fn from_socket(
+        socket: std::net::UdpSocket,
+        switch: SocketAddr,
+        datagram: usize,
+    ) -> Result<SocketLink> {
+        let socket = BatchSocket::from_socket(socket)
+            .map_err(|e| Error::io("set up the worker socket", e))?;
+        SocketLink::over(socket, switch, datagram)
+    }
+
+    fn over(socket: BatchSocket, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
+        let bind = socket
+            .local_addr()
+            .map_err(|e| Error::io("read the worker socket's address", e))?;
         socket.socket().connect(switch).map_err(|e| {
             // EINVAL: Linux's answer to a route off this host from a
             // loopback source.

@@ -6,12 +6,13 @@
 //! this checkout ([`torch`]); what a test could not run here ([`skip`]);
 //! certificates for tests of TLS ([`pki`]); a flood of strangers at a
 //! control endpoint ([`flood`]); `inagg` child processes
-//! ([`process`]).
+//! ([`process`]); loopback ports to hand out ([`ports`]).
 //! Real UDP and TCP all the way.
 
 pub mod flood;
 pub mod local;
 pub mod pki;
+pub mod ports;
 pub mod priority;
 pub mod process;
 pub mod skip;
