@@ -34,6 +34,11 @@ pub(crate) struct Path {
     /// The switch has answered a query with a status: it speaks loss
     /// recovery, so an unanswered query was lost, not ignored.
     pub switch_answers: bool,
+    /// When a status last said the switch holds this worker's contribution
+    /// and waits for other members: the path delivers, and the rounds in
+    /// flight wait for a slow member, so the tail probe waits again from
+    /// then ([`super::recovery`]).
+    pub held_at: Option<super::time::Nanos>,
 }
 
 impl Path {
@@ -43,6 +48,7 @@ impl Path {
             window: CongestionWindow::new(config),
             rack: Rack::default(),
             switch_answers: false,
+            held_at: None,
         }
     }
 
@@ -51,6 +57,7 @@ impl Path {
         self.window.restart_clock();
         self.rtt.restart_clock();
         self.rack.restart_clock();
+        self.held_at = None;
     }
 }
 

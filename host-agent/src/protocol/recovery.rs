@@ -582,8 +582,9 @@ impl Lane<'_> {
                         && self.sessions[s].joined
                         && slot.foreign == 0;
                     let wait = if other && !few { turn_wait } else { 0 };
+                    let since = self.path.held_at.map_or(sent, |h| h.max(sent));
                     let probe =
-                        tail == Some(s) && now >= sent + self.probe_after(slot.queries) + wait;
+                        tail == Some(s) && now >= since + self.probe_after(slot.queries) + wait;
                     let suspect = now >= slot.deadline
                         || probe
                         || self.path.rack.lost(slot.place, sent, now, reorder + wait);
@@ -760,6 +761,9 @@ impl Lane<'_> {
     ) {
         match said {
             Said::Held { missing } => {
+                if missing != 0 {
+                    self.path.held_at = Some(now);
+                }
                 // Asked again in case this worker's copy of the result is
                 // lost: the members it waits for recover on their own.
                 slot.asked = Asked::Held;
