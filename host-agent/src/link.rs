@@ -81,7 +81,7 @@ impl SocketLink {
     /// Binds `bind` and connects to `switch`.
     pub fn new(bind: SocketAddr, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
         let socket = BatchSocket::bind(bind).map_err(|e| Error::io("bind the worker socket", e))?;
-        SocketLink::over(socket, switch, datagram)
+        SocketLink::over(socket, bind, switch, datagram)
     }
 
     /// Connects `socket`, bound already, to `switch`.
@@ -90,15 +90,22 @@ impl SocketLink {
         switch: SocketAddr,
         datagram: usize,
     ) -> Result<SocketLink> {
-        let socket = BatchSocket::from_socket(socket)
-            .map_err(|e| Error::io("set up the worker socket", e))?;
-        SocketLink::over(socket, switch, datagram)
-    }
-
-    fn over(socket: BatchSocket, switch: SocketAddr, datagram: usize) -> Result<SocketLink> {
         let bind = socket
             .local_addr()
             .map_err(|e| Error::io("read the worker socket's address", e))?;
+        let socket = BatchSocket::from_socket(socket)
+            .map_err(|e| Error::io("set up the worker socket", e))?;
+        SocketLink::over(socket, bind, switch, datagram)
+    }
+
+    /// Connects `socket`, bound to `bind` (as the configuration gave it,
+    /// for the error), to `switch`.
+    fn over(
+        socket: BatchSocket,
+        bind: SocketAddr,
+        switch: SocketAddr,
+        datagram: usize,
+    ) -> Result<SocketLink> {
         socket.socket().connect(switch).map_err(|e| {
             // EINVAL: Linux's answer to a route off this host from a
             // loopback source.
