@@ -97,14 +97,20 @@ struct Entry {
 }
 
 impl Entry {
-    /// Whether it may give way to a newcomer: a stranger heard already, or
-    /// read for its grace without a word its server has not read.
-    fn evictable(&self, now: Instant, grace: Duration) -> bool {
+    /// Whether it is a stranger of `from` (of any address when `None`).
+    fn stranger_of(&self, from: Option<IpAddr>) -> bool {
+        !self.trusted && (from.is_none() || self.from == from)
+    }
+
+    /// Whether it may give way to a newcomer, as far as the table tells: a
+    /// stranger with no request in hand, heard already or read for its
+    /// grace. One not heard must also hold nothing unread ([`unread`], a
+    /// system call, asked last).
+    fn may_give_way(&self, now: Instant, grace: Duration) -> bool {
         let waited = |s: Instant| now.saturating_duration_since(s) >= grace;
         !self.trusted
             && !self.in_hand
-            && (self.last_request.is_some()
-                || (self.started.is_some_and(waited) && !unread(&self.stream)))
+            && (self.last_request.is_some() || self.started.is_some_and(waited))
     }
 }
 
@@ -271,21 +277,21 @@ impl Conns {
         let mut table = self.table();
         let open = &mut table.1;
         let grace = self.limits.grace;
-        let (mine, my_victim) = strangers(open, from, now, grace);
-        let (all, victim) = strangers(open, None, now, grace);
+        let count = |from| open.values().filter(|e| e.stranger_of(from)).count();
+        let (mine, all) = (count(from), count(None));
         // Strangers in their grace will be heard, or evictable, soon.
         let victim = if from.is_some() && mine >= self.limits.per_address {
-            match my_victim {
+            match victim(open, from, now, grace) {
                 Some(v) => Some(v),
                 None => return Admit::Wait,
             }
         } else if all >= self.limits.strangers {
-            match victim {
+            match victim(open, None, now, grace) {
                 Some(v) => Some(v),
                 None => return Admit::Wait,
             }
         } else if open.len() >= self.limits.max {
-            match victim.or_else(|| self.idle(open, now)) {
+            match victim(open, None, now, grace).or_else(|| self.idle(open, now)) {
                 Some(v) => Some(v),
                 None if all > 0 => return Admit::Wait,
                 None => return Admit::Busy,
@@ -327,23 +333,26 @@ impl Conns {
     }
 }
 
-/// How many strangers are open (from `from`, or from anywhere), and the
-/// one to give way: heard already before not, then the oldest.
-fn strangers(
+/// The stranger (of `from`, or of any address) to give way: heard
+/// already before not, then the oldest. Looked for only when a place must
+/// be made, and the sockets peeked at in that order until one may go: a
+/// flood's admissions must not cost a system call per stranger each.
+fn victim(
     open: &HashMap<u64, Entry>,
     from: Option<IpAddr>,
     now: Instant,
     grace: Duration,
-) -> (usize, Option<u64>) {
-    let of = open
+) -> Option<u64> {
+    let mut candidates: Vec<(bool, Instant, u64, &Entry)> = open
         .iter()
-        .filter(|(_, e)| !e.trusted && (from.is_none() || e.from == from));
-    let count = of.clone().count();
-    let victim = of
-        .filter(|(_, e)| e.evictable(now, grace))
-        .min_by_key(|(&id, e)| (e.last_request.is_none(), e.opened, id))
-        .map(|(&id, _)| id);
-    (count, victim)
+        .filter(|(_, e)| e.stranger_of(from) && e.may_give_way(now, grace))
+        .map(|(&id, e)| (e.last_request.is_none(), e.opened, id, e))
+        .collect();
+    candidates.sort_unstable_by_key(|&(unheard, opened, id, _)| (unheard, opened, id));
+    candidates
+        .into_iter()
+        .find(|&(unheard, _, _, e)| !unheard || !unread(&e.stream))
+        .map(|(_, _, id, _)| id)
 }
 
 impl Conn {
