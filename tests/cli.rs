@@ -1300,8 +1300,26 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     assert!(out.contains("M packets/s per core"), "{out}");
 
     // A seed with a known hole (docs/PROTOCOL.md, "What the simulator
-    // checks").
-    let bad = sim_protocol(&["--seed", "829", "--seeds", "1", "--faults", "all"]);
+    // checks"), in a job of its own; its replay command names the job.
+    let bad = sim_protocol(&[
+        "--seed",
+        "3443",
+        "--seeds",
+        "1",
+        "--faults",
+        "loss,dup,reorder",
+        "--elements",
+        "100000",
+        "--loss",
+        "0.02",
+        "--workers",
+        "2",
+        "-k",
+        "256",
+        "--pool",
+        "16",
+        "--int",
+    ]);
     let out = text(&bad);
     assert!(!bad.status.success(), "{out}");
     assert!(out.contains("violations: liveness"), "{out}");
@@ -1320,8 +1338,14 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
         "{trace}"
     );
     assert!(trace.contains("Contribution job 7"), "{trace}");
+    assert!(
+        trace.contains("seed 3443: 2 workers, K 256, pool 16, 100000 i32"),
+        "the replay runs the same job: {trace}"
+    );
 
     let unknown = sim_protocol(&["--faults", "flood"]);
+    let job_alone = sim_protocol(&["--workers", "2"]);
+    fails_saying(&job_alone, "--loss");
     fails_saying(&unknown, "unknown fault \"flood\"");
     let loss_alone = sim_protocol(&["--loss", "0.05"]);
     fails_saying(&loss_alone, "--elements");

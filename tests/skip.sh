@@ -7,9 +7,9 @@
 # The sourcing script sets `name` first.
 
 report_skip() {
-    local suite=$1
+    local suite=$1 require=${INAGG_REQUIRE:-}
     shift
-    case ",${INAGG_REQUIRE// /}," in
+    case ",${require// /}," in
     *",$suite,"*)
         echo "$name: FAILED: the $suite suite is required here (INAGG_REQUIRE) but cannot run: $*" >&2
         exit 1

@@ -19,9 +19,10 @@ pub struct ProtocolArgs {
     pub seed: u64,
     /// Faults each seed draws its mix from (each with probability one
     /// half): loss, dup, reorder, jitter, starve, pause, forge, replay,
-    /// restart, crash, comma-separated, or all, or none.
-    #[arg(long, default_value = "all")]
-    pub faults: String,
+    /// restart, crash, comma-separated, or all, or none [default: all;
+    /// loss with --loss].
+    #[arg(long)]
+    pub faults: Option<String>,
     /// Run one seed and print its readable trace (implies --seeds 1).
     #[arg(long)]
     pub trace: bool,
@@ -29,11 +30,25 @@ pub struct ProtocolArgs {
     /// instead of the small random jobs of the default.
     #[arg(long)]
     pub elements: Option<usize>,
-    /// With --elements: a float all-reduce of one call at exactly this
-    /// loss each way (no other fault), e.g. to time it against `inagg
-    /// demo --loss` on sockets.
+    /// With --elements: one all-reduce of a job of its own (4 workers,
+    /// K = 64, a pool of 512 unless --workers, -k or --pool say
+    /// otherwise) at exactly this loss each way, under exactly the faults
+    /// given (loss alone unless --faults says), e.g. to time it against
+    /// `inagg demo --loss` on sockets.
     #[arg(long, requires = "elements", value_parser = loss_rate)]
     pub loss: Option<f64>,
+    /// With --loss: the job's workers.
+    #[arg(long, requires = "loss", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: Option<u16>,
+    /// With --loss: the job's elements per packet.
+    #[arg(short, long, requires = "loss", value_parser = clap::value_parser!(u16).range(1..=16370))]
+    pub k: Option<u16>,
+    /// With --loss: the job's pool of slots.
+    #[arg(long, requires = "loss", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub pool: Option<u32>,
+    /// With --loss: an int32 all-reduce (a float one otherwise).
+    #[arg(long, requires = "loss")]
+    pub int: bool,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -51,26 +66,26 @@ fn loss_rate(s: &str) -> Result<f64, String> {
 
 /// Runs `inagg sim protocol`.
 pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
-    let faults = Faults::parse(&args.faults).map_err(anyhow::Error::msg)?;
     let size = match (args.elements, args.loss) {
         (Some(0), _) => bail!("--elements must be at least 1"),
         (Some(elements), Some(loss)) => Size::Job {
-            workers: 4,
-            k: 64,
-            pool: 512,
+            workers: args.workers.unwrap_or(4),
+            k: args.k.unwrap_or(64),
+            pool: args.pool.unwrap_or(512),
             elements,
             loss,
             switch_ns: None,
-            float: true,
+            float: !args.int,
         },
         (Some(elements), None) => Size::Large { elements },
         (None, _) => Size::Small,
     };
-    let faults = if args.loss.is_some() {
-        Faults::parse("loss").map_err(anyhow::Error::msg)?
-    } else {
-        faults
+    let faults = match (&args.faults, args.loss) {
+        (Some(f), _) => f.as_str(),
+        (None, Some(_)) => "loss",
+        (None, None) => "all",
     };
+    let faults = Faults::parse(faults).map_err(anyhow::Error::msg)?;
     if args.trace {
         let o = inagg_protosim::run(&Options {
             seed: args.seed,
@@ -137,11 +152,9 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
         }
         writeln!(
             out,
-            "  replay: inagg sim protocol --seed {} --faults {} --trace{}",
+            "  replay: inagg sim protocol --seed {} --faults {faults} --trace{}",
             o.seed,
-            faults,
-            args.elements
-                .map_or(String::new(), |e| format!(" --elements {e}"))
+            job_args(args)
         )?;
     }
     if !bad.is_empty() {
@@ -152,4 +165,28 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The options that chose the job, as a replay command gives them again.
+fn job_args(args: &ProtocolArgs) -> String {
+    let mut line = String::new();
+    if let Some(e) = args.elements {
+        line += &format!(" --elements {e}");
+    }
+    if let Some(l) = args.loss {
+        line += &format!(" --loss {l}");
+    }
+    if let Some(w) = args.workers {
+        line += &format!(" --workers {w}");
+    }
+    if let Some(k) = args.k {
+        line += &format!(" -k {k}");
+    }
+    if let Some(p) = args.pool {
+        line += &format!(" --pool {p}");
+    }
+    if args.int {
+        line += " --int";
+    }
+    line
 }

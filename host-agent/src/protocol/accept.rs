@@ -37,8 +37,13 @@ pub(super) enum Verdict<'d> {
         packet_id: u32,
         own_weight: Option<u16>,
     },
-    /// The switch's answer to this slot's query.
-    Status { slot: usize, status: Status },
+    /// The switch's answer to this slot's query; `count`, the set's
+    /// contributor count (distinct members).
+    Status {
+        slot: usize,
+        status: Status,
+        count: u16,
+    },
     /// A status about a round whose result this worker holds (the answer
     /// to its query about its previous round, or another member's query
     /// about it, a nudge): the set's contributor count
@@ -129,7 +134,11 @@ impl Lane<'_> {
             return match Status::parse(payload) {
                 Ok(status) if repr.packet_id == slots[s].packet_id => {
                     if repr.worker == self.config.worker {
-                        Verdict::Status { slot: s, status }
+                        Verdict::Status {
+                            slot: s,
+                            status,
+                            count: repr.count,
+                        }
                     } else {
                         Verdict::Nudge { slot: s, status }
                     }
@@ -228,6 +237,19 @@ impl Lane<'_> {
     }
 }
 
+/// Whether `repr` is about the data round after the one `slot` waits for
+/// (its packet id, one epoch on), which the other members may have reached
+/// on a result this worker lost: only in a joined session, or in the
+/// handshake a slot went to in the set of a data round that seemed to
+/// refuse it (whose result it still takes). A handshake's next epoch is
+/// no data round of its session's: a nudge there is another half of the
+/// slot's members ([`split`]).
+fn behind_by_one<B>(repr: &Repr, slot: &Slot<B>, lane: &Lane<'_>) -> bool {
+    let session = &lane.sessions[usize::from(repr.slot)];
+    (session.joined || session.refused.is_some_and(|r| r.0 == slot.packet_id))
+        && repr.packet_id == slot.packet_id.wrapping_add(1 << 16)
+}
+
 /// Another round's result (packet id `id`) in the set slot `s`'s round
 /// went to: counted, and past [`FOREIGN_COPIES`] of them since the round
 /// was sent, the slot leaves the set for a handshake in the other one.
@@ -246,25 +268,36 @@ fn foreign<B>(slot: &Slot<B>, s: usize, id: u32, stats: &mut Stats) -> Verdict<'
 
 /// Whether a status is a nudge that finds a slot's members split between
 /// its sets (docs/PROTOCOL.md, "Sessions", split slots): this worker's
-/// handshake is held in set 1, waiting for members, and another member's
-/// query about set 0 says the round there lacks this worker. Each half
-/// would wait for the other for good; the rule sends the set-1 half to
-/// set 0 (a fixed set, so that the halves never cross each other), with
-/// the packet id of the round there (its epoch even, as set 0's is).
+/// round (a handshake, or a data round of its session) is held in set 1,
+/// waiting for members, and another member's query about set 0 says the
+/// round there lacks this worker. Each half would wait for the other for
+/// good; the rule sends the set-1 half to set 0 (a fixed set, so that the
+/// halves never cross each other), as a handshake with the packet id of
+/// the round there (its epoch even, as set 0's is). Not a nudge about a
+/// data round's next round, which the other members reached on a result
+/// this worker lost ([`behind`]); one about its previous round never comes
+/// here ([`LastRound`](super::announce::LastRound)).
 fn split<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
-    let s = usize::from(repr.slot);
     if repr.set != 0
         || slot.set != 1
         || !slot.in_flight
         || slot.round >= slot.rounds
-        || lane.sessions[s].joined
-        || slot.asked != Asked::Held
+        || behind_by_one(repr, slot, lane)
+        || !held(slot)
         || repr.worker == lane.config.worker
         || (repr.packet_id >> 16) & 1 != 0
     {
         return false;
     }
     Status::parse(&data[HEADER_LEN..]).is_ok_and(|status| !status.holds(lane.config.worker))
+}
+
+/// Whether the switch said it holds `slot`'s round and waits for members,
+/// and no other answer came since (it may be asking again: the members
+/// of a split slot ask at the same moments, and each one's query crossed
+/// the others' nudges).
+fn held<B>(slot: &Slot<B>) -> bool {
+    slot.asked == Asked::Held || (slot.asked == Asked::Out && slot.held > 0)
 }
 
 /// Whether a status is a nudge about the round after the one `slot` waits
@@ -274,12 +307,10 @@ fn split<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
 /// as for any stalled round, while the others' next round, stalled on it,
 /// brought their queries too.
 fn behind<B>(repr: &Repr, data: &[u8], slot: &Slot<B>, lane: &Lane<'_>) -> bool {
-    let s = usize::from(repr.slot);
     slot.in_flight
         && slot.round < slot.rounds
-        && lane.sessions[s].joined
+        && behind_by_one(repr, slot, lane)
         && repr.set != slot.set
         && repr.worker != lane.config.worker
-        && repr.packet_id == slot.packet_id.wrapping_add(1 << 16)
         && Status::parse(&data[HEADER_LEN..]).is_ok_and(|status| !status.holds(lane.config.worker))
 }

@@ -54,7 +54,7 @@ use self::announce::{probes_previous, LastRound};
 use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
-use self::recovery::{answered, on_its_way, refused, Asked, Pending};
+use self::recovery::{answered, on_its_way, refused, shut_out, Asked, Pending};
 use self::session::{SlotSession, Token, HANDSHAKE_WEIGHT};
 use self::slot::{Slot, QUICK_MOVES};
 use self::time::{nanos, Nanos};
@@ -171,7 +171,6 @@ pub(crate) struct Core<'a, B, C> {
     /// round trip measured shortens the first one, which without a sample
     /// is a quarter of the minimum timeout).
     last_scan: Nanos,
-    last_progress: Nanos,
     /// Port unreachables seen so far, and when the count last grew: a
     /// switch that stops refusing came back (docs/PROTOCOL.md,
     /// "Retransmission").
@@ -221,7 +220,6 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             nudged: Vec::new(),
             previous: Vec::new(),
             announce: Vec::new(),
-            last_progress: 0,
             refusals: (0, 0),
             bad_weight: None,
             stats: Stats {
@@ -401,10 +399,20 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 }
                 return Ok(());
             }
-            Verdict::Status { slot, status } => {
+            Verdict::Status {
+                slot,
+                status,
+                count,
+            } => {
                 let entry = &mut self.slots[slot];
                 let worker = self.lane.config.worker;
                 let session = &mut self.lane.sessions[slot];
+                if !session.joined && shut_out(&status, count, worker) {
+                    self.stats.statuses += 1;
+                    self.stats.handshake_retries += 1;
+                    session.jump();
+                    return self.handshake_again(slot, now);
+                }
                 if session.joined && refused(&status, worker, entry.resends) {
                     self.stats.statuses += 1;
                     self.stats.handshake_retries += 1;
@@ -491,7 +499,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         if entry.round > entry.reached {
             // A round taken again after a rollback is not progress.
             entry.reached = entry.round;
-            self.last_progress = now;
+            entry.progress_at = now;
         }
         self.landed += 1;
         self.flight.land(entry, s);
@@ -569,11 +577,14 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         if refusals > self.refusals.0 {
             self.refusals = (refusals, now);
         }
-        let waited = std::time::Duration::from_nanos(now - self.last_progress);
-        if waited > self.lane.config.give_up_after {
+        if let Some(stuck) = self.slowest() {
+            let waited = std::time::Duration::from_nanos(now - self.slots[stuck].progress_at);
+            if waited <= self.lane.config.give_up_after {
+                return self.scan(now);
+            }
             let e = self.lane.give_up(
                 &self.slots,
-                waited,
+                stuck,
                 self.refusals,
                 now,
                 self.bad_weight,
@@ -581,6 +592,24 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
             );
             return Err(e);
         }
+        self.scan(now)
+    }
+
+    /// The slot with rounds left that has gone longest without progress:
+    /// one slot whose members never agree again (under replays, say)
+    /// while the others move on makes the all-reduce fail after the
+    /// give-up time, not crawl on.
+    fn slowest(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.round < s.rounds)
+            .min_by_key(|(_, s)| s.progress_at)
+            .map(|(i, _)| i)
+    }
+
+    /// Loss recovery's scan of the slots at `now`.
+    fn scan(&mut self, now: Nanos) -> Result<bool, Error> {
         let before = self.stats.retransmissions;
         let (tx, queries, stats) = (&mut self.tx, &mut self.queries, &mut self.stats);
         self.lane.recover(&mut self.slots, now, tx, queries, stats);
@@ -652,17 +681,21 @@ impl Lane<'_> {
     fn give_up<B>(
         &self,
         slots: &[Slot<B>],
-        waited: std::time::Duration,
+        stuck: usize,
         refusals: (u64, Nanos),
         now: Nanos,
         bad_weight: Option<u16>,
         stats: &Stats,
     ) -> Error {
+        // Of the slots past their give-up time, one the switch said waits
+        // for members names them in the error.
+        let give_up = nanos(self.config.give_up_after);
+        let late = |s: &Slot<B>| s.round < s.rounds && now - s.progress_at > give_up;
         let stuck = slots
             .iter()
-            .position(|s| s.waits_for != 0 && s.round < s.rounds)
-            .or_else(|| slots.iter().position(|s| s.round < s.rounds))
-            .unwrap_or(0);
+            .position(|s| late(s) && s.waits_for != 0)
+            .unwrap_or(stuck);
+        let waited = std::time::Duration::from_nanos(now - slots[stuck].progress_at);
         tracing::warn!(
             job = self.config.job,
             slot = stuck,

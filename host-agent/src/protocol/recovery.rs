@@ -279,6 +279,19 @@ pub(crate) fn refused(status: &Status, worker: u16, resends: u32) -> bool {
     resends >= REFUSED_AFTER && !status.holds(worker)
 }
 
+/// Whether `status`, the answer to this worker's query about its
+/// handshake, shows the set holding a complete round (`count`, its
+/// distinct contributors, is every member) without this worker. No round
+/// of this worker's session completes without it, so the round is another
+/// session's (replayed, or left by an earlier one), and the switch drops
+/// the handshake there as a late copy unless its packet id is newer than
+/// the round's (docs/PROTOCOL.md, "Slot state machine", rounds taken
+/// over). Resent as it is, it is dropped for good: the slot jumps to a
+/// newer id in the same set ([`super::session::SlotSession::jump`]).
+pub(crate) fn shut_out(status: &Status, count: u16, worker: u16) -> bool {
+    count >= status.members && !status.holds(worker)
+}
+
 /// The reordering window: a quarter of the quickest round trip (RFC 8985's
 /// default), at least `floor`.
 pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {
@@ -1056,6 +1069,22 @@ mod tests {
             ..s(0b1111)
         };
         assert_eq!(judge(&answered, 0), Said::Resend);
+    }
+
+    /// A handshake is shut out only of a complete round it is not in: a
+    /// round still summing takes it whatever its id, and one that holds it
+    /// answers its resend with the result.
+    #[test]
+    fn a_handshake_is_shut_out_only_of_a_complete_round_without_it() {
+        let s = |bitmap| Status {
+            bitmap,
+            members: 4,
+            answered: false,
+        };
+        assert!(shut_out(&s(0b1110), 4, 0), "complete without worker 0");
+        assert!(shut_out(&s(0b0110), 4, 0), "complete, members 0 and 3 left");
+        assert!(!shut_out(&s(0b0110), 2, 0), "summing: it gets in");
+        assert!(!shut_out(&s(0b1111), 4, 0), "complete with it");
     }
 
     #[test]

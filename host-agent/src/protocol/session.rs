@@ -63,6 +63,9 @@ pub(crate) struct SlotSession {
     /// (duplicated, held back) is not a new reason to leave
     /// ([`super::accept`], spoiled rounds).
     pub left: Option<u32>,
+    /// Handshakes the slot has sent again at a newer id in the same set,
+    /// shut out of a round another session left there ([`Self::jump`]).
+    pub jumps: u32,
     /// The packet id and round of the data round whose contribution the
     /// switch seemed to refuse, when the slot went to a handshake in the
     /// same set on it ([`super::recovery::refused`]): that round's own
@@ -85,6 +88,20 @@ impl SlotSession {
         self.epoch = epoch;
     }
 
+    /// Goes past a round of unknown packet id that another session left
+    /// complete in the slot's set, in the same set: a handshake whose id
+    /// is newer than the round's takes it over (docs/PROTOCOL.md, "Slot
+    /// state machine"), one that is not is dropped. The status does not
+    /// say the round's id, so each jump is twice the one before (2, 4, ...
+    /// up to 2^14 epochs): the ids tried come within 2^15 epochs ahead of
+    /// any id (newer in serial-number order) in at most 16 jumps, and no
+    /// jump is so long that it passes over that range.
+    pub fn jump(&mut self) {
+        let step = 2u32 << self.jumps.min(MAX_JUMP_DOUBLINGS);
+        self.epoch = self.epoch.wrapping_add(step);
+        self.jumps = self.jumps.saturating_add(1);
+    }
+
     /// Joins the session on the handshake result with packet id
     /// `packet_id` in set `set`, whose check key is `key`: the data rounds
     /// go on at an epoch every member derives from the key, after the
@@ -98,10 +115,15 @@ impl SlotSession {
         self.move_past(packet_id, set);
         self.epoch = self.epoch.wrapping_add(2 * (key.spread() % 8192));
         self.joined = true;
+        self.jumps = 0;
         self.refused = None;
         self.key = key;
     }
 }
+
+/// A jump ([`SlotSession::jump`]) is at most 2 << 13 = 2^14 epochs: the
+/// ids newer than a round's span 2^15 - 1 epochs, which no jump passes.
+const MAX_JUMP_DOUBLINGS: u32 = 13;
 
 /// How many of a slot's earlier handshake attempts a result is checked
 /// against: a late copy of one of them is ignored, not taken for an
@@ -307,6 +329,36 @@ mod tests {
         s.move_past(1 << 16, 0);
         assert_eq!(s.epoch, 3);
         assert_eq!(s.epoch & 1, 1, "the other set");
+    }
+
+    /// Whatever the round's id, a slot shut out of it gets ahead of it (in
+    /// serial-number order: newer by less than 2^31) within 16 jumps, in
+    /// the same set, and joining starts the jumps over.
+    #[test]
+    fn jumps_get_ahead_of_any_round_in_the_same_set() {
+        let slot = 5u32;
+        for start in [0u32, 1, 0x7fff, 0xfffe] {
+            for round_epoch in (0..0x1_0000u32).step_by(97) {
+                let round = round_epoch << 16 | slot;
+                let mut s = SlotSession {
+                    epoch: start,
+                    ..SlotSession::default()
+                };
+                let newer = (0..16).any(|_| {
+                    s.jump();
+                    assert_eq!(s.epoch & 1, start & 1, "the same set");
+                    let id = s.epoch.wrapping_shl(16) | slot;
+                    (id.wrapping_sub(round) as i32) > 0
+                });
+                assert!(newer, "from epoch {start:#x}: round {round:#x}");
+            }
+        }
+        let mut s = SlotSession::default();
+        s.jump();
+        s.jump();
+        assert_eq!((s.epoch, s.jumps), (6, 2));
+        s.join(s.epoch << 16, 0, CheckKey::default());
+        assert_eq!(s.jumps, 0);
     }
 
     #[test]

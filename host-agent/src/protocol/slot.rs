@@ -12,6 +12,10 @@ pub(crate) struct Slot<B> {
     /// The most rounds the slot has completed (a rollback takes `round`
     /// back, not this): progress is a slot reaching further.
     pub(crate) reached: usize,
+    /// When `reached` last grew (or the all-reduce began): a worker gives
+    /// up once any slot with rounds left has gone without progress for
+    /// its give-up time ([`super::Core::on_idle`]).
+    pub(crate) progress_at: Nanos,
     pub(crate) packet_id: u32,
     pub(crate) set: u8,
     /// Times in nanoseconds since the all-reduce started ([`Nanos`]):
@@ -114,6 +118,7 @@ impl<B> Slot<B> {
             round: 0,
             rounds,
             reached: 0,
+            progress_at: 0,
             packet_id: 0,
             set: 0,
             sent_at: 0,
