@@ -1298,6 +1298,20 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
         "{out}"
     );
     assert!(out.contains("M packets/s per core"), "{out}");
+    // Control traffic against what asked for it: data lost, and rounds a
+    // slow (starved) member held up.
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("data lost "))
+        .unwrap_or_else(|| panic!("no control traffic line: {out}"));
+    let held: u64 = line
+        .split("rounds held up ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(held > 0, "a starved member holds rounds up: {line}");
+    assert!(line.contains("per round held up)"), "{line}");
 
     // A seed with a known hole (docs/PROTOCOL.md, "What the simulator
     // checks"), in a job of its own; its replay command names the job.

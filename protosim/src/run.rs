@@ -18,7 +18,7 @@
 //! taking datagrams (late copies reach it, as they reach a real one), but
 //! does not start its next call before the others finish theirs.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use inagg_emu::{JobSpec, Switch, SwitchConfig};
@@ -35,6 +35,12 @@ use crate::net::{Event, LinkFaults, Nanos, Net, Node, Served};
 
 const MS: Nanos = 1_000_000;
 const JOB: u16 = 7;
+/// A round open at the switch longer than this is held up
+/// ([`Outcome::held_up`]): the agent's shortest wait before it probes a
+/// round with nothing sent after it.
+const HELD_UP: Nanos = MS;
+/// Rounds whose opening time is kept at most ([`Outcome::held_up`]).
+const OPEN_ROUNDS: usize = 1 << 16;
 /// Datagrams a host's socket holds before the kernel drops (about a
 /// default receive buffer's worth of small datagrams).
 const INBOX: usize = 4096;
@@ -257,6 +263,12 @@ pub struct Outcome {
     /// Queries sent and statuses received by every worker, faulty phase.
     pub queries: u64,
     pub statuses: u64,
+    /// Rounds the switch held open longer than 1 ms (the agent's shortest
+    /// wait before it probes a round) from their first contribution to
+    /// their completion, faulty phase: the rounds a member may rightly ask
+    /// about, whether a contribution was lost or its member was slow (a
+    /// starved or paused worker).
+    pub held_up: u64,
     /// Every worker's statistics of the faulty phase, summed.
     pub stats: Stats,
     /// All-reduces completed and failed (every phase).
@@ -307,6 +319,10 @@ struct World {
     /// Results the switch sent in answer to queries, per (slot, set,
     /// member), since the set's round completed ([`World::bound_amplification`]).
     answered: BTreeMap<(u16, u8, u16), u32>,
+    /// When each round's first contribution reached the switch, by
+    /// (slot, set, packet id), until the round completes.
+    opened: HashMap<(u16, u8, u32), Nanos>,
+    held_up: u64,
     completed: u64,
     failed: u64,
     queries: u64,
@@ -344,6 +360,8 @@ pub fn run(options: &Options) -> Outcome {
         faulty: false,
         violations: Vec::new(),
         answered: BTreeMap::new(),
+        opened: HashMap::new(),
+        held_up: 0,
         completed: 0,
         failed: 0,
         queries: 0,
@@ -364,6 +382,7 @@ pub fn run(options: &Options) -> Outcome {
         lost_data: world.net.counts.lost_data,
         queries: world.queries,
         statuses: world.statuses,
+        held_up: world.held_up,
         stats: world.stats,
         completed: world.completed,
         failed: world.failed,
@@ -637,7 +656,11 @@ impl World {
                 bytes,
             } => {
                 let completed = self.rounds_completed();
+                let contribution = self.opens(&bytes);
                 let served = self.net.switch_receives(from, &bytes);
+                if let Some(key) = contribution.filter(|_| self.rounds_completed() != completed) {
+                    self.closes(key);
+                }
                 self.bound_amplification(&bytes, served, completed);
             }
             Event::Arrive {
@@ -863,6 +886,36 @@ impl World {
     fn rounds_completed(&self) -> u64 {
         let job = self.net.state.switch.job(JOB);
         job.map_or(0, |j| j.counters.results + j.counters.announcements)
+    }
+
+    /// Notes when a contribution's round first reached the switch, and
+    /// returns the round's key (slot, set, packet id); `None` for anything
+    /// else.
+    fn opens(&mut self, bytes: &[u8]) -> Option<(u16, u8, u32)> {
+        if bytes.get(1).map(|&k| Kind::from(k)) != Some(Kind::Contribution) {
+            return None;
+        }
+        let repr = Packet::new_checked(bytes)
+            .and_then(|p| Repr::parse(&p))
+            .ok()?;
+        let key = (repr.slot, repr.set, repr.packet_id);
+        if self.opened.len() >= OPEN_ROUNDS && !self.opened.contains_key(&key) {
+            // Forged and replayed rounds that never complete: forgotten
+            // rather than kept without bound.
+            self.opened.clear();
+        }
+        self.opened.entry(key).or_insert(self.net.now);
+        Some(key)
+    }
+
+    /// The round `key` completed: held up if it was open longer than
+    /// [`HELD_UP`].
+    fn closes(&mut self, key: (u16, u8, u32)) {
+        if let Some(at) = self.opened.remove(&key) {
+            if self.faulty && self.net.now > at + HELD_UP {
+                self.held_up += 1;
+            }
+        }
     }
 
     /// The amplification bound (docs/PROTOCOL.md): a query, 24 bytes

@@ -115,6 +115,7 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     let packets: u64 = outcomes.iter().map(|o| o.packets).sum();
     let lost: u64 = outcomes.iter().map(|o| o.lost_data).sum();
     let asked: u64 = outcomes.iter().map(|o| o.queries + o.statuses).sum();
+    let held_up: u64 = outcomes.iter().map(|o| o.held_up).sum();
     let completed: u64 = outcomes.iter().map(|o| o.completed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
     let mut bad: Vec<_> = outcomes
@@ -134,8 +135,14 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{packets} simulated packets in {wall:.2} s on {threads} thread(s): {:.2} M packets/s per core; data lost {lost}, queries + statuses {asked}",
+        "{packets} simulated packets in {wall:.2} s on {threads} thread(s): {:.2} M packets/s per core",
         packets as f64 / wall / threads as f64 / 1e6
+    )?;
+    writeln!(
+        out,
+        "data lost {lost}, rounds held up {held_up}, queries + statuses {asked} ({} per datum lost, {} per round held up)",
+        per(asked, lost),
+        per(asked, held_up)
     )?;
     let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
     for v in bad.iter().flat_map(|o| o.violations.iter()) {
@@ -189,4 +196,13 @@ fn job_args(args: &ProtocolArgs) -> String {
         line += " --int";
     }
     line
+}
+
+/// `a / b` to two places, or "-" when `b` is 0.
+fn per(a: u64, b: u64) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}", a as f64 / b as f64)
+    }
 }

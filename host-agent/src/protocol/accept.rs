@@ -100,6 +100,13 @@ impl Lane<'_> {
         }
         let s = usize::from(repr.slot);
         if repr.kind == Kind::Status && s < window && self.last[s].is_of(&repr, &slots[s]) {
+            // The answer to this worker's query about its previous round,
+            // or another member's query about it (a nudge).
+            if repr.worker == self.config.worker {
+                stats.statuses += 1;
+            } else {
+                stats.nudges += 1;
+            }
             return Verdict::Previous {
                 slot: s,
                 count: repr.count,

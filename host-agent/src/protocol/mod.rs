@@ -425,7 +425,10 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                     .on_status(entry, slot, &status, now, tx, &mut self.stats);
                 let entry = &self.slots[slot];
                 let last = &self.lane.last[slot];
-                if entry.asked == Asked::Held && probes_previous(entry.held) && last.precedes(entry)
+                let after = self.lane.turns_after(entry.place);
+                if entry.asked == Asked::Held
+                    && probes_previous(entry.held, after)
+                    && last.precedes(entry)
                 {
                     self.previous.push(slot);
                 }
@@ -826,8 +829,9 @@ impl Lane<'_> {
         // A round held a while asks again (a restart may have taken the
         // round before from the members it waits for: their nudges make
         // them announce it, `announce`).
-        let nudge =
-            few || (slot.queries == 1 && self.speaks_for(slot.place)) || probes_previous(slot.held);
+        let nudge = few
+            || (slot.queries == 1 && self.speaks_for(slot.place))
+            || probes_previous(slot.held, self.turns_after(slot.place));
         let count = if nudge {
             inagg_wire::status::QUERY_NUDGE
         } else {
