@@ -116,6 +116,7 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     let lost: u64 = outcomes.iter().map(|o| o.lost_data).sum();
     let asked: u64 = outcomes.iter().map(|o| o.queries + o.statuses).sum();
     let held_up: u64 = outcomes.iter().map(|o| o.held_up).sum();
+    let virtual_ms: f64 = outcomes.iter().map(|o| o.virtual_ns as f64 / 1e6).sum();
     let completed: u64 = outcomes.iter().map(|o| o.completed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
     let mut bad: Vec<_> = outcomes
@@ -135,8 +136,9 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{packets} simulated packets in {wall:.2} s on {threads} thread(s): {:.2} M packets/s per core",
-        packets as f64 / wall / threads as f64 / 1e6
+        "{packets} simulated packets in {wall:.2} s on {threads} thread(s): {:.2} M packets/s per core; {:.1} ms of virtual time per seed",
+        packets as f64 / wall / threads as f64 / 1e6,
+        virtual_ms / outcomes.len().max(1) as f64
     )?;
     writeln!(
         out,
