@@ -344,7 +344,9 @@ fn timeout_advice(
             "{rejected} results for this worker's rounds failed their check: the switch summed \
              contributions that are not this session's into them (an earlier session's \
              datagrams replayed, or datagrams forged from a member's endpoint), or they were \
-             forged; none was taken. Find who else sends to the switch from the members' \
+             forged, or the members no longer agree on a slot's round (one a round behind \
+             after a lost result, a known hole: docs/PROTOCOL.md, \"What the simulator \
+             checks\"); none was taken. Find who else sends to the switch from the members' \
              addresses; a new session starts clean"
         )
     } else if let Some((seen, expected)) = weight {
