@@ -1317,7 +1317,7 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     // checks"), in a job of its own; its replay command names the job.
     let bad = sim_protocol(&[
         "--seed",
-        "3443",
+        "34494",
         "--seeds",
         "1",
         "--faults",
@@ -1353,7 +1353,7 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     );
     assert!(trace.contains("Contribution job 7"), "{trace}");
     assert!(
-        trace.contains("seed 3443: 2 workers, K 256, pool 16, 100000 i32"),
+        trace.contains("seed 34494: 2 workers, K 256, pool 16, 100000 i32"),
         "the replay runs the same job: {trace}"
     );
 

@@ -725,7 +725,14 @@ impl Job {
         let to = self.spec.workers[usize::from(repr.worker)];
         let asker = 1u64 << repr.worker;
         self.counters.queries += 1;
-        let owed = set.bitmap & asker != 0 && set.count == n && !set.awaiting;
+        // The member's contribution is in the round when its bit is set,
+        // or when the round is a data round with the query's packet id: a
+        // held-back copy of the member's handshake, summed into the other
+        // set, took its bit out of this round's bitmap, but not its values
+        // out of the sum (docs/PROTOCOL.md, "Loss recovery").
+        let in_it =
+            set.bitmap & asker != 0 || (set.packet_id == repr.packet_id && set.weight == set.count);
+        let owed = in_it && set.count == n && !set.awaiting;
         if owed && set.answered.1 & asker == 0 {
             set.answered.1 |= set.answered.0 & asker;
             set.answered.0 |= asker;

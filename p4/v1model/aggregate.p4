@@ -58,8 +58,9 @@
  * Job::query) goes to query_slot, which changes nothing but the answered
  * bitmaps:
  *
- *   bitmap[here] has bit set, count[here] == n, not away, and
- *   answered_twice[here] has bit clear?
+ *   bitmap[here] has bit set (or the set holds a data round, weight[here]
+ *   == count[here], with the query's packet id), count[here] == n, not
+ *   away, and answered_twice[here] has bit clear?
  *     yes: the stored result goes back to w alone (w's copy was lost), as
  *          for a retransmission (meta.inagg.stored_result);
  *          answered_twice[here] |= answered_once[here] & bit,
@@ -381,7 +382,14 @@ control Aggregate(inout headers_t hdr, inout metadata_t meta) {
         bool live = incarnation_here == meta.job.incarnation;
         bit<64> live_here = live ? bitmap_here : 64w0;
         bit<16> count_live = live ? count_here : 16w0;
-        bool owed = (live_here & me) != 64w0 && count_live == meta.job.worker_count
+        /* w's values are in the round when its bit is set, or when the
+         * round is a data round (every contribution weighing 1) with the
+         * query's packet id: a held-back copy of w's handshake, summed into
+         * the other set, took w's bit out of this one but not its values
+         * out of the sum (PROTOCOL.md, "Loss recovery"). */
+        bool in_it = (live_here & me) != 64w0
+                     || (live && packet_id_here == hdr.inagg.packet_id && weight_here == count_here);
+        bool owed = in_it && count_live == meta.job.worker_count
                     && !(live && away_here == 1);
         /* Twice per member and round at most: a later query gets the
          * status, flagged (PROTOCOL.md, "The amplification bound"). */
