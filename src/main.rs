@@ -22,7 +22,9 @@ struct Cli {
     /// Log level or filter for messages on stderr: error, warn, info, debug,
     /// trace, or per module (`inagg_switch_control=debug,warn`). Overrides
     /// the INAGG_LOG environment variable [default: info for the daemons
-    /// (emu, controller), warn otherwise].
+    /// (emu, controller), error for the simulators (whose agents' warnings,
+    /// a worker giving up after a crashed peer, are outcomes they count),
+    /// warn otherwise].
     #[arg(long, global = true, value_name = "FILTER")]
     log: Option<String>,
     #[command(subcommand)]
@@ -61,6 +63,7 @@ fn init_logs(cli: &Cli) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let default = match cli.command {
         Command::Emu(_) | Command::Controller(_) => "info",
+        Command::Sim(_) => "error",
         _ => "warn",
     };
     let filter = match (&cli.log, std::env::var("INAGG_LOG")) {

@@ -1313,6 +1313,31 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     assert!(held > 0, "a starved member holds rounds up: {line}");
     assert!(line.contains("per round held up)"), "{line}");
 
+    // A crashed worker's peers give up, as the faults allow: counted, not
+    // logged, unless asked for.
+    let crash = [
+        "--seed",
+        "6001",
+        "--seeds",
+        "60",
+        "--faults",
+        "loss,dup,jitter,starve,pause,crash",
+        "--threads",
+        "2",
+    ];
+    let quiet = sim_protocol(&crash);
+    assert!(quiet.status.success(), "{}", text(&quiet));
+    assert!(!text(&quiet).contains(" WARN "), "{}", text(&quiet));
+    let failed: u64 = text(&quiet)
+        .split(" all-reduces completed, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(failed > 0, "no worker gave up: {}", text(&quiet));
+    let loud = sim_protocol(&[&crash[..], &["--log", "warn"]].concat());
+    assert!(text(&loud).contains("giving up"), "{}", text(&loud));
+
     // A seed with a known hole (docs/PROTOCOL.md, "What the simulator
     // checks"), in a job of its own; its replay command names the job.
     let bad = sim_protocol(&[

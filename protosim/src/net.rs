@@ -16,7 +16,7 @@ use inagg_wire::Kind;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::trace::Trace;
+use crate::trace::{Trace, Who};
 
 /// Virtual nanoseconds since the run began.
 pub type Nanos = u64;
@@ -246,8 +246,7 @@ impl Net {
     pub fn inject_up(&mut self, from: SocketAddr, bytes: &[u8]) {
         let at = self.now + PROPAGATION;
         self.counts.sent += 1;
-        self.trace
-            .event(self.now, "forged", &from.to_string(), bytes);
+        self.trace.event(self.now, "forged", Who::Addr(from), bytes);
         self.at(
             at,
             Event::Arrive {
@@ -275,7 +274,7 @@ impl Net {
             } else {
                 self.counts.lost_control += 1;
             }
-            self.trace.event(self.now, "lost", &from.to_string(), bytes);
+            self.trace.event(self.now, "lost", Who::Addr(from), bytes);
             return;
         }
         let copies = if self.faults.duplicate > 0.0 && self.rng.random_bool(self.faults.duplicate) {
@@ -315,8 +314,7 @@ impl Net {
     /// it sends out on its host's link. Returns what it sent.
     pub fn switch_receives(&mut self, from: SocketAddr, bytes: &[u8]) -> Served {
         self.counts.delivered += 1;
-        self.trace
-            .event(self.now, "switch", &from.to_string(), bytes);
+        self.trace.event(self.now, "switch", Who::Addr(from), bytes);
         let cost = self.switch_ns + bytes.len() as u64 * SWITCH_PS_PER_BYTE / 1000;
         let done = self.now.max(self.switch_free) + cost;
         self.switch_free = done;

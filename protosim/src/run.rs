@@ -32,6 +32,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::faults::{Fault, Faults};
 use crate::net::{Event, LinkFaults, Nanos, Net, Node, Served};
+use crate::trace::Who;
 
 const MS: Nanos = 1_000_000;
 const JOB: u16 = 7;
@@ -294,6 +295,62 @@ struct Host {
 enum Tensor {
     I32(Vec<i32>),
     F32(Vec<f32>),
+}
+
+impl Tensor {
+    fn len(&self) -> usize {
+        match self {
+            Tensor::I32(v) => v.len(),
+            Tensor::F32(v) => v.len(),
+        }
+    }
+}
+
+/// What one element of a call's result must be ([`World::check`]).
+enum Want {
+    /// The exact sum.
+    I32(i32),
+    /// The exact sum and the bound a result may miss it by.
+    F32(f64, f64),
+}
+
+impl Want {
+    /// Element `e` of the sum of `inputs`; for floats, with the bound of
+    /// a chunk whose largest exponent is `exponent`, over `n` workers.
+    fn of(inputs: &[Tensor], e: usize, exponent: u8, n: u16) -> Want {
+        match inputs.first() {
+            Some(Tensor::F32(_)) => {
+                let exact: f64 = inputs
+                    .iter()
+                    .map(|t| match t {
+                        Tensor::F32(v) => f64::from(v[e]),
+                        Tensor::I32(_) => 0.0,
+                    })
+                    .sum();
+                Want::F32(
+                    exact,
+                    inagg_host_agent::quant::error_bound(exponent, n, exact),
+                )
+            }
+            _ => Want::I32(inputs.iter().fold(0i32, |s, t| match t {
+                Tensor::I32(v) => s.wrapping_add(v[e]),
+                Tensor::F32(_) => s,
+            })),
+        }
+    }
+
+    /// How element `e` of `got` misses it, in words; `None` when it does not.
+    fn missed_by(&self, got: &Tensor, e: usize) -> Option<String> {
+        match (self, got) {
+            (Want::I32(want), Tensor::I32(g)) => {
+                (g[e] != *want).then(|| format!("got {}, the exact sum is {want}", g[e]))
+            }
+            (Want::F32(exact, bound), Tensor::F32(g)) => ((f64::from(g[e]) - exact).abs() > *bound
+                || g[e].is_nan())
+            .then(|| format!("got {}, exact {exact}, bound {bound}", g[e])),
+            _ => Some("a result of another type".into()),
+        }
+    }
 }
 
 /// How each worker's part of a call ended.
@@ -596,12 +653,14 @@ impl World {
             }
         }
         let endings: Vec<Ending> = endings.into_iter().map(|e| e.expect("set")).collect();
-        for (w, e) in endings.iter().enumerate() {
+        let done: Vec<usize> = (0..endings.len())
+            .filter(|&w| matches!(endings[w], Ending::Done))
+            .collect();
+        let found = self.check(call, &inputs, &done, &tensors);
+        self.violations.extend(found);
+        for e in &endings {
             match e {
-                Ending::Done => {
-                    self.completed += 1;
-                    self.check(call, w, &inputs, &tensors[w]);
-                }
+                Ending::Done => self.completed += 1,
                 _ => self.failed += 1,
             }
         }
@@ -641,7 +700,7 @@ impl World {
                 endings[w] = Some(Ending::Crashed);
                 self.net
                     .trace
-                    .event(self.net.now, "crash", &w.to_string(), &[]);
+                    .event(self.net.now, "crash", Who::Host(w), &[]);
             }
             ev => self.handle(ev),
         }
@@ -677,7 +736,7 @@ impl World {
                 self.net.counts.delivered += 1;
                 self.net
                     .trace
-                    .event(self.net.now, "recv", &i.to_string(), &bytes);
+                    .event(self.net.now, "recv", Who::Host(i), &bytes);
                 if h.inbox.len() >= INBOX {
                     self.net.counts.lost_data += 1;
                     return;
@@ -705,7 +764,9 @@ impl World {
             Event::Script(RESTART) if self.faulty => {
                 let _ = self.net.state.switch.delete_job(JOB);
                 self.answered.clear();
-                self.net.trace.event(self.net.now, "restart", "switch", &[]);
+                self.net
+                    .trace
+                    .event(self.net.now, "restart", Who::Switch, &[]);
                 let (_, down) = self.sc.restart.expect("scripted");
                 self.net.at(self.net.now + down, Event::Script(REINSTALL));
             }
@@ -714,7 +775,7 @@ impl World {
                     self.reinstall();
                     self.net
                         .trace
-                        .event(self.net.now, "reinstall", "switch", &[]);
+                        .event(self.net.now, "reinstall", Who::Switch, &[]);
                 }
             }
             Event::Script(PAUSE) if self.faulty => {
@@ -722,7 +783,7 @@ impl World {
                 self.hosts[w].stalled_until = self.net.now + len;
                 self.net
                     .trace
-                    .event(self.net.now, "pause", &w.to_string(), &[]);
+                    .event(self.net.now, "pause", Who::Host(w), &[]);
             }
             Event::Script(_) => {}
         }
@@ -795,7 +856,7 @@ impl World {
             if self.record {
                 self.recorded.push((self.net.hosts[i], b.clone()));
             }
-            self.net.trace.event(now, "send", &i.to_string(), b);
+            self.net.trace.event(now, "send", Who::Host(i), b);
             self.net.send_up(i, b);
         }
         let done = run.is_done();
@@ -823,60 +884,43 @@ impl World {
         self.schedule(i, next);
     }
 
-    /// The safety invariant: worker `w`'s result of call `call` is the
-    /// exact sum (int32) or within the documented bound (float) of every
-    /// worker's input.
-    fn check(&mut self, call: usize, w: usize, inputs: &[Tensor], got: &Tensor) {
-        let k = usize::from(self.sc.k);
+    /// The safety invariant for the workers `done` of call `call`: each
+    /// one's tensor is the exact sum of every worker's input (int32) or
+    /// within the documented bound of it (float: the chunk's largest
+    /// exponent, the workers, the sum, `quant::error_bound`), element by
+    /// element; for each worker that breaks it, its first element that
+    /// does, in words. One pass over the elements for all of them: each
+    /// element's sum and bound are made once, not once per worker.
+    fn check(&self, call: usize, inputs: &[Tensor], done: &[usize], got: &[Tensor]) -> Vec<String> {
+        let k = usize::from(self.sc.k).max(1);
         let n = self.sc.workers;
-        match got {
-            Tensor::I32(got) => {
-                for (e, &g) in got.iter().enumerate() {
-                    let want = inputs.iter().fold(0i32, |s, t| match t {
-                        Tensor::I32(v) => s.wrapping_add(v[e]),
-                        Tensor::F32(_) => s,
-                    });
-                    if g != want {
-                        self.violations.push(format!(
-                            "safety: call {call}, worker {w}, element {e}: got {g}, the exact sum is {want}"
-                        ));
-                        return;
-                    }
-                }
-            }
-            Tensor::F32(got) => {
-                for (c, chunk) in got.chunks(k).enumerate() {
-                    let exponent = inputs
+        let len = inputs.first().map_or(0, Tensor::len);
+        let mut broken: Vec<Option<String>> = vec![None; done.len()];
+        for c in 0..len.div_ceil(k) {
+            let chunk = c * k..((c + 1) * k).min(len);
+            let exponent = inputs
+                .iter()
+                .filter_map(|t| match t {
+                    Tensor::F32(v) => v[chunk.clone()]
                         .iter()
-                        .filter_map(|t| match t {
-                            Tensor::F32(v) => v[c * k..(c * k + chunk.len())]
-                                .iter()
-                                .map(|x| ((x.abs().to_bits() >> 23) & 0xff) as u8)
-                                .max(),
-                            Tensor::I32(_) => None,
-                        })
-                        .max()
-                        .unwrap_or(0);
-                    for (j, &g) in chunk.iter().enumerate() {
-                        let e = c * k + j;
-                        let exact: f64 = inputs
-                            .iter()
-                            .map(|t| match t {
-                                Tensor::F32(v) => f64::from(v[e]),
-                                Tensor::I32(_) => 0.0,
-                            })
-                            .sum();
-                        let bound = inagg_host_agent::quant::error_bound(exponent, n, exact);
-                        if (f64::from(g) - exact).abs() > bound || g.is_nan() {
-                            self.violations.push(format!(
-                                "safety: call {call}, worker {w}, element {e}: got {g}, exact {exact}, bound {bound}"
-                            ));
-                            return;
-                        }
+                        .map(|x| ((x.abs().to_bits() >> 23) & 0xff) as u8)
+                        .max(),
+                    Tensor::I32(_) => None,
+                })
+                .max()
+                .unwrap_or(0);
+            for e in chunk {
+                let want = Want::of(inputs, e, exponent, n);
+                for (i, &w) in done.iter().enumerate() {
+                    if broken[i].is_none() {
+                        broken[i] = want
+                            .missed_by(&got[w], e)
+                            .map(|m| format!("safety: call {call}, worker {w}, element {e}: {m}"));
                     }
                 }
             }
         }
+        broken.into_iter().flatten().collect()
     }
 
     /// A forged datagram: every kind, from a forged member's endpoint or a
@@ -1033,4 +1077,45 @@ fn describe(endings: &[Ending]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The safety check catches a result off the exact sum (int32, which
+    /// wraps) or outside the float bound, a NaN and a result of the other
+    /// type, and passes the right ones.
+    #[test]
+    fn a_result_off_the_exact_sum_or_its_bound_is_caught() {
+        let ints = [Tensor::I32(vec![1, i32::MAX]), Tensor::I32(vec![2, 1])];
+        let want = Want::of(&ints, 1, 0, 2);
+        assert!(
+            want.missed_by(&Tensor::I32(vec![0, i32::MIN]), 1).is_none(),
+            "it wraps"
+        );
+        let off = want.missed_by(&Tensor::I32(vec![0, i32::MAX]), 1);
+        assert_eq!(
+            off.as_deref(),
+            Some("got 2147483647, the exact sum is -2147483648")
+        );
+        let floats = [Tensor::F32(vec![1.0]), Tensor::F32(vec![2.0])];
+        let exponent = ((2.0f32.to_bits() >> 23) & 0xff) as u8;
+        let want = Want::of(&floats, 0, exponent, 2);
+        let Want::F32(exact, bound) = want else {
+            panic!("a float sum")
+        };
+        assert_eq!(exact, 3.0);
+        assert!(bound > 0.0 && bound < 0.01, "{bound}");
+        assert!(want.missed_by(&Tensor::F32(vec![3.0]), 0).is_none());
+        let within = (3.0 + bound / 2.0) as f32;
+        assert!(want.missed_by(&Tensor::F32(vec![within]), 0).is_none());
+        let beyond = (3.0 + 4.0 * bound) as f32;
+        assert!(want.missed_by(&Tensor::F32(vec![beyond]), 0).is_some());
+        assert!(want.missed_by(&Tensor::F32(vec![f32::NAN]), 0).is_some());
+        assert!(
+            want.missed_by(&Tensor::I32(vec![3]), 0).is_some(),
+            "the other type"
+        );
+    }
 }

@@ -2,7 +2,30 @@
 //! is what "deterministic" means here) and, when asked for, as readable
 //! lines.
 
+use std::fmt;
+use std::net::SocketAddr;
+
 use inagg_wire::{Packet, Repr};
+
+/// Who an event is about: a worker's host by index, an endpoint, or the
+/// switch. Hashed by value and put into words only for a readable trace
+/// (a string made per event cost a tenth of a run).
+#[derive(Debug, Clone, Copy)]
+pub enum Who {
+    Host(usize),
+    Addr(SocketAddr),
+    Switch,
+}
+
+impl fmt::Display for Who {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Who::Host(i) => i.fmt(f),
+            Who::Addr(a) => a.fmt(f),
+            Who::Switch => f.write_str("switch"),
+        }
+    }
+}
 
 /// FNV-1a (by words), 64 bits: small, stable across Rust releases (the standard
 /// library's hasher is not promised to be), and enough to tell two runs
@@ -41,15 +64,24 @@ impl Trace {
 
     /// An event at `now`: what it is (`what`, `who`) and the datagram it
     /// carries, if any.
-    pub fn event(&mut self, now: u64, what: &str, who: &str, datagram: &[u8]) {
+    pub fn event(&mut self, now: u64, what: &str, who: Who, datagram: &[u8]) {
         self.mix(&now.to_le_bytes());
         self.mix(what.as_bytes());
-        self.mix(who.as_bytes());
+        match who {
+            Who::Host(i) => self.mix(&(i as u64).to_le_bytes()),
+            Who::Addr(SocketAddr::V4(a)) => {
+                self.mix(&a.ip().octets());
+                self.mix(&a.port().to_le_bytes());
+            }
+            Who::Addr(a) => self.mix(a.to_string().as_bytes()),
+            Who::Switch => self.mix(b"switch"),
+        }
         self.mix(datagram);
         if let Some(lines) = &mut self.lines {
             lines.push(format!(
-                "{:>12.6} ms  {what:<10} {who:<22} {}",
+                "{:>12.6} ms  {what:<10} {:<22} {}",
                 now as f64 / 1e6,
+                who.to_string(),
                 describe(datagram)
             ));
         }
