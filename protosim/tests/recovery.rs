@@ -124,7 +124,7 @@ fn control_traffic_stays_within_its_bound_per_datum_lost() {
 /// lost: its stalls look to the members waiting on it exactly like the
 /// loss of everything it has in flight, so they cannot be bounded per
 /// datum lost. Per round held up ([`inagg_protosim::Outcome::held_up`]):
-/// at most 5 queries and statuses (4.66 over these 500 seeds; 6.04 when
+/// at most 5 queries and statuses (4.56 over these 500 seeds; 6.04 when
 /// every waiting member asked about the previous round at its 2nd held
 /// answer, docs/PROTOCOL.md, "What the simulator checks"). Without faults
 /// no round is held up.
