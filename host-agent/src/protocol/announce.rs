@@ -32,8 +32,8 @@ use super::Lane;
 /// is usually held by a slow member, not a restart: with every member
 /// asking at the 2nd answer, a descheduled member's rounds cost each
 /// member waiting on it a query and a status more (`inagg sim protocol
-/// --faults starve`, 500 seeds: 17,266 queries and statuses, 13,043
-/// now). At heavy loss a query, its nudge or the announcement is often
+/// --faults starve`, 500 seeds: 17,266 queries and statuses, 13,345
+/// with the turns). At heavy loss a query, its nudge or the announcement is often
 /// lost, so again and again while the round stays held (held answers come
 /// at most every few round trips, each later than the last).
 pub(super) fn probes_previous(held: u32, after: u16) -> bool {
