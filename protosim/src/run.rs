@@ -717,10 +717,11 @@ impl World {
                 let completed = self.rounds_completed();
                 let contribution = self.opens(&bytes);
                 let served = self.net.switch_receives(from, &bytes);
-                if let Some(key) = contribution.filter(|_| self.rounds_completed() != completed) {
+                let round_done = self.rounds_completed() != completed;
+                if let Some(key) = contribution.filter(|_| round_done) {
                     self.closes(key);
                 }
-                self.bound_amplification(&bytes, served, completed);
+                self.bound_amplification(&bytes, served, round_done);
             }
             Event::Arrive {
                 to: Node::Host(i),
@@ -965,13 +966,11 @@ impl World {
     /// The amplification bound (docs/PROTOCOL.md): a query, 24 bytes
     /// whoever sends it from a member's endpoint, brings back the set's
     /// stored result to that member at most twice per round; every other
-    /// answer is a status. `completed`: the rounds completed before
-    /// `bytes` reached the switch (a round completing in the set starts
-    /// its count afresh).
-    fn bound_amplification(&mut self, bytes: &[u8], served: Served, completed: u64) {
+    /// answer is a status. `round_done`: `bytes` completed a round (a
+    /// round completing in the set starts its count afresh).
+    fn bound_amplification(&mut self, bytes: &[u8], served: Served, round_done: bool) {
         // Most packets neither complete a round nor are a query answered
         // with a result: those are not parsed again.
-        let round_done = self.rounds_completed() != completed;
         let query = bytes.get(1).map(|&k| Kind::from(k)) == Some(Kind::Query);
         let answered = query && served.results > 0;
         if !round_done && !answered {

@@ -9,7 +9,9 @@ use inagg_wire::{Packet, Repr};
 
 /// Who an event is about: a worker's host by index, an endpoint, or the
 /// switch. Hashed by value and put into words only for a readable trace
-/// (a string made per event cost a tenth of a run).
+/// (a string made per event cost about 5% of a run: 0.90 against 0.95 M
+/// simulated packets a second, `sim protocol --seed 1 --seeds 1
+/// --elements 1048576 --loss 0.05 --threads 1`).
 #[derive(Debug, Clone, Copy)]
 pub enum Who {
     Host(usize),
