@@ -46,6 +46,8 @@
 @pa_mutually_exclusive("ingress", "hdr.status.members", "hdr.payload.e02")
 @pa_mutually_exclusive("ingress", "hdr.status.flags", "hdr.payload.e02")
 @pa_mutually_exclusive("ingress", "hdr.status.bitmap", "hdr.harvest.set_index")
+@pa_no_overlay("ingress", "ig_md.before_lo")
+@pa_no_overlay("ingress", "ig_md.before_hi")
 control InaggIngress(inout ingress_headers_t hdr,
                      inout ingress_metadata_t ig_md,
                      in ingress_intrinsic_metadata_t ig_intr_md,
@@ -126,7 +128,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                 /* Nothing changed; the asker gets the stored result when
                  * its copy was lost, else the set's status. */
                 job_queries.count(hdr.inagg.job);
-                if (ig_md.retransmission == 1 && ig_md.remaining[15:0] == 0) {
+                if (ig_md.retransmission == 1 && ig_md.round != 0) {
                     job_resent_results.count(hdr.inagg.job);
                     result_harvest.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
                 } else {
@@ -135,7 +137,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                 }
             } else if (ig_md.drop == 0) {
                 job_contributions.count(hdr.inagg.job);
-                if (ig_md.remaining[15:0] == 0) {
+                if (ig_md.round != 0) {
                     if (ig_md.retransmission == 1) {
                         job_resent_results.count(hdr.inagg.job);
                     } else {

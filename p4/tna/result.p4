@@ -72,7 +72,7 @@ control ResultHarvest(inout ingress_headers_t hdr,
 
     action make_result() {
         hdr.inagg.kind = KIND_RESULT;
-        hdr.inagg.count = ig_md.remaining[31:16];
+        hdr.inagg.count = ig_md.round;
         hdr.inagg.exponent = ig_md.exponent[7:0];
         address_back(hdr);
     }
@@ -202,7 +202,11 @@ control StatusAnswer(inout ingress_headers_t hdr,
         }
         make_status();
         /* Two gateways: one condition reads at most 4 bytes of PHV. */
-        hdr.inagg.count = ig_md.job.worker_count - ig_md.remaining[15:0];
+        if (ig_md.round != 0) {
+            hdr.inagg.count = ig_md.job.worker_count;
+        } else {
+            hdr.inagg.count = ig_md.job.last;
+        }
         if (ig_md.before_lo == 0) {
             if (ig_md.before_hi == 0) {
                 hdr.inagg.count = 0;

@@ -95,6 +95,18 @@ struct bitmap_pair_t {
 #define INAGG_MASK_LO(w) w : set_worker_mask(32w1 << w, 32w0);
 #define INAGG_MASK_HI(w) w : set_worker_mask(32w0, 32w1 << (w - 32));
 
+/* member_masks entries: a job of w + 1 members, their bits in the halves. */
+#define INAGG_MEMBERS_LO(w) \
+    (w + 1) : set_members(32w0xffffffff >> (31 - w), 32w0, (w == 0) ? 16w1 : 16w0);
+#define INAGG_MEMBERS_HI(w) \
+    (w + 1) : set_members(32w0xffffffff, 32w0xffffffff >> (63 - w), 16w0);
+
+
+struct round_t {
+    bit<16> weight;     /* the sum of its contributions' weights */
+    bit<16> complete;   /* 1 once every member's bit was set */
+}
+
 control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
     Register<bitmap_pair_t, bit<16>>(INAGG_SLOTS, {0, 0}) bitmap_lo;
@@ -108,22 +120,52 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     INAGG_BITMAP_READ(hi, set0)
     INAGG_BITMAP_READ(hi, set1)
 
-    Register<bit<32>, bit<16>>(INAGG_SETS, 0) remaining;
-    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_start = {
-        void apply(inout bit<32> value, out bit<32> left) {
-            value = ig_md.countdown_start;
-            left = value;
+    /* The set's round, and what the rest of the pipeline needs of it in
+     * 16 bits (ig_md.round): its weight once it is complete (a result's
+     * count; never 0), else 0. A join adds its weight (ig_md.weight); the
+     * one that sets the last member's bit (round_update) also completes
+     * it; a job of one member completes at its first. A join that finds
+     * the set complete, a late copy, changes nothing here and answers 0:
+     * nothing leaves. (Its values are added: the sums' stages run beside
+     * these, p4/README.md, "Differences from the emulator".) */
+    Register<round_t, bit<16>>(INAGG_SETS, {0, 0}) rounds;
+    RegisterAction<round_t, bit<16>, bit<16>>(rounds) round_begin = {
+        void apply(inout round_t value, out bit<16> round) {
+            value.weight = ig_md.weight;
+            value.complete = ig_md.solo;
+            if (ig_md.solo == 1) {
+                round = value.weight;
+            } else {
+                round = 0;
+            }
         }
     };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_count = {
-        void apply(inout bit<32> value, out bit<32> left) {
-            value = value + ig_md.countdown_step;
-            left = value;
+    RegisterAction<round_t, bit<16>, bit<16>>(rounds) round_add = {
+        void apply(inout round_t value, out bit<16> round) {
+            if (value.complete == 0) {
+                value.weight = value.weight + ig_md.weight;
+            }
+            round = 0;
         }
     };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(remaining) remaining_read = {
-        void apply(inout bit<32> value, out bit<32> left) {
-            left = value;
+    RegisterAction<round_t, bit<16>, bit<16>>(rounds) round_finish = {
+        void apply(inout round_t value, out bit<16> round) {
+            if (value.complete != 0) {
+                round = 0;
+            } else {
+                value.weight = value.weight + ig_md.weight;
+                value.complete = 1;
+                round = value.weight;
+            }
+        }
+    };
+    RegisterAction<round_t, bit<16>, bit<16>>(rounds) round_look = {
+        void apply(inout round_t value, out bit<16> round) {
+            if (value.complete != 0) {
+                round = value.weight;
+            } else {
+                round = 0;
+            }
         }
     };
 
@@ -199,6 +241,29 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         size = INAGG_MAX_WORKERS;
     }
 
+    /* The job's members in the two bitmap halves, and whether it is one
+     * member alone. Compiled in, one entry per member count. */
+    action set_members(bit<32> lo, bit<32> hi, bit<16> solo) {
+        ig_md.others_lo = lo;
+        ig_md.others_hi = hi;
+        ig_md.solo = solo;
+    }
+
+    table member_masks {
+        key = {
+            ig_md.job.worker_count : exact @name("worker_count");
+        }
+        actions = {
+            set_members;
+        }
+        const default_action = set_members(0, 0, 0);
+        const entries = {
+            INAGG_WORKERS_0_31(INAGG_MEMBERS_LO)
+            INAGG_WORKERS_32_63(INAGG_MEMBERS_HI)
+        }
+        size = INAGG_MAX_WORKERS;
+    }
+
     /* round_classifier's actions name the transition by what it does to
      * the sums (values_op: store, add, or a read); the four control
      * registers are driven below, each by its own if-chain on it: Tofino
@@ -217,6 +282,10 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     action join_round() {
         ig_md.retransmission = 0;
         ig_md.values_op = VALUES_ADD;
+        /* Zero in both halves: this join sets the last member's bit.
+         * (Nothing reads a join's bitmap halves after this.) */
+        ig_md.before_lo = ig_md.before_lo ^ ig_md.others_lo;
+        ig_md.before_hi = ig_md.before_hi ^ ig_md.others_hi;
     }
 
     /* The worker's bit is already set: nothing changes; the stored result is
@@ -232,6 +301,51 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     action query_read() {
         ig_md.retransmission = 0;
         ig_md.values_op = VALUES_NONE;
+    }
+
+    action round_start() {
+        ig_md.round = round_begin.execute(ig_md.set_index);
+    }
+
+    action round_count() {
+        ig_md.round = round_add.execute(ig_md.set_index);
+    }
+
+    action round_complete() {
+        ig_md.round = round_finish.execute(ig_md.set_index);
+    }
+
+    action round_read() {
+        ig_md.round = round_look.execute(ig_md.set_index);
+    }
+
+    /* Drives `rounds` from round_classifier's choice; a join completes
+     * the set when its halves, XORed with the other members' bits
+     * (join_round), are 0 in both. A table, so that the 72-bit condition
+     * and the stateful ALU it chooses sit in one stage. Compiled in. */
+    table round_update {
+        key = {
+            ig_md.values_op : ternary @name("values_op");
+            ig_md.before_lo : ternary @name("unheld_lo");
+            ig_md.before_hi : ternary @name("unheld_hi");
+        }
+        actions = {
+            round_start;
+            round_count;
+            round_complete;
+            round_read;
+            @defaultonly NoAction;
+        }
+        /* Every packet matches an entry (the last reads); a default
+         * action cannot address a stateful ALU. */
+        const default_action = NoAction();
+        const entries = {
+            (VALUES_STORE, _, _) : round_start();
+            (VALUES_ADD, 0, 0)   : round_complete();
+            (VALUES_ADD, _, _)   : round_count();
+            (_, _, _)            : round_read();
+        }
+        size = 4;
     }
 
     table round_classifier {
@@ -259,14 +373,18 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
     apply {
         worker_mask.apply();
+        member_masks.apply();
+        /* The other members' bits: the set completes with this join when
+         * it holds exactly those (counts are distinct members). */
+        ig_md.others_lo = ig_md.others_lo & ~ig_md.mask_lo;
+        ig_md.others_hi = ig_md.others_hi & ~ig_md.mask_hi;
         /* A contribution weighs max(count, 1): a worker's data 1, its
          * session handshake 2. */
         if (hdr.inagg.count == 0) {
-            ig_md.countdown_start = 16w1 ++ ig_md.job.last;
+            ig_md.weight = 1;
         } else {
-            ig_md.countdown_start = hdr.inagg.count ++ ig_md.job.last;
+            ig_md.weight = hdr.inagg.count;
         }
-        ig_md.countdown_step = (hdr.inagg.count |-| 1) ++ 16w0xffff;
         ig_md.exponent = (bit<16>)hdr.inagg.exponent;
 
         /* A query's status echoes its own packet id and priority, which
@@ -294,13 +412,7 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
         round_classifier.apply();
 
-        if (ig_md.values_op == VALUES_STORE) {
-            ig_md.remaining = remaining_start.execute(ig_md.set_index);
-        } else if (ig_md.values_op == VALUES_ADD) {
-            ig_md.remaining = remaining_count.execute(ig_md.set_index);
-        } else {
-            ig_md.remaining = remaining_read.execute(ig_md.set_index);
-        }
+        round_update.apply();
         if (ig_md.values_op == VALUES_STORE) {
             ig_md.exponent = exponent_store.execute(ig_md.set_index);
         } else if (ig_md.values_op == VALUES_ADD) {

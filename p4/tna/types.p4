@@ -112,11 +112,15 @@ struct ingress_metadata_t {
     bit<16>       set_index;        /* (pool_base + slot) * 2 + set: 16 bits, SLOTS <= 32768 */
     bit<32>       mask_lo;          /* the worker's bit among workers 0..31 */
     bit<32>       mask_hi;          /* ... among workers 32..63 */
-    bit<32>       before_lo;        /* bitmap half of the set before this packet */
+    bit<32>       before_lo;        /* bitmap half of the set before this packet; a join's,
+                                     * ^ others_*: 0 in both when it completes the set */
     bit<32>       before_hi;
-    bit<32>       countdown_start;  /* weight << 16 | n - 1; weight = max(count, 1) */
-    bit<32>       countdown_step;   /* (weight << 16) - 1: adds the weight, counts one */
-    bit<32>       remaining;        /* the set's weight << 16 | contributions it still waits for */
+    bit<32>       others_lo;        /* the job's members but the sender, workers 0..31 */
+    bit<32>       others_hi;        /* ... workers 32..63 */
+    bit<16>       solo;             /* 1: a job of one member */
+    bit<16>       weight;           /* the contribution's: max(count, 1) */
+    bit<16>       round;            /* the set's round after this packet (slot_state.p4,
+                                     * `rounds`): its weight if complete, else 0 */
     bit<16>       exponent;         /* the set's max exponent after this packet */
     bit<1>        retransmission;
     bit<8>        values_op;
