@@ -128,7 +128,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                 /* Nothing changed; the asker gets the stored result when
                  * its copy was lost, else the set's status. */
                 job_queries.count(hdr.inagg.job);
-                if (ig_md.retransmission == 1 && ig_md.round != 0) {
+                if (ig_md.owed == 1 && ig_md.answered != 0) {
                     job_resent_results.count(hdr.inagg.job);
                     result_harvest.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
                 } else {

@@ -93,7 +93,10 @@ control ResultHarvest(inout ingress_headers_t hdr,
             grow_to_result();
         }
         make_result();
-        if (ig_md.retransmission == 1) {
+        /* The result goes to every member when this contribution completed
+         * the set; back to the sender alone for a resend or a query (whose
+         * bit a held-back copy may have taken out: retransmission 0). */
+        if (ig_md.retransmission == 1 || ig_md.query == 1) {
             recirculate(0);
         } else {
             recirculate(1);
@@ -169,7 +172,8 @@ control StatusAnswer(inout ingress_headers_t hdr,
         hdr.status.setValid();
         hdr.status.bitmap = ig_md.before_hi ++ ig_md.before_lo;
         hdr.status.members = ig_md.job.worker_count;
-        hdr.status.flags = 0;
+        /* Owed but not answered with it: past two answers. */
+        hdr.status.flags = (bit<16>)ig_md.owed;
         hdr.inagg.kind = KIND_STATUS;
         hdr.inagg.exponent = 0;
         hdr.inagg.packet_id = ig_md.query_packet_id;

@@ -23,15 +23,16 @@
  *       this one stage. On a retransmission the update is a no-op too: a
  *       worker's bit is never set in both sets (joining one clears the other),
  *       so it is already set in s and clear in the other.
- *   remaining  [INAGG_SETS] bit<32>, index set_index: the set's weight in
- *       the upper half (the sum of its contributions' max(count, 1): n for
- *       a round of data, 2n for one of session handshakes, docs/PROTOCOL.md
- *       "Sessions"), the contributions it still waits for in the lower half
- *       (n - 1 after the first, 0 when complete). Both change in the one
- *       32-bit add of remaining_count: the step (weight << 16) - 1 carries
- *       one into the upper half as it takes one from the lower. The
- *       emulator's "count == n" is "remaining[15:0] == 0", and a result's
- *       count is remaining[31:16].
+ *   rounds  [INAGG_SETS] pair<weight, complete> of bit<16>, index
+ *       set_index: the set's weight (the sum of its contributions'
+ *       max(count, 1): n for a round of data, 2n for one of session
+ *       handshakes, docs/PROTOCOL.md "Sessions") and whether it is
+ *       complete. Complete is not counted but seen: the join whose bit
+ *       fills the bitmap with every member's (its halves equal the other
+ *       members' bits, `others_*`) completes the set, so counts are
+ *       distinct members (docs/PROTOCOL.md, "Slot state machine"). Read
+ *       as ig_md.round: the weight (a result's count) if complete, else 0.
+ *   answers  [INAGG_SETS * 16] bit<8>: the amplification bound (below).
  *   max_exponent  [INAGG_SETS] bit<16> (exponents are 0..255; 16 bits keep
  *       the ALU's comparison clear of sign questions)
  *   round_packet_id  [INAGG_SETS] bit<32>
@@ -49,7 +50,8 @@
  *   a query                          -> query_read      (reads only)
  *   both halves 0                    -> start_round     (first of a round)
  *   otherwise                        -> join_round
- * and its actions drive the four registers above in its own stage.
+ * and round_update, in the next stage, drives `rounds` from it (the
+ * other registers by if-chains).
  *
  * Two passes. Tofino 1's stateful ALU returns one 32-bit value per packet,
  * so a pair register of two elements can give back only one of them: the
@@ -216,6 +218,35 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         }
     };
 
+    /* The amplification bound (docs/PROTOCOL.md): the stored result
+     * answers a member's queries about a round twice at most, then a
+     * status flagged ANSWERED. One byte per set and four members (w, w +
+     * 16, w + 32, w + 48): the round and member it counts for (bits 19..16
+     * of the round's packet id, which step by one a round, and bits 5..4
+     * of the member's id) and the answers, 1 or 2. A byte for another
+     * round or member counts from 1 again, so nothing is cleared when a
+     * round starts. So a member finds its third query answered with the
+     * flag, and resends its contribution instead, whose resend brings the
+     * result; a forger alternating the queries of two owed members that
+     * share a byte gets each answered (to the member owed it). Two rounds
+     * 16 apart of one set count together. INAGG_SETS * 16 bytes: 17 SRAM
+     * blocks of one stage at SLOTS = 8192. */
+    Register<bit<8>, bit<32>>(INAGG_SETS * 16, 0) answers;
+    RegisterAction<bit<8>, bit<32>, bit<8>>(answers) answer_query = {
+        void apply(inout bit<8> value, out bit<8> answered) {
+            if (value == hdr.inagg.packet_id[19:16] ++ hdr.inagg.worker[5:4] ++ 2w1) {
+                value = hdr.inagg.packet_id[19:16] ++ hdr.inagg.worker[5:4] ++ 2w2;
+                answered = value;
+            } else if (value != hdr.inagg.packet_id[19:16] ++ hdr.inagg.worker[5:4] ++ 2w2) {
+                value = hdr.inagg.packet_id[19:16] ++ hdr.inagg.worker[5:4] ++ 2w1;
+                answered = value;
+            } else {
+                answered = 0;
+            }
+        }
+    };
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) answer_index_hash;
+
     /* (pool_base + slot) * 2 + set, as the concatenation it is. */
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) set_index_hash;
 
@@ -295,12 +326,13 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         ig_md.values_op = VALUES_READ_ODD;
     }
 
-    /* A query whose worker's bit is clear: the count is read for its
+    /* A query whose worker's bit is clear: the round is read for its
      * status (which echoes the query's own id and priority, kept in
-     * query_packet_id and query_priority); nothing is written. */
+     * query_packet_id and query_priority), and the sums in case it is the
+     * asker's after all (`answers`); nothing is written. */
     action query_read() {
         ig_md.retransmission = 0;
-        ig_md.values_op = VALUES_NONE;
+        ig_md.values_op = VALUES_READ_ODD;
     }
 
     action round_start() {
@@ -413,6 +445,22 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         round_classifier.apply();
 
         round_update.apply();
+
+        /* A query the stored result owes: the asker's bit is set, or the
+         * round is a complete data round (weight n) with the query's
+         * packet id, whose bit a held-back copy of its handshake took out
+         * (docs/PROTOCOL.md, "Loss recovery"). `answers` says whether it
+         * is the result or, past two, the status flagged ANSWERED. */
+        ig_md.owed = 0;
+        if (ig_md.query == 1 && ig_md.round != 0) {
+            if (ig_md.retransmission == 1
+                || hdr.inagg.packet_id == ig_md.query_packet_id
+                   && ig_md.round == ig_md.job.worker_count) {
+                ig_md.owed = 1;
+                ig_md.answered = answer_query.execute(
+                    answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
+            }
+        }
         if (ig_md.values_op == VALUES_STORE) {
             ig_md.exponent = exponent_store.execute(ig_md.set_index);
         } else if (ig_md.values_op == VALUES_ADD) {

@@ -128,6 +128,8 @@ struct ingress_metadata_t {
     bit<8>        pass;             /* PASS_*, the parser */
     bit<1>        select_queue;     /* QueueSelect at the end of ingress */
     bit<32>       query_packet_id;  /* the query's own, for its status */
+    bit<1>        owed;             /* a query the stored result owes (slot_state.p4) */
+    bit<8>        answered;         /* ... `answers`: 0 past two answers, else the result */
     bit<8>        query_priority;
 }
 
