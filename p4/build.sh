@@ -19,7 +19,7 @@
 #            p4include). Nothing is written.
 #
 # -D arguments go to every compiler: -DK=32 (elements per packet; K = 64 by
-# default, on Tofino 1 with the values in two passes, -DK=32 in one),
+# default, on Tofino 1 with the values in two passes; another K in one),
 # -DSLOTS=4096,
 # -DINAGG_UDP_PORT=..., -DINAGG_RECIRC_PORT=... (TNA). K=... and SLOTS=... in
 # the environment do the same. P4_BUILD_DIR moves the output (default
@@ -85,7 +85,7 @@ build_tna() {
     k=$(printf '%s\n' ${defines[@]+"${defines[@]}"} | sed -n 's/^-D\(INAGG_\)\{0,1\}K=//p' | tail -n 1)
     if [ "$target" = tofino ] && [ "${k:-64}" = 64 ]; then
         tk=(-DINAGG_SPLIT_VALUES)
-        echo "tna: K = 64 on Tofino 1, the values in two passes (-DINAGG_SPLIT_VALUES; -DK=32 for one)"
+        echo "tna: K = 64 on Tofino 1, the values in two passes (-DINAGG_SPLIT_VALUES)"
     fi
     if command -v bf-p4c >/dev/null 2>&1; then
         mkdir -p "$dir"
