@@ -194,12 +194,10 @@ control StatusAnswer(inout ingress_headers_t hdr,
     }
 
     apply {
-        /* The asker's bit is set (SlotState's retransmission) and, this
-         * not being a stored result's resend, the set still waits: a
-         * nudge when the query asks for one. One gateway on two bits the
-         * parser and round_classifier set, so that the choice adds no
-         * stage to the chain after SlotState. */
-        if (ig_md.retransmission == 1 && ig_md.nudge_asked == 1) {
+        /* The asker's bit is set (SlotState's retransmission) and the set
+         * still waits (a complete one's status goes to the asker alone:
+         * past its two answers): a nudge when the query asks for one. */
+        if (ig_md.retransmission == 1 && ig_md.nudge_asked == 1 && ig_md.round == 0) {
             to_waiting_members();
         } else {
             to_asker();
