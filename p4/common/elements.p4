@@ -69,12 +69,12 @@
 #define INAGG_FOR_EACH_ELEMENT(M) INAGG_XCAT(INAGG_BLOCKS_, INAGG_K)(INAGG_ELEMENTS, M)
 #define INAGG_FOR_EACH_PAIR(M)    INAGG_XCAT(INAGG_BLOCKS_, INAGG_K)(INAGG_PAIRS, M)
 
-/* At K = 64, the pairs of elements 00..17 and of 18..3f (the TNA program's
+/* At K = 64, the pairs of elements 00..0f and of 10..3f (the TNA program's
  * two value passes on Tofino 1, p4/tna/accumulators.p4). */
-#define INAGG_PAIRS_FIRST_HALF_64(M)  INAGG_BLOCKS_24(INAGG_PAIRS, M)
+#define INAGG_PAIRS_FIRST_HALF_64(M)  INAGG_BLOCKS_16(INAGG_PAIRS, M)
 #define INAGG_PAIRS_SECOND_HALF_64(M) \
-    INAGG_PAIRS_HI(M, 1) INAGG_PAIRS_LO(M, 2) INAGG_PAIRS_HI(M, 2) INAGG_PAIRS_LO(M, 3) \
-    INAGG_PAIRS_HI(M, 3)
+    INAGG_PAIRS_LO(M, 1) INAGG_PAIRS_HI(M, 1) INAGG_PAIRS_LO(M, 2) INAGG_PAIRS_HI(M, 2) \
+    INAGG_PAIRS_LO(M, 3) INAGG_PAIRS_HI(M, 3)
 
 /* Worker ids 0..63, in the two halves of a 64-bit bitmap (the TNA program
  * keeps each half in its own pair register). These expand to numbers. */

@@ -6,9 +6,9 @@
  * "TNA resources").
  *
  * INAGG_SPLIT_VALUES (K = 64 on Tofino 1, whose 12 stages hold admission,
- * the slot state and 12 pairs after it, not 32): the pairs of elements
- * 00..17 take the packet's first pass, with the operation SlotState chose
- * (values_op); those of 18..3f take a second pass through the recirculation
+ * the slot state and 8 pairs after it, not 32): the pairs of elements
+ * 00..0f take the packet's first pass, with the operation SlotState chose
+ * (values_op); those of 10..3f take a second pass through the recirculation
  * port, with the same operation (values_second, which the parser sets from
  * harvest_h). Depending on nothing the first pass computes, the second
  * half's tables can sit in the stages admission and SlotState use. A

@@ -38,6 +38,8 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.inagg = 0;
         ig_md.query = 0;
         ig_md.nudge_asked = 0;
+        ig_md.owed = 0;
+        ig_md.answered = 0;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_harvest;
             default: parse_ethernet;

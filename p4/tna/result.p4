@@ -176,7 +176,8 @@ control StatusAnswer(inout ingress_headers_t hdr,
         hdr.status.flags = (bit<16>)ig_md.owed;
         hdr.inagg.kind = KIND_STATUS;
         hdr.inagg.exponent = 0;
-        hdr.inagg.packet_id = ig_md.query_packet_id;
+        /* SlotState left the query's id XOR the round's (in the header). */
+        hdr.inagg.packet_id = hdr.inagg.packet_id ^ ig_md.query_packet_id;
         hdr.inagg.priority = ig_md.query_priority;
         hdr.udp.length = (bit<16>)(UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);
         hdr.ipv4.total_len = (bit<16>)(IPV4_BYTES + UDP_BYTES + INAGG_HEADER_BYTES + STATUS_BYTES);

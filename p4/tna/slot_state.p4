@@ -446,21 +446,6 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
 
         round_update.apply();
 
-        /* A query the stored result owes: the asker's bit is set, or the
-         * round is a complete data round (weight n) with the query's
-         * packet id, whose bit a held-back copy of its handshake took out
-         * (docs/PROTOCOL.md, "Loss recovery"). `answers` says whether it
-         * is the result or, past two, the status flagged ANSWERED. */
-        ig_md.owed = 0;
-        if (ig_md.query == 1 && ig_md.round != 0) {
-            if (ig_md.retransmission == 1
-                || hdr.inagg.packet_id == ig_md.query_packet_id
-                   && ig_md.round == ig_md.job.worker_count) {
-                ig_md.owed = 1;
-                ig_md.answered = answer_query.execute(
-                    answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
-            }
-        }
         if (ig_md.values_op == VALUES_STORE) {
             ig_md.exponent = exponent_store.execute(ig_md.set_index);
         } else if (ig_md.values_op == VALUES_ADD) {
@@ -474,6 +459,35 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         } else {
             hdr.inagg.packet_id = packet_id_read.execute(ig_md.set_index);
             hdr.inagg.priority = priority_read.execute(ig_md.set_index);
+        }
+
+        /* A query the stored result owes (after the reads above: the
+         * header holds the round's packet id now): the asker's bit is
+         * set, or the round is a complete data round (weight n) with the
+         * query's packet id, whose bit a held-back copy of its handshake
+         * took out (docs/PROTOCOL.md, "Loss recovery"). `answers` says
+         * whether it is the result or, past two, the status flagged
+         * ANSWERED. It counts a query about a complete data round before
+         * the ids are compared (beside it, a stage sooner): one with
+         * another id is counted though not owed, and the asker's owed
+         * queries about that round, if any, get the flag one answer
+         * sooner. */
+        /* 0 when the ids are equal; make_status XORs the round's back out
+         * for the status's own id (a 32-bit comparison of two fields is
+         * more than a gateway reads). */
+        ig_md.query_packet_id = ig_md.query_packet_id ^ hdr.inagg.packet_id;
+        if (ig_md.query == 1 && ig_md.round != 0) {
+            if (ig_md.retransmission == 1) {
+                ig_md.answered = answer_query.execute(
+                    answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
+                ig_md.owed = 1;
+            } else if (ig_md.round == ig_md.job.worker_count) {
+                ig_md.answered = answer_query.execute(
+                    answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
+                if (ig_md.query_packet_id == 0) {
+                    ig_md.owed = 1;
+                }
+            }
         }
     }
 }
