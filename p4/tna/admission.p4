@@ -148,10 +148,13 @@ control Admission(inout ingress_headers_t hdr,
             INAGG_WELL_FORMED_DATA(KIND_CONTRIBUTION)
             INAGG_WELL_FORMED_DATA(KIND_RESULT)
             INAGG_WELL_FORMED_DATA(KIND_GROUP)
+#ifdef INAGG_ANNOUNCE
+            INAGG_WELL_FORMED_DATA(KIND_ANNOUNCE)
+#endif
             INAGG_WELL_FORMED_BARE(KIND_QUERY, 0)
             INAGG_WELL_FORMED_BARE(KIND_STATUS, STATUS_BYTES)
         }
-        size = 5;
+        size = 6;
     }
 
     apply {
@@ -168,7 +171,8 @@ control Admission(inout ingress_headers_t hdr,
         } else if (hdr.inagg.kind == KIND_GROUP) {
             /* A well-formed group datagram: GroupRelay's business. */
             ig_md.group = 1;
-        } else if (hdr.inagg.kind != KIND_CONTRIBUTION && ig_md.query == 0) {
+        } else if (hdr.inagg.kind != KIND_CONTRIBUTION && ig_md.query == 0
+                   && ig_md.announce == 0) {
             refuse(DROP_NOT_CONTRIBUTION);
         } else if (!job_known) {
             refuse(DROP_UNKNOWN_JOB);

@@ -27,6 +27,13 @@
 #endif
 
 #include "../common/config.p4"
+/* Announcements (kind 7, docs/PROTOCOL.md "A switch that lost its state")
+ * take a second pass that runs SlotState again; with the values in two
+ * passes (Tofino 1 at K = 64) the ingress PHV has no room left for it
+ * (p4/README.md, "Differences from the emulator"). */
+#ifndef INAGG_SPLIT_VALUES
+#define INAGG_ANNOUNCE
+#endif
 #if INAGG_SLOTS > 32768
 #error "p4/tna indexes a set in 16 bits: INAGG_SLOTS (SLOTS) must be at most 32768"
 #endif

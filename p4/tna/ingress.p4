@@ -92,6 +92,16 @@ control InaggIngress(inout ingress_headers_t hdr,
 
         /* The parser set the pass and the values' operations; a
          * recirculated packet is not admitted again, whatever its ports. */
+#ifdef INAGG_ANNOUNCE
+        /* SlotState for an admitted datagram, and for an announcement's
+         * second pass (which writes the round it brings). */
+        bool slots = false;
+        if (ig_md.pass == PASS_ANNOUNCE) {
+            slots = true;
+            ig_md.slot_addr = ig_md.set_index >> 1;
+            ig_md.job.worker_count = hdr.harvest.mcast_grp;
+        }
+#endif
         if (ig_md.pass == PASS_NETWORK) {
             if (ig_md.inagg == 1) {
                 rx.count(0);
@@ -99,7 +109,11 @@ control InaggIngress(inout ingress_headers_t hdr,
                 if (ig_md.drop == 0 && ig_md.group == 1) {
                     group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
                 } else if (ig_md.drop == 0) {
+#ifdef INAGG_ANNOUNCE
+                    slots = true;
+#else
                     slot_state.apply(hdr, ig_md);
+#endif
                 }
             }
 #ifdef INAGG_SPLIT_VALUES
@@ -113,6 +127,11 @@ control InaggIngress(inout ingress_headers_t hdr,
             accumulators_second.apply(hdr, ig_md);
 #endif
         }
+#ifdef INAGG_ANNOUNCE
+        if (slots) {
+            slot_state.apply(hdr, ig_md);
+        }
+#endif
 
         accumulators.apply(hdr, ig_md);
 
@@ -123,10 +142,40 @@ control InaggIngress(inout ingress_headers_t hdr,
         } else if (ig_md.pass == PASS_SECOND_HALF) {
             second_half_exit.apply(hdr, ig_dprsr_md, ig_tm_md);
 #endif
+#ifdef INAGG_ANNOUNCE
+        } else if (ig_md.pass == PASS_ANNOUNCE) {
+            /* Written: nothing leaves. */
+            ig_dprsr_md.drop_ctl = 1;
+#endif
         } else if (ig_md.inagg == 1) {
             if (ig_md.drop == 0 && ig_md.group == 1) {
                 group_packets.count(hdr.inagg.job);
                 ig_md.select_queue = 1;
+#ifdef INAGG_ANNOUNCE
+            } else if (ig_md.drop == 0 && ig_md.announce == 1) {
+                /* Taken when its set sums that very round part-way (not
+                 * empty, not complete, the round's packet id the
+                 * announcement's: SlotState's XOR 0; docs/PROTOCOL.md, "A
+                 * switch that lost its state"; emu/src/switch.rs,
+                 * Job::announce): round again to write it, the set's slot
+                 * and the job's n in harvest_h. Nothing leaves. */
+                bool take = false;
+                if (ig_md.round == 0) {
+                    if (ig_md.query_packet_id == 0) {
+                        if (ig_md.before_lo != 0) {
+                            take = true;
+                        } else if (ig_md.before_hi != 0) {
+                            take = true;
+                        }
+                    }
+                }
+                if (take) {
+                    to_recirculation(hdr, ig_tm_md, ig_md.set_index, ig_md.job.worker_count,
+                                     0, 0, VALUES_STORE, HARVEST_ANNOUNCE);
+                } else {
+                    ig_dprsr_md.drop_ctl = 1;
+                }
+#endif
             } else if (ig_md.drop == 0 && ig_md.query == 1) {
                 /* Nothing changed; the asker gets the stored result when
                  * its copy was lost, else the set's status. */

@@ -40,6 +40,7 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.nudge_asked = 0;
         ig_md.owed = 0;
         ig_md.answered = 0;
+        ig_md.announce = 0;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_harvest;
             default: parse_ethernet;
@@ -53,11 +54,26 @@ parser InaggIngressParser(packet_in pkt,
     state parse_harvest {
         pkt.extract(hdr.harvest);
         ig_md.set_index = hdr.harvest.set_index;
-        transition select(hdr.harvest.values_op) {
-            VALUES_READ_EVEN: parse_last_pass;
+        transition select(hdr.harvest.values_op, hdr.harvest.result) {
+            (VALUES_READ_EVEN, _): parse_last_pass;
+#ifdef INAGG_ANNOUNCE
+            (_, HARVEST_ANNOUNCE): parse_announce_pass;
+#endif
             default: parse_second_half;
         }
     }
+
+#ifdef INAGG_ANNOUNCE
+    /* An announcement's second pass writes the round it brings: every
+     * value stored, the set's slot and the job's n from harvest_h (there
+     * is no admission in this pass). */
+    state parse_announce_pass {
+        ig_md.pass = PASS_ANNOUNCE;
+        ig_md.values_op = VALUES_STORE;
+        ig_md.values_second = VALUES_STORE;
+        transition parse_ethernet;
+    }
+#endif
 
     state parse_last_pass {
         ig_md.pass = PASS_LAST;
@@ -110,6 +126,9 @@ parser InaggIngressParser(packet_in pkt,
         transition select(hdr.inagg.kind, hdr.inagg.elements) {
             (KIND_QUERY, _): parse_query;
             (KIND_STATUS, _): accept;
+#ifdef INAGG_ANNOUNCE
+            (KIND_ANNOUNCE, INAGG_K): parse_announce;
+#endif
             (_, INAGG_K): parse_payload;
             default: accept;
         }
@@ -118,6 +137,23 @@ parser InaggIngressParser(packet_in pkt,
     /* A query whose count asks for nudges (docs/PROTOCOL.md, "Loss
      * recovery") is marked here, so that StatusAnswer's choice of
      * destination is one gateway on two bits. */
+#ifdef INAGG_ANNOUNCE
+    /* An announcement (docs/PROTOCOL.md, "A switch that lost its state"):
+     * its first pass only reads; its second (from the recirculation port)
+     * writes. */
+    state parse_announce {
+        transition select(ig_intr_md.ingress_port) {
+            INAGG_RECIRC_PORT: parse_payload;
+            default: parse_announce_first;
+        }
+    }
+
+    state parse_announce_first {
+        ig_md.announce = 1;
+        transition parse_payload;
+    }
+#endif
+
     state parse_query {
         ig_md.query = 1;
         transition select(hdr.inagg.count) {

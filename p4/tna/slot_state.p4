@@ -38,9 +38,11 @@
  *   round_packet_id  [INAGG_SETS] bit<32>
  *   round_priority   [INAGG_SETS] bit<8>
  *
- * A query (docs/PROTOCOL.md, "Loss recovery") reads the set's bitmap
- * halves instead of joining (read_set0_* / read_set1_*: with the joins,
- * each bitmap register has its four RegisterActions), and changes nothing.
+ * A query (docs/PROTOCOL.md, "Loss recovery") and an announcement's
+ * first pass join with no bit (worker_mask gives them none), which reads
+ * the set's halves and changes nothing; that leaves each bitmap register's
+ * other two RegisterActions (of the four Tofino allows) for an
+ * announcement's second pass (announce_set0_* / announce_set1_*).
  *
  * round_classifier turns the two bitmap halves into the transition, a
  * ternary table whose entries are compiled in (nothing to install), the
@@ -79,23 +81,26 @@ struct bitmap_pair_t {
         }                                                                            \
     };
 
-/* A query's read of set `mine`'s half, unchanged. */
-#define INAGG_BITMAP_READ(half, mine)                                               \
-    RegisterAction<bitmap_pair_t, bit<16>, bit<32>>(bitmap_##half) read_##mine##_##half = { \
+/* An announcement taken (its second pass): set `mine` holds every member
+ * that has not moved on to `other` and is not the announcer (others_*);
+ * returns `mine` as it was. (A query reads with a join of no bit.) */
+#define INAGG_BITMAP_ANNOUNCE(half, mine, other)                                    \
+    RegisterAction<bitmap_pair_t, bit<16>, bit<32>>(bitmap_##half) announce_##mine##_##half = { \
         void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
             before = value.mine;                                                     \
+            value.mine = ig_md.others_##half & ~value.other;                         \
         }                                                                            \
     };
 
 /* round_classifier entries: worker w's bit set in its half of the set. */
 #define INAGG_RETRANSMISSION_LO(w) \
-    (w, (32w1 << w) &&& (32w1 << w), _, _) : retransmission();
+    (w, (32w1 << w) &&& (32w1 << w), _, _, _) : retransmission();
 #define INAGG_RETRANSMISSION_HI(w) \
-    (w, _, (32w1 << (w - 32)) &&& (32w1 << (w - 32)), _) : retransmission();
+    (w, _, (32w1 << (w - 32)) &&& (32w1 << (w - 32)), _, _) : retransmission();
 
 /* worker_mask entries: worker w's bit in the bitmap halves. */
-#define INAGG_MASK_LO(w) w : set_worker_mask(32w1 << w, 32w0);
-#define INAGG_MASK_HI(w) w : set_worker_mask(32w0, 32w1 << (w - 32));
+#define INAGG_MASK_LO(w) (w, 0, 0) : set_worker_mask(32w1 << w, 32w0);
+#define INAGG_MASK_HI(w) (w, 0, 0) : set_worker_mask(32w0, 32w1 << (w - 32));
 
 /* member_masks entries: a job of w + 1 members, their bits in the halves. */
 #define INAGG_MEMBERS_LO(w) \
@@ -117,10 +122,12 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     INAGG_BITMAP_JOIN(lo, set1, set0)
     INAGG_BITMAP_JOIN(hi, set0, set1)
     INAGG_BITMAP_JOIN(hi, set1, set0)
-    INAGG_BITMAP_READ(lo, set0)
-    INAGG_BITMAP_READ(lo, set1)
-    INAGG_BITMAP_READ(hi, set0)
-    INAGG_BITMAP_READ(hi, set1)
+#ifdef INAGG_ANNOUNCE
+    INAGG_BITMAP_ANNOUNCE(lo, set0, set1)
+    INAGG_BITMAP_ANNOUNCE(lo, set1, set0)
+    INAGG_BITMAP_ANNOUNCE(hi, set0, set1)
+    INAGG_BITMAP_ANNOUNCE(hi, set1, set0)
+#endif
 
     /* The set's round, and what the rest of the pipeline needs of it in
      * 16 bits (ig_md.round): its weight once it is complete (a result's
@@ -260,6 +267,8 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     table worker_mask {
         key = {
             hdr.inagg.worker : exact @name("worker");
+            ig_md.query      : exact @name("query");
+            ig_md.announce   : exact @name("announce");
         }
         actions = {
             set_worker_mask;
@@ -326,6 +335,12 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         ig_md.values_op = VALUES_READ_ODD;
     }
 
+    /* An announcement's first pass: reads, for whether its set takes it. */
+    action announce_read() {
+        ig_md.retransmission = 0;
+        ig_md.values_op = VALUES_NONE;
+    }
+
     /* A query whose worker's bit is clear: the round is read for its
      * status (which echoes the query's own id and priority, kept in
      * query_packet_id and query_priority), and the sums in case it is the
@@ -386,21 +401,24 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
             ig_md.before_lo  : ternary @name("before_lo");
             ig_md.before_hi  : ternary @name("before_hi");
             ig_md.query      : ternary @name("query");
+            ig_md.announce   : ternary @name("announce");
         }
         actions = {
             start_round;
             join_round;
             retransmission;
             query_read;
+            announce_read;
         }
         const default_action = join_round();
         const entries = {
+            (_, _, _, _, 1) : announce_read();
             INAGG_WORKERS_0_31(INAGG_RETRANSMISSION_LO)
             INAGG_WORKERS_32_63(INAGG_RETRANSMISSION_HI)
-            (_, _, _, 1) : query_read();
-            (_, 0, 0, _) : start_round();
+            (_, _, _, 1, _) : query_read();
+            (_, 0, 0, _, _) : start_round();
         }
-        size = 2 + INAGG_MAX_WORKERS;
+        size = 3 + INAGG_MAX_WORKERS;
     }
 
     apply {
@@ -410,6 +428,10 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
          * it holds exactly those (counts are distinct members). */
         ig_md.others_lo = ig_md.others_lo & ~ig_md.mask_lo;
         ig_md.others_hi = ig_md.others_hi & ~ig_md.mask_hi;
+        if (ig_md.pass == PASS_ANNOUNCE) {
+            /* The announced round is complete (round_begin). */
+            ig_md.solo = 1;
+        }
         /* A contribution weighs max(count, 1): a worker's data 1, its
          * session handshake 2. */
         if (hdr.inagg.count == 0) {
@@ -426,14 +448,21 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         if (ig_md.query == 1) {
             /* Room for the stored result's odd sums (result.p4). */
             hdr.payload.setValid();
+        }
+        /* A query and an announcement's first pass join with no bit
+         * (worker_mask): they read. */
+#ifdef INAGG_ANNOUNCE
+        if (ig_md.pass == PASS_ANNOUNCE) {
             if ((hdr.inagg.flags & FLAG_SET) == 0) {
-                ig_md.before_lo = read_set0_lo.execute(ig_md.slot_addr);
-                ig_md.before_hi = read_set0_hi.execute(ig_md.slot_addr);
+                ig_md.before_lo = announce_set0_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = announce_set0_hi.execute(ig_md.slot_addr);
             } else {
-                ig_md.before_lo = read_set1_lo.execute(ig_md.slot_addr);
-                ig_md.before_hi = read_set1_hi.execute(ig_md.slot_addr);
+                ig_md.before_lo = announce_set1_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = announce_set1_hi.execute(ig_md.slot_addr);
             }
-        } else if ((hdr.inagg.flags & FLAG_SET) == 0) {
+        } else
+#endif
+        if ((hdr.inagg.flags & FLAG_SET) == 0) {
             ig_md.before_lo = join_set0_lo.execute(ig_md.slot_addr);
             ig_md.before_hi = join_set0_hi.execute(ig_md.slot_addr);
         } else {
@@ -442,7 +471,9 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
         }
         ig_md.set_index = set_index_hash.get({ ig_md.slot_addr[14:0], hdr.inagg.flags[0:0] });
 
-        round_classifier.apply();
+        if (ig_md.pass != PASS_ANNOUNCE) {
+            round_classifier.apply();
+        }
 
         round_update.apply();
 

@@ -41,7 +41,9 @@ header harvest_h {
     bit<8>   values_op;   /* the pass's: VALUES_READ_EVEN for a result's last
                              pass, else the first pass's, for the second half */
     bit<8>   result;      /* second-half pass: 1 a result (a last pass
-                             follows), 0 absorbed (dropped after it) */
+                             follows), 0 absorbed (dropped after it);
+                             HARVEST_ANNOUNCE: an announcement taken
+                             (mcast_grp then carries the job's n) */
 }
 
 struct ingress_headers_t {
@@ -81,6 +83,9 @@ struct job_md_t {
 const bit<8> PASS_NETWORK     = 0;  /* from a front-panel port */
 const bit<8> PASS_LAST        = 1;  /* a result's last pass: the even sums */
 const bit<8> PASS_SECOND_HALF = 2;  /* INAGG_SPLIT_VALUES: the second half of the values */
+const bit<8> PASS_ANNOUNCE    = 3;  /* an announcement taken: its writes (slot_state.p4) */
+
+const bit<8> HARVEST_ANNOUNCE = 2;  /* harvest_h.result of an announcement's second pass */
 
 /* What the pair registers do with this packet (accumulators.p4). */
 const bit<8> VALUES_NONE        = 0;
@@ -106,6 +111,7 @@ struct ingress_metadata_t {
     bit<1>        inagg;            /* to the inagg port (the parser) */
     bit<1>        query;            /* a query (kind 5): answered, nothing changes (the parser) */
     bit<1>        nudge_asked;      /* ... whose count is QUERY_NUDGE (the parser) */
+    bit<1>        announce;         /* an announcement (kind 7) in its first pass (the parser) */
     bit<1>        malformed;        /* a length, field or parse check failed */
 
     /* Slot state (slot_state.p4). */
