@@ -65,15 +65,15 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     );
     install_job(&mut t, &job).unwrap();
 
-    // The bitmaps zeroed over the pool, slot 12 included, in a write of
-    // their own before anything else.
+    // The bitmaps zeroed over the pool, slot 12 included, and its sets'
+    // rounds, in a write of their own before anything else.
     let s = sw.state.lock().unwrap();
     assert_eq!(
         s.writes.len(),
         3,
         "the bitmaps, the ports' queues, then the entries"
     );
-    assert_eq!(s.writes[0].len(), 2 * 4);
+    assert_eq!(s.writes[0].len(), 2 * 4 + 2 * 4);
     // Queue q of each worker port at strict priority q, on the port's
     // pipe: port 130 (pipe 1) is the third in port group 0 of its pipe
     // (queues 16-23); ports 1 and 2 are in pipe 0.
@@ -130,6 +130,20 @@ fn a_job_is_installed_in_order_read_back_and_removed() {
     for (_, d) in &cells {
         assert_eq!(stream(d, 1), vec![0; 4]);
         assert_eq!(stream(d, 2), vec![0; 4]);
+    }
+    // Both sets of each of the pool's slots (10..14): sets 20..28.
+    let rounds = entries(&sw, "pipe.InaggIngress.slot_state.rounds");
+    let index = |b: &[u8]| b.iter().fold(0u64, |a, &x| a << 8 | u64::from(x));
+    let mut sets: Vec<u64> = rounds.iter().map(|(k, _)| index(&k[0].1)).collect();
+    sets.sort_unstable();
+    assert_eq!(
+        sets,
+        (20..28).collect::<Vec<u64>>(),
+        "the pool's sets' rounds zeroed"
+    );
+    for (_, d) in &rounds {
+        assert_eq!(stream(d, 1), vec![0; 2]);
+        assert_eq!(stream(d, 2), vec![0; 2]);
     }
 
     // One PRE node per worker (rid = worker id, its port), one group.

@@ -48,6 +48,11 @@ pub mod names {
         "pipe.InaggIngress.slot_state.bitmap_lo",
         "pipe.InaggIngress.slot_state.bitmap_hi",
     ];
+    /// Each set's round (weight, complete; two per slot), zeroed with the
+    /// bitmaps: an earlier job's complete round in an empty set would
+    /// otherwise answer a query by the bit-taken-out rule (p4/README.md,
+    /// "Differences from the emulator").
+    pub const ROUNDS: &str = "pipe.InaggIngress.slot_state.rounds";
     /// The accumulator pairs' registers (`...accumulators.pair_00.values`;
     /// built for two passes, the second half in `accumulators_second`): K
     /// is twice their number.
@@ -257,6 +262,7 @@ fn compiled(info: &BfrtInfo) -> Result<(u32, u16)> {
     ];
     needed.extend([RX, TX, DROPS, GROUP_PACKETS, GROUP_COPIES]);
     needed.extend(BITMAPS);
+    needed.push(ROUNDS);
     needed.extend(JOB_COUNTERS);
     for name in needed {
         info.table(name)?;
@@ -399,26 +405,39 @@ impl TofinoTarget {
         Ok(updates)
     }
 
-    fn bitmap_zeros(&self, spec: &JobSpec) -> Result<Vec<bfrt::Update>> {
+    /// Zeroes the pool's slots in the bitmaps (one entry a slot) and its
+    /// sets in `rounds` (two a slot): a new job starts on clean slots.
+    fn pool_zeros(&self, spec: &JobSpec) -> Result<Vec<bfrt::Update>> {
+        let slots =
+            u64::from(spec.pool_base)..u64::from(spec.pool_base) + u64::from(spec.pool_size);
         let mut updates = Vec::new();
         for name in BITMAPS {
-            let cells: Vec<String> = self
-                .info
-                .table(name)?
-                .data_fields()
-                .iter()
-                .map(|f| f.name.clone())
-                .collect();
-            for slot in spec.pool_base..spec.pool_base + spec.pool_size {
-                let mut e = self
-                    .info
-                    .entry(name)?
-                    .key("$REGISTER_INDEX", u64::from(slot))?;
-                for cell in &cells {
-                    e = e.set(cell, 0)?;
-                }
-                updates.push(update(Modify, e.build()));
+            updates.extend(self.register_zeros(name, slots.clone())?);
+        }
+        updates.extend(self.register_zeros(ROUNDS, slots.start * 2..slots.end * 2)?);
+        Ok(updates)
+    }
+
+    /// Every cell of register `name` at the indices given, written 0.
+    fn register_zeros(
+        &self,
+        name: &str,
+        indices: std::ops::Range<u64>,
+    ) -> Result<Vec<bfrt::Update>> {
+        let cells: Vec<String> = self
+            .info
+            .table(name)?
+            .data_fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        let mut updates = Vec::new();
+        for index in indices {
+            let mut e = self.info.entry(name)?.key("$REGISTER_INDEX", index)?;
+            for cell in &cells {
+                e = e.set(cell, 0)?;
             }
+            updates.push(update(Modify, e.build()));
         }
         Ok(updates)
     }
@@ -685,7 +704,7 @@ impl Target for TofinoTarget {
             .collect::<Result<Vec<_>>>()?;
         let group = Self::group(spec);
         Self::check_group_free(&[], &self.group_entries()?, group)?;
-        let zeros = self.bitmap_zeros(spec)?;
+        let zeros = self.pool_zeros(spec)?;
         let mut ports: Vec<u16> = hosts.iter().map(|(_, h)| h.port).collect();
         ports.sort_unstable();
         ports.dedup();
@@ -693,7 +712,8 @@ impl Target for TofinoTarget {
         let mut entries = self.install_entries(spec, &hosts)?;
         // The result group's relay, after the job entry (target/groups.rs).
         entries.extend(self.relay_entries(group, &hosts)?);
-        self.client.write("zero the pool's bitmaps", zeros)?;
+        self.client
+            .write("zero the pool's bitmaps and rounds", zeros)?;
         self.client
             .write("strict-priority queues on the workers' ports", priority)?;
         self.client

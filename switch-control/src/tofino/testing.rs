@@ -227,6 +227,13 @@ pub fn tna_bfrt_json(k: u16, slots: u32) -> String {
             32,
         ));
     }
+    tables.push(pair_register(
+        4003,
+        "pipe.InaggIngress.slot_state.rounds",
+        slots * 2,
+        ["weight", "complete"],
+        16,
+    ));
     for pair in 0..k / 2 {
         let name = format!(
             "pipe.InaggIngress.accumulators.pair_{:02x}.values",
