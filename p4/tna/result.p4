@@ -153,10 +153,13 @@ control ResultDelivery(inout ingress_headers_t hdr,
 /*
  * StatusAnswer: a query that the stored result does not answer gets the
  * set's status in one pass (docs/PROTOCOL.md, "Loss recovery";
- * emu/src/switch.rs, Job::query): kind 6, the contributors in count (0 for
- * an empty set, whose countdown is an older round's), exponent 0, the
- * query's own packet id and priority; then the 12-byte block with the
- * set's bitmap and n. Addressed back the way it came, to the asker alone;
+ * emu/src/switch.rs, Job::query): kind 6, in count n for a complete set,
+ * 0 for an empty one (whose round is an older one's) and n - 1 for any
+ * other (the program counts no contributors: p4/README.md, "Differences
+ * from the emulator"), exponent 0, the query's own packet id and priority,
+ * flags ANSWERED when the round's result went for two of the asker's
+ * queries already; then the 12-byte block with the set's bitmap and n.
+ * Addressed back the way it came, to the asker alone;
  * or, when the query asks for nudges (its count QUERY_NUDGE) and the set
  * holds the asker's contribution and waits for others, multicast to the
  * job's group, where StatusRewrite keeps the asker's copy and those of the
