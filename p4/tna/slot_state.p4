@@ -47,13 +47,15 @@
  * round_classifier turns the two bitmap halves into the transition, a
  * ternary table whose entries are compiled in (nothing to install), the
  * first match winning:
+ *   an announcement (first pass)     -> announce_read   (reads only)
  *   the worker's bit set in its half -> retransmission  (a query too: the
  *                                       stored result, if complete)
  *   a query                          -> query_read      (reads only)
  *   both halves 0                    -> start_round     (first of a round)
  *   otherwise                        -> join_round
  * and round_update, in the next stage, drives `rounds` from it (the
- * other registers by if-chains).
+ * other registers by if-chains). An announcement's second pass skips the
+ * classifier: the parser set its values_op (store).
  *
  * Two passes. Tofino 1's stateful ALU returns one 32-bit value per packet,
  * so a pair register of two elements can give back only one of them: the
