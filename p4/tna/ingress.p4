@@ -112,6 +112,8 @@ control InaggIngress(inout ingress_headers_t hdr,
 #ifdef INAGG_ANNOUNCE
                     slots = true;
 #else
+                    /* Here, not after the branch: applied there, Tofino 1
+                     * at K = 64 ran 6 PHV field slices short. */
                     slot_state.apply(hdr, ig_md);
 #endif
                 }

@@ -510,13 +510,13 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
          * more than a gateway reads). */
         ig_md.query_packet_id = ig_md.query_packet_id ^ hdr.inagg.packet_id;
         if (ig_md.query == 1 && ig_md.round != 0) {
-            if (ig_md.retransmission == 1) {
+            if (ig_md.retransmission == 1 || ig_md.round == ig_md.job.worker_count) {
                 ig_md.answered = answer_query.execute(
                     answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
+            }
+            if (ig_md.retransmission == 1) {
                 ig_md.owed = 1;
             } else if (ig_md.round == ig_md.job.worker_count) {
-                ig_md.answered = answer_query.execute(
-                    answer_index_hash.get({ ig_md.set_index[14:0], hdr.inagg.worker[3:0] }));
                 if (ig_md.query_packet_id == 0) {
                     ig_md.owed = 1;
                 }
