@@ -261,6 +261,9 @@ pub struct Outcome {
     pub link: LinkFaults,
     /// Data (contributions and results) the links lost in the faulty phase.
     pub lost_data: u64,
+    /// Queries, statuses, nudges and handshakes the links lost in the
+    /// faulty phase: each is a packet recovery must make up for too.
+    pub lost_control: u64,
     /// Queries sent and statuses received by every worker, faulty phase.
     pub queries: u64,
     pub statuses: u64,
@@ -437,6 +440,7 @@ pub fn run(options: &Options) -> Outcome {
         violations: world.violations,
         link: sc.link,
         lost_data: world.net.counts.lost_data,
+        lost_control: world.net.counts.lost_control,
         queries: world.queries,
         statuses: world.statuses,
         held_up: world.held_up,

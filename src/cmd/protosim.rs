@@ -114,6 +114,7 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     let wall = started.elapsed().as_secs_f64();
     let packets: u64 = outcomes.iter().map(|o| o.packets).sum();
     let lost: u64 = outcomes.iter().map(|o| o.lost_data).sum();
+    let lost_control: u64 = outcomes.iter().map(|o| o.lost_control).sum();
     let asked: u64 = outcomes.iter().map(|o| o.queries + o.statuses).sum();
     let held_up: u64 = outcomes.iter().map(|o| o.held_up).sum();
     let virtual_ms: f64 = outcomes.iter().map(|o| o.virtual_ns as f64 / 1e6).sum();
@@ -142,7 +143,8 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "data lost {lost}, rounds held up {held_up}, queries + statuses {asked} ({} per datum lost, {} per round held up)",
+        "data lost {lost}, control lost {lost_control}, rounds held up {held_up}, queries + statuses {asked} ({} per packet lost, {} per datum lost, {} per round held up)",
+        per(asked, lost + lost_control),
         per(asked, lost),
         per(asked, held_up)
     )?;
