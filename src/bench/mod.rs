@@ -3,8 +3,10 @@
 //! the emulator's aggregation rate (the switch logic alone, in process);
 //! end-to-end all-reduce goodput through the emulator for 2, 4 and 8
 //! workers; and, on the same tensors in the same run, a host-only ring
-//! all-reduce over TCP loopback.
+//! all-reduce over TCP loopback, with what each costs the workers in CPU
+//! time per GB all-reduced (the emulator's apart).
 
+mod cpu;
 #[cfg(feature = "dpdk")]
 mod dpdk;
 mod flood;
@@ -149,6 +151,11 @@ pub struct AllreduceRate {
     pub inagg_gbps: f64,
     /// Ring over TCP loopback, Gbit/s of tensor per worker.
     pub ring_gbps: f64,
+    /// CPU seconds per GB of tensor all-reduced, per worker: inagg's
+    /// workers alone (their threads; the emulator's apart), and the
+    /// ring's ranks (which do the additions themselves).
+    pub inagg_cpu_s_per_gb: f64,
+    pub ring_cpu_s_per_gb: f64,
     /// inagg results checked within the bound.
     pub verified: bool,
 }
@@ -371,19 +378,34 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
     // so that one lucky or unlucky run decides nothing.
     let mut verified = true;
     let (mut inagg_times, mut ring_times) = (Vec::new(), Vec::new());
+    let (mut inagg_cpu, mut ring_cpu) = (Vec::new(), Vec::new());
     for _ in 0..args.repeat {
         let mut data = inputs.clone();
-        let stats = run_all(&mut workers, &mut data, |w, d| w.allreduce_f32(d))?;
+        let cpu = std::sync::Mutex::new(Duration::ZERO);
+        let stats = run_all(&mut workers, &mut data, |w, d| {
+            let start = cpu::thread_cpu();
+            let stats = w.allreduce_f32(d);
+            let used = cpu::thread_cpu() - start;
+            *cpu.lock().unwrap_or_else(|e| e.into_inner()) += used;
+            stats
+        })?;
         verified &= check_f32(&inputs, &data, usize::from(args.pool.k)).verified;
         inagg_times.push(stats.iter().map(|s| s.elapsed).max().unwrap_or_default());
+        inagg_cpu.push(cpu.into_inner().unwrap_or_else(|e| e.into_inner()));
         let mut data = inputs.clone();
-        ring_times.push(ring_allreduce(&mut data)?);
+        let ring = ring_allreduce(&mut data)?;
+        ring_times.push(ring.slowest);
+        ring_cpu.push(ring.cpu);
     }
     let (inagg_time, ring_time) = (median(&mut inagg_times), median(&mut ring_times));
+    let bytes = args.elements * 4;
+    let workers = usize::from(n);
     Ok(AllreduceRate {
         workers: n,
         inagg_gbps: bits / inagg_time.as_secs_f64() / 1e9,
         ring_gbps: bits / ring_time.as_secs_f64() / 1e9,
+        inagg_cpu_s_per_gb: cpu::seconds_per_gb(median(&mut inagg_cpu), workers, bytes),
+        ring_cpu_s_per_gb: cpu::seconds_per_gb(median(&mut ring_cpu), workers, bytes),
         verified,
     })
 }
@@ -416,16 +438,25 @@ fn print(r: &BenchReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result
             e.payload_gbps
         )?;
     }
-    writeln!(out, "all-reduce goodput (Gbit/s of tensor per worker):")?;
-    writeln!(out, "  workers   inagg+emu   TCP ring   ratio   verified")?;
+    writeln!(
+        out,
+        "all-reduce goodput (Gbit/s of tensor per worker), and each worker's CPU seconds per GB all-reduced (inagg: the workers alone, the emulator's apart):"
+    )?;
+    writeln!(
+        out,
+        "  workers   inagg+emu   TCP ring   ratio   CPU s/GB inagg   ring   ratio   verified"
+    )?;
     for x in &r.allreduce {
         writeln!(
             out,
-            "  {:>7}   {:>9.3}   {:>8.3}   {:>5.2}   {}",
+            "  {:>7}   {:>9.3}   {:>8.3}   {:>5.2}   {:>14.3}   {:>4.3}   {:>5.2}   {}",
             x.workers,
             x.inagg_gbps,
             x.ring_gbps,
             x.inagg_gbps / x.ring_gbps,
+            x.inagg_cpu_s_per_gb,
+            x.ring_cpu_s_per_gb,
+            x.inagg_cpu_s_per_gb / x.ring_cpu_s_per_gb,
             x.verified
         )?;
     }

@@ -7,9 +7,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-/// Ring all-reduces `data` (one tensor per rank) in place over TCP loopback;
-/// returns the slowest rank's time.
-pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<Duration> {
+use super::cpu::thread_cpu;
+
+/// One ring all-reduce's cost.
+#[derive(Debug, Clone, Copy)]
+pub struct RingRun {
+    /// The slowest rank's wall time.
+    pub slowest: Duration,
+    /// Every rank's CPU time (its own thread's and its writers'), summed.
+    pub cpu: Duration,
+}
+
+/// Ring all-reduces `data` (one tensor per rank) in place over TCP loopback.
+pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<RingRun> {
     let n = data.len();
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
@@ -26,13 +36,13 @@ pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<Duration> {
             .enumerate()
             .map(|(rank, (buf, listener))| {
                 let next = addrs[(rank + 1) % n];
-                s.spawn(move || -> Result<Duration> {
+                s.spawn(move || -> Result<(Duration, Duration)> {
                     let to_next = TcpStream::connect(next)?;
                     let (from_prev, _) = listener.accept()?;
                     to_next.set_nodelay(true)?;
-                    let start = Instant::now();
-                    rank_allreduce(rank, n, buf, to_next, from_prev)?;
-                    Ok(start.elapsed())
+                    let (start, cpu) = (Instant::now(), thread_cpu());
+                    let writers = rank_allreduce(rank, n, buf, to_next, from_prev)?;
+                    Ok((start.elapsed(), thread_cpu() - cpu + writers))
                 })
             })
             .collect();
@@ -44,7 +54,10 @@ pub fn ring_allreduce(data: &mut [Vec<f32>]) -> Result<Duration> {
             })
             .collect::<Result<Vec<_>>>()
     })?;
-    Ok(times.into_iter().max().unwrap_or_default())
+    Ok(RingRun {
+        slowest: times.iter().map(|t| t.0).max().unwrap_or_default(),
+        cpu: times.iter().map(|t| t.1).sum(),
+    })
 }
 
 fn segment(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
@@ -58,7 +71,9 @@ fn rank_allreduce(
     buf: &mut [f32],
     mut tx: TcpStream,
     mut rx: TcpStream,
-) -> Result<()> {
+) -> Result<Duration> {
+    // The writers' CPU time: each step's send runs on a thread of its own.
+    let mut writers = Duration::ZERO;
     let len = buf.len();
     let mut incoming = vec![0u8; segment(len, n, 0).len() * 4];
     for phase in 0..2 {
@@ -69,9 +84,13 @@ fn rank_allreduce(
             let bytes = &mut incoming[..recv.len() * 4];
             // Send and receive at once: a ring of blocking writers deadlocks.
             std::thread::scope(|s| -> Result<()> {
-                let writer = s.spawn(|| tx.write_all(&out));
+                let writer = s.spawn(|| -> std::io::Result<Duration> {
+                    let cpu = thread_cpu();
+                    tx.write_all(&out)?;
+                    Ok(thread_cpu() - cpu)
+                });
                 rx.read_exact(bytes)?;
-                writer
+                writers += writer
                     .join()
                     .map_err(|_| anyhow::anyhow!("ring writer panicked"))??;
                 Ok(())
@@ -87,7 +106,7 @@ fn rank_allreduce(
             }
         }
     }
-    Ok(())
+    Ok(writers)
 }
 
 #[cfg(test)]
@@ -99,7 +118,8 @@ mod tests {
         let mut data: Vec<Vec<f32>> = (0..4)
             .map(|r| (0..1001).map(|i| (i % 10 + r) as f32).collect())
             .collect();
-        ring_allreduce(&mut data).unwrap();
+        let run = ring_allreduce(&mut data).unwrap();
+        assert!(run.cpu > Duration::ZERO && run.slowest > Duration::ZERO);
         for d in &data {
             for (i, v) in d.iter().enumerate() {
                 assert_eq!(*v, (4 * (i % 10) + 6) as f32);
