@@ -152,18 +152,27 @@ impl LocalCluster {
     }
 }
 
-/// Runs one all-reduce on every worker at once, each on its own thread.
+/// Runs one all-reduce on every worker at once, each on its own thread,
+/// named `worker-N` (so that a profile tells the workers' time from the
+/// in-process emulator's, `emu-data`, and the caller's).
 pub fn run_all<T: Send>(
     workers: &mut [Worker],
     data: &mut [Vec<T>],
     op: impl Fn(&mut Worker, &mut [T]) -> inagg_host_agent::Result<Stats> + Sync,
 ) -> Result<Vec<Stats>> {
+    let op = &op;
     std::thread::scope(|s| {
-        let handles: Vec<_> = workers
+        let handles = workers
             .iter_mut()
             .zip(data.iter_mut())
-            .map(|(w, d)| s.spawn(|| op(w, d.as_mut_slice())))
-            .collect();
+            .enumerate()
+            .map(|(i, (w, d))| {
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn_scoped(s, move || op(w, d.as_mut_slice()))
+                    .with_context(|| format!("start worker {i}'s thread"))
+            })
+            .collect::<Result<Vec<_>>>()?;
         join_workers(handles)
     })
 }
