@@ -261,8 +261,9 @@ pub struct Outcome {
     pub link: LinkFaults,
     /// Data (contributions and results) the links lost in the faulty phase.
     pub lost_data: u64,
-    /// Queries, statuses, nudges and handshakes the links lost in the
-    /// faulty phase: each is a packet recovery must make up for too.
+    /// Queries, statuses (nudges among them) and announcements the links
+    /// lost in the faulty phase: each is a packet recovery must make up
+    /// for too. (Handshakes are contributions: data.)
     pub lost_control: u64,
     /// Queries sent and statuses received by every worker, faulty phase.
     pub queries: u64,
