@@ -1278,8 +1278,8 @@ fn sim_protocol(args: &[&str]) -> Output {
 }
 
 /// The protocol simulator from the command line: seeds that keep every
-/// invariant pass and say so; a fault set with a known hole fails and
-/// prints the command that replays a failing seed; that command replays
+/// invariant pass and say so; a job whose workers give up too soon fails
+/// and prints the command that replays a failing seed; that command replays
 /// it with a readable trace; bad arguments are refused with a reason.
 #[test]
 fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
@@ -1338,19 +1338,19 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     let loud = sim_protocol(&[&crash[..], &["--log", "warn"]].concat());
     assert!(text(&loud).contains("giving up"), "{}", text(&loud));
 
-    // A seed with a known hole (docs/PROTOCOL.md, "What the simulator
-    // checks"), in a job of its own; its replay command names the job.
+    // A job of its own whose workers give up sooner than recovery at
+    // 30% loss needs: a broken liveness; its replay command names the job.
     let bad = sim_protocol(&[
         "--seed",
-        "34494",
+        "1",
         "--seeds",
         "1",
         "--faults",
-        "loss,dup,reorder",
+        "loss",
         "--elements",
         "100000",
         "--loss",
-        "0.02",
+        "0.3",
         "--workers",
         "2",
         "-k",
@@ -1358,6 +1358,8 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
         "--pool",
         "16",
         "--int",
+        "--give-up-ms",
+        "20",
     ]);
     let out = text(&bad);
     assert!(!bad.status.success(), "{out}");
@@ -1378,7 +1380,7 @@ fn sim_protocol_runs_seeds_and_replays_a_failing_one() {
     );
     assert!(trace.contains("Contribution job 7"), "{trace}");
     assert!(
-        trace.contains("seed 34494: 2 workers, K 256, pool 16, 100000 i32"),
+        trace.contains("seed 1: 2 workers, K 256, pool 16, 100000 i32"),
         "the replay runs the same job: {trace}"
     );
 

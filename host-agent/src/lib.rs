@@ -345,8 +345,8 @@ fn timeout_advice(
              contributions that are not this session's into them (an earlier session's \
              datagrams replayed, or datagrams forged from a member's endpoint), or they were \
              forged, or the members no longer agree on a slot's round (one a round behind \
-             after a lost result, a known hole: docs/PROTOCOL.md, \"What the simulator \
-             checks\"); none was taken. Find who else sends to the switch from the members' \
+             after a lost result, the member ahead gone before it could hand the round over: \
+             docs/PROTOCOL.md, \"Sessions\"); none was taken. Find who else sends to the switch from the members' \
              addresses; a new session starts clean"
         )
     } else if let Some((seen, expected)) = weight {

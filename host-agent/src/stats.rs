@@ -60,6 +60,9 @@ pub struct Stats {
     /// Handshakes that left set 1 for the round of set 0 of a slot whose
     /// members were split between its sets (docs/PROTOCOL.md, "Sessions").
     pub split_joins: u64,
+    /// Handshakes that found the slot's members a round apart, each
+    /// followed by a catch-up round (docs/PROTOCOL.md, "Sessions").
+    pub catch_ups: u64,
     /// Slots whose session handshake succeeded (docs/PROTOCOL.md,
     /// "Sessions"): once per slot per session.
     pub handshakes: u64,
@@ -118,6 +121,7 @@ impl Stats {
         self.handshake_retries += o.handshake_retries;
         self.rejected += o.rejected;
         self.split_joins += o.split_joins;
+        self.catch_ups += o.catch_ups;
         self.malformed += o.malformed;
         self.foreign += o.foreign;
         self.send_errors += o.send_errors;

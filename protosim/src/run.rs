@@ -81,6 +81,9 @@ pub enum Size {
         switch_ns: Option<u64>,
         /// A float all-reduce (else int32).
         float: bool,
+        /// The workers' give-up time in ms, when not the simulator's
+        /// 10 s: shorter than recovery needs, every call fails.
+        give_up_ms: Option<u64>,
     },
 }
 
@@ -118,6 +121,8 @@ pub struct Scenario {
     pub restart: Option<(Nanos, Nanos)>,
     /// Member ids whose endpoints forgers send from.
     pub forged_members: Vec<usize>,
+    /// How long a worker waits without progress before it gives up.
+    pub give_up: Nanos,
 }
 
 impl std::fmt::Display for Scenario {
@@ -240,6 +245,13 @@ impl Scenario {
             crash,
             restart,
             forged_members,
+            give_up: match options.size {
+                Size::Job {
+                    give_up_ms: Some(ms),
+                    ..
+                } => ms.saturating_mul(MS),
+                _ => GIVE_UP,
+            },
         }
     }
 }
@@ -508,7 +520,7 @@ impl World {
                     self.sc.k,
                 );
                 c.bind = self.net.hosts[usize::from(w)];
-                c.give_up_after = std::time::Duration::from_nanos(GIVE_UP);
+                c.give_up_after = std::time::Duration::from_nanos(self.sc.give_up);
                 c.window = Window::Adaptive { initial: 16 };
                 let key = seed
                     .wrapping_mul(0x9e37_79b9_7f4a_7c15)

@@ -40,6 +40,7 @@ fn job_at(
             loss,
             switch_ns,
             float: false,
+            give_up_ms: None,
         },
     });
     assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
@@ -239,6 +240,7 @@ fn a_restart_mid_allreduce_at_5_percent_loss_is_resumed() {
                 loss: 0.05,
                 switch_ns: None,
                 float: false,
+                give_up_ms: None,
             },
         });
         assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);

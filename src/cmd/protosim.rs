@@ -49,6 +49,11 @@ pub struct ProtocolArgs {
     /// With --loss: an int32 all-reduce (a float one otherwise).
     #[arg(long, requires = "loss")]
     pub int: bool,
+    /// With --loss: how long a worker waits without progress before it
+    /// gives up, in ms [default: 10000]. Shorter than recovery needs,
+    /// calls fail, and the simulator reports them as broken liveness.
+    #[arg(long, requires = "loss", value_parser = clap::value_parser!(u64).range(1..))]
+    pub give_up_ms: Option<u64>,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -76,6 +81,7 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
             loss,
             switch_ns: None,
             float: !args.int,
+            give_up_ms: args.give_up_ms,
         },
         (Some(elements), None) => Size::Large { elements },
         (None, _) => Size::Small,
@@ -198,6 +204,9 @@ fn job_args(args: &ProtocolArgs) -> String {
     }
     if args.int {
         line += " --int";
+    }
+    if let Some(ms) = args.give_up_ms {
+        line += &format!(" --give-up-ms {ms}");
     }
     line
 }

@@ -6,7 +6,7 @@ use inagg_wire::status::Status;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
 use super::recovery::Asked;
-use super::session::Found;
+use super::session::{Found, Standing};
 use super::slot::{Slot, FOREIGN_COPIES};
 use super::Lane;
 use crate::stats::Stats;
@@ -70,6 +70,22 @@ pub(super) enum Verdict<'d> {
     /// worker's copy of it was lost. It asks at once (the stored result
     /// comes back) rather than at its turn ([`behind`]).
     Behind { slot: usize },
+    /// The result of a catch-up round, to a member behind: the round
+    /// `round` it lost (the round it sealed last), checked as it sealed it.
+    Handed {
+        slot: usize,
+        payload: &'d [u8],
+        exponent: u8,
+        round: usize,
+    },
+    /// The result of a catch-up round, to a member ahead: the round it
+    /// gave, summed with zeros, as it took it (every member behind has it
+    /// now).
+    CaughtUp {
+        slot: usize,
+        payload: &'d [u8],
+        exponent: u8,
+    },
     /// Anything else.
     Ignore,
 }
@@ -203,7 +219,11 @@ impl Lane<'_> {
         }
         let (id, slot) = (repr.packet_id, &slots[s]);
         if id == slot.packet_id {
-            if count == n && session.key.verify((id, slot.round as u32), payload) {
+            if let (true, Some(standing)) = (count == n, session.catch_up) {
+                if let Some(verdict) = self.caught_up(s, slot, standing, &repr, payload) {
+                    return verdict;
+                }
+            } else if count == n && session.key.verify((id, slot.round as u32), payload) {
                 return Verdict::Current {
                     slot: s,
                     payload,
@@ -241,6 +261,39 @@ impl Lane<'_> {
         // one, or a round the set holds that this session did not make,
         // which comes back with every resend.
         foreign(slot, s, id, stats)
+    }
+
+    /// A catch-up round's result, to a member that stands `standing` in
+    /// it: to a member behind, its round's result if it passes that
+    /// round's check as the member sealed it; to a member ahead, the end
+    /// of the catch-up if it is the round it holds. `None`: neither (a
+    /// forged or mixed sum), which the slot leaves as a round that failed
+    /// its check.
+    fn caught_up<'d, B>(
+        &self,
+        s: usize,
+        slot: &Slot<B>,
+        standing: Standing,
+        repr: &Repr,
+        payload: &'d [u8],
+    ) -> Option<Verdict<'d>> {
+        let exponent = repr.exponent;
+        match standing {
+            Standing::Behind => slot.seals.verify(payload).map(|round| Verdict::Handed {
+                slot: s,
+                payload,
+                exponent,
+                round,
+            }),
+            Standing::Giver | Standing::Ahead => self.last[s]
+                .data_round()
+                .is_some_and(|(held, _)| held == payload)
+                .then_some(Verdict::CaughtUp {
+                    slot: s,
+                    payload,
+                    exponent,
+                }),
+        }
     }
 }
 

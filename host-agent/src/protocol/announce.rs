@@ -41,7 +41,10 @@ pub(super) fn probes_previous(held: u32, after: u16) -> bool {
 }
 
 /// A slot's last completed round: its set, packet id, exponent, weight
-/// and the result's payload (K big-endian int32s, as the switch sent it).
+/// and the result's payload (K big-endian int32s, as the switch sent it);
+/// and, when that round was a handshake, the last data round's payload and
+/// exponent, which a catch-up round hands to the members that lost it
+/// ([`super::session::Standing`]).
 #[derive(Debug, Clone, Default)]
 pub struct LastRound {
     pub(crate) set: u8,
@@ -50,10 +53,16 @@ pub struct LastRound {
     pub(crate) weight: u16,
     pub(crate) payload: Vec<u8>,
     pub(crate) valid: bool,
+    /// Whether `payload` is a data round's (else a handshake's).
+    data: bool,
+    /// The last data round's payload and exponent while `payload` holds a
+    /// handshake's: moved here, not copied, when a handshake's result is
+    /// kept (data results, one per packet, cost no copy more).
+    stashed: Option<(Vec<u8>, u8)>,
 }
 
 impl LastRound {
-    /// Keeps a result.
+    /// Keeps a data round's result.
     pub(super) fn keep(
         &mut self,
         set: u8,
@@ -69,6 +78,34 @@ impl LastRound {
         self.payload.clear();
         self.payload.extend_from_slice(payload);
         self.valid = true;
+        self.data = true;
+    }
+
+    /// Keeps a handshake's result, the last data round's aside.
+    pub(super) fn keep_handshake(
+        &mut self,
+        set: u8,
+        packet_id: u32,
+        exponent: u8,
+        weight: u16,
+        payload: &[u8],
+    ) {
+        if self.data {
+            let old = std::mem::take(&mut self.payload);
+            self.stashed = Some((old, self.exponent));
+        }
+        self.keep(set, packet_id, exponent, weight, payload);
+        self.data = false;
+    }
+
+    /// The last data round's result (payload, exponent), if the slot took
+    /// one in this session.
+    pub(super) fn data_round(&self) -> Option<(&[u8], u8)> {
+        if self.valid && self.data {
+            Some((&self.payload, self.exponent))
+        } else {
+            self.stashed.as_ref().map(|(p, e)| (p.as_slice(), *e))
+        }
     }
 
     /// Whether this is the round before `slot`'s round in flight: in the

@@ -55,7 +55,7 @@ use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
 use self::recovery::{answered, on_its_way, refused, shut_out, Asked, Pending};
-use self::session::{SlotSession, Token, HANDSHAKE_WEIGHT};
+use self::session::{SlotSession, Standing, Token, HANDSHAKE_WEIGHT};
 use self::slot::{Slot, QUICK_MOVES};
 use self::time::{nanos, Nanos};
 use crate::link::SlotBuf;
@@ -374,6 +374,15 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 }
                 (slot, payload, exponent, false)
             }
+            Verdict::Handed {
+                slot,
+                payload,
+                exponent,
+                round,
+            } => {
+                self.slots[slot].round = round;
+                (slot, payload, exponent, false)
+            }
             Verdict::Ignore => return Ok(()),
             Verdict::Foreign { slot } => {
                 self.slots[slot].foreign += 1;
@@ -452,12 +461,23 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 self.stats.handshakes += 1;
                 self.bad_weight = None;
                 let entry = &mut self.slots[slot];
-                let weight = self.lane.config.workers.saturating_mul(2);
-                self.lane.last[slot].keep(entry.set, packet_id, exponent, weight, payload);
+                let config = self.lane.config;
+                let weight = config.workers.saturating_mul(2);
+                let last = &mut self.lane.last[slot];
+                last.keep_handshake(entry.set, packet_id, exponent, weight, payload);
+                let standing =
+                    self.lane
+                        .token
+                        .standing(payload, config.rank, config.workers, config.elements);
                 let session = &mut self.lane.sessions[slot];
-                session.join(packet_id, entry.set, CheckKey::from_handshake(payload));
+                let key = CheckKey::from_handshake(payload);
+                session.join(packet_id, entry.set, key, standing);
+                if standing.is_some() {
+                    self.stats.catch_ups += 1;
+                }
                 entry.rollback = Some(entry.round);
-                if self.codec.carries_values(slot, entry.round, self.window) {
+                // A catch-up round comes first (never the codec's round).
+                if standing.is_some() || self.codec.carries_values(slot, entry.round, self.window) {
                     // A round of its own: the first data round is next, in
                     // its turn like any round. (Sent at once, it went before
                     // slots that other workers sent first: their rounds then
@@ -482,6 +502,24 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 self.stats.split_joins += 1;
                 return self.join_split(slot, packet_id, now);
             }
+            Verdict::CaughtUp {
+                slot,
+                payload,
+                exponent,
+            } => {
+                // A member ahead: the members behind have the round it
+                // gave; its own round goes on, at the next epoch.
+                let entry = &mut self.slots[slot];
+                let n = self.lane.config.workers;
+                self.lane.last[slot].keep(entry.set, entry.packet_id, exponent, n, payload);
+                let session = &mut self.lane.sessions[slot];
+                session.catch_up = None;
+                session.epoch = session.epoch.wrapping_add(1);
+                entry.rollback = None;
+                answered(self.lane.path, entry, now);
+                self.flight.land(entry, slot);
+                return Ok(());
+            }
         };
         let entry = &mut self.slots[s];
         if !joined {
@@ -496,6 +534,8 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         if !joined {
             let session = &mut self.lane.sessions[s];
             session.epoch = session.epoch.wrapping_add(1);
+            session.position = session.position.wrapping_add(1);
+            session.catch_up = None;
             entry.rollback = None;
         }
         entry.round += 1;
@@ -526,6 +566,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
         let entry = &mut self.slots[s];
         let session = &mut self.lane.sessions[s];
         session.joined = false;
+        session.catch_up = None;
         session.attempt = session.attempt.wrapping_add(1);
         if let Some(round) = entry.rollback.take() {
             entry.round = round;
@@ -740,16 +781,20 @@ impl Lane<'_> {
         // earlier round of the slot cannot be mistaken for the current one.
         slot.packet_id = session.epoch.wrapping_shl(16) | s as u32;
         let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
-        let encoded = if session.joined {
+        let encoded = if let Some(standing) = session.catch_up.filter(|_| session.joined) {
+            self.encode_catch_up(s, standing, payload)
+        } else if session.joined {
             let at = payload.len() - CHECK_LANE;
             let mut encoded = codec.encode(s, slot.round, window, &mut payload[..at]);
             let round = (slot.packet_id, slot.round as u32);
             let member = (self.config.rank, self.config.workers);
             session.key.seal(round, member, payload);
+            slot.seals.record(slot.round, session.key, slot.packet_id);
             encoded.sum += inagg_wire::frame::ones_sum_native(&payload[at..]);
             encoded
         } else {
-            self.encode_handshake(codec, s, slot.round, window, payload, session.attempt)
+            let attempt = (session.attempt, session.position);
+            self.encode_handshake(codec, s, slot.round, window, payload, attempt)
         };
         let priority = codec
             .class(s, slot.round, window)
@@ -784,7 +829,34 @@ impl Lane<'_> {
         Ok(())
     }
 
-    /// Writes a handshake's payload: this worker's token, in round `round`
+    /// Writes slot `s`'s part in a catch-up round (docs/PROTOCOL.md,
+    /// "Sessions", members a round apart): the giver's is the last data
+    /// round's result as it took it (its check lane included: the members
+    /// behind check it with the key and packet id they sealed that round
+    /// with), with its exponent; every other member's is zeros.
+    fn encode_catch_up(&self, s: usize, standing: Standing, payload: &mut [u8]) -> Encoded {
+        let given = (standing == Standing::Giver)
+            .then(|| self.last[s].data_round())
+            .flatten()
+            .filter(|(p, _)| p.len() == payload.len());
+        let exponent = match given {
+            Some((values, exponent)) => {
+                payload.copy_from_slice(values);
+                exponent
+            }
+            None => {
+                payload.fill(0);
+                0
+            }
+        };
+        Encoded {
+            exponent,
+            sum: inagg_wire::frame::ones_sum_native(payload),
+        }
+    }
+
+    /// Writes a handshake's payload: this worker's token and the slot's
+    /// position (`attempt`: the attempt and the position), in round `round`
     /// when that round carries no values (with the round's exponent), else
     /// in zeros (exponent 0).
     fn encode_handshake<C: Codec>(
@@ -794,7 +866,7 @@ impl Lane<'_> {
         round: usize,
         window: usize,
         payload: &mut [u8],
-        attempt: u32,
+        (attempt, position): (u32, u32),
     ) -> Encoded {
         let exponent = if codec.carries_values(s, round, window) {
             payload.fill(0);
@@ -802,7 +874,7 @@ impl Lane<'_> {
         } else {
             codec.encode(s, round, window, payload).exponent
         };
-        self.token.write(payload, attempt);
+        self.token.write(payload, attempt, position);
         Encoded {
             exponent,
             sum: inagg_wire::frame::ones_sum_native(payload),

@@ -72,6 +72,14 @@ pub(crate) struct SlotSession {
     /// result, should it come after all, is still taken, as that round's
     /// (the handshake may have rolled the slot back a round).
     pub refused: Option<(u32, u32)>,
+    /// Data results the slot has taken in this session, across
+    /// all-reduces: its position, which its handshakes carry
+    /// ([`Token::write`]).
+    pub position: u32,
+    /// Set when the slot's last handshake found its members a round
+    /// apart: the slot's next round is the catch-up round, and this is
+    /// the worker's part in it ([`Standing`]).
+    pub catch_up: Option<Standing>,
 }
 
 impl SlotSession {
@@ -111,8 +119,9 @@ impl SlotSession {
     /// session's round left in a set with the same id is rare, and the
     /// switch may drop a data copy of a set's last round once every member
     /// left it (docs/PROTOCOL.md, "Sessions", packet ids).
-    pub fn join(&mut self, packet_id: u32, set: u8, key: CheckKey) {
+    pub fn join(&mut self, packet_id: u32, set: u8, key: CheckKey, standing: Option<Standing>) {
         self.move_past(packet_id, set);
+        self.catch_up = standing;
         self.epoch = self.epoch.wrapping_add(2 * (key.spread() % 8192));
         self.joined = true;
         self.jumps = 0;
@@ -130,17 +139,86 @@ const MAX_JUMP_DOUBLINGS: u32 = 13;
 /// earlier session's state.
 const REMEMBERED_ATTEMPTS: u32 = 8;
 
+/// Where a worker's field is in a handshake's payload: element `rank mod
+/// K`, bits `(rank / K) * b` up, `b = 32 / ceil(n / K)` (workers beyond K
+/// share elements, each with bits of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Field {
+    /// The element (lane) of the payload.
+    lane: usize,
+    /// The field's position and width in the element.
+    shift: u32,
+    bits: u32,
+}
+
+impl Field {
+    /// The field of the worker of rank `rank` out of `workers`, K =
+    /// `elements`. `None` when there are more than 32 workers per element.
+    fn of(rank: u16, workers: u16, elements: u16) -> Option<Field> {
+        let k = usize::from(elements.max(1));
+        let per_lane = usize::from(workers).div_ceil(k).max(1);
+        let bits = u32::try_from(32 / per_lane).ok().filter(|&b| b > 0)?;
+        let rank = usize::from(rank);
+        Some(Field {
+            lane: rank % k,
+            shift: (rank / k) as u32 * bits,
+            bits,
+        })
+    }
+
+    fn mask(&self) -> u32 {
+        u32::MAX >> (32 - self.bits)
+    }
+
+    /// The field's value in `payload` (big-endian int32 elements).
+    fn read(&self, payload: &[u8]) -> Option<u32> {
+        let at = self.lane * 4;
+        let bytes = payload.get(at..at + 4)?;
+        let element = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
+        Some((element >> self.shift) & self.mask())
+    }
+
+    /// Writes `value` into the field, the rest of the element as it is.
+    fn write(&self, payload: &mut [u8], value: u32) {
+        let at = self.lane * 4;
+        let Some(bytes) = payload.get_mut(at..at + 4) else {
+            return;
+        };
+        let old = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
+        let mask = self.mask() << self.shift;
+        let new = (old & !mask) | ((value << self.shift) & mask);
+        bytes.copy_from_slice(&new.to_be_bytes());
+    }
+
+    /// Whether the field has room for a position ([`POSITION_BITS`] at its
+    /// top) beside a token of at least 14 bits.
+    fn has_position(&self) -> bool {
+        self.bits >= 16
+    }
+
+    /// The bits of the field that hold the token.
+    fn token_mask(&self) -> u32 {
+        if self.has_position() {
+            self.mask() >> POSITION_BITS
+        } else {
+            self.mask()
+        }
+    }
+}
+
+/// Bits at the top of a handshake field that carry the slot's position
+/// (the data results it has taken in the session, modulo 4): members a
+/// round apart see it in the handshake's result ([`Standing`]). At the
+/// top, so that old values summed with a token (small integers, often)
+/// change the token's bits and do not pass for it.
+const POSITION_BITS: u32 = 2;
+
 /// Where a worker's token goes in a handshake's payload, and what it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Token {
     /// The session's random key: attempt `a` carries a hash of it and `a`.
     base: u32,
-    /// The element (lane) of the payload that holds this worker's field.
-    lane: usize,
-    /// The field's position and width in the element: workers beyond K
-    /// share elements, each with its own bits.
-    shift: u32,
-    mask: u32,
+    field: Field,
 }
 
 impl Token {
@@ -154,67 +232,112 @@ impl Token {
     /// A token whose random key derives from `seed` (the simulator's, so
     /// that one seed replays one run).
     pub fn with_seed(rank: u16, workers: u16, elements: u16, seed: u64) -> Option<Token> {
-        let k = usize::from(elements.max(1));
-        let per_lane = usize::from(workers).div_ceil(k).max(1);
-        let bits = u32::try_from(32 / per_lane).ok().filter(|&b| b > 0)?;
-        let rank = usize::from(rank);
         Some(Token {
             base: (seed ^ (seed >> 32)) as u32,
-            lane: rank % k,
-            shift: (rank / k) as u32 * bits,
-            mask: if bits == 32 {
-                u32::MAX
-            } else {
-                (1 << bits) - 1
-            },
+            field: Field::of(rank, workers, elements)?,
         })
     }
 
-    /// Bits in the field: how unlikely (2^-bits) it is that an earlier
+    /// Bits in the token: how unlikely (2^-bits) it is that an earlier
     /// session's values pass for this worker's token.
     #[cfg(test)]
     pub fn bits(&self) -> u32 {
-        self.mask.count_ones()
+        self.field.token_mask().count_ones()
     }
 
-    /// The field's value in attempt `attempt`: a hash, not `base +
-    /// attempt`, so that old values summed with a token (small integers,
-    /// often) do not turn it into another attempt's.
+    /// The token in attempt `attempt`: a hash, not `base + attempt`, so
+    /// that old values summed with a token (small integers, often) do not
+    /// turn it into another attempt's.
     fn value(&self, attempt: u32) -> u32 {
         let x = mix(u64::from(self.base) << 32 | u64::from(attempt));
-        (x as u32) & self.mask
+        (x as u32) & self.field.token_mask()
     }
 
     /// Writes attempt `attempt`'s token into `payload` (big-endian int32
-    /// elements, the rest of the element left as it is).
-    pub fn write(&self, payload: &mut [u8], attempt: u32) {
-        let at = self.lane * 4;
-        let Some(bytes) = payload.get_mut(at..at + 4) else {
-            return;
-        };
-        let old = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
-        let field = self.value(attempt) << self.shift;
-        let new = (old & !(self.mask << self.shift)) | field;
-        bytes.copy_from_slice(&new.to_be_bytes());
+    /// elements, the rest of the element left as it is), with the slot's
+    /// `position` (data results taken in the session) where the field has
+    /// room for it.
+    pub fn write(&self, payload: &mut [u8], attempt: u32, position: u32) {
+        let mut value = self.value(attempt);
+        if self.field.has_position() {
+            value |= (position % 4) << (self.field.bits - POSITION_BITS);
+        }
+        self.field.write(payload, value);
     }
 
     /// What a result's `payload` says of this worker's contributions.
     pub fn find(&self, payload: &[u8], attempt: u32) -> Found {
-        let at = self.lane * 4;
-        let Some(bytes) = payload.get(at..at + 4) else {
+        let Some(field) = self.field.read(payload) else {
             return Found::Absent;
         };
-        let element = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
-        let field = (element >> self.shift) & self.mask;
+        let token = field & self.field.token_mask();
         let earlier = attempt.saturating_sub(REMEMBERED_ATTEMPTS)..attempt;
-        if field == self.value(attempt) {
+        if token == self.value(attempt) {
             Found::Current
-        } else if earlier.into_iter().any(|a| field == self.value(a)) {
+        } else if earlier.into_iter().any(|a| token == self.value(a)) {
             Found::Earlier
         } else {
             Found::Absent
         }
     }
+
+    /// Where the worker of rank `rank` stands against the other members
+    /// of a handshake's round, from every member's position in `payload`
+    /// (all `workers` of them): every member reads the same payload and
+    /// comes to the same plan. `None` when the members are level (or the
+    /// fields have no room for positions, or the positions are not two
+    /// neighbours: nothing a catch-up round can mend).
+    pub fn standing(
+        &self,
+        payload: &[u8],
+        rank: u16,
+        workers: u16,
+        elements: u16,
+    ) -> Option<Standing> {
+        if !self.field.has_position() {
+            return None;
+        }
+        let position = |r: u16| {
+            let f = Field::of(r, workers, elements)?;
+            Some(f.read(payload)? >> (f.bits - POSITION_BITS))
+        };
+        let all: Vec<u32> = (0..workers).map(position).collect::<Option<_>>()?;
+        let mine = *all.get(usize::from(rank))?;
+        let behind = if all.iter().all(|&p| p == mine || p == (mine + 1) % 4) {
+            mine
+        } else if all.iter().all(|&p| p == mine || p == (mine + 3) % 4) {
+            (mine + 3) % 4
+        } else {
+            return None;
+        };
+        let ahead = (behind + 1) % 4;
+        let giver = all.iter().position(|&p| p == ahead)?;
+        Some(if mine == behind {
+            Standing::Behind
+        } else if giver == usize::from(rank) {
+            Standing::Giver
+        } else {
+            Standing::Ahead
+        })
+    }
+}
+
+/// Where a member stands after a handshake that found the slot's members
+/// a round apart: those that lost round r's result (which the switch no
+/// longer holds) behind, those that took it ahead. The next round is a
+/// catch-up round (docs/PROTOCOL.md, "Sessions", members a round apart):
+/// the giver contributes round r's result as it took it, every other
+/// member zeros, and the members behind take the sum as round r's result
+/// once it passes the check of round r (the key and packet id they sealed
+/// it with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Lost round r's result: takes it from the catch-up round.
+    Behind,
+    /// The member ahead of lowest rank: contributes round r's result.
+    Giver,
+    /// Another member ahead: contributes zeros.
+    Ahead,
 }
 
 /// Whose the token in a handshake result is.
@@ -255,9 +378,9 @@ mod tests {
     #[test]
     fn with_k_at_least_n_each_worker_has_a_whole_element() {
         let t = Token::new(3, 8, 64).unwrap();
-        assert_eq!((t.lane, t.shift, t.bits()), (3, 0, 32));
+        assert_eq!((t.field.lane, t.field.shift, t.bits()), (3, 0, 30));
         let mut p = payload(64);
-        t.write(&mut p, 0);
+        t.write(&mut p, 0, 5);
         assert_eq!(t.find(&p, 0), Found::Current);
         assert_eq!(t.find(&p, 1), Found::Earlier);
         assert_eq!(t.find(&payload(64), 0), Found::Absent);
@@ -270,12 +393,12 @@ mod tests {
         // 10 workers over K = 4: 3 per element, 10 bits each.
         let tokens: Vec<Token> = (0..10).map(|r| Token::new(r, 10, 4).unwrap()).collect();
         assert_eq!(tokens[9].bits(), 10);
-        assert_eq!((tokens[9].lane, tokens[9].shift), (1, 20));
+        assert_eq!((tokens[9].field.lane, tokens[9].field.shift), (1, 20));
         // Summed as the switch sums them: each finds its own.
         let mut sum = [0i32; 4];
         for t in &tokens {
             let mut p = payload(4);
-            t.write(&mut p, 2);
+            t.write(&mut p, 2, 1);
             for (s, e) in sum.iter_mut().zip(p.chunks(4)) {
                 *s = s.wrapping_add(i32::from_be_bytes(e.try_into().unwrap()));
             }
@@ -293,11 +416,70 @@ mod tests {
         for attempt in 1..20 {
             for old in [-2i32, -1, 1, 2] {
                 let mut p = payload(64);
-                t.write(&mut p, attempt);
+                t.write(&mut p, attempt, 0);
                 let e = i32::from_be_bytes(p[..4].try_into().unwrap()).wrapping_add(old);
                 p[..4].copy_from_slice(&e.to_be_bytes());
                 assert_eq!(t.find(&p, attempt), Found::Absent, "{attempt} {old}");
             }
+        }
+    }
+
+    /// Every member's handshake field, summed as the switch sums them,
+    /// at the positions given.
+    fn handshake(workers: u16, k: u16, positions: &[u32]) -> Vec<u8> {
+        let mut sum = vec![0u32; usize::from(k)];
+        for (r, &p) in positions.iter().enumerate() {
+            let t = Token::with_seed(r as u16, workers, k, r as u64 * 77).unwrap();
+            let mut bytes = payload(usize::from(k));
+            t.write(&mut bytes, 0, p);
+            for (s, e) in sum.iter_mut().zip(bytes.chunks(4)) {
+                *s = s.wrapping_add(u32::from_be_bytes(e.try_into().unwrap()));
+            }
+        }
+        sum.iter().flat_map(|v| v.to_be_bytes()).collect()
+    }
+
+    fn standings(workers: u16, k: u16, positions: &[u32]) -> Vec<Option<Standing>> {
+        let p = handshake(workers, k, positions);
+        let t = Token::with_seed(0, workers, k, 1).unwrap();
+        (0..workers)
+            .map(|r| t.standing(&p, r, workers, k))
+            .collect()
+    }
+
+    /// Every member reads the same plan from the handshake's result: the
+    /// members at p + 1 (mod 4) are ahead, the one of lowest rank gives,
+    /// whatever the positions' wrap.
+    #[test]
+    fn members_a_round_apart_read_who_gives_and_who_takes() {
+        use Standing::{Ahead, Behind, Giver};
+        assert_eq!(standings(3, 64, &[7, 7, 7]), [None, None, None]);
+        assert_eq!(standings(2, 64, &[4, 5]), [Some(Behind), Some(Giver)]);
+        assert_eq!(
+            standings(4, 64, &[3, 4, 4, 3]),
+            [Some(Behind), Some(Giver), Some(Ahead), Some(Behind)]
+        );
+        // Fields shared within elements (10 workers over K = 8: 16 bits each).
+        let ten = standings(10, 8, &[9, 9, 9, 9, 9, 9, 9, 9, 9, 10]);
+        assert_eq!(ten[9], Some(Giver));
+        assert!(ten[..9].iter().all(|s| *s == Some(Behind)));
+        // Two rounds apart, or three positions: nothing a catch-up mends.
+        assert_eq!(standings(2, 64, &[4, 6]), [None, None]);
+        assert_eq!(standings(3, 64, &[4, 5, 6]), [None, None, None]);
+        // No room for positions (fields of 10 bits): no plan.
+        assert_eq!(standings(10, 4, &[1; 10]), [None; 10]);
+    }
+
+    /// The position does not change what a field says of its token.
+    #[test]
+    fn a_position_leaves_the_token_found() {
+        let t = Token::new(0, 2, 64).unwrap();
+        for position in 0..8 {
+            let mut p = payload(64);
+            t.write(&mut p, 3, position);
+            assert_eq!(t.find(&p, 3), Found::Current);
+            assert_eq!(t.find(&p, 4), Found::Earlier);
+            assert_eq!(t.find(&p, 12), Found::Absent);
         }
     }
 
@@ -311,7 +493,7 @@ mod tests {
     fn a_token_overwrites_only_its_own_field() {
         let t = Token::new(1, 2, 1).unwrap();
         let mut p = 0x1234_5678u32.to_be_bytes().to_vec();
-        t.write(&mut p, 0);
+        t.write(&mut p, 0, 0);
         let e = u32::from_be_bytes(p[..4].try_into().unwrap());
         assert_eq!(e & 0xffff, 0x5678, "worker 0's half is untouched");
         assert_eq!(e >> 16, t.value(0));
@@ -357,7 +539,7 @@ mod tests {
         s.jump();
         s.jump();
         assert_eq!((s.epoch, s.jumps), (6, 2));
-        s.join(s.epoch << 16, 0, CheckKey::default());
+        s.join(s.epoch << 16, 0, CheckKey::default(), None);
         assert_eq!(s.jumps, 0);
     }
 

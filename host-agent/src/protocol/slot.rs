@@ -1,6 +1,7 @@
 //! A slot's progress in an all-reduce: its round, the packet in flight and
 //! when it left, and what loss recovery has asked and heard about it.
 
+use super::check::CheckKey;
 use super::recovery::{Asked, Place};
 use super::time::Nanos;
 
@@ -79,6 +80,52 @@ pub(crate) struct Slot<B> {
     /// new send starts afresh): a member whose turn it is not waits from
     /// then ([`crate::protocol::recovery`], turns).
     pub(crate) suspected: Option<(Nanos, Nanos)>,
+    /// The keys and packet ids the slot's round has been sealed with: a
+    /// catch-up round's result is taken as this round's only if it passes
+    /// one of their checks ([`super::session::Standing`]).
+    pub(crate) seals: Seals,
+}
+
+/// The (key, packet id) pairs one round of a slot was sealed with, the
+/// last [`Seals::KEPT`] of them: a round is sealed anew each time the slot
+/// sends it after a handshake (new key) or at a new epoch (new id).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Seals {
+    round: usize,
+    kept: [(CheckKey, u32); Seals::KEPT],
+    len: usize,
+}
+
+impl Seals {
+    const KEPT: usize = 8;
+
+    /// Round `round` was sealed with `key` and `packet_id`.
+    pub(crate) fn record(&mut self, round: usize, key: CheckKey, packet_id: u32) {
+        if round != self.round {
+            *self = Seals {
+                round,
+                ..Seals::default()
+            };
+        }
+        if self.kept[..self.len.min(Self::KEPT)].contains(&(key, packet_id)) {
+            return;
+        }
+        self.kept[self.len % Self::KEPT] = (key, packet_id);
+        self.len += 1;
+    }
+
+    /// The round sealed last, if `payload` is the sum of that round of
+    /// this session's members, as one of its seals says. (A float slot
+    /// that went back to a handshake after its first data round may have
+    /// gone back a round further, to its exponent round: the round it
+    /// lost is still the one it sealed last.)
+    pub(crate) fn verify(&self, payload: &[u8]) -> Option<usize> {
+        let round = self.round;
+        self.kept[..self.len.min(Self::KEPT)]
+            .iter()
+            .any(|&(key, id)| key.verify((id, round as u32), payload))
+            .then_some(round)
+    }
 }
 
 /// Results of another round that come back to a slot in its round's set
@@ -143,6 +190,7 @@ impl<B> Slot<B> {
             foreign: 0,
             asked_at: 0,
             left_at: 0,
+            seals: Seals::default(),
         }
     }
 
