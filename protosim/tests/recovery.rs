@@ -143,31 +143,49 @@ fn control_traffic_stays_within_three_per_packet_lost() {
 /// A member descheduled for 0.5 to 12 ms at a time (`starve`): its
 /// stalls look to the members waiting on it exactly like the loss of
 /// everything it has in flight, so they are counted per round held up
-/// ([`inagg_protosim::Outcome::held_up`]). Nothing lost, at most 3.5
-/// queries and statuses per round held up (3.22 over these 500 seeds;
-/// docs/PROTOCOL.md, "What the simulator checks"); with loss too, at most
-/// 3 per packet lost (2.45). Without faults no round is held up.
+/// ([`inagg_protosim::Outcome::held_up`]). Nothing lost, at most 3
+/// queries and statuses per round held up (2,000 seeds; 2.66 over the
+/// first 500, docs/PROTOCOL.md, "What the simulator checks"), and in
+/// every run that held up at least 50 rounds (in one that held up fewer a
+/// few queries decide it); with loss too, at most 3 per packet lost (500
+/// seeds: 2.41). Without faults no round is held up.
 #[test]
 fn a_stalled_member_costs_a_bounded_control_traffic_per_round_held_up() {
-    let tally = |faults: &str| {
-        run_seeds(1, 500, Faults::parse(faults).unwrap(), Size::Small, 2)
-            .iter()
-            .fold((0, 0, 0), |(lost, held, asked), o| {
-                (
-                    lost + o.lost_data + o.lost_control,
-                    held + o.held_up,
-                    asked + o.queries + o.statuses,
-                )
-            })
+    let runs =
+        |faults: &str, seeds| run_seeds(1, seeds, Faults::parse(faults).unwrap(), Size::Small, 2);
+    let tally = |outcomes: &[inagg_protosim::Outcome]| {
+        outcomes.iter().fold((0, 0, 0), |(lost, held, asked), o| {
+            (
+                lost + o.lost_data + o.lost_control,
+                held + o.held_up,
+                asked + o.queries + o.statuses,
+            )
+        })
     };
-    let (lost, held, asked) = tally("starve");
+    let starved = runs("starve", 2_000);
+    let (lost, held, asked) = tally(&starved);
     assert_eq!(lost, 0);
     assert!(held > 1_000, "too few rounds held up to judge: {held}");
     assert!(
-        asked * 2 <= 7 * held,
+        asked <= 3 * held,
         "{asked} queries and statuses for {held} rounds held up"
     );
-    let (lost, held, asked) = tally("loss,starve");
+    let judged: Vec<_> = starved.iter().filter(|o| o.held_up >= 50).collect();
+    assert!(
+        judged.len() >= 10,
+        "too few runs to judge: {}",
+        judged.len()
+    );
+    for o in judged {
+        let asked = o.queries + o.statuses;
+        assert!(
+            asked <= 3 * o.held_up,
+            "seed {}: {asked} queries and statuses for {} rounds held up",
+            o.seed,
+            o.held_up
+        );
+    }
+    let (lost, held, asked) = tally(&runs("loss,starve", 500));
     assert!(
         held > 1_000 && lost > 1_000,
         "too few to judge: {lost}, {held}"
@@ -176,7 +194,7 @@ fn a_stalled_member_costs_a_bounded_control_traffic_per_round_held_up() {
         asked <= 3 * lost,
         "{asked} queries and statuses for {lost} packets lost ({held} rounds held up)"
     );
-    assert_eq!(tally("none"), (0, 0, 0));
+    assert_eq!(tally(&runs("none", 500)), (0, 0, 0));
 }
 
 /// Without loss nothing is resent, asked or timed out.

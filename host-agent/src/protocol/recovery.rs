@@ -47,7 +47,7 @@ use crate::link::SlotBuf;
 use crate::stats::Stats;
 
 /// A packet's place in the order the workers of a job share: the slot's
-/// packet count in this all-reduce, then the slot ([`crate::engine`]).
+/// round in this all-reduce, then the slot ([`super::flight::Flight`]).
 pub(crate) type Place = (usize, usize);
 
 /// The loss evidence the answers so far give, and how wide the reordering
@@ -403,17 +403,19 @@ const FEW_TURN_WAIT: Nanos = PROBE_FLOOR / 4;
 /// job, and each waiting member's probe, and its held answers' probes
 /// after it, cost a query and a status where the speaker's (which nudges
 /// the slow member) suffices. `inagg sim protocol --faults starve --seeds
-/// 1000`: 3.23 queries and statuses per round held up against 4.23
-/// without this wait (2.66 with 2, 1.98 with 4). It costs a member whose
-/// own copy of the result was lost with no later round to show it a
-/// probe's wait: 4 workers, K = 1024, a pool of 12, 4M elements at 10%
-/// loss, virtual time 545 ms against 526 (at 1%: 153 against 152). More
-/// than one wait is not worth it: at heavy loss the later probes let a
-/// member a round behind the others more often (the hole in
-/// docs/PROTOCOL.md, "What the simulator checks": 2 and 4 seeds in 40,000
-/// of `loss,dup,jitter,starve,pause,crash` with 2 and 4 waits, none with
-/// 1 or 0), and they cost 5-10% of the virtual time at 5-10% loss.
-const FEW_TURN_PROBES: u64 = 1;
+/// 500`: 2.66 queries and statuses per round held up with two waits,
+/// against 3.22 with one and 4.56 with none. It costs a member whose own
+/// copy of the result was lost with no later round to show it the
+/// waits: 4 workers, K = 1024, a pool of 12, 4M elements at 10% loss,
+/// virtual time 563 ms against 545 with one wait and 526 with none (at
+/// 1%: 154 against 153 and 152; 8 workers at 5%: 471 against 472 with
+/// one). Four waits (1.98 per round held up) cost 5-10% of the virtual
+/// time at 5-10% loss. (Two waits once let members end a round apart,
+/// or wait on each other's windows, 2 seeds in 40,000 of
+/// `loss,dup,jitter,starve,pause,crash`: closed by the catch-up round and
+/// by places counted in rounds, docs/PROTOCOL.md, "Sessions" and
+/// "Congestion window"; 0 in 40,000 since.)
+const FEW_TURN_PROBES: u64 = 2;
 
 /// What a nudge makes a worker do ([`on_nudge`]).
 pub(super) enum Nudged {
