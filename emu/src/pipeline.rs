@@ -31,6 +31,19 @@ pub struct State {
     pub arbitration: Arbitration,
 }
 
+impl State {
+    /// `switch` alone: no faults injected, no shaper, no controller yet
+    /// (what a driver of its own, as the protocol simulator, starts from).
+    pub fn new(switch: Switch) -> State {
+        State {
+            switch,
+            faults: FaultInjector::new(Default::default()),
+            shaper: None,
+            arbitration: Arbitration::default(),
+        }
+    }
+}
+
 /// Where outgoing datagrams go.
 pub trait Egress {
     /// A result payload stored once and shared by every copy.

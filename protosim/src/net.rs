@@ -161,13 +161,6 @@ impl Net {
         rng: ChaCha8Rng,
         readable: bool,
     ) -> Net {
-        let faults = inagg_emu::faults::FaultInjector::new(inagg_emu::FaultConfig {
-            drop_ingress: 0.0,
-            drop_egress: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            seed: 0,
-        });
         Net {
             now: 0,
             queue: BinaryHeap::new(),
@@ -175,12 +168,7 @@ impl Net {
             free: Vec::new(),
             seq: 0,
             rng,
-            state: State {
-                switch,
-                faults,
-                shaper: None,
-                arbitration: Default::default(),
-            },
+            state: State::new(switch),
             pipeline: Pipeline::default(),
             switch_addr,
             up_free: vec![0; hosts.len()],

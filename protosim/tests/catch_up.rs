@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use inagg_emu::pipeline::{Egress, Pipeline, State};
-use inagg_emu::{FaultConfig, JobSpec, Switch, SwitchConfig};
+use inagg_emu::{JobSpec, Switch, SwitchConfig};
 use inagg_host_agent::protocol::{Agent, AllReduce};
 use inagg_host_agent::quant::error_bound;
 use inagg_host_agent::{AgentConfig, Stats, Window};
@@ -125,20 +125,8 @@ impl Lab {
                 Agent::new(c, 11 + u64::from(w)).unwrap()
             })
             .collect();
-        let faults = inagg_emu::faults::FaultInjector::new(FaultConfig {
-            drop_ingress: 0.0,
-            drop_egress: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            seed: 0,
-        });
         Lab {
-            state: State {
-                switch,
-                faults,
-                shaper: None,
-                arbitration: Default::default(),
-            },
+            state: State::new(switch),
             pipeline: Pipeline::default(),
             hosts,
             agents,

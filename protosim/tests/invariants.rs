@@ -175,19 +175,31 @@ fn replays_leave_no_slot_split_or_crawling() {
 /// Seed `seed` of the 2-worker job at 2% loss with duplication and
 /// reordering where members end a round apart.
 fn round_apart_job(seed: u64) -> inagg_protosim::Outcome {
+    two_workers(seed, "loss,dup,reorder", 0.02, None)
+}
+
+/// A job of 2 workers, K = 256, a pool of 16, 100,000 int32, under exactly
+/// `faults` at `loss` each way; `give_up_ms`, the workers' give-up time
+/// when not the simulator's.
+fn two_workers(
+    seed: u64,
+    faults: &str,
+    loss: f64,
+    give_up_ms: Option<u64>,
+) -> inagg_protosim::Outcome {
     run(&Options {
         seed,
-        faults: Faults::parse("loss,dup,reorder").unwrap(),
+        faults: Faults::parse(faults).unwrap(),
         readable: false,
         size: Size::Job {
             workers: 2,
             k: 256,
             pool: 16,
             elements: 100_000,
-            loss: 0.02,
+            loss,
             switch_ns: None,
             float: false,
-            give_up_ms: None,
+            give_up_ms,
         },
     })
 }
@@ -212,21 +224,7 @@ fn a_member_whose_bit_a_late_copy_took_out_still_gets_the_result() {
 /// `catch_up.rs`.)
 #[test]
 fn the_simulator_finds_a_call_that_does_not_complete() {
-    let o = run(&Options {
-        seed: 1,
-        faults: Faults::parse("loss").unwrap(),
-        readable: false,
-        size: Size::Job {
-            workers: 2,
-            k: 256,
-            pool: 16,
-            elements: 100_000,
-            loss: 0.3,
-            switch_ns: None,
-            float: false,
-            give_up_ms: Some(20),
-        },
-    });
+    let o = two_workers(1, "loss", 0.3, Some(20));
     assert!(
         o.violations.iter().any(|v| v.starts_with("liveness")),
         "{:?}",

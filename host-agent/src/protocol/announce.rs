@@ -61,6 +61,9 @@ pub struct LastRound {
     stashed: Option<(Vec<u8>, u8)>,
 }
 
+/// A kept result's set, packet id, exponent and weight.
+type Head = (u8, u32, u8, u16);
+
 impl LastRound {
     /// Keeps a data round's result.
     pub(super) fn keep(
@@ -81,20 +84,14 @@ impl LastRound {
         self.data = true;
     }
 
-    /// Keeps a handshake's result, the last data round's aside.
-    pub(super) fn keep_handshake(
-        &mut self,
-        set: u8,
-        packet_id: u32,
-        exponent: u8,
-        weight: u16,
-        payload: &[u8],
-    ) {
+    /// Keeps a handshake's result (its set, packet id, exponent and
+    /// weight, and its payload), the last data round's aside.
+    pub(super) fn keep_handshake(&mut self, (set, id, exponent, weight): Head, payload: &[u8]) {
         if self.data {
             let old = std::mem::take(&mut self.payload);
             self.stashed = Some((old, self.exponent));
         }
-        self.keep(set, packet_id, exponent, weight, payload);
+        self.keep(set, id, exponent, weight, payload);
         self.data = false;
     }
 

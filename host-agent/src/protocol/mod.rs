@@ -464,7 +464,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 let config = self.lane.config;
                 let weight = config.workers.saturating_mul(2);
                 let last = &mut self.lane.last[slot];
-                last.keep_handshake(entry.set, packet_id, exponent, weight, payload);
+                last.keep_handshake((entry.set, packet_id, exponent, weight), payload);
                 let standing =
                     self.lane
                         .token
