@@ -35,6 +35,10 @@
 //!   same result agree on their ids from then on, whatever each had counted.
 //!   Joining adds an even number of epochs derived from the session's check
 //!   key, so that a session's data ids are its own ([`SlotSession::join`]).
+//! - **Members a round apart.** A handshake's field also carries the
+//!   slot's position (data results taken, mod 4); members whose positions
+//!   differ by one run a catch-up round next, in which a member ahead hands
+//!   the round the others lost to them ([`Standing`]).
 
 use std::hash::{BuildHasher, Hasher};
 
