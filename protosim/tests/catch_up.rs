@@ -182,8 +182,8 @@ fn drive(
 /// data round's result, a held-back copy of its handshake took its bit
 /// out of the set holding it, and worker 1's next handshake reused that
 /// set. Without the catch-up round the two stay a round apart, every
-/// later round failing its check until they give up (seen: a timeout
-/// after 4,166 rejected rounds); with it, the sums are exact and each
+/// later round failing its check until they give up (seen with the
+/// catch-up taken out by hand: a timeout after 4,166 rejected rounds); with it, the sums are exact and each
 /// worker counts one catch-up.
 #[test]
 fn a_member_that_lost_a_round_the_switch_lost_too_gets_it_from_a_catch_up_round() {

@@ -781,7 +781,8 @@ impl Lane<'_> {
         // earlier round of the slot cannot be mistaken for the current one.
         slot.packet_id = session.epoch.wrapping_shl(16) | s as u32;
         let (head, payload) = slot.packet.datagram_mut()?.split_at_mut(HEADER_LEN);
-        let encoded = if let Some(standing) = session.catch_up.filter(|_| session.joined) {
+        // A catch-up round is set only on a join (and cleared on leaving).
+        let encoded = if let Some(standing) = session.catch_up {
             self.encode_catch_up(s, standing, payload)
         } else if session.joined {
             let at = payload.len() - CHECK_LANE;

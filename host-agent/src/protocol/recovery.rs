@@ -410,11 +410,11 @@ const FEW_TURN_WAIT: Nanos = PROBE_FLOOR / 4;
 /// virtual time 563 ms against 545 with one wait and 526 with none (at
 /// 1%: 154 against 153 and 152; 8 workers at 5%: 471 against 472 with
 /// one). Four waits (1.98 per round held up) cost 5-10% of the virtual
-/// time at 5-10% loss. (Two waits once let members end a round apart,
-/// or wait on each other's windows, 2 seeds in 40,000 of
-/// `loss,dup,jitter,starve,pause,crash`: closed by the catch-up round and
-/// by places counted in rounds, docs/PROTOCOL.md, "Sessions" and
-/// "Congestion window"; 0 in 40,000 since.)
+/// time at 5-10% loss. (Two waits once left members a round apart, 2
+/// seeds in 40,000 of `loss,dup,jitter,starve,pause,crash`, and with the
+/// catch-up round, 1 seed in 40,000 waiting on each other's windows: closed
+/// by the catch-up round and by places counted in rounds, docs/PROTOCOL.md,
+/// "Sessions" and "Congestion window"; 0 in 40,000 since.)
 const FEW_TURN_PROBES: u64 = 2;
 
 /// What a nudge makes a worker do ([`on_nudge`]).
