@@ -54,7 +54,7 @@ use self::announce::{probes_previous, LastRound};
 use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
-use self::recovery::{answered, on_its_way, refused, shut_out, Asked, Pending};
+use self::recovery::{answered, asks_nudges, on_its_way, refused, shut_out, Asked, Pending};
 use self::session::{SlotSession, Standing, Token, HANDSHAKE_WEIGHT};
 use self::slot::{Slot, QUICK_MOVES};
 use self::time::{nanos, Nanos};
@@ -894,18 +894,11 @@ impl Lane<'_> {
             .map_or(ceiling, |rtt| (rtt / 4).clamp(SCAN_FLOOR, ceiling))
     }
 
-    /// Slot `s`'s query about its round in flight. The member whose turn
-    /// it is asks for nudges with its first query about the round: it
-    /// speaks for every member (with `few` slots in flight, every query
-    /// asks).
+    /// Slot `s`'s query about its round in flight, asking for nudges or
+    /// not ([`asks_nudges`]).
     fn query_header<B>(&self, slot: &Slot<B>, s: usize, few: bool) -> Repr {
-        // A round held a while asks again (a restart may have taken the
-        // round before from the members it waits for: their nudges make
-        // them announce it, `announce`).
-        let nudge = few
-            || (slot.queries == 1 && self.speaks_for(slot.place))
-            || probes_previous(slot.held, self.turns_after(slot.place));
-        let count = if nudge {
+        let after = self.turns_after(slot.place);
+        let count = if asks_nudges(few, after, slot.held) {
             inagg_wire::status::QUERY_NUDGE
         } else {
             0
