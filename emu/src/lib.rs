@@ -14,6 +14,8 @@
 //! - [`pipeline`]: what happens to each datagram, whatever the ports are
 //!   (the socket, DPDK and simulated data planes all run it);
 //! - [`server`]: the running emulator (UDP data plane, TCP control endpoint);
+//! - [`shm`]: shared-memory channels for workers on the same host, beside
+//!   the UDP socket;
 //! - `dpdk` (cargo feature `dpdk`): the same data plane on DPDK ports.
 
 pub mod affinity;
@@ -26,6 +28,7 @@ pub mod faults;
 pub mod neighbours;
 pub mod pipeline;
 pub mod server;
+pub mod shm;
 pub mod switch;
 
 pub use inagg_switch_api::{DropReason, FaultConfig, JobError, JobSpec};

@@ -11,8 +11,10 @@ use inagg_netio::stream::Stream;
 use inagg_netio::throttle::{left_out, Throttle};
 use inagg_netio::tls::ServerTls;
 use inagg_netio::token::Token;
+use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -26,13 +28,14 @@ use crate::egress::{check_rate, LinkConfig, PortRate, Shaper};
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::pipeline::Pipeline;
 pub use crate::pipeline::State;
+use crate::shm::ShmPlane;
 use crate::switch::{Switch, SwitchConfig};
 use inagg_switch_api::{ApiError, Reply, Request, Response};
 
 /// Datagrams moved per system call.
-const BATCH: usize = 64;
+pub(crate) const BATCH: usize = 64;
 /// Largest datagram accepted (a bigger one is counted as malformed).
-const MTU: usize = HEADER_LEN + MAX_ELEMENTS * 4;
+pub(crate) const MTU: usize = HEADER_LEN + MAX_ELEMENTS * 4;
 /// How long the data loop sleeps in `poll` before looking at the stop flag.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long a reordered packet may wait for a successor.
@@ -65,6 +68,9 @@ pub struct EmulatorConfig {
     /// The CPU the data-plane thread is pinned to ([`crate::affinity`]);
     /// `None`: wherever the OS runs it.
     pub cpu: Option<usize>,
+    /// A Unix socket at which workers on this host attach shared-memory
+    /// channels ([`crate::shm`]), beside the UDP socket.
+    pub shm: Option<PathBuf>,
 }
 
 impl Default for EmulatorConfig {
@@ -80,6 +86,7 @@ impl Default for EmulatorConfig {
             tls: None,
             insecure: false,
             cpu: None,
+            shm: None,
         }
     }
 }
@@ -111,9 +118,24 @@ impl Emulator {
         validate(&config)?;
         let socket = BatchSocket::bind(config.data_addr)?;
         let data_addr = socket.local_addr()?;
-        Emulator::launch(config, data_addr, move |state, stop| {
-            DataPlane::new(socket, state).run(&stop)
-        })
+        let Some(path) = config.shm.clone() else {
+            return Emulator::launch(config, data_addr, move |state, stop| {
+                DataPlane::new(socket, state).run(&stop)
+            });
+        };
+        let listener = crate::shm::bind(&path)?;
+        let (to_plane, new) = crate::shm::queue();
+        let attached = Arc::new(Mutex::new(HashMap::new()));
+        let plane_attached = attached.clone();
+        let mut emulator = Emulator::launch(config, data_addr, move |state, stop| {
+            ShmPlane::new(socket, state, new, plane_attached).run(&stop)
+        })?;
+        let stop = emulator.stop.clone();
+        let accept = std::thread::Builder::new()
+            .name("emu-shm-accept".into())
+            .spawn(move || crate::shm::accept_loop(listener, path, attached, to_plane, &stop))?;
+        emulator.threads.push(accept);
+        Ok(emulator)
     }
 
     /// Starts the control endpoint and a data-plane thread running `data`
@@ -241,6 +263,13 @@ pub(crate) fn validate(config: &EmulatorConfig) -> io::Result<()> {
     }
     if let Some(cpu) = config.cpu {
         crate::affinity::check(&[cpu])?;
+    }
+    if config.shm.is_some() && config.link.is_some() {
+        return Err(invalid(
+            "shared-memory channels (--shm) and paced ports (--line-rate) do not go together: \
+             the pacing releases only to UDP"
+                .into(),
+        ));
     }
     Ok(())
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::codec::{chunk_count, FloatCodec, IntCodec, LaneData};
 use crate::engine::Watchers;
 use crate::float::Float;
-use crate::link::{Link, SocketLink};
+use crate::link::{Link, ShmLink, SocketLink};
 use crate::protocol::announce::LastRound;
 use crate::protocol::path::Path;
 pub use crate::protocol::session::HANDSHAKE_WEIGHT;
@@ -394,6 +394,7 @@ impl Error {
 #[derive(Debug)]
 enum Backend {
     Socket(SocketLink),
+    Shm(ShmLink),
     #[cfg(feature = "dpdk")]
     Dpdk(Box<dpdk::DpdkPort>),
 }
@@ -441,6 +442,15 @@ impl Worker {
         Ok(Worker::with_backend(config, Backend::Socket(link)))
     }
 
+    /// A worker on a shared-memory channel to an emulator on this host
+    /// (`inagg emu --shm PATH`), attached as `config.bind`, the endpoint its
+    /// job lists: no kernel copies, no system call while both are busy.
+    pub fn with_shm(config: AgentConfig, path: &std::path::Path) -> Result<Worker> {
+        config.validate()?;
+        let link = ShmLink::attach(path, config.bind, config.datagram_len(), config.pool_size)?;
+        Ok(Worker::with_backend(config, Backend::Shm(link)))
+    }
+
     /// A worker on a DPDK port: raw Ethernet frames, polled, no system call
     /// on the fast path. See [`dpdk::DpdkOptions`].
     #[cfg(feature = "dpdk")]
@@ -469,6 +479,7 @@ impl Worker {
     pub fn local_addr(&self) -> SocketAddr {
         match &self.backend {
             Backend::Socket(link) => link.local_addr(),
+            Backend::Shm(link) => link.local_addr(),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => SocketAddr::V4(port.local()),
         }
@@ -477,7 +488,7 @@ impl Worker {
     /// Lanes (threads, each with its own queue pair) an all-reduce runs on.
     pub fn lanes(&self) -> usize {
         match &self.backend {
-            Backend::Socket(_) => 1,
+            Backend::Socket(_) | Backend::Shm(_) => 1,
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => port.lane_count(),
         }
@@ -492,10 +503,11 @@ impl Worker {
         }
     }
 
-    /// Which data path the worker uses: "socket" or "dpdk".
+    /// Which data path the worker uses: "socket", "shm" or "dpdk".
     pub fn backend_name(&self) -> &'static str {
         match &self.backend {
             Backend::Socket(_) => "socket",
+            Backend::Shm(_) => "shm",
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(_) => "dpdk",
         }
@@ -599,6 +611,7 @@ impl Worker {
         };
         let result = match &mut self.backend {
             Backend::Socket(link) => shared.run_lane(link, &mut codecs[0], sessions, path, (0, 1)),
+            Backend::Shm(link) => shared.run_lane(link, &mut codecs[0], sessions, path, (0, 1)),
             #[cfg(feature = "dpdk")]
             Backend::Dpdk(port) => match port.lanes_mut() {
                 [link] => {

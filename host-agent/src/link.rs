@@ -5,6 +5,8 @@
 //!   `sendmmsg` (the fallback that runs anywhere).
 //! - `DpdkLink` (cargo feature `dpdk`, in `crate::dpdk`): raw Ethernet
 //!   frames on a DPDK port, no system call on the fast path.
+//! - [`ShmLink`]: shared-memory rings to an emulator on the same host
+//!   ([`inagg_netio::shm`]), no kernel copies.
 //!
 //! A slot's packet buffer ([`SlotBuf`]) belongs to the link: over DPDK it is
 //! an mbuf that holds the whole frame, so quantization writes straight into
@@ -14,6 +16,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use inagg_netio::shm::{WorkerChannel, MAX_SLOTS, MIN_SLOTS};
 use inagg_netio::udp::{BatchSocket, RecvBatch};
 use inagg_wire::HEADER_LEN;
 
@@ -182,5 +185,72 @@ impl Link for SocketLink {
 
     fn refusals(&self) -> u64 {
         self.socket.refusals()
+    }
+}
+
+/// The shared-memory path to an emulator on this host (`inagg emu --shm`).
+#[derive(Debug)]
+pub(crate) struct ShmLink {
+    channel: WorkerChannel,
+    endpoint: SocketAddr,
+    spare: Vec<Vec<u8>>,
+}
+
+impl ShmLink {
+    /// Attaches to the emulator's socket at `path` as `endpoint`, with
+    /// rings of room for a `pool` of slots in flight and a receive batch.
+    pub fn attach(
+        path: &std::path::Path,
+        endpoint: SocketAddr,
+        datagram: usize,
+        pool: u32,
+    ) -> Result<ShmLink> {
+        let slots = (pool as usize + RECV_BATCH)
+            .next_power_of_two()
+            .clamp(MIN_SLOTS as usize, MAX_SLOTS as usize) as u32;
+        let channel = WorkerChannel::attach(path, endpoint, datagram, slots)
+            .map_err(|e| Error::io("attach to the emulator's shared memory", e))?;
+        Ok(ShmLink {
+            channel,
+            endpoint,
+            spare: Vec::new(),
+        })
+    }
+
+    /// The endpoint the channel speaks for.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.endpoint
+    }
+}
+
+impl Link for ShmLink {
+    type Buf = Vec<u8>;
+
+    fn new_buf(&mut self, datagram: usize) -> Result<Vec<u8>> {
+        Ok(vec![0; datagram])
+    }
+
+    fn send<'b>(&mut self, bufs: impl ExactSizeIterator<Item = &'b Vec<u8>>) -> Result<u64> {
+        self.channel
+            .send(bufs.map(|b| &b[..]))
+            .map_err(|e| Error::io("send contributions", e))
+    }
+
+    fn recv(&mut self, wait: Duration) -> Result<usize> {
+        self.channel
+            .recv(wait, RECV_BATCH)
+            .map_err(|e| Error::io("receive results", e))
+    }
+
+    fn received(&self, i: usize) -> &[u8] {
+        self.channel.get(i)
+    }
+
+    fn batch(&self) -> usize {
+        RECV_BATCH
+    }
+
+    fn spare(&mut self) -> &mut Vec<Vec<u8>> {
+        &mut self.spare
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`udp`]: batched datagram I/O (`recvmmsg`/`sendmmsg`) over a kernel UDP
 //!   socket, the fallback data path both ends use;
+//! - [`shm`]: datagrams through shared memory between a worker and an
+//!   emulator on the same host (no kernel copies);
 //! - [`lines`]: JSON lines over TCP, the framing of every control
 //!   channel: the bounded accept loop, line reader and client they share;
 //! - [`conns`]: the bounds on a control endpoint's connections;
@@ -19,6 +21,7 @@
 pub mod conns;
 pub mod lines;
 pub mod metrics;
+pub mod shm;
 pub mod stream;
 pub mod throttle;
 pub mod tls;

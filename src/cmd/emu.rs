@@ -94,6 +94,12 @@ pub struct EmuArgs {
     /// runs it.
     #[arg(long)]
     pub cpu: Option<usize>,
+    /// Also serve workers on this host through shared memory: they attach
+    /// at this Unix socket path (`inagg agent --shm PATH`) and exchange
+    /// the same datagrams through rings, without the kernel's copies.
+    /// Socket backend only, and not with --line-rate.
+    #[arg(long, value_name = "PATH")]
+    pub shm: Option<std::path::PathBuf>,
 }
 
 /// The ports' pacing, from --line-rate and --queue-bytes.
@@ -156,6 +162,7 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
         tls: args.tls.load()?,
         insecure: args.tls.insecure,
         cpu: args.cpu,
+        shm: args.shm.clone(),
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
@@ -166,6 +173,13 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
         args.backend,
         emu.control_addr()
     )?;
+    if let Some(path) = &args.shm {
+        writeln!(
+            out,
+            "inagg emu: shared-memory channels at {}",
+            path.display()
+        )?;
+    }
     let _metrics = match args.metrics {
         Some(addr) => {
             let reader = emu.reader();
@@ -187,6 +201,9 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
 fn start(args: &EmuArgs, config: EmulatorConfig) -> Result<Emulator> {
     match args.backend {
         Backend::Socket => Ok(Emulator::start(config)?),
+        Backend::Dpdk if args.shm.is_some() => {
+            anyhow::bail!("--shm serves beside the socket backend, not --backend dpdk")
+        }
         Backend::Dpdk => start_dpdk(args, config),
     }
 }

@@ -69,6 +69,16 @@ impl LocalCluster {
         Ok(LocalCluster { emu })
     }
 
+    /// An emulator with shared-memory channels at `path` beside its UDP
+    /// socket (`inagg emu --shm`).
+    pub fn start_shm(faults: FaultConfig, path: &std::path::Path) -> Result<LocalCluster> {
+        Self::start_config(EmulatorConfig {
+            faults,
+            shm: Some(path.to_path_buf()),
+            ..EmulatorConfig::ephemeral()
+        })
+    }
+
     /// The emulator's control endpoint.
     pub fn control_addr(&self) -> SocketAddr {
         self.emu.control_addr()
@@ -118,6 +128,29 @@ impl LocalCluster {
         queues: Vec<ClassQueue>,
         tune: impl Fn(&mut AgentConfig),
     ) -> Result<Vec<Worker>> {
+        self.job_on(p, queues, |_| None, tune)
+    }
+
+    /// [`LocalCluster::job`] whose workers `shm` says so attach to the
+    /// emulator's shared-memory socket at `path` (as endpoints of their
+    /// own, [`shm_endpoint`]); the others use UDP.
+    pub fn job_shm(
+        &self,
+        p: JobParams,
+        path: &std::path::Path,
+        shm: impl Fn(u16) -> bool,
+        tune: impl Fn(&mut AgentConfig),
+    ) -> Result<Vec<Worker>> {
+        self.job_on(p, Vec::new(), |w| shm(w).then_some(path), tune)
+    }
+
+    fn job_on<'p>(
+        &self,
+        p: JobParams,
+        queues: Vec<ClassQueue>,
+        shm: impl Fn(u16) -> Option<&'p std::path::Path>,
+        tune: impl Fn(&mut AgentConfig),
+    ) -> Result<Vec<Worker>> {
         let workers = (0..p.workers)
             .map(|w| {
                 let mut c = AgentConfig::new(
@@ -129,6 +162,12 @@ impl LocalCluster {
                     p.elements,
                 );
                 c.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+                if let Some(path) = shm(w) {
+                    c.bind = shm_endpoint(p.id, w);
+                    tune(&mut c);
+                    return Worker::with_shm(c, path)
+                        .with_context(|| format!("attach worker {w} over shared memory"));
+                }
                 tune(&mut c);
                 Worker::new(c).with_context(|| format!("start worker {w}"))
             })
@@ -150,6 +189,13 @@ impl LocalCluster {
         install_job(&mut target, &spec).with_context(|| format!("install job {}", p.id))?;
         Ok(workers)
     }
+}
+
+/// The endpoint worker `w` of job `job` attaches to a shared-memory
+/// channel as: an address no socket on this host uses (127.0.100.0/24),
+/// distinct per job and worker.
+pub fn shm_endpoint(job: u16, w: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 100, (job % 250) as u8 + 1], 1000 + w))
 }
 
 /// Runs one all-reduce on every worker at once, each on its own thread,
