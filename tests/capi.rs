@@ -250,6 +250,65 @@ fn python_workers_all_reduce_every_buffer_kind_under_loss() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Python workers with `backend=shm` reach the emulator through shared
+/// memory (`inagg emu --shm`), beside one on UDP in the same job; every
+/// sum checked; a shared-memory worker with no emulator socket is an
+/// exception that says so.
+#[test]
+fn python_workers_all_reduce_over_shared_memory() {
+    let dir = scratch("shm");
+    let path = dir.join("emu.sock");
+    let cluster = LocalCluster::start_shm(FaultConfig::default(), &path).unwrap();
+    let calls = json!([
+        {"kind": "f32", "container": "numpy", "len": 40000},
+        {"kind": "i32", "container": "array", "len": 20001},
+    ]);
+    let endpoints: Vec<SocketAddr> = (0..2)
+        .map(|w| inagg_testbed::local::shm_endpoint(5, w))
+        .collect();
+    let shm_options = json!({
+        "switch": cluster.emu.data_addr().to_string(), "backend": "shm",
+        "shm": path.to_str().unwrap(),
+        "job": 5, "workers": 3, "pool_size": 16, "elements": 64, "timeout": 30,
+    });
+    let udp_options = json!({
+        "switch": cluster.emu.data_addr().to_string(),
+        "job": 5, "workers": 3, "pool_size": 16, "elements": 64, "timeout": 30,
+    });
+    let mut a = PyWorkers::start(json!({
+        "ranks": [0, 1], "options": shm_options, "calls": calls, "seed": 3,
+        "binds": {"0": endpoints[0].to_string(), "1": endpoints[1].to_string()},
+        "out": dir.to_str().unwrap(),
+    }));
+    let mut b = PyWorkers::start(json!({
+        "ranks": [2], "options": udp_options, "calls": calls, "seed": 3,
+        "out": dir.to_str().unwrap(),
+    }));
+    assert_eq!(a.locals, endpoints);
+    let all = a.locals.iter().chain(&b.locals).copied().collect();
+    install(&cluster, 5, all, (0, 16), 64);
+    a.go();
+    b.go();
+    a.finish();
+    b.finish();
+    check_calls(&dir, 3, &calls, 64);
+    let out = python()
+        .arg("-c")
+        .arg(format!(
+            "import inagg\ntry:\n    inagg.Worker(backend='shm', shm={:?}, bind='127.0.0.1:9', job=1, pool_size=8, \
+             worker=0, workers=2)\nexcept inagg.Error as e:\n    print('refused:', e)\n",
+            dir.join("nobody.sock").to_str().unwrap()
+        ))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("refused:") && said.contains("shared-memory socket"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Layers' gradients handed over last layer first, as back-propagation
 /// makes them, through a schedule from Python: every rank sees the sums
 /// complete in the same order (the workers agree on it through the

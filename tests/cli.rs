@@ -560,6 +560,52 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
     assert!(counters["jobs"][0]["counters"]["results"].as_u64().unwrap() >= 4 * 20_000 / 64);
 }
 
+/// `inagg emu --shm PATH` with `inagg agent --shm PATH`: two agents over
+/// shared memory and one over UDP in one job, under the emulator's loss,
+/// every sum verified; an agent whose emulator has no such socket fails
+/// saying so.
+#[test]
+fn agents_all_reduce_over_the_emulators_shared_memory() {
+    let dir = std::env::temp_dir().join(format!("inagg-cli-shm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("emu.sock");
+    let path_arg = path.to_str().unwrap();
+    let emu = Emu::start(&["--loss", "0.01", "--seed", "3", "--shm", path_arg]);
+    // Endpoints for the shared-memory agents name them; nothing binds them.
+    let (a, b, c) = (free_udp_port(), free_udp_port(), free_udp_port());
+    let out = emu.create_job("6", &format!("{a},{b},{c}"), "0", "16", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let children: Vec<Child> = [a, b, c]
+        .iter()
+        .enumerate()
+        .map(|(w, bind)| {
+            let mut cmd = emu.agent(*bind, ("6", w), (3, 16));
+            if w < 2 {
+                cmd.args(["--shm", path_arg]);
+            }
+            cmd.args(["--dtype", "f32", "--len", "30000", "--verify", "--json"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(stats["verified"], true);
+    }
+    let missing = dir.join("nobody.sock");
+    let out = emu
+        .agent(a, ("6", 0), (3, 16))
+        .args(["--shm", missing.to_str().unwrap(), "--len", "10"])
+        .output()
+        .unwrap();
+    fails_saying(&out, "shared-memory socket");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// docs/GUIDE.md's aggregation tree by hand, two sessions in a row: a root and a
 /// leaf emulator, one agent at each (member 0 at both switches, so the leaf's
 /// agent gives --tree-rank 1), one round per slot, then again with other

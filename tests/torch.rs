@@ -95,13 +95,21 @@ impl Site {
     /// [`Site::start`] with TLS on the controller's API, its certificate
     /// from `pki`.
     fn start_tls(loss: f64, jobs: &[(&str, u16)], pki: Option<&Pki>) -> Site {
-        let cluster = LocalCluster::start_with(
-            FaultConfig::loss(loss, 7),
-            SwitchConfig {
+        Site::start_on(loss, jobs, pki, None)
+    }
+
+    /// [`Site::start_tls`] with the emulator's shared-memory socket at
+    /// `shm` too.
+    fn start_on(loss: f64, jobs: &[(&str, u16)], pki: Option<&Pki>, shm: Option<&Path>) -> Site {
+        let cluster = LocalCluster::start_config(inagg_emu::EmulatorConfig {
+            faults: FaultConfig::loss(loss, 7),
+            switch: SwitchConfig {
                 slots: 256,
                 ..SwitchConfig::default()
             },
-        )
+            shm: shm.map(Path::to_path_buf),
+            ..inagg_emu::EmulatorConfig::ephemeral()
+        })
         .unwrap();
         let state = std::env::temp_dir().join(format!(
             "inagg-torch-{}-{}.redb",
@@ -380,8 +388,40 @@ fn the_inagg_backend_all_reduces_like_gloo() {
         &[&spec.to_string()],
     );
     assert_ok(&out, "the backend script");
+    check_backend_records(&out_prefix);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same script with the ranks' workers on the emulator's shared
+/// memory (`register_backend(..., backend="shm", shm=PATH)`), at 1% loss.
+#[test]
+fn the_inagg_backend_all_reduces_over_shared_memory() {
+    let python = python_or_skip!();
+    let dir = scratch("backend-shm");
+    let shm = dir.join("emu.sock");
+    let site = Site::start_on(0.01, &[("backendshm", 4)], None, Some(&shm));
+    let out_prefix = dir.join("rank");
+    let spec = serde_json::json!({
+        "controller": site.addr(), "job": "backendshm", "out": out_prefix.to_str().unwrap(),
+        "shm": shm,
+    });
+    let out = torchrun(
+        &python,
+        4,
+        "tests/python/torch_backend.py",
+        &[&spec.to_string()],
+    );
+    assert_ok(&out, "the backend script over shared memory");
+    check_backend_records(&out_prefix);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Each rank's record of tests/python/torch_backend.py: the inagg group's
+/// sums within the bound of the gloo group's, AVG too, and the int64
+/// all-reduce (through gloo) exact.
+fn check_backend_records(out_prefix: &Path) {
     let n = 4.0f64;
-    for record in records(&out_prefix, 4) {
+    for record in records(out_prefix, 4) {
         assert_eq!(record["backend"], "inagg");
         let results = record["results"].as_array().unwrap();
         assert_eq!(results.len(), 5);
@@ -406,7 +446,6 @@ fn the_inagg_backend_all_reduces_like_gloo() {
             .collect();
         assert_eq!(ints, (0..10).map(|i| i * 10).collect::<Vec<i64>>());
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Every collective on an "inagg" group (tests/python/torch_collectives.py):

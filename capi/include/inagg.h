@@ -90,7 +90,8 @@ int inagg_last_error_code(void);
  * controller=ADDR: job (its name), rank, bind, token, register_wait (s,
  * default 60); the controller gives the rest and this call waits for it to
  * admit the job. Either way: tree_rank, priority, timeout (s, default 10),
- * backend (socket, or dpdk with eal="...", dpdk_port, switch_mac, queues).
+ * backend (socket; shm with shm=PATH, the socket of `inagg emu --shm PATH`;
+ * or dpdk with eal="...", dpdk_port, switch_mac, queues).
  * NULL on failure: inagg_last_error() says why. */
 inagg_worker *inagg_worker_new(const char *config);
 

@@ -49,6 +49,7 @@ const KEYS: &[&str] = &[
     "dpdk_port",
     "switch_mac",
     "queues",
+    "shm",
 ];
 
 /// Keys that only mean something with `backend=dpdk`.
@@ -185,6 +186,9 @@ pub enum Backend {
     Socket,
     /// A DPDK port: raw Ethernet, polled.
     Dpdk(DpdkSettings),
+    /// Shared-memory rings to an emulator on this host, attached at this
+    /// Unix socket (`inagg emu --shm PATH`).
+    Shm(std::path::PathBuf),
 }
 
 /// `backend=dpdk`'s settings, as `inagg agent --backend dpdk` takes them.
@@ -201,13 +205,30 @@ pub struct DpdkSettings {
 }
 
 impl Settings {
-    /// The data path: `backend=socket` (the default) or `backend=dpdk`
-    /// with `eal` and, optionally, `dpdk_port`, `switch_mac`, `queues`.
+    /// The data path: `backend=socket` (the default), `backend=dpdk`
+    /// with `eal` and, optionally, `dpdk_port`, `switch_mac`, `queues`, or
+    /// `backend=shm` with `shm` (the emulator's socket path).
     pub fn backend(&self) -> Result<Backend, String> {
-        match self.get("backend").unwrap_or("socket") {
-            "socket" => match DPDK_KEYS.iter().find(|k| self.get(k).is_some()) {
+        let backend = self.get("backend").unwrap_or("socket");
+        if backend != "shm" && self.get("shm").is_some() {
+            return Err("shm goes with backend=shm".into());
+        }
+        match backend {
+            "socket" | "shm" => match DPDK_KEYS.iter().find(|k| self.get(k).is_some()) {
                 Some(key) => Err(format!("{key} goes with backend=dpdk")),
-                None => Ok(Backend::Socket),
+                None if backend == "socket" => Ok(Backend::Socket),
+                None => {
+                    let path = self.get("shm").ok_or(
+                        "backend=shm needs shm=PATH, the Unix socket `inagg emu --shm PATH` \
+                         listens on",
+                    )?;
+                    if self.get("bind").is_none() {
+                        return Err("backend=shm needs bind: the endpoint the job lists for \
+                                    this worker"
+                            .into());
+                    }
+                    Ok(Backend::Shm(path.into()))
+                }
             },
             "dpdk" => {
                 let eal = self.get("eal").ok_or(
@@ -233,7 +254,7 @@ impl Settings {
                     queues,
                 }))
             }
-            other => Err(format!("backend={other:?}: give socket or dpdk")),
+            other => Err(format!("backend={other:?}: give socket, shm or dpdk")),
         }
     }
 
@@ -533,7 +554,17 @@ mod tests {
         let err = |t: &str| backend(t).unwrap_err();
         assert!(err("backend=dpdk").contains("backend=dpdk needs eal="));
         assert!(err("eal=x").contains("eal goes with backend=dpdk"));
-        assert!(err("backend=rdma").contains("backend=\"rdma\": give socket or dpdk"));
+        assert!(err("backend=rdma").contains("backend=\"rdma\": give socket, shm or dpdk"));
+        assert_eq!(
+            backend("backend=shm shm=/run/inagg.sock bind=127.0.0.1:5000"),
+            Ok(Backend::Shm("/run/inagg.sock".into()))
+        );
+        assert!(err("backend=shm bind=127.0.0.1:5000").contains("backend=shm needs shm=PATH"));
+        assert!(err("backend=shm shm=/x").contains("backend=shm needs bind"));
+        assert!(err("shm=/x").contains("shm goes with backend=shm"));
+        assert!(
+            err("backend=shm shm=/x bind=127.0.0.1:1 queues=2").contains("goes with backend=dpdk")
+        );
         assert!(err(&format!("{eal} switch_mac=02:00")).contains("switch_mac=\"02:00\""));
         assert!(err(&format!("{eal} queues=0")).contains("queues=0: give 1 to 64"));
     }

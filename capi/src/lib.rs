@@ -267,6 +267,7 @@ pub unsafe extern "C" fn inagg_worker_new(config: *const c_char) -> *mut InaggWo
 fn open(agent: inagg_host_agent::AgentConfig, backend: config::Backend) -> Result<Worker, Failure> {
     match backend {
         config::Backend::Socket => Ok(Worker::new(agent)?),
+        config::Backend::Shm(path) => Ok(Worker::with_shm(agent, &path)?),
         config::Backend::Dpdk(d) => open_dpdk(agent, d),
     }
 }

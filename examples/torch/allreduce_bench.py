@@ -2,9 +2,11 @@
 of N elements (ResNet-50's 25.6M parameters by default) all-reduced
 through the "inagg" backend and through a gloo group beside it, REPEAT
 times each, interleaved; rank 0 writes both medians (seconds) as JSON.
+With "shm" (the emulator's `--shm` socket path), the inagg workers reach
+the emulator through shared memory instead of UDP.
 
     python3 allreduce_bench.py '{"controller": ..., "job": ..., "elements": N,
-                                 "repeat": R, "out": FILE}'
+                                 "repeat": R, "out": FILE[, "shm": PATH]}'
 
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
 """
@@ -22,7 +24,10 @@ import inagg.torch
 
 def main():
     spec = json.loads(sys.argv[1])
-    inagg.torch.register_backend(controller=spec["controller"], job=spec["job"], timeout=60)
+    carrier = {"backend": "shm", "shm": spec["shm"]} if spec.get("shm") else {}
+    inagg.torch.register_backend(
+        controller=spec["controller"], job=spec["job"], timeout=60, **carrier
+    )
     dist.init_process_group("inagg")
     gloo = dist.new_group(backend="gloo")
     t = torch.randn(spec["elements"], generator=torch.Generator().manual_seed(dist.get_rank()))

@@ -199,7 +199,7 @@ impl Region {
 
     /// The shared 32-bit word at `off` (in the header).
     fn word(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= HEADER && off % 4 == 0);
+        debug_assert!(off + 4 <= HEADER && off.is_multiple_of(4));
         // SAFETY: within the mapping, 4-byte aligned (the mapping is page
         // aligned), and only ever accessed atomically.
         unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
@@ -906,7 +906,7 @@ mod tests {
     /// region; a closed channel is seen by both ends.
     #[test]
     fn a_hostile_ring_is_refused_and_a_closed_channel_is_seen() {
-        let (mut w, mut e, _dir) = pair(8);
+        let (w, mut e, _dir) = pair(8);
         w.side
             .region
             .word(OFF_UP_HEAD)

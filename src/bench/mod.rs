@@ -147,16 +147,19 @@ pub struct EmuRate {
 pub struct AllreduceRate {
     /// Workers.
     pub workers: u16,
-    /// inagg through the emulator, Gbit/s of tensor per worker.
+    /// inagg through the emulator, Gbit/s of tensor per worker: over UDP
+    /// loopback, and over shared-memory channels (`emu --shm`).
     pub inagg_gbps: f64,
+    pub shm_gbps: f64,
     /// Ring over TCP loopback, Gbit/s of tensor per worker.
     pub ring_gbps: f64,
     /// CPU seconds per GB of tensor all-reduced, per worker: inagg's
     /// workers alone (their threads; the emulator's apart), and the
     /// ring's ranks (which do the additions themselves).
     pub inagg_cpu_s_per_gb: f64,
+    pub shm_cpu_s_per_gb: f64,
     pub ring_cpu_s_per_gb: f64,
-    /// inagg results checked within the bound.
+    /// inagg results (both carriers) checked within the bound.
     pub verified: bool,
 }
 
@@ -363,51 +366,80 @@ fn allreduce_rate(args: &BenchArgs, n: u16) -> Result<AllreduceRate> {
         .map(|w| gradient(7, w, args.elements))
         .collect();
     let bits = args.elements as f64 * 32.0;
-    let cluster = LocalCluster::start(FaultConfig::default())?;
-    let mut workers = cluster.job(
-        JobParams {
-            id: 1,
-            workers: n,
-            pool_base: 0,
-            pool_size: args.pool.pool_size()?,
-            elements: args.pool.k,
-        },
-        args.pool.tune()?,
-    )?;
-    // Interleaved, so that both see the same machine conditions; medians,
+    let path = std::env::temp_dir().join(format!("inagg-bench-{}.sock", std::process::id()));
+    let cluster = LocalCluster::start_shm(FaultConfig::default(), &path)?;
+    let pool_size = args.pool.pool_size()?;
+    let job = |id: u16| JobParams {
+        id,
+        workers: n,
+        pool_base: u32::from(id - 1) * pool_size,
+        pool_size,
+        elements: args.pool.k,
+    };
+    let mut udp = cluster.job(job(1), args.pool.tune()?)?;
+    let mut shm = cluster.job_shm(job(2), &path, |_| true, args.pool.tune()?)?;
+    // Interleaved, so that all see the same machine conditions; medians,
     // so that one lucky or unlucky run decides nothing.
     let mut verified = true;
-    let (mut inagg_times, mut ring_times) = (Vec::new(), Vec::new());
-    let (mut inagg_cpu, mut ring_cpu) = (Vec::new(), Vec::new());
+    let (mut udp_runs, mut shm_runs, mut ring_runs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.repeat {
-        let mut data = inputs.clone();
-        let cpu = std::sync::Mutex::new(Duration::ZERO);
-        let stats = run_all(&mut workers, &mut data, |w, d| {
-            let start = cpu::thread_cpu();
-            let stats = w.allreduce_f32(d);
-            let used = cpu::thread_cpu() - start;
-            *cpu.lock().unwrap_or_else(|e| e.into_inner()) += used;
-            stats
-        })?;
-        verified &= check_f32(&inputs, &data, usize::from(args.pool.k)).verified;
-        inagg_times.push(stats.iter().map(|s| s.elapsed).max().unwrap_or_default());
-        inagg_cpu.push(cpu.into_inner().unwrap_or_else(|e| e.into_inner()));
+        for (workers, runs) in [(&mut udp, &mut udp_runs), (&mut shm, &mut shm_runs)] {
+            let (run, ok) = inagg_run(workers, &inputs, args.pool.k)?;
+            verified &= ok;
+            runs.push(run);
+        }
         let mut data = inputs.clone();
         let ring = ring_allreduce(&mut data)?;
-        ring_times.push(ring.slowest);
-        ring_cpu.push(ring.cpu);
+        ring_runs.push((ring.slowest, ring.cpu));
     }
-    let (inagg_time, ring_time) = (median(&mut inagg_times), median(&mut ring_times));
     let bytes = args.elements * 4;
     let workers = usize::from(n);
+    let rate = |runs: &mut Vec<(Duration, Duration)>| {
+        let time = median(&mut runs.iter().map(|r| r.0).collect::<Vec<_>>());
+        let cpu = median(&mut runs.iter().map(|r| r.1).collect::<Vec<_>>());
+        (
+            bits / time.as_secs_f64() / 1e9,
+            cpu::seconds_per_gb(cpu, workers, bytes),
+        )
+    };
+    let ((inagg_gbps, inagg_cpu), (shm_gbps, shm_cpu), (ring_gbps, ring_cpu)) = (
+        rate(&mut udp_runs),
+        rate(&mut shm_runs),
+        rate(&mut ring_runs),
+    );
     Ok(AllreduceRate {
         workers: n,
-        inagg_gbps: bits / inagg_time.as_secs_f64() / 1e9,
-        ring_gbps: bits / ring_time.as_secs_f64() / 1e9,
-        inagg_cpu_s_per_gb: cpu::seconds_per_gb(median(&mut inagg_cpu), workers, bytes),
-        ring_cpu_s_per_gb: cpu::seconds_per_gb(median(&mut ring_cpu), workers, bytes),
+        inagg_gbps,
+        shm_gbps,
+        ring_gbps,
+        inagg_cpu_s_per_gb: inagg_cpu,
+        shm_cpu_s_per_gb: shm_cpu,
+        ring_cpu_s_per_gb: ring_cpu,
         verified,
     })
+}
+
+/// One float all-reduce of `inputs` on `workers`: the slowest worker's
+/// time, the workers' CPU time together, and whether the sums are within
+/// the bound.
+fn inagg_run(
+    workers: &mut [inagg_host_agent::Worker],
+    inputs: &[Vec<f32>],
+    k: u16,
+) -> Result<((Duration, Duration), bool)> {
+    let mut data = inputs.to_vec();
+    let cpu = std::sync::Mutex::new(Duration::ZERO);
+    let stats = run_all(workers, &mut data, |w, d| {
+        let start = cpu::thread_cpu();
+        let stats = w.allreduce_f32(d);
+        let used = cpu::thread_cpu() - start;
+        *cpu.lock().unwrap_or_else(|e| e.into_inner()) += used;
+        stats
+    })?;
+    let verified = check_f32(inputs, &data, usize::from(k)).verified;
+    let slowest = stats.iter().map(|s| s.elapsed).max().unwrap_or_default();
+    let cpu = cpu.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(((slowest, cpu), verified))
 }
 
 fn print(r: &BenchReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result<()> {
@@ -444,19 +476,26 @@ fn print(r: &BenchReport, a: &BenchArgs, out: &mut dyn Write) -> std::io::Result
     )?;
     writeln!(
         out,
-        "  workers   inagg+emu   TCP ring   ratio   CPU s/GB inagg   ring   ratio   verified"
+        "  inagg through the emulator over UDP loopback (udp) and over shared memory (shm, `emu --shm`); the TCP ring"
+    )?;
+    writeln!(
+        out,
+        "  workers   Gbit/s udp     shm    ring   shm/ring   CPU s/GB udp     shm    ring   udp/ring   shm/ring   verified"
     )?;
     for x in &r.allreduce {
         writeln!(
             out,
-            "  {:>7}   {:>9.3}   {:>8.3}   {:>5.2}   {:>14.3}   {:>4.3}   {:>5.2}   {}",
+            "  {:>7}   {:>10.3} {:>7.3} {:>7.3}   {:>8.2}   {:>12.3} {:>7.3} {:>7.3}   {:>8.2}   {:>8.2}   {}",
             x.workers,
             x.inagg_gbps,
+            x.shm_gbps,
             x.ring_gbps,
-            x.inagg_gbps / x.ring_gbps,
+            x.shm_gbps / x.ring_gbps,
             x.inagg_cpu_s_per_gb,
+            x.shm_cpu_s_per_gb,
             x.ring_cpu_s_per_gb,
             x.inagg_cpu_s_per_gb / x.ring_cpu_s_per_gb,
+            x.shm_cpu_s_per_gb / x.ring_cpu_s_per_gb,
             x.verified
         )?;
     }

@@ -55,13 +55,14 @@ pub fn run(repeat: usize, out: &mut dyn Write) -> Result<()> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = torch_python(repo).map_err(|e| anyhow::anyhow!("inagg bench --torch: {e}"))?;
     let library = capi_library(repo)?;
-    let cluster = LocalCluster::start(FaultConfig::default())?;
     let scratch = std::env::temp_dir().join(format!("inagg-bench-torch-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
+    let shm = scratch.join("emu.sock");
+    let cluster = LocalCluster::start_shm(FaultConfig::default(), &shm)?;
     let controller = cluster.controller(&scratch.join("controller.redb"))?;
     let mut client = Client::connect(controller.addr(), None)?;
     for ranks in [2u16, 4] {
-        for job in ["train", "alone"] {
+        for job in ["train", "alone", "shm"] {
             client.create_job(JobDecl {
                 name: format!("{job}{ranks}"),
                 workers: ranks,
@@ -114,29 +115,38 @@ pub fn run(repeat: usize, out: &mut dyn Write) -> Result<()> {
         out,
         "all_reduce of {RESNET50} float32 (ResNet-50), median of {repeat}, s:"
     )?;
-    writeln!(out, "| ranks | inagg backend | gloo |")?;
-    writeln!(out, "|---:|---:|---:|")?;
+    writeln!(
+        out,
+        "| ranks | inagg backend (UDP) | gloo | inagg backend (shared memory) | gloo | shm / gloo |"
+    )?;
+    writeln!(out, "|---:|---:|---:|---:|---:|---:|")?;
     for ranks in [2usize, 4] {
-        let file = scratch.join(format!("alone{ranks}.json"));
-        let spec = serde_json::json!({
-            "controller": addr, "job": format!("alone{ranks}"), "elements": RESNET50,
-            "repeat": repeat, "out": file,
-        });
-        let status = torchrun(&python, repo, ranks, "examples/torch/allreduce_bench.py")
-            .env("INAGG_LIBRARY", &library)
-            .arg(spec.to_string())
-            .stdout(Stdio::null())
-            .status()
-            .context("torchrun")?;
-        if !status.success() {
-            bail!("the all-reduce alone on {ranks} ranks failed ({status})");
-        }
-        let r = record(&file.display().to_string())?;
+        let alone = |job: &str, shm: Option<&Path>| -> Result<Value> {
+            let file = scratch.join(format!("{job}{ranks}.json"));
+            let spec = serde_json::json!({
+                "controller": addr, "job": format!("{job}{ranks}"), "elements": RESNET50,
+                "repeat": repeat, "out": file, "shm": shm,
+            });
+            let status = torchrun(&python, repo, ranks, "examples/torch/allreduce_bench.py")
+                .env("INAGG_LIBRARY", &library)
+                .arg(spec.to_string())
+                .stdout(Stdio::null())
+                .status()
+                .context("torchrun")?;
+            if !status.success() {
+                bail!("the all-reduce alone on {ranks} ranks ({job}) failed ({status})");
+            }
+            record(&file.display().to_string())
+        };
+        let (udp, over_shm) = (alone("alone", None)?, alone("shm", Some(&shm))?);
         writeln!(
             out,
-            "| {ranks} | {:.3} | {:.3} |",
-            f(&r, "inagg"),
-            f(&r, "gloo")
+            "| {ranks} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
+            f(&udp, "inagg"),
+            f(&udp, "gloo"),
+            f(&over_shm, "inagg"),
+            f(&over_shm, "gloo"),
+            f(&over_shm, "inagg") / f(&over_shm, "gloo")
         )?;
     }
     let _ = std::fs::remove_dir_all(scratch);

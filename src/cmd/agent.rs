@@ -81,6 +81,11 @@ pub struct AgentArgs {
     pub backend: Backend,
     #[command(flatten)]
     pub dpdk: DpdkArgs,
+    /// Reach an emulator on this host through shared memory: attach at the
+    /// Unix socket it listens on (`inagg emu --shm PATH`) as --bind, the
+    /// endpoint the job lists (no socket is bound). Socket backend only.
+    #[arg(long, value_name = "PATH")]
+    pub shm: Option<std::path::PathBuf>,
     /// Register with this controller (`inagg controller`), which admits
     /// the worker and gives it the job's id, pool, K, generation and the
     /// aggregator's address: then only --job (the job's name), --rank and
@@ -313,9 +318,11 @@ fn lanes(worker: &Worker) -> (usize, u64) {
 
 /// The worker on the chosen data path.
 fn open(a: &AgentArgs, config: AgentConfig) -> Result<Worker> {
-    match a.backend {
-        Backend::Socket => Ok(Worker::new(config)?),
-        Backend::Dpdk => open_dpdk(a, config),
+    match (a.backend, &a.shm) {
+        (Backend::Socket, None) => Ok(Worker::new(config)?),
+        (Backend::Socket, Some(path)) => Ok(Worker::with_shm(config, path)?),
+        (Backend::Dpdk, Some(_)) => bail!("--shm goes with the socket backend, not --backend dpdk"),
+        (Backend::Dpdk, None) => open_dpdk(a, config),
     }
 }
 

@@ -166,20 +166,19 @@ pub fn run(args: &EmuArgs, out: &mut dyn Write) -> Result<()> {
     };
     let emu = start(args, config)
         .with_context(|| format!("start the emulator on {} / {}", args.data, args.control))?;
+    // One line: a caller that reads only the first (as the tests do) must
+    // not make a second write fail.
+    let shm = match &args.shm {
+        Some(path) => format!("  shared memory {}", path.display()),
+        None => String::new(),
+    };
     writeln!(
         out,
-        "inagg emu: data plane udp://{} ({:?} backend)  control tcp://{}",
+        "inagg emu: data plane udp://{} ({:?} backend)  control tcp://{}{shm}",
         emu.data_addr(),
         args.backend,
         emu.control_addr()
     )?;
-    if let Some(path) = &args.shm {
-        writeln!(
-            out,
-            "inagg emu: shared-memory channels at {}",
-            path.display()
-        )?;
-    }
     let _metrics = match args.metrics {
         Some(addr) => {
             let reader = emu.reader();

@@ -3,7 +3,9 @@ process group "inagg" all-reduces random float32 tensors of odd sizes, and
 a gloo group made beside it all-reduces copies of them; both results are
 written to OUT.RANK (JSON) for the test to compare against the bound.
 
-    python3 torch_backend.py '{"controller": ..., "job": ..., "out": ...}'
+    python3 torch_backend.py '{"controller": ..., "job": ..., "out": ...[, "shm": PATH]}'
+
+With "shm", the workers reach the emulator through its shared memory.
 
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
 """
@@ -21,8 +23,9 @@ SIZES = [1, 63, 64, 65, 1_000_007]
 
 def main():
     spec = json.loads(sys.argv[1])
+    carrier = {"backend": "shm", "shm": spec["shm"]} if spec.get("shm") else {}
     inagg.torch.register_backend(controller=spec["controller"], job=spec["job"], timeout=30,
-                                 tls_ca=spec.get("tls_ca"))
+                                 tls_ca=spec.get("tls_ca"), **carrier)
     dist.init_process_group("inagg")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
