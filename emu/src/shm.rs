@@ -80,7 +80,14 @@ pub(crate) fn accept_loop(
         let conn = match listener.accept() {
             Ok((conn, _)) => conn,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
+                // Asleep until a client connects, or a while (the stop flag).
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the call.
+                unsafe { libc::poll(&mut pfd, 1, IDLE_POLL.as_millis() as libc::c_int) };
                 continue;
             }
             Err(e) => {
