@@ -540,11 +540,7 @@ fn agents_all_reduce_through_a_separate_emulator_process() {
                     .unwrap()
             })
             .collect();
-        for child in children {
-            let out = child.wait_with_output().unwrap();
-            assert!(out.status.success(), "{dtype}: {}", text(&out));
-            let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(stats["verified"], true, "{dtype}");
+        for stats in verified(children) {
             assert_eq!(stats["payload_bytes"], 20_000 * size, "{dtype}");
         }
     }
@@ -590,12 +586,7 @@ fn agents_all_reduce_over_the_emulators_shared_memory() {
                 .unwrap()
         })
         .collect();
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", text(&out));
-        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(stats["verified"], true);
-    }
+    verified(children);
     let missing = dir.join("nobody.sock");
     let out = emu
         .agent(a, ("6", 0), (3, 16))
@@ -604,6 +595,21 @@ fn agents_all_reduce_over_the_emulators_shared_memory() {
         .unwrap();
     fails_saying(&out, "shared-memory socket");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for `inagg agent ... --verify --json` children: each succeeded
+/// and verified its sums; their statistics.
+fn verified(children: Vec<Child>) -> Vec<serde_json::Value> {
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(stats["verified"], true, "{stats}");
+            stats
+        })
+        .collect()
 }
 
 /// docs/GUIDE.md's aggregation tree by hand, two sessions in a row: a root and a

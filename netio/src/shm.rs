@@ -690,21 +690,32 @@ fn parse_hello(line: &str) -> Result<(SocketAddr, Shape), String> {
     Ok((endpoint, shape))
 }
 
+/// Room for one control message holding one descriptor.
+fn control_buffer() -> Vec<u8> {
+    // SAFETY: CMSG_SPACE is a pure computation.
+    vec![0u8; unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize]
+}
+
+/// A message of one buffer, `iov`, and the control buffer `control`; both
+/// must outlive its use.
+fn message(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: a zeroed msghdr is valid; the pointers set are the caller's.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = control.len() as _;
+    msg
+}
+
 /// Sends `line` with descriptor `fd` attached (SCM_RIGHTS).
 fn send_line_with_fd(conn: &UnixStream, line: &str, fd: RawFd) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: line.as_ptr() as *mut libc::c_void,
         iov_len: line.len(),
     };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: a zeroed msghdr, then filled with pointers that outlive the call.
-    let mut msg: libc::msghdr = unsafe { zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
+    let mut control = control_buffer();
+    let msg = message(&mut iov, &mut control);
     // SAFETY: the control buffer has room for one cmsg with one fd.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
@@ -729,15 +740,8 @@ fn recv_line_with_fd(conn: &UnixStream) -> io::Result<(String, Option<OwnedFd>)>
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
     };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: a zeroed msghdr, then filled with pointers that outlive the call.
-    let mut msg: libc::msghdr = unsafe { zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
+    let mut control = control_buffer();
+    let mut msg = message(&mut iov, &mut control);
     // SAFETY: msg is valid for the call; MSG_CMSG_CLOEXEC marks any fd.
     let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
