@@ -9,11 +9,11 @@
  * the slot state and 8 pairs after it, not 32): the pairs of elements
  * 00..0f take the packet's first pass, with the operation SlotState chose
  * (values_op); those of 10..3f take a second pass through the recirculation
- * port, with the same operation (values_second, which the parser sets from
- * harvest_h). Depending on nothing the first pass computes, the second
- * half's tables can sit in the stages admission and SlotState use. A
- * result's last pass reads the even sums of both halves. So a contribution
- * takes two passes and a result three.
+ * port, with the same operation (harvest_h's values_op). Depending on
+ * nothing the first pass computes, the second half's tables can sit in
+ * the stages admission and SlotState use. A result's last pass reads the
+ * even sums of both halves. So a contribution takes two passes and a
+ * result three (and a taken announcement three: ingress.p4).
  */
 #ifndef _INAGG_TNA_ACCUMULATORS_P4_
 #define _INAGG_TNA_ACCUMULATORS_P4_
@@ -24,10 +24,13 @@
 
 /* The second half is indexed by harvest_h's set_index, not ig_md's, which
  * SlotState computes in the first pass: read from the parsed header, it
- * makes these tables wait for nothing. (In the first pass values_second is
- * VALUES_NONE and harvest_h is not there.) */
+ * makes these tables wait for nothing. Its operation is harvest_h's
+ * values_op too: these tables run only in the passes that parsed it (a
+ * second half's, whose operation it is, and a result's last, where it is
+ * VALUES_READ_EVEN), so a metadata copy the parser made of it would only
+ * take PHV (Tofino 1 at K = 64 with announcements ran short by it). */
 #define INAGG_PAIR_APPLY_SECOND(a, b) \
-    pair_##a.apply(hdr.payload.e##a, hdr.payload.e##b, hdr.harvest.set_index, ig_md.values_second);
+    pair_##a.apply(hdr.payload.e##a, hdr.payload.e##b, hdr.harvest.set_index, hdr.harvest.values_op);
 
 #if defined(INAGG_SPLIT_VALUES) && INAGG_K != 64
 #error "INAGG_SPLIT_VALUES splits K = 64 into two passes of 32 elements"

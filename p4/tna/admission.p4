@@ -92,7 +92,7 @@ control Admission(inout ingress_headers_t hdr,
 
     action refuse(drop_reason_t reason) {
         ig_md.drop = 1;
-        ig_md.drop_reason = reason;
+        ig_md.drop_reason = (bit<4>)reason;
     }
 
     /* Length rules: UDP length = 8 + 24 + the kind's payload (4 * elements;

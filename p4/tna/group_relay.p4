@@ -71,7 +71,7 @@ control GroupRelay(inout ingress_headers_t hdr,
 
     action refuse(drop_reason_t reason) {
         ig_md.drop = 1;
-        ig_md.drop_reason = reason;
+        ig_md.drop_reason = (bit<4>)reason;
     }
 
     action make_copies() {

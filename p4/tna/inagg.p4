@@ -28,10 +28,11 @@
 
 #include "../common/config.p4"
 /* Announcements (kind 7, docs/PROTOCOL.md "A switch that lost its state")
- * take a second pass that runs SlotState again; with the values in two
- * passes (Tofino 1 at K = 64) the ingress PHV has no room left for it
- * (p4/README.md, "Differences from the emulator"). */
-#ifndef INAGG_SPLIT_VALUES
+ * take a second pass that runs SlotState again (and with the values in
+ * two passes, Tofino 1 at K = 64, a third for the second half of the
+ * values): taken on every target (p4/README.md, "Differences from the
+ * emulator"). */
+#ifndef INAGG_ANNOUNCE
 #define INAGG_ANNOUNCE
 #endif
 #if INAGG_SLOTS > 32768

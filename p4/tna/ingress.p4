@@ -14,6 +14,13 @@
  *       (the stored result, two passes) or StatusAnswer + QueueSelect
  *   ... a group datagram (kind 3):
  *       Admission -> GroupRelay + QueueSelect (one pass, no register)
+ *   ... an announcement (kind 7):
+ *       Admission -> SlotState (reads only) -> announce_verdict (taken:
+ *       on to its second pass; else dropped)
+ *   an announcement's second pass (from the recirculation port):
+ *       (split: AnnounceMembers ->) SlotState (writes the round) ->
+ *       Accumulators (stores) -> dropped, or split, on to a second half's
+ *       pass
  *   anything else:
  *       L2Forwarding
  *
@@ -78,10 +85,50 @@ control InaggIngress(inout ingress_headers_t hdr,
     SecondHalfEntry() second_half_entry;
     SecondHalfExit() second_half_exit;
 #endif
+#if defined(INAGG_ANNOUNCE) && defined(INAGG_SPLIT_VALUES)
+    AnnounceMembers() announce_members;
+#endif
     StatusAnswer() status_answer;
     GroupRelay() group_relay;
     QueueSelect() queue_select;
     L2Forwarding() l2_forwarding;
+
+#ifdef INAGG_ANNOUNCE
+    action announce_take() {
+        to_recirculation(hdr, ig_tm_md, ig_md.set_index, ig_md.job.worker_count,
+                         0, 0, VALUES_STORE, HARVEST_ANNOUNCE);
+    }
+
+    action announce_ignore() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    /* An announcement's first pass: taken when its set sums that very
+     * round part-way (not empty: a bitmap half not 0; not complete: round
+     * 0; the round's packet id the announcement's: SlotState's XOR 0),
+     * else ignored. One ternary table, the first match winning, in place
+     * of an if-chain: a table per branch, in the verdict's stages, which
+     * have no logical table to spare (with it, Tofino 1 at K = 64 needed
+     * 13 stages). Compiled in. */
+    table announce_verdict {
+        key = {
+            ig_md.round           : ternary @name("round");
+            ig_md.query_packet_id : ternary @name("packet_id_xor");
+            ig_md.before_lo       : ternary @name("before_lo");
+            ig_md.before_hi       : ternary @name("before_hi");
+        }
+        actions = {
+            announce_take;
+            announce_ignore;
+        }
+        const default_action = announce_ignore();
+        const entries = {
+            (_, _, 0, 0) : announce_ignore();
+            (0, 0, _, _) : announce_take();
+        }
+        size = 2;
+    }
+#endif
 
     apply {
         hdr.bridged.setValid();
@@ -91,49 +138,55 @@ control InaggIngress(inout ingress_headers_t hdr,
         hdr.bridged.member = 0;
 
         /* The parser set the pass and the values' operations; a
-         * recirculated packet is not admitted again, whatever its ports. */
-#ifdef INAGG_ANNOUNCE
-        /* SlotState for an admitted datagram, and for an announcement's
-         * second pass (which writes the round it brings). */
-        bool slots = false;
-        if (ig_md.pass == PASS_ANNOUNCE) {
-            slots = true;
-            ig_md.slot_addr = ig_md.set_index >> 1;
-            ig_md.job.worker_count = hdr.harvest.mcast_grp;
-        }
-#endif
-        if (ig_md.pass == PASS_NETWORK) {
-            if (ig_md.inagg == 1) {
-                rx.count(0);
-                admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
-                if (ig_md.drop == 0 && ig_md.group == 1) {
-                    group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
-                } else if (ig_md.drop == 0) {
-#ifdef INAGG_ANNOUNCE
-                    slots = true;
-#else
-                    /* Here, not after the branch: applied there, Tofino 1
-                     * at K = 64 ran 6 PHV field slices short. */
-                    slot_state.apply(hdr, ig_md);
-#endif
-                }
-            }
+         * recirculated packet is not admitted again, whatever its ports.
+         *
+         * On Tofino a table follows the tables applied before it on its
+         * path. So the second half of the values (split) is a branch of
+         * its own beside admission and SlotState, to take the SALUs they
+         * leave free in their stages (sequenced before admission, it
+         * pushed admission three stages on; after the first half, 16
+         * stages; with SlotState after it, 17), and an announcement,
+         * whose second pass runs SlotState, adds its second half in a
+         * pass of its own (below). SlotState, for an admitted datagram
+         * and for an announcement's second pass (which writes the round
+         * it brings), is applied after the branch on the pass, in one
+         * if-chain with GroupRelay: after it, SlotState's condition
+         * waited for its refusals' writes of ig_md.drop (two stages). Its
+         * condition is read whole: a flag set in the branches for it
+         * cost a stage. */
 #ifdef INAGG_SPLIT_VALUES
-        } else {
-            /* The second half of the values (accumulators.p4), in the
-             * passes after the first. A branch beside admission and
-             * SlotState, so that it can take the stages they take: on
-             * Tofino a table follows those applied before it on its path
-             * (sequenced before admission, the second half pushed it three
-             * stages on; after the first half, 16 stages). */
+        if (ig_md.pass == PASS_SECOND_HALF || ig_md.pass == PASS_LAST) {
+            /* The second half of the values (accumulators.p4): a
+             * second half's pass, and a result's last. */
             accumulators_second.apply(hdr, ig_md);
+        } else
 #endif
-        }
-#ifdef INAGG_ANNOUNCE
-        if (slots) {
-            slot_state.apply(hdr, ig_md);
-        }
+        {
+            if (ig_md.pass == PASS_NETWORK) {
+                if (ig_md.inagg == 1) {
+                    rx.count(0);
+                    admission.apply(hdr, ig_md, ig_intr_md, ig_prsr_md);
+                }
+            } else if (ig_md.pass == PASS_ANNOUNCE) {
+                /* An announcement's second pass: the set's slot, the
+                 * job's n and its members from harvest_h (there is no
+                 * admission). Here, beside admission: in a statement of
+                 * their own before it, these writes of job_table's fields
+                 * made it wait a stage (Tofino 1 at K = 64 asked for 13). */
+                ig_md.slot_addr = ig_md.set_index >> 1;
+                ig_md.job.worker_count = hdr.harvest.mcast_grp;
+#ifdef INAGG_SPLIT_VALUES
+                announce_members.apply(hdr, ig_md);
 #endif
+            }
+            if (ig_md.pass == PASS_NETWORK && ig_md.inagg == 1
+                && ig_md.drop == 0 && ig_md.group == 1) {
+                group_relay.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+            } else if (ig_md.pass == PASS_ANNOUNCE
+                       || (ig_md.pass == PASS_NETWORK && ig_md.inagg == 1 && ig_md.drop == 0)) {
+                slot_state.apply(hdr, ig_md);
+            }
+        }
 
         accumulators.apply(hdr, ig_md);
 
@@ -146,8 +199,18 @@ control InaggIngress(inout ingress_headers_t hdr,
 #endif
 #ifdef INAGG_ANNOUNCE
         } else if (ig_md.pass == PASS_ANNOUNCE) {
+#ifdef INAGG_SPLIT_VALUES
+            /* Written, but for the second half of the values: it goes
+             * round once more to store them, as an absorbed contribution
+             * does (SecondHalfEntry: harvest_h's result 0, dropped after
+             * that pass). The recirculation port keeps the order, so a
+             * packet for the set that came after the announcement finds
+             * its second half stored. */
+            to_recirculation(hdr, ig_tm_md, ig_md.set_index, 0, 0, 0, VALUES_STORE, 0);
+#else
             /* Written: nothing leaves. */
             ig_dprsr_md.drop_ctl = 1;
+#endif
 #endif
         } else if (ig_md.inagg == 1) {
             if (ig_md.drop == 0 && ig_md.group == 1) {
@@ -161,22 +224,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                  * switch that lost its state"; emu/src/switch.rs,
                  * Job::announce): round again to write it, the set's slot
                  * and the job's n in harvest_h. Nothing leaves. */
-                bool take = false;
-                if (ig_md.round == 0) {
-                    if (ig_md.query_packet_id == 0) {
-                        if (ig_md.before_lo != 0) {
-                            take = true;
-                        } else if (ig_md.before_hi != 0) {
-                            take = true;
-                        }
-                    }
-                }
-                if (take) {
-                    to_recirculation(hdr, ig_tm_md, ig_md.set_index, ig_md.job.worker_count,
-                                     0, 0, VALUES_STORE, HARVEST_ANNOUNCE);
-                } else {
-                    ig_dprsr_md.drop_ctl = 1;
-                }
+                announce_verdict.apply();
 #endif
             } else if (ig_md.drop == 0 && ig_md.query == 1) {
                 /* Nothing changed; the asker gets the stored result when
@@ -201,7 +249,7 @@ control InaggIngress(inout ingress_headers_t hdr,
                 } else if (ig_md.retransmission == 1) {
                     job_duplicates.count(hdr.inagg.job);
                     ig_md.drop = 1;
-                    ig_md.drop_reason = DROP_DUPLICATE_PENDING;
+                    ig_md.drop_reason = (bit<4>)DROP_DUPLICATE_PENDING;
                 } else {
                     /* Absorbed: added to its set, nothing leaves. Not a drop.
                      * Split, its second half is added in another pass. */
@@ -211,12 +259,12 @@ control InaggIngress(inout ingress_headers_t hdr,
                     ig_dprsr_md.drop_ctl = 1;
 #endif
                 }
-            } else if (ig_md.group == 0 && ig_md.drop_reason >= DROP_UNKNOWN_WORKER) {
+            } else if (ig_md.group == 0 && ig_md.drop_reason >= (bit<4>)DROP_UNKNOWN_WORKER) {
                 /* The job exists and its checks refused the packet. */
                 job_dropped.count(hdr.inagg.job);
             }
             if (ig_md.drop == 1) {
-                drops.count(ig_md.drop_reason);
+                drops.count((drop_reason_t)ig_md.drop_reason);
                 ig_dprsr_md.drop_ctl = 1;
             }
         } else {

@@ -32,7 +32,6 @@ parser InaggIngressParser(packet_in pkt,
         ig_md.retransmission = 0;
         ig_md.group = 0;
         ig_md.values_op = VALUES_NONE;
-        ig_md.values_second = VALUES_NONE;
         ig_md.pass = PASS_NETWORK;
         ig_md.select_queue = 0;
         ig_md.inagg = 0;
@@ -50,7 +49,8 @@ parser InaggIngressParser(packet_in pkt,
     /* What the pass does with the values is known here, so that the pair
      * registers' tables wait for no stage: a result's last pass reads the
      * even sums of every pair; the second-half pass (INAGG_SPLIT_VALUES)
-     * does the first pass's operation on the second half only. */
+     * does the first pass's operation on the second half only (both read
+     * harvest_h's values_op for the second half, accumulators.p4). */
     state parse_harvest {
         pkt.extract(hdr.harvest);
         ig_md.set_index = hdr.harvest.set_index;
@@ -65,12 +65,13 @@ parser InaggIngressParser(packet_in pkt,
 
 #ifdef INAGG_ANNOUNCE
     /* An announcement's second pass writes the round it brings: every
-     * value stored, the set's slot and the job's n from harvest_h (there
-     * is no admission in this pass). */
+     * value stored (with INAGG_SPLIT_VALUES the first half; the second
+     * in a pass of its own after it, as a contribution's), the set's
+     * slot and the job's n from harvest_h (there is no admission in this
+     * pass). */
     state parse_announce_pass {
         ig_md.pass = PASS_ANNOUNCE;
         ig_md.values_op = VALUES_STORE;
-        ig_md.values_second = VALUES_STORE;
         transition parse_ethernet;
     }
 #endif
@@ -78,13 +79,11 @@ parser InaggIngressParser(packet_in pkt,
     state parse_last_pass {
         ig_md.pass = PASS_LAST;
         ig_md.values_op = VALUES_READ_EVEN;
-        ig_md.values_second = VALUES_READ_EVEN;
         transition parse_ethernet;
     }
 
     state parse_second_half {
         ig_md.pass = PASS_SECOND_HALF;
-        ig_md.values_second = hdr.harvest.values_op;
         transition parse_ethernet;
     }
 
@@ -140,15 +139,14 @@ parser InaggIngressParser(packet_in pkt,
 #ifdef INAGG_ANNOUNCE
     /* An announcement (docs/PROTOCOL.md, "A switch that lost its state"):
      * its first pass only reads; its second (from the recirculation port)
-     * writes. */
+     * writes. Marked in every pass, not only in its first: nothing reads
+     * ig_md.announce but in a packet's first pass (Admission, SlotState's
+     * worker_mask and round_classifier, the verdict's branch for it; an
+     * announcement's second pass takes other branches, and so do the
+     * passes that add values), and a select on the ingress port here
+     * held a 16-bit parser match register from the first state on, which
+     * left parse_ipv4 too few. */
     state parse_announce {
-        transition select(ig_intr_md.ingress_port) {
-            INAGG_RECIRC_PORT: parse_payload;
-            default: parse_announce_first;
-        }
-    }
-
-    state parse_announce_first {
         ig_md.announce = 1;
         transition parse_payload;
     }

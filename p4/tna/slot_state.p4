@@ -84,15 +84,29 @@ struct bitmap_pair_t {
     };
 
 /* An announcement taken (its second pass): set `mine` holds every member
- * that has not moved on to `other` and is not the announcer (others_*);
- * returns `mine` as it was. (A query reads with a join of no bit.) */
+ * that has not moved on to `other` and is not the announcer
+ * (INAGG_ANNOUNCED); returns `mine` as it was. (A query reads with a join
+ * of no bit.) */
 #define INAGG_BITMAP_ANNOUNCE(half, mine, other)                                    \
     RegisterAction<bitmap_pair_t, bit<16>, bit<32>>(bitmap_##half) announce_##mine##_##half = { \
         void apply(inout bitmap_pair_t value, out bit<32> before) {                  \
             before = value.mine;                                                     \
-            value.mine = ig_md.others_##half & ~value.other;                         \
+            value.mine = INAGG_ANNOUNCED(half) & ~value.other;                       \
         }                                                                            \
     };
+
+/* The members but the announcer, in an announcement's second pass. With
+ * INAGG_SPLIT_VALUES, mask_*, which AnnounceMembers computes beside
+ * admission: the joins read mask_*, and read from others_*, which
+ * SlotState writes a stage after mask_*, these actions held every action
+ * of the register, the joins too, a stage later (Tofino 1 at K = 64 then
+ * needed 13 stages). Else others_*, from SlotState's own tables (Tofino
+ * 2, whose placement of the register failed the other way). */
+#ifdef INAGG_SPLIT_VALUES
+#define INAGG_ANNOUNCED(half) ig_md.mask_##half
+#else
+#define INAGG_ANNOUNCED(half) ig_md.others_##half
+#endif
 
 /* round_classifier entries: worker w's bit set in its half of the set. */
 #define INAGG_RETRANSMISSION_LO(w) \
@@ -109,6 +123,80 @@ struct bitmap_pair_t {
     (w + 1) : set_members(32w0xffffffff >> (31 - w), 32w0, (w == 0) ? 16w1 : 16w0);
 #define INAGG_MEMBERS_HI(w) \
     (w + 1) : set_members(32w0xffffffff, 32w0xffffffff >> (63 - w), 16w0);
+
+#if defined(INAGG_ANNOUNCE) && defined(INAGG_SPLIT_VALUES)
+/* AnnounceMembers' entries: the announcer's bit, and a job of w + 1
+ * members' bits, in the bitmap halves (as worker_mask's and
+ * member_masks'). */
+#define INAGG_ANNOUNCER_LO(w) (w) : set_announcer(32w1 << w, 32w0);
+#define INAGG_ANNOUNCER_HI(w) (w) : set_announcer(32w0, 32w1 << (w - 32));
+#define INAGG_ANNOUNCED_LO(w) \
+    (w + 1) : set_announced(32w0xffffffff >> (31 - w), 32w0);
+#define INAGG_ANNOUNCED_HI(w) \
+    (w + 1) : set_announced(32w0xffffffff, 32w0xffffffff >> (63 - w));
+
+/*
+ * AnnounceMembers: an announcement's second pass (no admission) finds
+ * here, as SlotState's worker_mask and member_masks would (the same
+ * entries, so the same values), the announcer's bit and the job's
+ * members, from the header and harvest_h (the job's n), and leaves the
+ * members but the announcer in mask_*, which announce_set* read. Nothing
+ * else reads mask_* or others_* in that pass (round_classifier, whose
+ * join_round reads others_*, is not applied). InaggIngress applies it
+ * beside admission, so that announce_set* wait for nothing the joins do
+ * not: computed in SlotState, after its masks and their AND, the members
+ * came a stage later, and Tofino 1 at K = 64 needed 13 stages.
+ */
+control AnnounceMembers(in ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
+
+    action set_announcer(bit<32> lo, bit<32> hi) {
+        ig_md.mask_lo = lo;
+        ig_md.mask_hi = hi;
+    }
+
+    table announcer_mask {
+        key = {
+            hdr.inagg.worker : exact @name("worker");
+        }
+        actions = {
+            set_announcer;
+        }
+        const default_action = set_announcer(0, 0);
+        const entries = {
+            INAGG_WORKERS_0_31(INAGG_ANNOUNCER_LO)
+            INAGG_WORKERS_32_63(INAGG_ANNOUNCER_HI)
+        }
+        size = INAGG_MAX_WORKERS;
+    }
+
+    action set_announced(bit<32> lo, bit<32> hi) {
+        ig_md.others_lo = lo;
+        ig_md.others_hi = hi;
+    }
+
+    table announced_members {
+        key = {
+            hdr.harvest.mcast_grp : exact @name("worker_count");
+        }
+        actions = {
+            set_announced;
+        }
+        const default_action = set_announced(0, 0);
+        const entries = {
+            INAGG_WORKERS_0_31(INAGG_ANNOUNCED_LO)
+            INAGG_WORKERS_32_63(INAGG_ANNOUNCED_HI)
+        }
+        size = INAGG_MAX_WORKERS;
+    }
+
+    apply {
+        announcer_mask.apply();
+        announced_members.apply();
+        ig_md.mask_lo = ig_md.others_lo & ~ig_md.mask_lo;
+        ig_md.mask_hi = ig_md.others_hi & ~ig_md.mask_hi;
+    }
+}
+#endif
 
 
 struct round_t {
@@ -424,6 +512,7 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
     }
 
     apply {
+#ifndef INAGG_SPLIT_VALUES
         worker_mask.apply();
         member_masks.apply();
         /* The other members' bits: the set completes with this join when
@@ -434,6 +523,7 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
             /* The announced round is complete (round_begin). */
             ig_md.solo = 1;
         }
+#endif
         /* A contribution weighs max(count, 1): a worker's data 1, its
          * session handshake 2. */
         if (hdr.inagg.count == 0) {
@@ -455,6 +545,11 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
          * (worker_mask): they read. */
 #ifdef INAGG_ANNOUNCE
         if (ig_md.pass == PASS_ANNOUNCE) {
+#ifdef INAGG_SPLIT_VALUES
+            /* AnnounceMembers left the members but the announcer in
+             * mask_*. The announced round is complete (round_begin). */
+            ig_md.solo = 1;
+#endif
             if ((hdr.inagg.flags & FLAG_SET) == 0) {
                 ig_md.before_lo = announce_set0_lo.execute(ig_md.slot_addr);
                 ig_md.before_hi = announce_set0_hi.execute(ig_md.slot_addr);
@@ -464,12 +559,23 @@ control SlotState(inout ingress_headers_t hdr, inout ingress_metadata_t ig_md) {
             }
         } else
 #endif
-        if ((hdr.inagg.flags & FLAG_SET) == 0) {
-            ig_md.before_lo = join_set0_lo.execute(ig_md.slot_addr);
-            ig_md.before_hi = join_set0_hi.execute(ig_md.slot_addr);
-        } else {
-            ig_md.before_lo = join_set1_lo.execute(ig_md.slot_addr);
-            ig_md.before_hi = join_set1_hi.execute(ig_md.slot_addr);
+        {
+#ifdef INAGG_SPLIT_VALUES
+            /* Here, beside announce_set* (AnnounceMembers). */
+            worker_mask.apply();
+            member_masks.apply();
+            /* The other members' bits: the set completes with this join
+             * when it holds exactly those (counts are distinct members). */
+            ig_md.others_lo = ig_md.others_lo & ~ig_md.mask_lo;
+            ig_md.others_hi = ig_md.others_hi & ~ig_md.mask_hi;
+#endif
+            if ((hdr.inagg.flags & FLAG_SET) == 0) {
+                ig_md.before_lo = join_set0_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = join_set0_hi.execute(ig_md.slot_addr);
+            } else {
+                ig_md.before_lo = join_set1_lo.execute(ig_md.slot_addr);
+                ig_md.before_hi = join_set1_hi.execute(ig_md.slot_addr);
+            }
         }
         ig_md.set_index = set_index_hash.get({ ig_md.slot_addr[14:0], hdr.inagg.flags[0:0] });
 

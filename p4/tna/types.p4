@@ -79,11 +79,13 @@ struct job_md_t {
     bit<16> mcast_grp;
 }
 
-/* Which pass a packet is on (the parser: from harvest_h). */
-const bit<8> PASS_NETWORK     = 0;  /* from a front-panel port */
-const bit<8> PASS_LAST        = 1;  /* a result's last pass: the even sums */
-const bit<8> PASS_SECOND_HALF = 2;  /* INAGG_SPLIT_VALUES: the second half of the values */
-const bit<8> PASS_ANNOUNCE    = 3;  /* an announcement taken: its writes (slot_state.p4) */
+/* Which pass a packet is on (the parser: from harvest_h). Two bits, the
+ * values it takes: Tofino 1 at K = 64 with announcements ran short of
+ * ingress PHV by this field at 8. */
+const bit<2> PASS_NETWORK     = 0;  /* from a front-panel port */
+const bit<2> PASS_LAST        = 1;  /* a result's last pass: the even sums */
+const bit<2> PASS_SECOND_HALF = 2;  /* INAGG_SPLIT_VALUES: the second half of the values */
+const bit<2> PASS_ANNOUNCE    = 3;  /* an announcement taken: its writes (slot_state.p4) */
 
 const bit<8> HARVEST_ANNOUNCE = 2;  /* harvest_h.result of an announcement's second pass */
 
@@ -103,7 +105,11 @@ struct ingress_metadata_t {
     bit<1>        group;            /* a group datagram (kind 3): GroupRelay, not a job */
     bit<16>       member;           /* ... the member id installed for its sender */
     bit<1>        drop;
-    drop_reason_t drop_reason;
+    bit<4>        drop_reason;      /* drop_reason_t, whose values are below
+                                     * INAGG_DROP_REASONS (16): four bits are
+                                     * all it takes (Tofino 1 at K = 64 with
+                                     * announcements ran short of ingress PHV
+                                     * by this field at 8) */
     bit<16>       slot_addr;        /* pool_base + slot */
     bit<16>       slot_room;        /* pool_size - slot, saturating: 0 = outside */
     bit<16>       payload_less_len; /* 4 * elements - UDP length: -32 when right */
@@ -111,7 +117,7 @@ struct ingress_metadata_t {
     bit<1>        inagg;            /* to the inagg port (the parser) */
     bit<1>        query;            /* a query (kind 5): answered, nothing changes (the parser) */
     bit<1>        nudge_asked;      /* ... whose count is QUERY_NUDGE (the parser) */
-    bit<1>        announce;         /* an announcement (kind 7) in its first pass (the parser) */
+    bit<1>        announce;         /* an announcement (kind 7; the parser: read in its first pass only) */
     bit<1>        malformed;        /* a length, field or parse check failed */
 
     /* Slot state (slot_state.p4). */
@@ -130,8 +136,7 @@ struct ingress_metadata_t {
     bit<16>       exponent;         /* the set's max exponent after this packet */
     bit<1>        retransmission;
     bit<8>        values_op;
-    bit<8>        values_second;    /* INAGG_SPLIT_VALUES: the second half's (the parser) */
-    bit<8>        pass;             /* PASS_*, the parser */
+    bit<2>        pass;             /* PASS_*, the parser */
     bit<1>        select_queue;     /* QueueSelect at the end of ingress */
     bit<32>       query_packet_id;  /* the query's own, for its status */
     bit<1>        owed;             /* a query the stored result owes (slot_state.p4) */
