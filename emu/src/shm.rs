@@ -30,6 +30,10 @@ use crate::DropReason;
 
 /// Most channels attached at once.
 pub const MAX_CHANNELS: usize = 1024;
+/// Most shared memory all channels may take together (each asks for its
+/// rings' size, up to `inagg_netio::shm::MAX_REGION`): pages are only
+/// allocated as they are written, but a worker may write all of its own.
+pub const MAX_TOTAL: usize = 1 << 30;
 /// Datagrams read from one ring before the next is served.
 const RING_BATCH: usize = 64;
 /// How long the loop sleeps with nothing to do before it looks at the
@@ -69,7 +73,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 pub(crate) fn accept_loop(
     listener: UnixListener,
     path: PathBuf,
-    attached: Arc<Mutex<HashMap<SocketAddr, ()>>>,
+    attached: Arc<Mutex<HashMap<SocketAddr, usize>>>,
     to_plane: SyncSender<EmulatorChannel>,
     stop: &AtomicBool,
 ) {
@@ -97,17 +101,20 @@ pub(crate) fn accept_loop(
             }
         };
         let _ = conn.set_nonblocking(false);
-        let taken = |e: SocketAddr| {
-            let map = attached.lock().unwrap_or_else(|p| p.into_inner());
-            map.contains_key(&e) || map.len() >= MAX_CHANNELS
+        let admit = |e: SocketAddr, bytes: usize| {
+            admit(
+                &attached.lock().unwrap_or_else(|p| p.into_inner()),
+                e,
+                bytes,
+            )
         };
-        match EmulatorChannel::accept(conn, taken) {
+        match EmulatorChannel::accept(conn, admit) {
             Ok(channel) => {
                 let endpoint = channel.endpoint();
                 attached
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(endpoint, ());
+                    .insert(endpoint, channel.bytes());
                 match to_plane.try_send(channel) {
                     Ok(()) => tracing::info!(%endpoint, "shared-memory channel attached"),
                     Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
@@ -125,6 +132,35 @@ pub(crate) fn accept_loop(
     let _ = std::fs::remove_file(&path);
 }
 
+/// Whether `endpoint` may attach a channel of `bytes` beside those
+/// `attached` (endpoint -> bytes): once, and within [`MAX_CHANNELS`] and
+/// [`MAX_TOTAL`].
+fn admit(
+    attached: &HashMap<SocketAddr, usize>,
+    endpoint: SocketAddr,
+    bytes: usize,
+) -> Result<(), String> {
+    if attached.contains_key(&endpoint) {
+        return Err(format!("{endpoint} already has a shared-memory channel"));
+    }
+    if attached.len() >= MAX_CHANNELS {
+        return Err(format!(
+            "the emulator has {MAX_CHANNELS} shared-memory channels, its most"
+        ));
+    }
+    let total: usize = attached.values().sum();
+    if total + bytes > MAX_TOTAL {
+        return Err(format!(
+            "a channel of {} MiB would take the emulator's shared memory past {} MiB \
+             ({} MiB in use): ask for fewer or smaller slots",
+            bytes >> 20,
+            MAX_TOTAL >> 20,
+            total >> 20
+        ));
+    }
+    Ok(())
+}
+
 /// A new attach queue between the accept thread and the data plane.
 pub(crate) fn queue() -> (SyncSender<EmulatorChannel>, Receiver<EmulatorChannel>) {
     sync_channel(64)
@@ -137,7 +173,7 @@ pub(crate) struct ShmPlane {
     pipeline: Pipeline,
     egress: ShmEgress,
     new: Receiver<EmulatorChannel>,
-    attached: Arc<Mutex<HashMap<SocketAddr, ()>>>,
+    attached: Arc<Mutex<HashMap<SocketAddr, usize>>>,
     buf: Vec<u8>,
 }
 
@@ -199,7 +235,7 @@ impl ShmPlane {
         socket: BatchSocket,
         state: Arc<Mutex<State>>,
         new: Receiver<EmulatorChannel>,
-        attached: Arc<Mutex<HashMap<SocketAddr, ()>>>,
+        attached: Arc<Mutex<HashMap<SocketAddr, usize>>>,
     ) -> ShmPlane {
         ShmPlane {
             socket,
@@ -357,5 +393,29 @@ impl ShmPlane {
         }
         drop(attached);
         self.egress.reindex();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An endpoint attaches once; the channels' count and their memory
+    /// together are bounded, and a refusal says which bound.
+    #[test]
+    fn attaching_is_bounded_in_count_and_memory() {
+        let at = |i: u32| SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 5000));
+        let mut attached = HashMap::new();
+        assert_eq!(admit(&attached, at(1), 1 << 20), Ok(()));
+        attached.insert(at(1), 1 << 20);
+        let twice = admit(&attached, at(1), 1 << 20).unwrap_err();
+        assert!(twice.contains("already has"), "{twice}");
+        let big = admit(&attached, at(2), MAX_TOTAL).unwrap_err();
+        assert!(big.contains("past 1024 MiB (1 MiB in use)"), "{big}");
+        for i in 2..=MAX_CHANNELS as u32 {
+            attached.insert(at(i), 4096);
+        }
+        let many = admit(&attached, at(5000), 4096).unwrap_err();
+        assert!(many.contains("1024 shared-memory channels"), "{many}");
     }
 }

@@ -544,11 +544,12 @@ pub struct EmulatorChannel {
 
 impl EmulatorChannel {
     /// Serves an attach request on `conn` (a fresh connection to the
-    /// emulator's socket); `taken` says whether an endpoint already has a
-    /// channel. Refusals are answered on `conn` and returned as errors.
+    /// emulator's socket); `admit` is asked about the endpoint and the
+    /// bytes its region would take, and says why not if it may not have
+    /// them. Refusals are answered on `conn` and returned as errors.
     pub fn accept(
         conn: UnixStream,
-        taken: impl Fn(SocketAddr) -> bool,
+        admit: impl Fn(SocketAddr, usize) -> Result<(), String>,
     ) -> io::Result<EmulatorChannel> {
         conn.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut line = String::new();
@@ -559,12 +560,7 @@ impl EmulatorChannel {
         };
         let request = parse_hello(line.trim_end()).map_err(|e| answer(&conn, &e))?;
         let (endpoint, shape) = request;
-        if taken(endpoint) {
-            return Err(answer(
-                &conn,
-                &format!("{endpoint} already has a shared-memory channel"),
-            ));
-        }
+        admit(endpoint, shape.region_len()).map_err(|e| answer(&conn, &e))?;
         let region = Region::create(shape).map_err(|e| answer(&conn, &e.to_string()))?;
         send_line_with_fd(&conn, "ok\n", region._fd.as_raw_fd())?;
         conn.set_read_timeout(None)?;
@@ -585,6 +581,11 @@ impl EmulatorChannel {
     /// The worker endpoint this channel speaks for.
     pub fn endpoint(&self) -> SocketAddr {
         self.endpoint
+    }
+
+    /// The bytes its region takes.
+    pub fn bytes(&self) -> usize {
+        self.side.region.len
     }
 
     /// The attach socket, to `poll` on.
@@ -807,7 +808,7 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
-            EmulatorChannel::accept(conn, |_| false).unwrap()
+            EmulatorChannel::accept(conn, |_, _| Ok(())).unwrap()
         });
         let endpoint: SocketAddr = "10.0.0.2:5000".parse().unwrap();
         let worker = WorkerChannel::attach(&path, endpoint, 100, slots).unwrap();
@@ -950,7 +951,10 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
-            EmulatorChannel::accept(conn, |_| true).unwrap_err()
+            EmulatorChannel::accept(conn, |e, _| {
+                Err(format!("{e} already has a shared-memory channel"))
+            })
+            .unwrap_err()
         });
         let err = WorkerChannel::attach(&path, "10.0.0.3:1".parse().unwrap(), 100, 8)
             .unwrap_err()

@@ -177,14 +177,15 @@ start_controller() {
 cctl() {
     "$inagg" ctl --controller "$ctl_addr" --token "$token" "$@"
 }
-# Ranks 0..$3-1 of job $1 in namespaces from $2 on, dtype $4.
+# Ranks 0..$3-1 of job $1 in namespaces from $2 on, dtype $4, $5
+# elements (default $len).
 controller_allreduce() {
-    local job=$1 first=$2 n=$3 dtype=$4 agents=() r
+    local job=$1 first=$2 n=$3 dtype=$4 elements=${5:-$len} agents=() r
     for ((r = 0; r < n; r++)); do
         local w=$((first + r))
         ip netns exec "ibh${id}w$w" "$inagg" agent --controller "$ctl_addr" --token "$token" \
             --job "$job" --rank "$r" --bind "10.0.0.$((w + 1)):5000" --dtype "$dtype" \
-            --len "$len" --verify --json --timeout 30 >"$tmp/agent-$w.json" 2>"$tmp/agent-$w.err" &
+            --len "$elements" --verify --json --timeout 30 >"$tmp/agent-$w.json" 2>"$tmp/agent-$w.err" &
         agents+=($!)
     done
     for ((r = 0; r < n; r++)); do
@@ -210,12 +211,25 @@ pass "alpha deleted and re-created starts on clean slots"
 # The switch restarts in the middle of an all-reduce, its tables and
 # program gone: the controller pushes the pipeline and installs alpha
 # again, and the agents resume (a member that holds a round's result
-# announces it to the switch) with exact sums.
+# announces it to the switch) with exact sums. The restart comes once the
+# switch has sent alpha (its job of 64 slots) some results, whatever the
+# machine's speed: an all-reduce of 8 x LEN elements has many more to go.
 : >"$tmp/agent-0.json"
-controller_allreduce alpha 0 2 i32 &
+controller_allreduce alpha 0 2 i32 $((8 * len)) &
 a=$!
-sleep 1.5
-[ ! -s "$tmp/agent-0.json" ] || fail "alpha finished before the switch restart (raise LEN)"
+under_way() {
+    local i
+    for ((i = 0; i < 600; i++)); do
+        ctl --json job list 2>/dev/null | python3 -c '
+import json, sys
+jobs = [j for j in json.load(sys.stdin) if j["spec"]["pool_size"] == 64]
+sys.exit(0 if jobs and jobs[0]["counters"]["results"] >= 64 else 1)' && return 0
+        sleep 0.05
+    done
+    return 1
+}
+under_way || fail "alpha sent the switch no results (600 looks, 50 ms apart)"
+[ ! -s "$tmp/agent-0.json" ] || fail "alpha finished before the switch restart"
 kill "$root_pid"
 wait "$root_pid" 2>/dev/null || true
 start_switch - "$grpc_port" $((port_base + 1)) "$root_ports" root
