@@ -31,9 +31,10 @@ use crate::DropReason;
 /// Most channels attached at once.
 pub const MAX_CHANNELS: usize = 1024;
 /// Most shared memory all channels may take together (each asks for its
-/// rings' size, up to `inagg_netio::shm::MAX_REGION`): pages are only
-/// allocated as they are written, but a worker may write all of its own.
-pub const MAX_TOTAL: usize = 1 << 30;
+/// rings' size, up to `inagg_netio::shm::MAX_REGION`; an agent asks for
+/// 32 MiB at most): pages are only allocated as they are written, but a
+/// worker may write all of its own.
+pub const MAX_TOTAL: usize = 4 << 30;
 /// Datagrams read from one ring before the next is served.
 const RING_BATCH: usize = 64;
 /// How long the loop sleeps with nothing to do before it looks at the
@@ -411,7 +412,7 @@ mod tests {
         let twice = admit(&attached, at(1), 1 << 20).unwrap_err();
         assert!(twice.contains("already has"), "{twice}");
         let big = admit(&attached, at(2), MAX_TOTAL).unwrap_err();
-        assert!(big.contains("past 1024 MiB (1 MiB in use)"), "{big}");
+        assert!(big.contains("past 4096 MiB (1 MiB in use)"), "{big}");
         for i in 2..=MAX_CHANNELS as u32 {
             attached.insert(at(i), 4096);
         }

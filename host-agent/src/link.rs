@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use inagg_netio::shm::{WorkerChannel, MAX_SLOTS, MIN_SLOTS};
+use inagg_netio::shm::{Shape, WorkerChannel};
 use inagg_netio::udp::{BatchSocket, RecvBatch};
 use inagg_wire::HEADER_LEN;
 
@@ -188,6 +188,11 @@ impl Link for SocketLink {
     }
 }
 
+/// A worker's shared-memory channel at most: 16 MiB per ring, 128 slots
+/// of the largest datagrams (64 KB), more than the windows those run at;
+/// the emulator admits 4 GiB of channels in all.
+pub(crate) const SHM_CHANNEL_BYTES: usize = 32 << 20;
+
 /// The shared-memory path to an emulator on this host (`inagg emu --shm`).
 #[derive(Debug)]
 pub(crate) struct ShmLink {
@@ -198,16 +203,16 @@ pub(crate) struct ShmLink {
 
 impl ShmLink {
     /// Attaches to the emulator's socket at `path` as `endpoint`, with
-    /// rings of room for a `pool` of slots in flight and a receive batch.
+    /// rings of room for a `pool` of slots in flight and a receive batch,
+    /// within [`SHM_CHANNEL_BYTES`].
     pub fn attach(
         path: &std::path::Path,
         endpoint: SocketAddr,
         datagram: usize,
         pool: u32,
     ) -> Result<ShmLink> {
-        let slots = (pool as usize + RECV_BATCH)
-            .next_power_of_two()
-            .clamp(MIN_SLOTS as usize, MAX_SLOTS as usize) as u32;
+        let wanted = pool as usize + RECV_BATCH;
+        let slots = Shape::slots_within(datagram, wanted, SHM_CHANNEL_BYTES);
         let channel = WorkerChannel::attach(path, endpoint, datagram, slots)
             .map_err(|e| Error::io("attach to the emulator's shared memory", e))?;
         Ok(ShmLink {

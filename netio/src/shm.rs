@@ -85,6 +85,22 @@ impl Shape {
         Ok(shape)
     }
 
+    /// The most slots, up to `wanted` (rounded up to a power of two) and
+    /// at least [`MIN_SLOTS`], whose rings for datagrams of up to
+    /// `datagram` bytes take at most `bytes` together (a full ring refuses
+    /// a datagram, a loss the protocol recovers, so a channel need not hold
+    /// a whole pool of the largest datagrams).
+    pub fn slots_within(datagram: usize, wanted: usize, bytes: usize) -> u32 {
+        let slot = (datagram + LEN).next_multiple_of(64);
+        let mut slots = wanted
+            .next_power_of_two()
+            .clamp(MIN_SLOTS as usize, MAX_SLOTS as usize);
+        while slots > MIN_SLOTS as usize && HEADER + 2 * slots * slot > bytes {
+            slots /= 2;
+        }
+        slots as u32
+    }
+
     fn check(&self) -> io::Result<()> {
         let bad = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
         if self.slot_size <= LEN || self.slot_size > MAX_SLOT.next_multiple_of(64) {
@@ -865,6 +881,18 @@ mod tests {
         assert!(e.copy_out(0, &mut buf));
         assert_eq!(buf, b"again");
         assert!(!e.push(&[0; 200], b""), "longer than a slot");
+    }
+
+    /// A channel's slots: enough for what is wanted, within its memory.
+    #[test]
+    fn slots_fit_the_memory_given() {
+        assert_eq!(Shape::slots_within(280, 512 + 64, 32 << 20), 1024);
+        assert_eq!(Shape::slots_within(280, 5, 32 << 20), MIN_SLOTS);
+        assert_eq!(Shape::slots_within(65_504, 8192 + 64, 32 << 20), 128);
+        assert_eq!(Shape::slots_within(65_504, 8 + 64, 32 << 20), 128);
+        assert_eq!(Shape::slots_within(65_504, 72, 1 << 20), MIN_SLOTS);
+        let shape = Shape::new(65_504, Shape::slots_within(65_504, 100_000, MAX_REGION)).unwrap();
+        assert!(shape.region_len() <= MAX_REGION);
     }
 
     /// A sleeping worker wakes when the emulator publishes; a sleeping
