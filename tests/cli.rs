@@ -922,6 +922,40 @@ fn bad_arguments_get_clear_errors_not_panics() {
         "127.0.0.1:0",
     ]);
     fails_saying(&out, "reorder = 2 is not a probability");
+    // Shared memory goes with the socket backend, unpaced.
+    let shm = std::env::temp_dir().join(format!("inagg-cli-badshm-{}.sock", std::process::id()));
+    let shm = shm.to_str().unwrap();
+    let emu = [
+        "emu",
+        "--data",
+        "127.0.0.1:0",
+        "--control",
+        "127.0.0.1:0",
+        "--shm",
+        shm,
+    ];
+    let out = run(&[&emu[..], &["--line-rate", "1"]].concat());
+    fails_saying(&out, "do not go together");
+    let out = run(&[&emu[..], &["--backend", "dpdk"]].concat());
+    fails_saying(&out, "--shm serves beside the socket backend");
+    let out = run(&[
+        "agent",
+        "--bind",
+        "127.0.0.1:1",
+        "--job",
+        "1",
+        "--worker",
+        "0",
+        "--workers",
+        "2",
+        "--pool-size",
+        "8",
+        "--backend",
+        "dpdk",
+        "--shm",
+        shm,
+    ]);
+    fails_saying(&out, "--shm goes with the socket backend");
     let out = run(&["ctl", "--addr", "127.0.0.1:1", "job", "list"]);
     fails_saying(&out, "is it running?");
     // The OS error is in the message once, not again as its cause.
