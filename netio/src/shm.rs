@@ -28,7 +28,7 @@
 //! session key judge every result either way.
 
 use std::ffi::CString;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -517,7 +517,7 @@ impl WorkerChannel {
     /// An error if the emulator closed the channel.
     fn detect_closed(&mut self) -> io::Result<()> {
         let mut byte = [0u8; 16];
-        match (&self.conn).read_some(&mut byte) {
+        match (&self.conn).read(&mut byte) {
             Ok(0) => Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the emulator closed the shared-memory channel (it stopped)",
@@ -536,17 +536,6 @@ impl WorkerChannel {
 
     fn release(&mut self) {
         self.side.release();
-    }
-}
-
-/// Reads what is there without blocking past the socket's mode.
-trait ReadSome {
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize>;
-}
-
-impl ReadSome for &UnixStream {
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        io::Read::read(self, buf)
     }
 }
 
@@ -569,7 +558,7 @@ impl EmulatorChannel {
     ) -> io::Result<EmulatorChannel> {
         conn.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut line = String::new();
-        BufReader::new((&conn).take_limit(256)).read_line(&mut line)?;
+        BufReader::new((&conn).take(256)).read_line(&mut line)?;
         let answer = |conn: &UnixStream, msg: &str| -> io::Error {
             let _ = writeln!(&*conn, "{msg}");
             io::Error::new(io::ErrorKind::InvalidInput, msg.to_owned())
@@ -662,7 +651,7 @@ impl EmulatorChannel {
     pub fn drain_doorbell(&mut self) -> bool {
         let mut buf = [0u8; 64];
         loop {
-            match (&self.conn).read_some(&mut buf) {
+            match (&self.conn).read(&mut buf) {
                 Ok(0) => return false,
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
@@ -670,17 +659,6 @@ impl EmulatorChannel {
                 Err(_) => return false,
             }
         }
-    }
-}
-
-/// A limit on how much of a stream a reader may take.
-trait TakeLimit: Sized {
-    fn take_limit(self, n: u64) -> io::Take<Self>;
-}
-
-impl<R: io::Read> TakeLimit for R {
-    fn take_limit(self, n: u64) -> io::Take<Self> {
-        io::Read::take(self, n)
     }
 }
 
