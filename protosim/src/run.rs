@@ -84,6 +84,9 @@ pub enum Size {
         /// The workers' give-up time in ms, when not the simulator's
         /// 10 s: shorter than recovery needs, every call fails.
         give_up_ms: Option<u64>,
+        /// Every slot of the pool in flight whatever happens
+        /// (`inagg demo --fixed-window`), not the adaptive window.
+        fixed_window: bool,
     },
 }
 
@@ -123,6 +126,8 @@ pub struct Scenario {
     pub forged_members: Vec<usize>,
     /// How long a worker waits without progress before it gives up.
     pub give_up: Nanos,
+    /// The workers' window.
+    pub window: Window,
 }
 
 impl std::fmt::Display for Scenario {
@@ -145,6 +150,9 @@ impl std::fmt::Display for Scenario {
                 self.link.loss_up * 100.0,
                 self.link.loss_down * 100.0
             )?;
+        }
+        if matches!(self.window, Window::Fixed { .. }) {
+            write!(f, " (fixed window)")?;
         }
         if !self.forged_members.is_empty() {
             write!(f, " (forging members {:?})", self.forged_members)?;
@@ -251,6 +259,12 @@ impl Scenario {
                     ..
                 } => ms.saturating_mul(MS),
                 _ => GIVE_UP,
+            },
+            window: match options.size {
+                Size::Job {
+                    fixed_window: true, ..
+                } => Window::POOL,
+                _ => Window::Adaptive { initial: 16 },
             },
         }
     }
@@ -521,7 +535,7 @@ impl World {
                 );
                 c.bind = self.net.hosts[usize::from(w)];
                 c.give_up_after = std::time::Duration::from_nanos(self.sc.give_up);
-                c.window = Window::Adaptive { initial: 16 };
+                c.window = self.sc.window;
                 let key = seed
                     .wrapping_mul(0x9e37_79b9_7f4a_7c15)
                     .wrapping_add(session << 20 | u64::from(w));

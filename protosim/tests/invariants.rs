@@ -200,6 +200,7 @@ fn two_workers(
             switch_ns: None,
             float: false,
             give_up_ms,
+            fixed_window: false,
         },
     })
 }

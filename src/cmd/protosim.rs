@@ -54,6 +54,10 @@ pub struct ProtocolArgs {
     /// calls fail, and the simulator reports them as broken liveness.
     #[arg(long, requires = "loss", value_parser = clap::value_parser!(u64).range(1..))]
     pub give_up_ms: Option<u64>,
+    /// With --loss: every slot of the pool in flight whatever happens
+    /// (as `inagg demo --fixed-window`), not the adaptive window.
+    #[arg(long, requires = "loss")]
+    pub fixed_window: bool,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -82,6 +86,7 @@ pub fn run(args: &ProtocolArgs, out: &mut dyn Write) -> Result<()> {
             switch_ns: None,
             float: !args.int,
             give_up_ms: args.give_up_ms,
+            fixed_window: args.fixed_window,
         },
         (Some(elements), None) => Size::Large { elements },
         (None, _) => Size::Small,
@@ -207,6 +212,9 @@ fn job_args(args: &ProtocolArgs) -> String {
     }
     if let Some(ms) = args.give_up_ms {
         line += &format!(" --give-up-ms {ms}");
+    }
+    if args.fixed_window {
+        line += " --fixed-window";
     }
     line
 }

@@ -68,8 +68,11 @@ pub(super) enum Verdict<'d> {
     /// A nudge about the round after the slot's, which lacks this worker:
     /// the other members have this round's result and went on, and this
     /// worker's copy of it was lost. It asks at once (the stored result
-    /// comes back) rather than at its turn ([`behind`]).
-    Behind { slot: usize },
+    /// comes back) rather than at its turn ([`behind`]). `ahead`: the
+    /// round's packet id, when it is in set 0 and the slot's in set 1
+    /// (should the switch answer that it holds the slot's round and waits,
+    /// the slot joins it: [`super::slot::Slot::ahead`]).
+    Behind { slot: usize, ahead: Option<u32> },
     /// The result of a catch-up round, to a member behind: the round
     /// `round` it lost (the round it sealed last), checked as it sealed it.
     Handed {
@@ -135,7 +138,8 @@ impl Lane<'_> {
             };
         }
         if repr.kind == Kind::Status && s < window && behind(&repr, data, &slots[s], self) {
-            return Verdict::Behind { slot: s };
+            let ahead = (repr.set == 0 && slots[s].set == 1).then_some(repr.packet_id);
+            return Verdict::Behind { slot: s, ahead };
         }
         let waiting = s < window
             && slots[s].in_flight

@@ -54,7 +54,7 @@ use self::announce::{probes_previous, LastRound};
 use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
-use self::recovery::{answered, asks_nudges, on_its_way, refused, shut_out, Asked, Pending};
+use self::recovery::{answered, asks_nudges, gone, on_its_way, refused, shut_out, Asked, Pending};
 use self::session::{SlotSession, Standing, Token, HANDSHAKE_WEIGHT};
 use self::slot::{Slot, QUICK_MOVES};
 use self::time::{nanos, Nanos};
@@ -400,9 +400,15 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 self.lane.on_nudge_status(entry, slot, &status, now, few, q);
                 return Ok(());
             }
-            Verdict::Behind { slot } => {
+            Verdict::Behind { slot, ahead } => {
                 let entry = &mut self.slots[slot];
-                if entry.asked == Asked::Not {
+                // Held, it asks again too: only an answer that left the
+                // switch after this nudge tells whether the round is gone.
+                let held = entry.asked == Asked::Held;
+                if let Some(id) = ahead {
+                    entry.ahead = Some((id, now));
+                }
+                if entry.asked == Asked::Not || (held && ahead.is_some()) {
                     self.lane
                         .ask(entry, slot, now, &mut self.queries, &mut self.stats);
                 }
@@ -428,6 +434,12 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                     session.refused = Some((entry.packet_id, entry.round as u32));
                     entry.resends = 0;
                     return self.handshake_again(slot, now);
+                }
+                if gone(entry, &status, worker) {
+                    self.stats.statuses += 1;
+                    self.stats.split_joins += 1;
+                    let (id, _) = entry.ahead.take().unwrap_or_default();
+                    return self.join_split(slot, id, now);
                 }
                 let tx = &mut self.tx;
                 self.lane
@@ -824,6 +836,7 @@ impl Lane<'_> {
         slot.queries = 0;
         slot.held = 0;
         slot.foreign = 0;
+        slot.ahead = None;
         tx.push(s);
         stats.packets_sent += 1;
         stats.bytes_sent += slot.packet.wire_len() as u64;

@@ -293,6 +293,24 @@ pub(crate) fn shut_out(status: &Status, count: u16, worker: u16) -> bool {
     count >= status.members && !status.holds(worker)
 }
 
+/// Whether `status`, the answer to this worker's query about `slot`'s
+/// round, shows that round gone for good: the query left after a nudge
+/// said the other members are in set 0's next round without this worker
+/// ([`Slot::ahead`]), yet the switch holds this worker's contribution and
+/// waits for them. They went on from a result of this round that the set
+/// no longer holds (written since by a member moving through it, after a
+/// spoiled round say, and this worker's copy was lost), so they never
+/// come back, and they wait in set 0 for this worker: it joins them there,
+/// as a split slot does (docs/PROTOCOL.md, "Sessions", split slots).
+/// Without this, a worker that lost a spoiled round's result at 20% loss
+/// held its data round in set 1 alone while the others waited for it in a
+/// handshake in set 0, until every worker gave up (1 of 2 seeds of an
+/// 8-worker job with every slot of a 512-slot pool in flight).
+pub(crate) fn gone<B>(slot: &Slot<B>, status: &Status, worker: u16) -> bool {
+    slot.ahead.is_some_and(|(_, at)| slot.asked_at >= at)
+        && matches!(judge(status, worker), Said::Held { missing } if missing != 0)
+}
+
 /// The reordering window: a quarter of the quickest round trip (RFC 8985's
 /// default), at least `floor`.
 pub(crate) fn reorder_window(base_rtt: Option<Nanos>, floor: Nanos) -> Nanos {
@@ -1176,6 +1194,31 @@ mod tests {
             ..s(0b1111)
         };
         assert_eq!(judge(&answered, 0), Said::Resend);
+    }
+
+    /// A round is gone only when a query sent after the nudge about set
+    /// 0's next round finds it held, waiting for members: an answer to an
+    /// earlier query may predate the round's completion, and a set
+    /// without this worker's contribution, or one that waits for nobody,
+    /// is another matter.
+    #[test]
+    fn a_round_is_gone_when_a_query_after_the_nudge_finds_it_held() {
+        let s = |bitmap| Status {
+            bitmap,
+            members: 4,
+            answered: false,
+        };
+        let mut held = slot(0, 0, 0);
+        held.ahead = Some((0x0002_0005, 10 * MS));
+        held.asked_at = 10 * MS;
+        assert!(gone(&held, &s(0b0001), 0), "held alone, asked since");
+        assert!(!gone(&held, &s(0b1110), 0), "its contribution lacking");
+        assert!(!gone(&held, &s(0b1111), 0), "complete: waits for no member");
+        held.asked_at = 9 * MS;
+        assert!(!gone(&held, &s(0b0001), 0), "asked before the nudge");
+        let mut no_nudge = slot(0, 0, 0);
+        no_nudge.asked_at = 10 * MS;
+        assert!(!gone(&no_nudge, &s(0b0001), 0), "no nudge");
     }
 
     /// A handshake is shut out only of a complete round it is not in: a

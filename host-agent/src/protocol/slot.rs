@@ -80,6 +80,16 @@ pub(crate) struct Slot<B> {
     /// new send starts afresh): a member whose turn it is not waits from
     /// then ([`crate::protocol::recovery`], turns).
     pub(crate) suspected: Option<(Nanos, Nanos)>,
+    /// A nudge said the other members are in set 0's next round without
+    /// this worker (that round's packet id, and when the nudge came),
+    /// while the slot's round is in set 1. Should the switch then answer a
+    /// query sent since with a status that holds the slot's round and
+    /// waits for members, the round the others went on from is gone (its
+    /// set was written after it completed, and this worker's copy of the
+    /// result was lost): no result will come, and the slot joins set 0's
+    /// round as a handshake, as a split slot does (docs/PROTOCOL.md,
+    /// "Sessions", split slots).
+    pub(crate) ahead: Option<(u32, Nanos)>,
     /// The keys and packet ids the slot's round has been sealed with: a
     /// catch-up round's result is taken as this round's only if it passes
     /// one of their checks ([`super::session::Standing`]).
@@ -187,6 +197,7 @@ impl<B> Slot<B> {
             announcement: None,
             answered_asking: None,
             suspected: None,
+            ahead: None,
             foreign: 0,
             asked_at: 0,
             left_at: 0,
