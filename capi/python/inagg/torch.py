@@ -90,6 +90,26 @@ def _worker_options(rank, world_size, options):
     return options
 
 
+# Ports probed free by _free_port before a registration is refused as
+# another rank's: see _new_worker.
+_PORT_TRIES = 5
+
+
+def _new_worker(rank, world_size, options):
+    """inagg.Worker for this rank. A port probed free (``_free_port``) can
+    be probed by another rank on the same host before either binds it; with
+    a controller, the second registration of it is then refused ("is
+    already rank N's") before anything is bound, and this rank tries
+    another port. A ``bind`` given by the caller is never replaced."""
+    for attempt in range(_PORT_TRIES):
+        try:
+            return inagg.Worker(**_worker_options(rank, world_size, options))
+        except inagg.ConfigError as e:
+            probed = options.get("bind") is None
+            if not probed or "is already rank" not in str(e) or attempt + 1 == _PORT_TRIES:
+                raise
+
+
 def _as_inagg(tensor):
     """(the CPU buffer inagg sums in place, its dtype for inagg, the tensor
     to copy back into or None when the buffer is the tensor's own memory)."""
@@ -139,7 +159,7 @@ class HookState:
             world_size = w if world_size is None else world_size
         self.rank = rank
         self.world_size = world_size
-        self.worker = inagg.Worker(**_worker_options(rank, world_size, options))
+        self.worker = _new_worker(rank, world_size, options)
         self.stats = []  # one inagg.Stats per bucket summed
         self.failed = None
         self._queue = queue.Queue()
