@@ -101,12 +101,12 @@ def _new_worker(rank, world_size, options):
     a controller, the second registration of it is then refused ("is
     already rank N's") before anything is bound, and this rank tries
     another port. A ``bind`` given by the caller is never replaced."""
-    for attempt in range(_PORT_TRIES):
+    tries = _PORT_TRIES if options.get("bind") is None else 1
+    for attempt in range(tries):
         try:
             return inagg.Worker(**_worker_options(rank, world_size, options))
         except inagg.ConfigError as e:
-            probed = options.get("bind") is None
-            if not probed or "is already rank" not in str(e) or attempt + 1 == _PORT_TRIES:
+            if "is already rank" not in str(e) or attempt + 1 == tries:
                 raise
 
 
