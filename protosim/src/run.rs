@@ -632,6 +632,7 @@ impl World {
         let mut tensors = self.tensors(call);
         let inputs = tensors.clone();
         let start = self.net.now;
+        self.net.trace.note(start, &format!("call {call} begins"));
         let mut runs: Vec<Option<AllReduce<'_>>> = Vec::new();
         let mut endings: Vec<Option<Ending>> = Vec::new();
         for (agent, t) in agents.iter_mut().zip(tensors.iter_mut()) {
@@ -896,12 +897,14 @@ impl World {
         if let Some(e) = error {
             let stats = runs[i].take().expect("running").finish();
             self.count(&stats, self.faulty);
+            self.net.trace.note(now, &format!("worker {i} fails: {e}"));
             if endings[i].is_none() {
                 endings[i] = Some(Ending::Failed(e));
             }
             return;
         }
         if done && endings[i].is_none() {
+            self.net.trace.note(now, &format!("worker {i} done"));
             endings[i] = Some(Ending::Done);
         }
         let h = &mut self.hosts[i];

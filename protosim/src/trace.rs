@@ -89,6 +89,16 @@ impl Trace {
         }
     }
 
+    /// A line in words about the run itself (a call beginning, a worker
+    /// ending it), for the reader: the hash takes its time and words.
+    pub fn note(&mut self, now: u64, words: &str) {
+        self.mix(&now.to_le_bytes());
+        self.mix(words.as_bytes());
+        if let Some(lines) = &mut self.lines {
+            lines.push(format!("{:>12.6} ms  {words}", now as f64 / 1e6));
+        }
+    }
+
     /// The hash so far.
     pub fn hash(&self) -> u64 {
         self.hash

@@ -172,6 +172,19 @@ fn replays_leave_no_slot_split_or_crawling() {
     }
 }
 
+/// A worker handed zeros for its float all-reduce (seed 905 of `all`: 5
+/// workers, a restart, replays, a paused member). It stood behind in a
+/// catch-up round whose giver gave zeros (it had no data round's result
+/// of that length, or its last was an exponent round's, which carries no
+/// values), and zeros passed the check of every round: the linear part of
+/// zeros is zero and the masks cancel. Member 0 now adds an odd offset to
+/// its check (docs/PROTOCOL.md, "The check lane"), and the worker fails
+/// instead.
+#[test]
+fn a_payload_of_zeros_is_never_handed_over() {
+    assert!(!seed_breaks(905, "all", "safety"));
+}
+
 /// Seed `seed` of the 2-worker job at 2% loss with duplication and
 /// reordering where members end a round apart.
 fn round_apart_job(seed: u64) -> inagg_protosim::Outcome {

@@ -23,6 +23,12 @@
 //! member's contribution summed twice (a copy sent from another member's
 //! endpoint), which the linear part alone would let through.
 //!
+//! Member 0 adds one more term, the round's *offset* (odd, so never zero):
+//! an honest round's check is `Σ_j a_j · S_j` plus the offset. Without it
+//! a payload of zeros, lane included, would verify in every round under
+//! every key, and zeros are what an emptied set, a round without values
+//! or a catch-up round with nothing in it sums to.
+//!
 //! The key is the session's: the whole payload of the slot's handshake
 //! result, which holds a fresh random token of every member and which only
 //! the members receive (docs/PROTOCOL.md, "Sessions").
@@ -106,11 +112,28 @@ impl CheckKey {
                 .wrapping_add(1)) as u32
     }
 
+    /// The round's offset: an odd number (never zero) that member 0 adds
+    /// to its check, so that an honest sum's check is its linear part
+    /// plus the offset. Without it a payload of zeros (the values and the
+    /// lane) would pass every round of every key: the linear part of
+    /// zeros is zero and the masks cancel. Zeros are what a set emptied
+    /// by a restart, a round without values (a float all-reduce's
+    /// exponent round) or a catch-up round whose giver had nothing to
+    /// give hold, and the check must tell them from a round's sum.
+    fn offset(round: u64) -> u32 {
+        Self::mask(round, u32::MAX) | 1
+    }
+
     /// What member `rank` of `workers` adds to its check in round `round`:
-    /// the masks of all members sum to zero.
+    /// the masks of all members sum to zero, and member 0 adds the offset.
     fn share(round: u64, rank: u16, workers: u16) -> u32 {
         let next = (u32::from(rank) + 1) % u32::from(workers.max(1));
-        Self::mask(round, u32::from(rank)).wrapping_sub(Self::mask(round, next))
+        let masks = Self::mask(round, u32::from(rank)).wrapping_sub(Self::mask(round, next));
+        if rank == 0 {
+            masks.wrapping_add(Self::offset(round))
+        } else {
+            masks
+        }
     }
 
     /// The keyed linear part of the check of `values` (big-endian int32
@@ -148,7 +171,8 @@ impl CheckKey {
             return false;
         };
         let lane = u32::from_be_bytes(payload[at..].try_into().expect("4 bytes"));
-        lane == self.check(round, &payload[..at])
+        let offset = Self::offset(self.round(round));
+        lane == self.check(round, &payload[..at]).wrapping_add(offset)
     }
 }
 
@@ -285,6 +309,25 @@ mod tests {
         }
     }
 
+    /// Zeros, lane included, are no round's sum (an emptied set, a round
+    /// without values, a catch-up round whose giver had nothing), while an
+    /// honest round of zeros verifies.
+    #[test]
+    fn a_payload_of_zeros_is_no_rounds_sum() {
+        for (id, workers) in [((0x0001_0000, 0), 1), ((0x8a6_0000, 1), 5), ((7, 3), 2)] {
+            let zeros = payload(&[0, 0, 0, 0]);
+            assert!(!key(1).verify(id, &zeros), "{id:?}");
+            let parts: Vec<Vec<u8>> = (0..workers)
+                .map(|rank| {
+                    let mut p = zeros.clone();
+                    key(1).seal(id, (rank, workers), &mut p);
+                    p
+                })
+                .collect();
+            assert!(key(1).verify(id, &sum(&parts)), "{id:?}");
+        }
+    }
+
     /// Byte fixture: the check is part of the wire contract (the lane a
     /// worker of another implementation must fill in the same way).
     #[test]
@@ -293,6 +336,10 @@ mod tests {
         let mut p = payload(&[1, 2, 3]);
         k.seal((0x0001_0000, 2), (1, 4), &mut p);
         assert_eq!(p[12..], FIXTURE.to_be_bytes());
+        let mut p = payload(&[1, 2, 3]);
+        k.seal((0x0001_0000, 2), (0, 4), &mut p);
+        assert_eq!(p[12..], FIXTURE_MEMBER_0.to_be_bytes(), "with the offset");
     }
     const FIXTURE: u32 = 0x70a3_b214;
+    const FIXTURE_MEMBER_0: u32 = 0x8287_93e0;
 }
