@@ -185,6 +185,17 @@ fn a_payload_of_zeros_is_never_handed_over() {
     assert!(!seed_breaks(905, "all", "safety"));
 }
 
+/// A worker joined an earlier session's replayed handshake round and took
+/// that session's stored sum (seed 996 of `all`: K = 4, 5 workers, so
+/// tokens of 14 bits, and replays bringing the round back with each of
+/// hundreds of attempts, one of whose tokens it held by chance). A slot
+/// remembers the last such result per set and never joins it later
+/// (docs/PROTOCOL.md, "Sessions", joining).
+#[test]
+fn a_replayed_handshake_round_is_never_joined_later() {
+    assert!(!seed_breaks(996, "all", "safety"));
+}
+
 /// Seed `seed` of the 2-worker job at 2% loss with duplication and
 /// reordering where members end a round apart.
 fn round_apart_job(seed: u64) -> inagg_protosim::Outcome {

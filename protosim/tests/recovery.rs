@@ -24,13 +24,20 @@ fn job_at(
     (workers, k, pool, elements, loss): (u16, u16, u32, usize, f64),
     switch_ns: Option<u64>,
 ) -> inagg_protosim::Outcome {
+    let faults = if loss > 0.0 { "loss" } else { "none" };
+    job_with(seed, faults, (workers, k, pool, elements, loss), switch_ns)
+}
+
+/// [`job_at`] under `faults` (loss among them at exactly `loss`).
+fn job_with(
+    seed: u64,
+    faults: &str,
+    (workers, k, pool, elements, loss): (u16, u16, u32, usize, f64),
+    switch_ns: Option<u64>,
+) -> inagg_protosim::Outcome {
     let o = run(&Options {
         seed,
-        faults: if loss > 0.0 {
-            Faults::parse("loss").unwrap()
-        } else {
-            Faults::NONE
-        },
+        faults: Faults::parse(faults).unwrap(),
         readable: false,
         size: Size::Job {
             workers,
@@ -214,6 +221,34 @@ fn eight_workers_complete_at_thirty_percent_loss() {
             o.completed >= 8 && o.failed == 0,
             "seed {seed}: {:?}",
             o.stats
+        );
+    }
+}
+
+/// The same job at 30% loss with a starved worker (its events handled
+/// late, in bursts), within 10 s of virtual time: seed 1 used to give up
+/// after 60 s, and 30% loss alone took 10.9 s a seed. Two causes, both
+/// found in traces: a member that lost its copy of a handshake's result
+/// took the others' nudges about their first data round for a split slot
+/// and spoiled that round with its handshake, again and again (it now
+/// asks first: docs/PROTOCOL.md, "Sessions", split slots); and the
+/// timeout, made of round trips that waited for other members'
+/// recoveries, grew to its 1 s cap, so that every round held up by a loss
+/// waited that long (it is now made of the rounds no later packet
+/// overtook: "Retransmission").
+#[test]
+fn eight_workers_complete_at_thirty_percent_loss_with_a_starved_one() {
+    for seed in 1..=3 {
+        let o = job_with(seed, "loss,starve", (8, 64, 512, 1 << 20, 0.3), None);
+        assert!(
+            o.completed >= 8 && o.failed == 0,
+            "seed {seed}: {:?}",
+            o.stats
+        );
+        assert!(
+            o.virtual_ns < 10_000_000_000,
+            "seed {seed}: {} ns",
+            o.virtual_ns
         );
     }
 }

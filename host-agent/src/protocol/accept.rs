@@ -5,6 +5,7 @@
 use inagg_wire::status::Status;
 use inagg_wire::{Kind, Packet, Repr, HEADER_LEN};
 
+use super::check::CheckKey;
 use super::recovery::Asked;
 use super::session::{Found, Standing};
 use super::slot::{Slot, FOREIGN_COPIES};
@@ -32,10 +33,14 @@ pub(super) enum Verdict<'d> {
     /// or its first data round spoiled by another worker's handshake.
     /// `own_weight`: the result held this worker's own token but weighed
     /// other than 2n (kept to explain a timeout: a wrong worker count).
+    /// `stranger`: the digest of a handshake round's result without this
+    /// worker's token, which the slot remembers for its set
+    /// ([`super::session::SlotSession::strangers`]).
     MoveOn {
         slot: usize,
         packet_id: u32,
         own_weight: Option<u16>,
+        stranger: Option<CheckKey>,
     },
     /// The switch's answer to this slot's query; `count`, the set's
     /// contributor count (distinct members).
@@ -57,10 +62,11 @@ pub(super) enum Verdict<'d> {
     /// result had not been lost.
     Spurious { slot: usize },
     /// A nudge from set 0 of this slot, whose round lacks this worker,
-    /// while its own handshake waits in set 1 for members that are not
-    /// coming: the slot's members are split between its sets. It goes to
-    /// the round of set 0, as a handshake with that round's packet id
-    /// ([`split`]).
+    /// while its own round is held in set 1: the slot's members may be
+    /// split between its sets ([`split`]). It asks about its round, and
+    /// goes to the round of set 0, as a handshake with that round's packet
+    /// id, should the answer say its round is still held
+    /// ([`super::recovery::gone`]).
     Join { slot: usize, packet_id: u32 },
     /// Another round's result in the set this slot's round went to
     /// (counted: [`super::slot::FOREIGN_COPIES`]).
@@ -199,7 +205,21 @@ impl Lane<'_> {
                     exponent: repr.exponent,
                 };
             }
-            return match self.token.find(payload, session.attempt) {
+            // A result seen before without this slot's token is no round of
+            // its current attempt, whatever its field says now: a token's
+            // field can be as narrow as 14 bits (K = 4, 5 workers), and a
+            // replayed earlier session's handshake round, brought back
+            // with every resend of the attempts that followed, held one
+            // attempt's token by chance (seed 996 of `inagg sim protocol
+            // --faults all`): the worker joined that session and took its
+            // stored data round, the earlier session's sum.
+            let digest = CheckKey::from_handshake(payload);
+            let seen = session.strangers[usize::from(repr.set & 1)] == Some(digest);
+            let found = match self.token.find(payload, session.attempt) {
+                Found::Current if seen => Found::Absent,
+                found => found,
+            };
+            return match found {
                 Found::Current if count == 2 * n => Verdict::Joined {
                     slot: s,
                     payload,
@@ -218,6 +238,7 @@ impl Lane<'_> {
                     slot: s,
                     packet_id: repr.packet_id,
                     own_weight: (found == Found::Current).then_some(repr.count),
+                    stranger: (found == Found::Absent).then_some(digest),
                 },
             };
         }
@@ -245,6 +266,7 @@ impl Lane<'_> {
                 slot: s,
                 packet_id: id,
                 own_weight: None,
+                stranger: None,
             };
         }
         // Handshakes in the slot's first data round (each weighs 2), under
@@ -259,6 +281,7 @@ impl Lane<'_> {
                 slot: s,
                 packet_id: id,
                 own_weight: None,
+                stranger: None,
             };
         }
         // Another round's result in this set: a late copy of an earlier
@@ -325,6 +348,7 @@ fn foreign<B>(slot: &Slot<B>, s: usize, id: u32, stats: &mut Stats) -> Verdict<'
             slot: s,
             packet_id: id,
             own_weight: None,
+            stranger: None,
         };
     }
     Verdict::Foreign { slot: s }

@@ -294,20 +294,19 @@ pub(crate) fn shut_out(status: &Status, count: u16, worker: u16) -> bool {
 }
 
 /// Whether `status`, the answer to this worker's query about `slot`'s
-/// round, shows that round gone for good: the query left after a nudge
-/// said the other members are in set 0's next round without this worker
-/// ([`Slot::ahead`]), yet the switch holds this worker's contribution and
-/// waits for them. They went on from a result of this round that the set
-/// no longer holds (written since by a member moving through it, after a
-/// spoiled round say, and this worker's copy was lost), so they never
-/// come back, and they wait in set 0 for this worker: it joins them there,
-/// as a split slot does (docs/PROTOCOL.md, "Sessions", split slots).
-/// Without this, in a simulator trace of an 8-worker job at 20% loss with
-/// every slot of a 512-slot pool in flight, a worker that lost a spoiled
-/// round's result held its data round in set 1 alone while the others
-/// waited for it in a handshake in set 0, until every worker gave up. (No
-/// seed of today's code draws that interleaving; the unit test below pins
-/// the rule.)
+/// round in set 1, says the slot is to join set 0: the query left after a
+/// nudge said a round of set 0 lacks this worker ([`Slot::ahead`]), yet
+/// the switch holds this worker's contribution and waits for members.
+/// Either the slot's members are split between its sets (docs/PROTOCOL.md,
+/// "Sessions", split slots), or the others went on to set 0's next round
+/// from a result of this round that the set no longer holds (written
+/// since by a member moving through it, after a spoiled round say, and
+/// this worker's copy lost): they never come back, and they wait in set 0
+/// for this worker. Without the second, a worker that lost a spoiled
+/// round's result at 20% loss held its data round in set 1 alone while
+/// the others waited for it in a handshake in set 0, until every worker
+/// gave up (1 of 2 seeds of an 8-worker job with every slot of a 512-slot
+/// pool in flight).
 pub(crate) fn gone<B>(slot: &Slot<B>, status: &Status, worker: u16) -> bool {
     slot.ahead.is_some_and(|(_, at)| slot.asked_at >= at)
         && matches!(judge(status, worker), Said::Held { missing } if missing != 0)
@@ -961,6 +960,7 @@ pub(super) fn on_its_way<B>(path: &Path, slot: &Slot<B>, now: Nanos) -> bool {
 /// Every answer is loss evidence ([`Rack`]) for the slots
 /// sent before it and before it in the shared order.
 pub(super) fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
+    let overtaken = path.rack.answered_after(entry.last_sent());
     path.rack
         .on_answer(entry.place, entry.last_sent(), entry.resends > 0, now);
     let first_copy = match entry.resends {
@@ -980,7 +980,7 @@ pub(super) fn answered<B>(path: &mut Path, entry: &Slot<B>, now: Nanos) {
     };
     if first_copy {
         let rtt = now.saturating_sub(entry.sent_at);
-        path.rtt.sample(rtt);
+        path.rtt.sample(rtt, overtaken);
         path.window.on_result(rtt);
     }
 }

@@ -84,6 +84,12 @@ pub(crate) struct SlotSession {
     /// apart: the slot's next round is the catch-up round, and this is
     /// the worker's part in it ([`Standing`]).
     pub catch_up: Option<Standing>,
+    /// Per set, the digest of the last handshake round's result the slot
+    /// left because its token was not in it: a result with the same
+    /// payload later is the same round, which cannot hold an attempt made
+    /// since, should a narrow token field say so by chance
+    /// ([`super::accept`]).
+    pub strangers: [Option<CheckKey>; 2],
 }
 
 impl SlotSession {

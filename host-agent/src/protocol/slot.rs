@@ -80,15 +80,12 @@ pub(crate) struct Slot<B> {
     /// new send starts afresh): a member whose turn it is not waits from
     /// then ([`crate::protocol::recovery`], turns).
     pub(crate) suspected: Option<(Nanos, Nanos)>,
-    /// A nudge said the other members are in set 0's next round without
-    /// this worker (that round's packet id, and when the nudge came),
-    /// while the slot's round is in set 1. Should the switch then answer a
-    /// query sent since with a status that holds the slot's round and
-    /// waits for members, the round the others went on from is gone (its
-    /// set was written after it completed, and this worker's copy of the
-    /// result was lost): no result will come, and the slot joins set 0's
-    /// round as a handshake, as a split slot does (docs/PROTOCOL.md,
-    /// "Sessions", split slots).
+    /// A nudge said a round of set 0 lacks this worker (that round's
+    /// packet id, and when the first such nudge came), while the slot's
+    /// round is in set 1 and held there, or set 0's round is its next.
+    /// Should the switch answer a query sent since with a status that
+    /// holds the slot's round and waits for members, the slot joins set
+    /// 0's round as a handshake ([`super::recovery::gone`]).
     pub(crate) ahead: Option<(u32, Nanos)>,
     /// The keys and packet ids the slot's round has been sealed with: a
     /// catch-up round's result is taken as this round's only if it passes
