@@ -386,11 +386,18 @@ const NUDGE_WINDOW: usize = 32;
 /// nudged member resends, [`on_nudge`]) cost the switch n - 1 queries
 /// and statuses more: at K = 64, 8 workers and 5% loss, 3.7 queries per datum lost, half the packets a
 /// data round costs. Waiting costs a member whose own result copy was lost
-/// two round trips more, which hundreds of slots in flight cover (8
-/// workers at 5%: 0.76 against 0.72 of lossless, 2.4 queries per datum
-/// lost). Three round trips instead: fewer queries, goodput within the
-/// spread (K = 64, 4M floats, 10 seeds).
-const TURN_WAIT: u64 = 2;
+/// three round trips more, which hundreds of slots in flight cover. Why
+/// three: the speaker's recovery takes about two (its query and status,
+/// then the nudged member's resend and the result), so members that waited
+/// two asked just as it completed, each query bringing back a result copy
+/// nobody needed. `inagg sim protocol --elements 1048576 -k 64 --pool 512
+/// --int --seeds 3 --loss L --workers W`, queries and statuses per packet
+/// lost and virtual time, two against three: 8 workers at 1% 5.31 and
+/// 287.6 ms against 3.57 and 282.8 ms, at 5% 2.90 and 313.4 ms against
+/// 2.71 and 319.3 ms, at 10% 2.50 against 2.43 (the same time); 4 workers
+/// at 1% 3.72 against 3.07. Four cut 8 workers at 1% to 3.20 but cost 3-5%
+/// of the time at 5% and 10%.
+const TURN_WAIT: u64 = 3;
 
 /// With at most [`NUDGE_WINDOW`] slots in flight, how long a member whose
 /// turn it is not ([`speaker`]) waits per turn after the speaker's
@@ -447,7 +454,13 @@ const FEW_TURN_PROBES: u64 = 2;
 /// speaking to its next query; and a round held a while asks again by
 /// turns ([`super::announce::probes_previous`]: a restart may have taken
 /// the round before from the members it waits for, and their nudges make
-/// them announce it).
+/// them announce it); and every query of a round held past
+/// [`HELD_ANSWERS`]. Such a round resends at its timeout, a copy the switch
+/// drops without an answer while it holds the round, so its held answers,
+/// and with them the turns' nudges, came seconds apart: after a restart,
+/// with the announcement of the member ahead lost two or three times, the
+/// member behind gave up before it was nudged again (2 in 100,000 seeds of
+/// `inagg sim protocol --faults loss,dup,jitter,starve,pause,restart`).
 ///
 /// Asking on its first query only, a speaker whose query was lost or
 /// whose own contribution was left the members the round lacked to their
@@ -457,7 +470,7 @@ const FEW_TURN_PROBES: u64 = 2;
 /// against 4.94 / 2.80 / 2.43 now, virtual time at 10% 371 ms against 363
 /// (4 workers: 246 against 228).
 pub(super) fn asks_nudges(few: bool, after: u16, held: u32) -> bool {
-    few || (after == 0 && held == 0) || probes_previous(held, after)
+    few || (after == 0 && held == 0) || probes_previous(held, after) || held >= HELD_ANSWERS
 }
 
 /// What a nudge makes a worker do ([`on_nudge`]).
@@ -1066,6 +1079,10 @@ mod tests {
         assert!(asks_nudges(false, 0, 3) && asks_nudges(false, 1, 4));
         assert!(!asks_nudges(false, 1, 3), "held a while: by turns");
         assert!(asks_nudges(true, 2, 5), "few slots: every query");
+        assert!(
+            asks_nudges(false, 1, HELD_ANSWERS) && asks_nudges(false, 2, HELD_ANSWERS + 2),
+            "held past asking: every query"
+        );
     }
 
     /// Karn's rule, and its exception: an answer too quick to be the
