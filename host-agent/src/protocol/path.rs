@@ -117,7 +117,7 @@ impl RttEstimator {
     /// samples grew to the 1 s cap, every round held up by a loss waited
     /// that long, and slots went past the give-up time without a result
     /// (`inagg sim protocol --elements 1048576 --loss 0.3 --workers 8 -k
-    /// 64 --pool 512 --int`: 10.9 s of virtual time per seed, against 1.8
+    /// 64 --pool 512 --int`: 10.9 s of virtual time per seed, against 2.2
     /// s with the timeout made of the others). The smoothed estimate still
     /// takes them: it times the members' turns to ask, which wait for
     /// exactly such recoveries.
