@@ -21,12 +21,14 @@ pub(super) enum Verdict<'d> {
         exponent: u8,
     },
     /// The result of the slot's handshake, with this worker's token in it:
-    /// the slot has joined the session.
+    /// the slot has joined the session, whose check key is `key` (the
+    /// payload's digest, made once here).
     Joined {
         slot: usize,
         payload: &'d [u8],
         exponent: u8,
         packet_id: u32,
+        key: CheckKey,
     },
     /// A result that sends the slot to a handshake in the other set: one
     /// for its handshake that is not its own (an earlier session's state),
@@ -225,6 +227,7 @@ impl Lane<'_> {
                     payload,
                     exponent: repr.exponent,
                     packet_id: repr.packet_id,
+                    key: digest,
                 },
                 // A late copy of an earlier attempt's result (once or
                 // twice), or an earlier attempt's round that the set still

@@ -51,7 +51,6 @@ pub use self::agent::{Agent, AllReduce};
 
 use self::accept::Verdict;
 use self::announce::{probes_previous, LastRound};
-use self::check::CheckKey;
 use self::flight::{spares_in_use, Flight};
 use self::path::Path;
 use self::recovery::{answered, asks_nudges, gone, on_its_way, refused, shut_out, Asked, Pending};
@@ -465,6 +464,7 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                 payload,
                 exponent,
                 packet_id,
+                key,
             } => {
                 self.stats.handshakes += 1;
                 self.bad_weight = None;
@@ -478,7 +478,6 @@ impl<'a, B: SlotBuf, C: Codec> Core<'a, B, C> {
                         .token
                         .standing(payload, config.rank, config.workers, config.elements);
                 let session = &mut self.lane.sessions[slot];
-                let key = CheckKey::from_handshake(payload);
                 session.join(packet_id, entry.set, key, standing);
                 if standing.is_some() {
                     self.stats.catch_ups += 1;
